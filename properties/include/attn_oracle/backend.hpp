@@ -1,0 +1,82 @@
+// backend.hpp: the one seam between the suite and the code under test (DESIGN
+// section 9). A backend implements any subset of the capability interfaces;
+// properties ask for the capability they need and report a skip, with the
+// reason, when it is missing. Register a backend once with
+// ATTN_ORACLE_REGISTER_BACKEND(MyBackend) in any linked translation unit.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attn_oracle/attention.hpp"
+#include "attn_oracle/error.hpp"
+#include "attn_oracle/metadata.hpp"
+#include "attn_oracle/packed_batch.hpp"
+
+namespace attn_oracle {
+
+enum class Capability { metadata, attention };
+std::string_view to_string(Capability capability);
+
+class MetadataCapability {
+ public:
+  virtual ~MetadataCapability() = default;
+  // The metadata of DESIGN section 4, or the error code of section 2.
+  virtual Expected<Metadata> metadata(const PackedBatch& batch) = 0;
+};
+
+class AttentionCapability {
+ public:
+  virtual ~AttentionCapability() = default;
+  // A reason to skip this problem (unsupported dtype, head dim, ...), or nullopt.
+  virtual std::optional<std::string> unsupported(const AttentionProblem&) { return std::nullopt; }
+  // Forward, and backward when problem.shape.backward. Inputs are already rounded
+  // to problem.shape.dtype; outputs are returned widened to double.
+  virtual Expected<AttentionResult> attention(const AttentionProblem& problem,
+                                              const AttentionInputs& inputs) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual std::string version() const { return "unversioned"; }
+  virtual MetadataCapability* metadata() { return nullptr; }
+  virtual AttentionCapability* attention() { return nullptr; }
+
+  bool has(Capability capability);
+  std::vector<Capability> capabilities();
+};
+
+using BackendFactory = std::function<std::unique_ptr<Backend>()>;
+
+class BackendRegistry {
+ public:
+  static BackendRegistry& instance();
+  // Returns true so that it can initialise a static; a second add of a name replaces it.
+  bool add(const std::string& name, BackendFactory factory);
+  std::vector<std::string> names() const;  // in registration order
+  std::unique_ptr<Backend> make(const std::string& name) const;  // nullptr if unknown
+
+ private:
+  std::vector<std::pair<std::string, BackendFactory>> factories_;
+};
+
+// The reference backend: the float64 oracle itself behind the seam.
+std::unique_ptr<Backend> make_reference_backend();
+// Registers the backends this build ships (reference, and later cpu / cuda).
+void register_builtin_backends();
+
+}  // namespace attn_oracle
+
+#define ATTN_ORACLE_CONCAT_INNER(a, b) a##b
+#define ATTN_ORACLE_CONCAT(a, b) ATTN_ORACLE_CONCAT_INNER(a, b)
+// Registers `Type` (default-constructible, derived from attn_oracle::Backend).
+#define ATTN_ORACLE_REGISTER_BACKEND(Type)                                               \
+  static const bool ATTN_ORACLE_CONCAT(attn_oracle_registered_, __LINE__) =              \
+      ::attn_oracle::BackendRegistry::instance().add(Type().name(), [] {                 \
+        return std::unique_ptr<::attn_oracle::Backend>(new Type());                      \
+      })

@@ -1,0 +1,57 @@
+// case_file.hpp: `attn-oracle.case/1` JSON case files (DESIGN section 9).
+//
+// A case is one op and its inputs. `metadata` and `attention` are modelled here;
+// the ops of later sections (small_seq, kv_buffer, sharding) are read and
+// written back verbatim until their issues model them. An optional `expected`
+// field holds the result a fixture pins (metadata JSON or {"error": {...}});
+// `note` says where the case came from.
+//
+// Reading never throws: malformed files give Error{bad_case | bad_mask | bad_window}
+// naming the field.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "attn_oracle/attention.hpp"
+#include "attn_oracle/error.hpp"
+#include "attn_oracle/metadata.hpp"
+#include "attn_oracle/packed_batch.hpp"
+
+namespace attn_oracle {
+
+inline constexpr const char* kCaseSchema = "attn-oracle.case/1";
+
+enum class CaseOp { metadata, attention, small_seq, kv_buffer, sharding };
+std::string_view to_string(CaseOp op);
+
+struct Case {
+  CaseOp op = CaseOp::metadata;
+  PackedBatch batch;
+  // attention only:
+  AttentionShape attention;
+  std::optional<uint64_t> data_seed;       // data: {"seed": N}
+  std::optional<AttentionInputs> tensors;  // tensors: {q, k, v, do}
+  // ops not modelled yet: the whole JSON, written back as read.
+  nlohmann::json raw;
+  std::optional<nlohmann::json> expected;
+  std::string note;
+};
+
+Expected<Case> case_from_json(const nlohmann::json& j);
+Expected<Case> read_case_file(const std::string& path);
+nlohmann::json case_to_json(const Case& c);
+bool write_case_file(const std::string& path, const Case& c);
+
+// The attention problem and inputs of an attention case (tensors or seeded data).
+AttentionProblem attention_problem(const Case& c);
+Expected<AttentionInputs> attention_inputs(const Case& c);
+
+// Results as `attn-oracle eval` prints them.
+nlohmann::json metadata_to_json(const Metadata& md);
+nlohmann::json attention_result_to_json(const AttentionProblem& problem, const AttentionResult& r);
+nlohmann::json error_to_json(const Error& e);  // {"error": {"code", "message"}}
+
+}  // namespace attn_oracle

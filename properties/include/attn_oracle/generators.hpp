@@ -1,0 +1,100 @@
+// generators.hpp: RapidCheck generators of packed inputs (DESIGN sections 2-5).
+//
+// Layered as RapidCheck's own generators are: a batch is drawn as a small *spec*
+// (per row, a list of documents with their q and kv lengths, the padding before
+// them and the id step; a position mode per side; the mask, window, extra dims),
+// and `build_batch` turns the spec into ids and positions. Shrinking acts on the
+// spec, so a failing case shrinks by dropping rows and documents and shortening
+// them, and every shrunk value is still a valid batch.
+//
+// Weighted edge modes: all documents full (no padding, both sides), many
+// length-1 documents, an empty row, exactly M documents, a document on one side
+// only. Position modes: contiguous from 0, offset (micro-sequence), striped
+// (context parallel). Extra leading dims 0..2 on either side, broadcastable.
+//
+// Checked by tests/generators_test.cpp: every valid draw passes validation, and
+// every invalid draw produces exactly its tagged code on the reference.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <vector>
+
+#include <rapidcheck.h>
+
+#include "attn_oracle/attention.hpp"
+#include "attn_oracle/error.hpp"
+#include "attn_oracle/packed_batch.hpp"
+
+namespace attn_oracle {
+
+// ------------------------------------------------------------------- specs
+struct DocSpec {
+  int q_len = 1, kv_len = 1;  // 0 = the document is missing on that side
+  int q_gap = 0, kv_gap = 0;  // padding tokens before it (padding kinds only)
+  int id_step = 1;            // id = previous id + id_step (>= 1)
+  int q_start = 0, kv_start = 0;  // first position, in offset / striped modes
+};
+
+enum class PositionMode { contiguous, offset, striped };
+
+struct SideSpec {
+  PositionMode mode = PositionMode::contiguous;
+  int stride = 1;               // striped: positions start + stride * i
+  bool broadcast_pos = false;   // positions [B, T] shared over extra dims
+  Shape extra;                  // extra leading dims of this side
+};
+
+struct BatchSpec {
+  MaskKind mask = MaskKind::padding;
+  Window window;
+  int spare_capacity = 0;  // M = highest id used + spare_capacity
+  int q_trailing = 0, kv_trailing = 0;  // extra trailing padding (padding kinds)
+  SideSpec q, kv;
+  // One list of rows per broadcast slice: slices[s][b] is row b of slice s.
+  std::vector<std::vector<std::vector<DocSpec>>> slices;
+};
+
+PackedBatch build_batch(const BatchSpec& spec);
+
+// ------------------------------------------------------------------- valid inputs
+struct BatchOptions {
+  int max_rows = 4;        // B in 1..max_rows
+  int max_docs = 6;        // documents per row (ids <= 6 keeps M in 1..6)
+  int max_len = 64;        // T per side
+  bool extra_dims = true;  // draw extra leading dims
+  bool any_mask = true;    // all six kinds; false: padding kinds only
+};
+
+rc::Gen<PackedBatch> packed_batch(BatchOptions options = {});
+
+// ------------------------------------------------------------------- invalid inputs
+// A batch with exactly one violation, tagged with the code it must produce.
+struct InvalidBatch {
+  PackedBatch batch;
+  ErrorCode expected;
+};
+rc::Gen<InvalidBatch> invalid_batch();
+
+// ------------------------------------------------------------------- attention
+struct AttentionDraw {
+  AttentionProblem problem;
+  uint64_t seed = 0;  // generate_inputs(problem, seed)
+};
+struct AttentionOptions {
+  BatchOptions batch{.max_rows = 2, .max_docs = 4, .max_len = 24, .extra_dims = false};
+  bool backward = true;
+  bool low_precision = true;  // draw fp16 / bf16 as well as fp32
+};
+rc::Gen<AttentionDraw> attention_draw(AttentionOptions options = {});
+
+// ------------------------------------------------------------------- showing
+// Ids, positions and shapes; never the float tensors.
+void showValue(const PackedBatch& batch, std::ostream& os);
+void showValue(const InvalidBatch& draw, std::ostream& os);
+void showValue(const AttentionDraw& draw, std::ostream& os);
+
+// Short classification labels for RC_CLASSIFY / RC_TAG.
+std::string describe_mix(const PackedBatch& batch);
+
+}  // namespace attn_oracle

@@ -1,0 +1,303 @@
+// generators.cpp: spec generators and the spec -> batch builder. See generators.hpp.
+#include "attn_oracle/generators.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+namespace attn_oracle {
+namespace {
+
+// ------------------------------------------------------------------- building
+struct Token {
+  int64_t id = 0, pos = 0;
+};
+
+int64_t doc_len(const DocSpec& d, bool q) { return q ? d.q_len : d.kv_len; }
+
+// One side of one row from its documents; positions follow the side's mode.
+std::vector<Token> build_row(const std::vector<DocSpec>& docs, const SideSpec& side, bool q,
+                             bool padding) {
+  std::vector<Token> row;
+  int64_t id = 0;
+  for (const DocSpec& d : docs) {
+    id += std::max(1, d.id_step);
+    const int64_t len = doc_len(d, q);
+    if (len == 0) continue;
+    if (padding) row.insert(row.end(), q ? d.q_gap : d.kv_gap, Token{0, 0});
+    const int64_t start = side.mode == PositionMode::contiguous ? 0 : (q ? d.q_start : d.kv_start);
+    const int64_t stride = side.mode == PositionMode::striped ? side.stride : 1;
+    for (int64_t i = 0; i < len; ++i) row.push_back(Token{id, start + stride * i});
+  }
+  return row;
+}
+
+int64_t highest_id(const std::vector<DocSpec>& docs) {
+  int64_t id = 0;
+  for (const DocSpec& d : docs) id += std::max(1, d.id_step);
+  return id;
+}
+
+// Non-padding kinds: a short row grows its last document (or gains one).
+void fill_row(std::vector<Token>& row, int64_t len, bool padding, int64_t next_id,
+              const SideSpec& side) {
+  if (padding) {
+    row.resize(len, Token{0, 0});
+    return;
+  }
+  if (row.empty() && len > 0) row.push_back(Token{next_id, 0});
+  const int64_t stride = side.mode == PositionMode::striped ? side.stride : 1;
+  while (static_cast<int64_t>(row.size()) < len) row.push_back(Token{row.back().id, row.back().pos + stride});
+}
+
+// Index of the broadcast slice that side slice `s` (over `side_extra`) reads from.
+int64_t slice_for(int64_t s, const Shape& side_extra, const Shape& extra) {
+  Shape coord(extra.size(), 0);
+  for (size_t k = side_extra.size(); k-- > 0;) {
+    coord[k + extra.size() - side_extra.size()] = s % side_extra[k];
+    s /= side_extra[k];
+  }
+  int64_t flat = 0;
+  for (size_t k = 0; k < extra.size(); ++k) flat = flat * extra[k] + coord[k];
+  return flat;
+}
+
+PackedSide build_side(const BatchSpec& spec, const SideSpec& side, bool q, const Shape& extra,
+                      int64_t* max_id) {
+  const bool padding = allows_padding(spec.mask);
+  const int64_t batch = spec.slices.front().size();
+  const int64_t side_slices = shape_product(side.extra);
+  std::vector<std::vector<Token>> rows;
+  std::vector<int64_t> next_ids;
+  int64_t len = 0;
+  for (int64_t s = 0; s < side_slices; ++s) {
+    const auto& slice = spec.slices[slice_for(s, side.extra, extra)];
+    for (int64_t b = 0; b < batch; ++b) {
+      rows.push_back(build_row(slice[b], side, q, padding));
+      next_ids.push_back(highest_id(slice[b]) + 1);
+      len = std::max<int64_t>(len, rows.back().size());
+    }
+  }
+  if (padding) len += q ? spec.q_trailing : spec.kv_trailing;
+  PackedSide out;
+  Shape shape = side.extra;
+  shape.push_back(batch);
+  shape.push_back(len);
+  out.segment_ids = IntArray::filled(shape, 0);
+  out.segment_pos = IntArray::filled(shape, 0);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    fill_row(rows[r], len, padding, next_ids[r], side);
+    for (int64_t t = 0; t < len; ++t) {
+      out.segment_ids.data[r * len + t] = rows[r][t].id;
+      out.segment_pos.data[r * len + t] = rows[r][t].pos;
+      *max_id = std::max(*max_id, rows[r][t].id);
+    }
+  }
+  if (side.broadcast_pos && !side.extra.empty()) {
+    // Positions shared by every slice must increase along the whole row.
+    const int64_t stride = side.mode == PositionMode::striped ? side.stride : 1;
+    out.segment_pos = IntArray::filled({batch, len}, 0);
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t t = 0; t < len; ++t) out.segment_pos.data[b * len + t] = stride * t + b;
+  }
+  return out;
+}
+
+}  // namespace
+
+PackedBatch build_batch(const BatchSpec& spec) {
+  const Shape extra = broadcast_shapes(spec.q.extra, spec.kv.extra).value_or(Shape{});
+  PackedBatch batch;
+  batch.mask = spec.mask;
+  batch.window = spec.window;
+  int64_t max_id = 0;
+  batch.q = build_side(spec, spec.q, true, extra, &max_id);
+  batch.kv = build_side(spec, spec.kv, false, extra, &max_id);
+  batch.max_segments = std::max<int64_t>(1, max_id + spec.spare_capacity);
+  return batch;
+}
+
+}  // namespace attn_oracle
+
+namespace attn_oracle {
+namespace {
+
+enum class EdgeMode { normal, all_full, unit_docs, empty_row, exactly_m, one_side };
+
+rc::Gen<EdgeMode> edge_mode() {
+  return rc::gen::weightedOneOf<EdgeMode>({
+      {10, rc::gen::just(EdgeMode::normal)},
+      {2, rc::gen::just(EdgeMode::all_full)},
+      {2, rc::gen::just(EdgeMode::unit_docs)},
+      {1, rc::gen::just(EdgeMode::empty_row)},
+      {2, rc::gen::just(EdgeMode::exactly_m)},
+      {2, rc::gen::just(EdgeMode::one_side)},
+  });
+}
+
+rc::Gen<MaskKind> mask_kind(bool any_mask) {
+  if (!any_mask)
+    return rc::gen::element(MaskKind::padding, MaskKind::padding_causal,
+                            MaskKind::padding_causal_bottom_right);
+  return rc::gen::elementOf(std::vector<MaskKind>(std::begin(kAllMaskKinds), std::end(kAllMaskKinds)));
+}
+
+rc::Gen<Window> window() {
+  auto side = rc::gen::weightedOneOf<int64_t>(
+      {{3, rc::gen::just<int64_t>(-1)}, {1, rc::gen::just<int64_t>(0)}, {3, rc::gen::inRange<int64_t>(0, 9)}});
+  return rc::gen::weightedOneOf<Window>({
+      {4, rc::gen::just(Window{})},
+      {3, rc::gen::construct<Window>(side, side)},
+  });
+}
+
+// Length of one side of a document: size-scaled, 0 (missing on that side) rarely.
+rc::Gen<int> side_length(EdgeMode mode, int max_len) {
+  if (mode == EdgeMode::unit_docs) return rc::gen::just(1);
+  return rc::gen::withSize([=](int size) {
+    const int top = std::max(2, std::min(max_len, 2 + size / 7));
+    if (mode == EdgeMode::all_full || mode == EdgeMode::exactly_m) return rc::gen::inRange(1, top);
+    const int missing_weight = mode == EdgeMode::one_side ? 4 : 1;
+    return rc::gen::weightedOneOf<int>({{10, rc::gen::inRange(1, top)},
+                                        {static_cast<size_t>(missing_weight), rc::gen::just(0)}});
+  });
+}
+
+rc::Gen<DocSpec> doc_spec(EdgeMode mode, bool padding, int max_len) {
+  const bool gaps = padding && mode != EdgeMode::all_full;
+  auto gap = gaps ? rc::gen::weightedOneOf<int>({{3, rc::gen::just(0)}, {1, rc::gen::inRange(1, 4)}})
+                  : rc::gen::just(0);
+  auto id_step = mode == EdgeMode::exactly_m || mode == EdgeMode::all_full
+                     ? rc::gen::just(1)
+                     : rc::gen::weightedOneOf<int>({{6, rc::gen::just(1)}, {1, rc::gen::just(2)}});
+  auto start = rc::gen::weightedOneOf<int>({{1, rc::gen::just(0)}, {3, rc::gen::inRange(1, 17)}});
+  return rc::gen::build<DocSpec>(
+      rc::gen::set(&DocSpec::q_len, side_length(mode, max_len)),
+      rc::gen::set(&DocSpec::kv_len, side_length(mode, max_len)),
+      rc::gen::set(&DocSpec::q_gap, gap), rc::gen::set(&DocSpec::kv_gap, gap),
+      rc::gen::set(&DocSpec::id_step, id_step), rc::gen::set(&DocSpec::q_start, start),
+      rc::gen::set(&DocSpec::kv_start, start));
+}
+
+// Drops documents past `max_len` tokens on either side and ids past `max_docs`.
+std::vector<DocSpec> fit_row(std::vector<DocSpec> docs, int max_len, int max_docs) {
+  int q = 0, kv = 0, id = 0;
+  std::vector<DocSpec> out;
+  for (const DocSpec& d : docs) {
+    q += d.q_len + d.q_gap;
+    kv += d.kv_len + d.kv_gap;
+    id += std::max(1, d.id_step);
+    if (q > max_len || kv > max_len || id > max_docs) break;
+    out.push_back(d);
+  }
+  return out;
+}
+
+rc::Gen<std::vector<DocSpec>> row_spec(EdgeMode mode, bool padding, const BatchOptions& o) {
+  auto docs = rc::gen::withSize([=](int size) {
+    const int most = std::max(1, std::min(o.max_docs, 1 + size / 15));
+    auto count = mode == EdgeMode::exactly_m ? rc::gen::just(most) : rc::gen::inRange(1, most + 1);
+    return rc::gen::mapcat(count, [=](int n) {
+      return rc::gen::container<std::vector<DocSpec>>(n, doc_spec(mode, padding, o.max_len));
+    });
+  });
+  return rc::gen::map(docs, [o](std::vector<DocSpec> d) { return fit_row(std::move(d), o.max_len, o.max_docs); });
+}
+
+rc::Gen<SideSpec> side_spec(Shape extra) {
+  auto mode = rc::gen::weightedOneOf<PositionMode>({{6, rc::gen::just(PositionMode::contiguous)},
+                                                    {2, rc::gen::just(PositionMode::offset)},
+                                                    {2, rc::gen::just(PositionMode::striped)}});
+  return rc::gen::build<SideSpec>(rc::gen::set(&SideSpec::mode, mode),
+                                  rc::gen::set(&SideSpec::stride, rc::gen::inRange(2, 5)),
+                                  rc::gen::set(&SideSpec::broadcast_pos, rc::gen::arbitrary<bool>()),
+                                  rc::gen::set(&SideSpec::extra, rc::gen::just(std::move(extra))));
+}
+
+// q and kv extra shapes that broadcast: mostly none, else kv a broadcastable
+// variant of q's (same, size-1 dims, or fewer leading dims) or the other way round.
+rc::Gen<std::pair<Shape, Shape>> extra_shapes(bool enabled) {
+  if (!enabled) return rc::gen::just(std::pair<Shape, Shape>{});
+  auto full = rc::gen::mapcat(rc::gen::inRange(1, 3), [=](int rank) {
+    return rc::gen::container<Shape>(rank, rc::gen::inRange<int64_t>(1, 4));
+  });
+  auto variant = rc::gen::mapcat(full, [](Shape s) {
+    return rc::gen::map(rc::gen::container<std::vector<int>>(s.size() + 1, rc::gen::inRange(0, 3)),
+                        [s](std::vector<int> choice) {
+                          Shape other;
+                          const size_t drop = choice.back() == 2 ? 1 : 0;
+                          for (size_t k = drop; k < s.size(); ++k) other.push_back(choice[k] == 1 ? 1 : s[k]);
+                          return choice.front() == 0 ? std::pair{s, other} : std::pair{other, s};
+                        });
+  });
+  return rc::gen::weightedOneOf<std::pair<Shape, Shape>>(
+      {{5, rc::gen::just(std::pair<Shape, Shape>{})}, {2, variant}});
+}
+
+}  // namespace
+
+rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
+  struct Head {
+    MaskKind mask;
+    EdgeMode mode;
+    std::pair<Shape, Shape> extra;
+    int rows;
+  };
+  auto head = rc::gen::construct<Head>(mask_kind(o.any_mask), edge_mode(), extra_shapes(o.extra_dims),
+                                       rc::gen::inRange(1, o.max_rows + 1));
+  auto spec = rc::gen::mapcat(head, [o](Head h) {
+    const bool padding = allows_padding(h.mask);
+    const Shape extra = broadcast_shapes(h.extra.first, h.extra.second).value();
+    auto rows = rc::gen::container<std::vector<std::vector<DocSpec>>>(h.rows, row_spec(h.mode, padding, o));
+    auto slices = rc::gen::container<std::vector<std::vector<std::vector<DocSpec>>>>(
+        shape_product(extra), rows);
+    if (h.mode == EdgeMode::empty_row && padding)
+      slices = rc::gen::map(slices, [](auto s) {
+        s.front().back().clear();
+        return s;
+      });
+    auto trailing = padding ? rc::gen::weightedOneOf<int>({{2, rc::gen::just(0)}, {1, rc::gen::inRange(1, 4)}})
+                            : rc::gen::just(0);
+    auto spare = h.mode == EdgeMode::exactly_m ? rc::gen::just(0) : rc::gen::inRange(0, 2);
+    return rc::gen::build<BatchSpec>(
+        rc::gen::set(&BatchSpec::mask, rc::gen::just(h.mask)), rc::gen::set(&BatchSpec::window, window()),
+        rc::gen::set(&BatchSpec::spare_capacity, spare), rc::gen::set(&BatchSpec::q_trailing, trailing),
+        rc::gen::set(&BatchSpec::kv_trailing, trailing),
+        rc::gen::set(&BatchSpec::q, side_spec(h.extra.first)),
+        rc::gen::set(&BatchSpec::kv, side_spec(h.extra.second)), rc::gen::set(&BatchSpec::slices, slices));
+  });
+  return rc::gen::map(spec, build_batch);
+}
+
+}  // namespace attn_oracle
+
+namespace attn_oracle {
+
+rc::Gen<AttentionDraw> attention_draw(AttentionOptions o) {
+  struct Heads {
+    int64_t kv, group, dim;
+    Dtype dtype;
+    bool backward, explicit_scale;
+  };
+  auto dtype = o.low_precision ? rc::gen::element(Dtype::fp32, Dtype::fp16, Dtype::bf16) : rc::gen::just(Dtype::fp32);
+  auto heads = rc::gen::construct<Heads>(
+      rc::gen::inRange<int64_t>(1, 3), rc::gen::element<int64_t>(1, 2, 4), rc::gen::element<int64_t>(1, 2, 4, 8),
+      dtype, o.backward ? rc::gen::arbitrary<bool>() : rc::gen::just(false),
+      rc::gen::weightedOneOf<bool>({{4, rc::gen::just(false)}, {1, rc::gen::just(true)}}));
+  return rc::gen::map(
+      rc::gen::tuple(packed_batch(o.batch), heads, rc::gen::arbitrary<uint64_t>()),
+      [](const std::tuple<PackedBatch, Heads, uint64_t>& t) {
+        const auto& [batch, h, seed] = t;
+        AttentionDraw d;
+        d.problem.batch = batch;
+        d.problem.shape.heads_kv = h.kv;
+        d.problem.shape.heads_q = h.kv * h.group;
+        d.problem.shape.head_dim = h.dim;
+        d.problem.shape.dtype = h.dtype;
+        d.problem.shape.backward = h.backward;
+        if (h.explicit_scale) d.problem.shape.scale = 0.5;
+        d.seed = seed;
+        return d;
+      });
+}
+
+}  // namespace attn_oracle

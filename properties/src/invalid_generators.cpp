@@ -1,0 +1,191 @@
+// invalid_generators.cpp: batches with exactly one violation of DESIGN section 2,
+// tagged with the code the validator must give. Each injection is placed so that
+// no code of higher precedence applies (for example a too-large id goes on the
+// last token of a row, where it cannot split a document into two runs).
+#include <algorithm>
+
+#include "attn_oracle/generators.hpp"
+#include "attn_oracle/validate.hpp"
+
+namespace attn_oracle {
+namespace {
+
+enum class Violation {
+  bad_max_segments, rank_mismatch, shape_mismatch, batch_mismatch, extra_dims_mismatch,
+  negative_id, noncontiguous_segment, too_many_segments, ids_out_of_order,
+  padding_with_non_padding_mask, positions_not_increasing, negative_position,
+};
+
+// Positions with the full shape of the ids, so that one edit touches one row.
+void materialise_positions(PackedSide& side) {
+  if (side.segment_pos.shape == side.segment_ids.shape) return;
+  const int64_t n = shape_product(side.segment_ids.shape), m = shape_product(side.segment_pos.shape);
+  IntArray full = IntArray::filled(side.segment_ids.shape, 0);
+  for (int64_t i = 0; i < n; ++i) full.data[i] = side.segment_pos.data[i % m];
+  side.segment_pos = full;
+}
+
+struct Run {
+  int64_t begin, end;  // [begin, end) inside the row
+};
+
+std::vector<Run> documents(const PackedSide& side, int64_t row) {
+  const int64_t len = side.segment_ids.shape.back();
+  const int64_t* ids = side.segment_ids.data.data() + row * len;
+  std::vector<Run> runs;
+  for (int64_t t = 0; t < len; ++t) {
+    if (ids[t] == 0) continue;
+    if (t == 0 || ids[t - 1] != ids[t]) runs.push_back({t, t});
+    runs.back().end = t + 1;
+  }
+  return runs;
+}
+
+// The smallest batch showing `code`, for when the drawn batch has no room for it.
+InvalidBatch canonical(ErrorCode code) {
+  PackedBatch b;
+  b.mask = MaskKind::padding;
+  b.max_segments = 2;
+  b.kv.segment_ids = IntArray({1, 2}, {1, 2});
+  b.kv.segment_pos = IntArray({1, 2}, {0, 0});
+  b.q = b.kv;
+  switch (code) {
+    case ErrorCode::ids_out_of_order: b.q.segment_ids.data = {2, 1}; break;
+    case ErrorCode::noncontiguous_segment: b.q.segment_ids = IntArray({1, 3}, {1, 0, 1}); b.q.segment_pos = IntArray({1, 3}, {0, 0, 1}); break;
+    case ErrorCode::positions_not_increasing: b.q.segment_ids.data = {1, 1}; b.q.segment_pos.data = {1, 1}; break;
+    default: b.q.segment_ids.data = {1, 1}; b.q.segment_pos.data = {0, -1}; code = ErrorCode::positions_not_increasing;
+  }
+  return {b, code};
+}
+
+// Picks a side-row index; `choice` spreads over q and kv rows.
+std::pair<PackedSide*, int64_t> pick_row(PackedBatch& b, int64_t choice) {
+  const int64_t q_rows = shape_product(b.q.segment_ids.shape) / std::max<int64_t>(1, b.q.segment_ids.shape.back());
+  const int64_t kv_rows = shape_product(b.kv.segment_ids.shape) / std::max<int64_t>(1, b.kv.segment_ids.shape.back());
+  choice %= std::max<int64_t>(1, q_rows + kv_rows);
+  return choice < q_rows ? std::pair{&b.q, choice} : std::pair{&b.kv, choice - q_rows};
+}
+
+InvalidBatch inject_row_violation(PackedBatch b, Violation v, int64_t choice, int64_t amount) {
+  auto [side, row] = pick_row(b, choice);
+  const int64_t len = side->segment_ids.shape.back();
+  if (len == 0) return canonical(ErrorCode::ids_out_of_order);
+  int64_t* ids = side->segment_ids.data.data() + row * len;
+  const std::vector<Run> docs = documents(*side, row);
+  switch (v) {
+    case Violation::negative_id:
+      ids[choice % len] = -amount;
+      return {b, ErrorCode::negative_id};
+    case Violation::too_many_segments:
+      ids[len - 1] = b.max_segments + amount;
+      return {b, ErrorCode::too_many_segments};
+    case Violation::noncontiguous_segment:
+      // The first document's id again on the last token, after another id or
+      // (odd `amount`) after padding; needs a token between them.
+      if (docs.empty() || docs.front().end >= len - 1) return canonical(ErrorCode::noncontiguous_segment);
+      ids[len - 1] = ids[docs.front().begin];
+      if (amount % 2 == 1) ids[len - 2] = 0;
+      return {b, ErrorCode::noncontiguous_segment};
+    case Violation::ids_out_of_order: {
+      if (docs.size() < 2) return canonical(ErrorCode::ids_out_of_order);
+      const Run first = docs[docs.size() - 2], second = docs.back();
+      const int64_t a = ids[first.begin], c = ids[second.begin];
+      std::fill(ids + first.begin, ids + first.end, c);
+      std::fill(ids + second.begin, ids + second.end, a);
+      return {b, ErrorCode::ids_out_of_order};
+    }
+    case Violation::padding_with_non_padding_mask:
+      if (allows_padding(b.mask)) b.mask = MaskKind::causal;  // drawn without padding tokens
+      ids[len - 1] = 0;
+      return {b, ErrorCode::padding_with_non_padding_mask};
+    case Violation::positions_not_increasing:
+    case Violation::negative_position: {
+      materialise_positions(*side);
+      int64_t* pos = side->segment_pos.data.data() + row * len;
+      const Run d = docs.empty() ? Run{0, 0} : docs[choice % docs.size()];
+      if (v == Violation::negative_position && !docs.empty()) {
+        pos[d.begin] = -amount;
+        return {b, ErrorCode::negative_position};
+      }
+      if (d.end - d.begin < 2) return canonical(ErrorCode::positions_not_increasing);
+      const int64_t t = d.begin + 1 + choice % (d.end - d.begin - 1);
+      pos[t] = pos[t - 1] - (amount - 1);
+      return {b, ErrorCode::positions_not_increasing};
+    }
+    default:
+      return canonical(ErrorCode::positions_not_increasing);
+  }
+}
+
+// Leading extra dims of sizes 2 (q) and 3 (kv) after aligning the ranks.
+void prepend_mismatched_dims(PackedBatch& b) {
+  const size_t rank = std::max(b.q.segment_ids.shape.size(), b.kv.segment_ids.shape.size());
+  for (auto [side, lead] : {std::pair{&b.q, int64_t{2}}, std::pair{&b.kv, int64_t{3}}}) {
+    for (IntArray* a : {&side->segment_ids, &side->segment_pos}) {
+      const bool is_ids = a == &side->segment_ids;
+      if (!is_ids && a->shape.size() < side->segment_ids.shape.size()) continue;  // broadcast pos
+      while (a->shape.size() < rank) a->shape.insert(a->shape.begin(), 1);
+      const std::vector<int64_t> once = a->data;
+      for (int64_t k = 1; k < lead; ++k) a->data.insert(a->data.end(), once.begin(), once.end());
+      a->shape.insert(a->shape.begin(), lead);
+    }
+  }
+}
+
+InvalidBatch inject_whole_input_violation(PackedBatch b, Violation v, int64_t amount) {
+  switch (v) {
+    case Violation::bad_max_segments:
+      b.max_segments = 1 - amount;
+      return {b, ErrorCode::bad_max_segments};
+    case Violation::rank_mismatch:  // positions with one more leading dim than the ids
+      materialise_positions(b.kv);
+      b.kv.segment_pos.shape.insert(b.kv.segment_pos.shape.begin(), 1);
+      return {b, ErrorCode::rank_mismatch};
+    case Violation::shape_mismatch:  // positions flattened to one dim
+      b.q.segment_pos.shape = {shape_product(b.q.segment_pos.shape)};
+      return {b, ErrorCode::shape_mismatch};
+    case Violation::batch_mismatch: {  // kv gains a row
+      PackedSide& kv = b.kv;
+      materialise_positions(kv);
+      const int64_t len = kv.segment_ids.shape.back();
+      kv.segment_ids = IntArray({1, 1, len}, std::vector<int64_t>(kv.segment_ids.data.begin(), kv.segment_ids.data.begin() + len));
+      kv.segment_pos = IntArray({1, 1, len}, std::vector<int64_t>(kv.segment_pos.data.begin(), kv.segment_pos.data.begin() + len));
+      const int64_t q_batch = b.q.segment_ids.shape[b.q.segment_ids.shape.size() - 2];
+      if (q_batch == 1) {  // make kv B = 2
+        kv.segment_ids.data.insert(kv.segment_ids.data.end(), kv.segment_ids.data.begin(), kv.segment_ids.data.end());
+        kv.segment_pos.data.insert(kv.segment_pos.data.end(), kv.segment_pos.data.begin(), kv.segment_pos.data.end());
+        kv.segment_ids.shape = kv.segment_pos.shape = {1, 2, len};
+      }
+      return {b, ErrorCode::shape_mismatch};
+    }
+    case Violation::extra_dims_mismatch:
+      prepend_mismatched_dims(b);
+      return {b, ErrorCode::extra_dims_mismatch};
+    default:
+      return canonical(ErrorCode::positions_not_increasing);
+  }
+}
+
+}  // namespace
+
+rc::Gen<InvalidBatch> invalid_batch() {
+  auto violation = rc::gen::element(
+      Violation::bad_max_segments, Violation::rank_mismatch, Violation::shape_mismatch,
+      Violation::batch_mismatch, Violation::extra_dims_mismatch, Violation::negative_id,
+      Violation::noncontiguous_segment, Violation::too_many_segments, Violation::ids_out_of_order,
+      Violation::padding_with_non_padding_mask, Violation::positions_not_increasing,
+      Violation::negative_position);
+  return rc::gen::mapcat(violation, [](Violation v) {
+    BatchOptions options;
+    options.any_mask = v != Violation::noncontiguous_segment;  // room for a padding gap
+    auto base = packed_batch(options);
+    return rc::gen::map(rc::gen::tuple(base, rc::gen::inRange<int64_t>(0, 1000), rc::gen::inRange<int64_t>(1, 4)),
+                        [v](const std::tuple<PackedBatch, int64_t, int64_t>& t) {
+                          const auto& [b, choice, amount] = t;
+                          if (v <= Violation::extra_dims_mismatch) return inject_whole_input_violation(b, v, amount);
+                          return inject_row_violation(b, v, choice, amount);
+                        });
+  });
+}
+
+}  // namespace attn_oracle

@@ -1,0 +1,103 @@
+// attention.hpp: the attention problem and tensors of DESIGN section 5, and the
+// float64 reference that computes it two independent ways.
+//
+// Tensors are float64 on the host, BSHD over *broadcast rows*: R = prod(extra) * B
+// rows, so [R, T, H, D] is also the THD tensor [R*T, H, D] that the compacted
+// metadata (ragged_offsets = row * T + start) addresses, gaps included.
+//
+// Semantics that are easy to get wrong:
+//  - scale defaults to 1/sqrt(head_dim); query head h reads kv head h / (Hq / Hkv).
+//  - a query that attends nothing (padding, outside every document, emptied by a
+//    window or by bottom-right alignment) has o = 0, lse = -inf, dq = 0; kv tokens
+//    nobody attends get dk = dv = 0. No NaN anywhere.
+//  - lse is the natural log of the softmax denominator, [R, Hq, Tq].
+//
+// The two formulations (reference_attention.cpp):
+//  - attention_dense_masked: every row against the explicit [Tq, Tkv] mask of
+//    DESIGN section 3 (window included), on positions and ids.
+//  - attention_per_document: every compacted document (cu_seqlens/ragged_offsets)
+//    with the kernels' index rule on its trimmed runs.
+// They agree on representable inputs (checked by a property at 1e-12 relative).
+// Backward is checked against central finite differences in tests/.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "attn_oracle/error.hpp"
+#include "attn_oracle/packed_batch.hpp"
+
+namespace attn_oracle {
+
+enum class Dtype { fp32, fp16, bf16 };
+std::string_view to_string(Dtype dtype);
+std::optional<Dtype> dtype_from_string(std::string_view name);
+double round_to_dtype(double x, Dtype dtype);  // round-to-nearest-even into the type
+
+struct AttentionShape {
+  int64_t heads_q = 1;
+  int64_t heads_kv = 1;
+  int64_t head_dim = 1;
+  std::optional<double> scale;  // default 1/sqrt(head_dim)
+  Dtype dtype = Dtype::fp32;
+  bool backward = false;
+  double effective_scale() const;
+  bool operator==(const AttentionShape&) const = default;
+};
+
+struct AttentionProblem {
+  PackedBatch batch;
+  AttentionShape shape;
+  bool operator==(const AttentionProblem&) const = default;
+};
+
+struct AttentionInputs {
+  std::vector<double> q;     // [R, Tq, Hq, D]
+  std::vector<double> k;     // [R, Tkv, Hkv, D]
+  std::vector<double> v;     // [R, Tkv, Hkv, D]
+  std::vector<double> d_o;   // [R, Tq, Hq, D]; empty unless backward
+  bool operator==(const AttentionInputs&) const = default;
+};
+
+struct AttentionGradients {
+  std::vector<double> dq;  // [R, Tq, Hq, D]
+  std::vector<double> dk;  // [R, Tkv, Hkv, D]
+  std::vector<double> dv;  // [R, Tkv, Hkv, D]
+};
+
+struct AttentionResult {
+  std::vector<double> o;    // [R, Tq, Hq, D]
+  std::vector<double> lse;  // [R, Hq, Tq]; -infinity where the query attends nothing
+  std::optional<AttentionGradients> grads;  // present iff shape.backward
+};
+
+// Sizes of each tensor for a validated problem; the layout of rows is BatchLayout's.
+struct AttentionSizes {
+  int64_t rows = 0, q_len = 0, kv_len = 0;
+  int64_t q_elems() const;
+  int64_t kv_elems() const;
+  int64_t lse_elems() const;
+  int64_t heads_q = 0, heads_kv = 0, head_dim = 0;
+};
+
+// Validates the batch (DESIGN section 2) and the heads (bad_heads), then the
+// tensor sizes when `inputs` is given (bad_tensor_shape).
+Expected<AttentionSizes> validate_attention(const AttentionProblem& problem,
+                                            const AttentionInputs* inputs = nullptr);
+
+// The documented deterministic data generator of `data: {"seed": N}` case files:
+// splitmix64 from `seed`, each value uniform in [-1, 1) from the top 53 bits,
+// filling q, k, v, then d_o (when backward) in row-major order, each value then
+// rounded to the problem's dtype.
+AttentionInputs generate_inputs(const AttentionProblem& problem, uint64_t seed);
+
+namespace ref {
+
+Expected<AttentionResult> attention_dense_masked(const AttentionProblem& problem,
+                                                 const AttentionInputs& inputs);
+Expected<AttentionResult> attention_per_document(const AttentionProblem& problem,
+                                                 const AttentionInputs& inputs);
+
+}  // namespace ref
+}  // namespace attn_oracle

@@ -1,0 +1,70 @@
+// error.hpp: the stable error codes of DESIGN section 2 and a small Expected<T>.
+//
+// Codes are compared exactly by every property, so their spelling is part of the
+// contract: `to_string(code)` is what case files and `attn-oracle eval` print.
+// The enum order is the precedence order of DESIGN section 2 (whole-input codes,
+// then per-row codes); codes past `positions_not_increasing` are ours:
+//   negative_position   a position < 0 (DESIGN requires >= 0 but names no code)
+//   bad_case            a case file that cannot be read (JSON, types, ragged arrays)
+//   bad_heads           heads_q % heads_kv != 0, or a zero head count / head dim
+//   bad_tensor_shape    explicit tensors whose shape disagrees with the problem
+//   unsupported         a backend does not support this combination
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+
+namespace attn_oracle {
+
+enum class ErrorCode {
+  bad_mask,
+  bad_window,
+  bad_max_segments,
+  rank_mismatch,
+  shape_mismatch,
+  extra_dims_mismatch,
+  negative_id,
+  noncontiguous_segment,
+  too_many_segments,
+  ids_out_of_order,
+  padding_with_non_padding_mask,
+  positions_not_increasing,
+  negative_position,
+  bad_case,
+  bad_heads,
+  bad_tensor_shape,
+  unsupported,
+};
+
+std::string_view to_string(ErrorCode code);
+std::optional<ErrorCode> error_code_from_string(std::string_view name);
+
+struct Error {
+  ErrorCode code;
+  std::string message;  // names the offending row / token / values
+};
+
+// A value or an Error. Minimal on purpose: std::expected is C++23.
+template <class T>
+class Expected {
+ public:
+  Expected(T value) : state_(std::move(value)) {}
+  Expected(Error error) : state_(std::move(error)) {}
+
+  bool ok() const { return state_.index() == 0; }
+  explicit operator bool() const { return ok(); }
+  const T& value() const& { return std::get<0>(state_); }
+  T& value() & { return std::get<0>(state_); }
+  T&& value() && { return std::get<0>(std::move(state_)); }
+  const Error& error() const { return std::get<1>(state_); }
+  const T* operator->() const { return &value(); }
+  const T& operator*() const { return value(); }
+
+ private:
+  std::variant<T, Error> state_;
+};
+
+}  // namespace attn_oracle

@@ -1,0 +1,56 @@
+// reference_metadata.hpp: ground truth for DESIGN sections 3 and 4.
+//
+// Builds the explicit [Tq, Tkv] boolean mask of each broadcast row from ids and
+// positions (segment term AND causal / bottom-right term AND window), then reads
+// every metadata integer off that mask: a q token is valid iff its mask row has a
+// true entry ignoring the window; a kv token iff its column does. Slow (O(Tq*Tkv)
+// per row) and obvious on purpose; the O(T) production algorithm is judged by it.
+//
+// Representability (section 4): the kernels see each document as two trimmed runs
+// and apply a rule by index. `representability` rebuilds the mask from that rule
+// and compares it with the explicit mask, naming the first pair that differs.
+//
+// Tested by tests/reference_metadata_test.cpp (the worked examples of section 10,
+// hand-computed cases) and by the metadata properties.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attn_oracle/error.hpp"
+#include "attn_oracle/metadata.hpp"
+#include "attn_oracle/packed_batch.hpp"
+
+namespace attn_oracle::ref {
+
+// Row-major [Tq, Tkv] mask of one broadcast row.
+struct RowMask {
+  int64_t q_len = 0, kv_len = 0;
+  std::vector<char> allowed;
+  bool operator()(int64_t i, int64_t j) const { return allowed[i * kv_len + j] != 0; }
+};
+
+// The mask of section 3 for broadcast row `row` of a validated batch.
+// `with_window = false` gives the mask that metadata is derived from.
+RowMask explicit_mask(const PackedBatch& batch, const BatchLayout& layout, int64_t row,
+                      bool with_window);
+
+// Validates, then derives every metadata integer from the explicit masks.
+Expected<Metadata> metadata(const PackedBatch& batch);
+
+struct Representability {
+  bool representable = true;
+  std::string first_difference;  // empty when representable
+};
+
+// Compares the kernels' index rule on the trimmed runs with the explicit mask
+// (window included) for every document of every row. Requires a valid batch.
+Representability representability(const PackedBatch& batch);
+
+// The index rule the kernels apply inside one document's trimmed runs:
+// a = q index, b = kv index within the runs of lengths lq, lkv.
+bool kernel_rule_allows(MaskKind mask, Window window, int64_t a, int64_t b, int64_t lq,
+                        int64_t lkv);
+
+}  // namespace attn_oracle::ref

@@ -1,0 +1,73 @@
+// tolerance.hpp: the float tolerance rule of DESIGN section 5 (FlashAttention's).
+//
+// A low-precision backend is judged against the float64 reference *relative to
+// what its precision can achieve*: the oracle also runs a same-precision naive
+// computation (inputs already rounded to the dtype, fp32 accumulation, P and the
+// outputs rounded to the dtype) and the backend passes a tensor when
+//
+//     max |backend - ref64| <= k * max |naive - ref64| + eps(dtype)
+//
+// with k = 2 for outputs (o, lse) and 3 for gradients (dq, dk, dv). Infinities
+// (lse = -inf for queries that attend nothing) must match exactly and any NaN in
+// the backend or the reference fails. A check reports its worst element (flat
+// index, both values, error / budget), never just "mismatch".
+//
+// Tested by tests/tolerance_test.cpp: a known-good pair (the reference rounded
+// to bf16) passes, a known-bad one (one element off by 0.1) fails at that index,
+// -inf handling, NaN, and the naive computation against the reference.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attn_oracle/attention.hpp"
+
+namespace attn_oracle {
+
+inline constexpr double kOutputToleranceFactor = 2.0;    // k for o and lse
+inline constexpr double kGradientToleranceFactor = 3.0;  // k for dq, dk, dv
+
+// The absolute floor eps of the rule for tensors stored in `dtype` (see tolerance.cpp).
+double tolerance_floor(Dtype dtype);
+
+// What a straightforward device implementation computes in problem.shape.dtype:
+// fp32 dot products for S, fp32 softmax, P rounded to the dtype before P.V with
+// fp32 accumulation, O rounded to the dtype; lse in fp32; backward in fp32 from
+// the rounded O, with dq, dk, dv rounded to the dtype. Same mask as the dense
+// reference (explicit mask with the window). An invalid problem gives an empty
+// result (every check against it then fails on sizes).
+AttentionResult naive_same_precision(const AttentionProblem& problem,
+                                     const AttentionInputs& inputs);
+
+struct ToleranceCheck {
+  bool pass = false;
+  std::string tensor;            // "o", "lse", "dq", "dk", "dv"
+  int64_t worst_index = -1;      // flat index of the worst element; -1 when there is none
+  double backend_value = 0.0;    // at worst_index
+  double reference_value = 0.0;  // at worst_index
+  double error = 0.0;            // max |backend - ref64| (infinite for a NaN / inf mismatch)
+  double budget = 0.0;           // k * naive_error + eps
+  double ratio = 0.0;            // error / budget
+  double naive_error = 0.0;      // max |naive - ref64| over finite differences
+  double k = 0.0, eps = 0.0;     // the factor and the dtype's floor that made the budget
+  std::string detail;            // non-empty for structural failures: sizes, NaN, infinities
+  std::string describe() const;  // one line: verdict, worst element, budget
+};
+
+// The rule for one tensor. `naive` is the same-precision naive result; its
+// non-finite differences from ref64 are ignored (they measure nothing).
+ToleranceCheck check_tolerance(std::string_view tensor, const std::vector<double>& backend,
+                               const std::vector<double>& ref64,
+                               const std::vector<double>& naive, double k, Dtype dtype);
+
+// Runs naive_same_precision itself and checks o and lse (k = 2; lse is fp32 on
+// every device, so its floor is fp32's), then dq, dk, dv (k = 3) when the
+// reference has gradients. `inputs` are the dtype-rounded inputs both results saw.
+std::vector<ToleranceCheck> check_attention_tolerance(const AttentionProblem& problem,
+                                                      const AttentionInputs& inputs,
+                                                      const AttentionResult& backend,
+                                                      const AttentionResult& reference);
+
+}  // namespace attn_oracle

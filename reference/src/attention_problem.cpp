@@ -1,0 +1,206 @@
+// attention_problem.cpp: the attention problem's bookkeeping (DESIGN section 5):
+// dtype names and exact rounding into fp16 / bf16 / fp32, the effective scale,
+// tensor sizes over broadcast rows, validation (bad_heads, bad_tensor_shape), and
+// the documented deterministic data generator of `data: {"seed": N}` case files.
+//
+// Easy to get wrong:
+//  - Rounding goes straight from double to the target type. Going through float
+//    first rounds twice and breaks ties-to-even (1 + 2^-8 + 2^-30 is above the
+//    bf16 tie, but float drops the 2^-30 and then the tie goes down to 1).
+//  - Subnormals: the quantum stops shrinking at the minimum normal exponent;
+//    values past the largest finite value by half an ulp or more overflow to inf.
+//  - generate_inputs is part of the case-file format: changing the stream
+//    changes every seeded fixture.
+//
+// Tested by tests/reference_attention_test.cpp (known rounding values, error
+// codes, generator determinism).
+#include "attn_oracle/attention.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "attn_oracle/validate.hpp"
+
+namespace attn_oracle {
+
+// ---------------------------------------------------------------------------
+// Dtype names and rounding
+// ---------------------------------------------------------------------------
+
+namespace {
+
+constexpr std::array<std::string_view, 3> kDtypeNames = {"fp32", "fp16", "bf16"};
+
+// A binary floating-point format: `precision` significand bits (implicit bit
+// included), exponents of normal numbers in [min_exponent, max_exponent].
+struct BinaryFormat {
+  int precision;
+  int min_exponent;
+  int max_exponent;
+};
+constexpr BinaryFormat kHalf{11, -14, 15};
+constexpr BinaryFormat kBfloat16{8, -126, 127};
+
+double round_to_format(double x, BinaryFormat f) {
+  if (std::isnan(x) || std::isinf(x) || x == 0.0) return x;
+  int e2 = 0;
+  std::frexp(x, &e2);  // |x| = m * 2^e2, m in [0.5, 1): the leading bit is 2^(e2 - 1)
+  const int exponent = std::max(e2 - 1, f.min_exponent);
+  const int quantum = exponent - (f.precision - 1);  // ulp of x in the format
+  // Scaling by a power of two is exact; nearbyint rounds half to even under the
+  // default rounding mode, which is the IEEE default we emulate.
+  const double rounded = std::ldexp(std::nearbyint(std::ldexp(x, -quantum)), quantum);
+  const double max_finite =
+      std::ldexp(2.0 - std::ldexp(1.0, 1 - f.precision), f.max_exponent);
+  if (std::fabs(rounded) > max_finite)
+    return std::copysign(std::numeric_limits<double>::infinity(), x);
+  return rounded;
+}
+
+}  // namespace
+
+std::string_view to_string(Dtype dtype) { return kDtypeNames[static_cast<size_t>(dtype)]; }
+
+std::optional<Dtype> dtype_from_string(std::string_view name) {
+  for (size_t i = 0; i < kDtypeNames.size(); ++i)
+    if (kDtypeNames[i] == name) return static_cast<Dtype>(i);
+  return std::nullopt;
+}
+
+double round_to_dtype(double x, Dtype dtype) {
+  switch (dtype) {
+    case Dtype::fp32: return static_cast<double>(static_cast<float>(x));
+    case Dtype::fp16: return round_to_format(x, kHalf);
+    case Dtype::bf16: return round_to_format(x, kBfloat16);
+  }
+  return x;
+}
+
+// ---------------------------------------------------------------------------
+// Shape and sizes
+// ---------------------------------------------------------------------------
+
+double AttentionShape::effective_scale() const {
+  return scale.value_or(1.0 / std::sqrt(static_cast<double>(head_dim)));
+}
+
+int64_t AttentionSizes::q_elems() const { return rows * q_len * heads_q * head_dim; }
+int64_t AttentionSizes::kv_elems() const { return rows * kv_len * heads_kv * head_dim; }
+int64_t AttentionSizes::lse_elems() const { return rows * heads_q * q_len; }
+
+namespace {
+
+std::optional<Error> check_heads(const AttentionShape& s) {
+  const bool positive = s.heads_q >= 1 && s.heads_kv >= 1 && s.head_dim >= 1;
+  if (positive && s.heads_q % s.heads_kv == 0) return std::nullopt;
+  std::ostringstream os;
+  os << "heads_q = " << s.heads_q << ", heads_kv = " << s.heads_kv
+     << ", head_dim = " << s.head_dim << ": "
+     << (positive ? "heads_q must be a multiple of heads_kv"
+                  : "head counts and head_dim must be >= 1");
+  return Error{ErrorCode::bad_heads, os.str()};
+}
+
+AttentionSizes sizes_of(const BatchLayout& layout, const AttentionShape& s) {
+  AttentionSizes z;
+  z.rows = layout.rows();
+  z.q_len = layout.q_len;
+  z.kv_len = layout.kv_len;
+  z.heads_q = s.heads_q;
+  z.heads_kv = s.heads_kv;
+  z.head_dim = s.head_dim;
+  return z;
+}
+
+std::optional<Error> check_tensor(const char* name, const std::vector<double>& t,
+                                  int64_t expected, const std::string& layout) {
+  const auto actual = static_cast<int64_t>(t.size());
+  if (actual == expected) return std::nullopt;
+  std::ostringstream os;
+  os << "tensor " << name << " has " << actual << " elements, expected " << expected << " ("
+     << layout << ")";
+  return Error{ErrorCode::bad_tensor_shape, os.str()};
+}
+
+std::string layout_name(const AttentionSizes& z, int64_t len, int64_t heads) {
+  return shape_to_string({z.rows, len, heads, z.head_dim});
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Validation
+// ---------------------------------------------------------------------------
+
+Expected<AttentionSizes> validate_attention(const AttentionProblem& problem,
+                                            const AttentionInputs* inputs) {
+  auto layout = validate(problem.batch);
+  if (!layout) return layout.error();
+  if (auto e = check_heads(problem.shape)) return *e;
+  const AttentionSizes z = sizes_of(layout.value(), problem.shape);
+  if (inputs == nullptr) return z;
+  const std::string q_layout = layout_name(z, z.q_len, z.heads_q);
+  const std::string kv_layout = layout_name(z, z.kv_len, z.heads_kv);
+  if (auto e = check_tensor("q", inputs->q, z.q_elems(), q_layout)) return *e;
+  if (auto e = check_tensor("k", inputs->k, z.kv_elems(), kv_layout)) return *e;
+  if (auto e = check_tensor("v", inputs->v, z.kv_elems(), kv_layout)) return *e;
+  const int64_t d_o_elems = problem.shape.backward ? z.q_elems() : 0;
+  if (auto e = check_tensor("do", inputs->d_o, d_o_elems,
+                            problem.shape.backward ? q_layout : "none without backward"))
+    return *e;
+  return z;
+}
+
+// ---------------------------------------------------------------------------
+// Deterministic data generator
+// ---------------------------------------------------------------------------
+
+namespace {
+
+// splitmix64 (Steele, Lea, Flood 2014): advance by the golden gamma, then mix.
+class SplitMix64 {
+ public:
+  explicit SplitMix64(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [-1, 1): the top 53 bits as a fraction in [0, 1), doubled, shifted.
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53 * 2.0 - 1.0; }
+
+ private:
+  uint64_t state_;
+};
+
+std::vector<double> fill(SplitMix64& rng, int64_t n, Dtype dtype) {
+  std::vector<double> t(static_cast<size_t>(n));
+  for (double& x : t) x = round_to_dtype(rng.uniform(), dtype);
+  return t;
+}
+
+}  // namespace
+
+// Sizes come from the batch's shapes only (not its row contents), so a batch
+// that fails a per-row check still gets tensors of the right size and the
+// backend under test reports that row error itself. Shapes that cannot be
+// sized (bad shapes, bad heads) give empty tensors.
+AttentionInputs generate_inputs(const AttentionProblem& problem, uint64_t seed) {
+  auto layout = validate_shapes(problem.batch);
+  if (!layout || check_heads(problem.shape)) return {};
+  const AttentionSizes z = sizes_of(layout.value(), problem.shape);
+  const Dtype dtype = problem.shape.dtype;
+  SplitMix64 rng(seed);
+  AttentionInputs in;
+  in.q = fill(rng, z.q_elems(), dtype);
+  in.k = fill(rng, z.kv_elems(), dtype);
+  in.v = fill(rng, z.kv_elems(), dtype);
+  if (problem.shape.backward) in.d_o = fill(rng, z.q_elems(), dtype);
+  return in;
+}
+
+}  // namespace attn_oracle

@@ -1,0 +1,30 @@
+// error.cpp: spelling of the error codes (the strings are part of the contract).
+#include "attn_oracle/error.hpp"
+
+#include <array>
+
+namespace attn_oracle {
+namespace {
+constexpr std::array<std::string_view, 17> kNames = {
+    "bad_mask",          "bad_window",
+    "bad_max_segments",  "rank_mismatch",
+    "shape_mismatch",    "extra_dims_mismatch",
+    "negative_id",       "noncontiguous_segment",
+    "too_many_segments", "ids_out_of_order",
+    "padding_with_non_padding_mask", "positions_not_increasing",
+    "negative_position", "bad_case",
+    "bad_heads",         "bad_tensor_shape",
+    "unsupported",
+};
+static_assert(kNames.size() == static_cast<size_t>(ErrorCode::unsupported) + 1);
+}  // namespace
+
+std::string_view to_string(ErrorCode code) { return kNames[static_cast<size_t>(code)]; }
+
+std::optional<ErrorCode> error_code_from_string(std::string_view name) {
+  for (size_t i = 0; i < kNames.size(); ++i)
+    if (kNames[i] == name) return static_cast<ErrorCode>(i);
+  return std::nullopt;
+}
+
+}  // namespace attn_oracle

@@ -1,0 +1,276 @@
+// tolerance.cpp: the same-precision naive attention and the tolerance rule of
+// DESIGN section 5. See tolerance.hpp for the contract.
+//
+// The naive computation is what a plain device implementation does, so that
+// max|naive - ref64| measures the error the dtype itself forces:
+//  - S = q . k as an fp32 sum over the head dim, times the scale in fp32;
+//  - softmax in fp32 over the allowed keys (max subtracted), P normalised and then
+//    rounded to the dtype, as it is before it meets V on the tensor cores;
+//  - O = P V accumulated in fp32, rounded to the dtype; lse = max + log(sum) fp32;
+//  - backward in fp32 from the fp32 P and the *rounded* O (what the device
+//    stored), dq / dk / dv rounded to the dtype at the end.
+// A query that attends nothing gives o = 0, lse = -inf, dq = 0 here too.
+//
+// Tested by tests/tolerance_test.cpp.
+#include "attn_oracle/tolerance.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/validate.hpp"
+
+namespace attn_oracle {
+
+// ---------------------------------------------------------------------------
+// The absolute floor
+// ---------------------------------------------------------------------------
+
+// About two units of rounding of the type at magnitude 1 (attention outputs and
+// gradients on the generator's [-1, 1) data are O(1)): fp16 u = 2^-11 = 4.9e-4,
+// so 1e-3; bf16 u = 2^-8 = 3.9e-3, so 8e-3. fp32's u = 6e-8 is far below what a
+// different summation order costs, so its floor is set by that instead: a
+// random-walk sum of 4096 O(1) terms drifts by about sqrt(4096) u = 4e-6 < 1e-5.
+double tolerance_floor(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::fp32: return 1e-5;
+    case Dtype::fp16: return 1e-3;
+    case Dtype::bf16: return 8e-3;
+  }
+  return 1e-5;
+}
+
+// ---------------------------------------------------------------------------
+// Same-precision naive attention
+// ---------------------------------------------------------------------------
+
+namespace {
+
+constexpr float kNegInfF = -std::numeric_limits<float>::infinity();
+
+// Rounding again is a no-op on rounded inputs and guarantees the naive run sees
+// exactly what the device was given; the dtypes all fit in a float exactly.
+std::vector<float> to_device(const std::vector<double>& t, Dtype dtype) {
+  std::vector<float> out(t.size());
+  for (size_t i = 0; i < t.size(); ++i) out[i] = static_cast<float>(round_to_dtype(t[i], dtype));
+  return out;
+}
+
+std::vector<double> stored_as(const std::vector<float>& t, Dtype dtype) {
+  std::vector<double> out(t.size());
+  for (size_t i = 0; i < t.size(); ++i) out[i] = round_to_dtype(t[i], dtype);
+  return out;
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  float acc = 0.0f;
+  for (int64_t c = 0; c < n; ++c) acc += a[c] * b[c];
+  return acc;
+}
+
+// Device-style loops over one (row, query head) at a time, fp32 state.
+class NaiveAttention {
+ public:
+  NaiveAttention(const AttentionProblem& p, const AttentionInputs& in, const AttentionSizes& z)
+      : z_(z), dtype_(p.shape.dtype), scale_(static_cast<float>(p.shape.effective_scale())),
+        q_(to_device(in.q, dtype_)), k_(to_device(in.k, dtype_)), v_(to_device(in.v, dtype_)),
+        d_o_(to_device(in.d_o, dtype_)), dq_(q_.size(), 0.0f), dk_(k_.size(), 0.0f),
+        dv_(v_.size(), 0.0f) {}
+
+  // Writes o and lse of query head h of row r; returns the fp32 P [Tq, Tkv].
+  std::vector<float> forward(int64_t r, int64_t h, const ref::RowMask& mask,
+                             AttentionResult& out) const {
+    const int64_t Tkv = mask.kv_len, D = z_.head_dim;
+    std::vector<float> p(mask.q_len * Tkv, 0.0f), s(Tkv, 0.0f);
+    for (int64_t i = 0; i < mask.q_len; ++i) {
+      float row_max = kNegInfF;
+      for (int64_t j = 0; j < Tkv; ++j) {
+        if (!mask(i, j)) continue;
+        s[j] = scale_ * dot(q_row(r, i, h), kv_row(k_, r, j, h), D);
+        row_max = std::max(row_max, s[j]);
+      }
+      if (row_max == kNegInfF) continue;  // attends nothing: o = 0, lse = -inf
+      float sum = 0.0f;
+      for (int64_t j = 0; j < Tkv; ++j)
+        if (mask(i, j)) sum += p[i * Tkv + j] = std::exp(s[j] - row_max);
+      std::vector<float> acc(D, 0.0f);
+      for (int64_t j = 0; j < Tkv; ++j) {
+        p[i * Tkv + j] /= sum;
+        const auto p_stored = static_cast<float>(round_to_dtype(p[i * Tkv + j], dtype_));
+        for (int64_t c = 0; c < D; ++c) acc[c] += p_stored * kv_row(v_, r, j, h)[c];
+      }
+      const int64_t qi = (r * z_.q_len + i) * z_.heads_q + h;
+      for (int64_t c = 0; c < D; ++c) out.o[qi * D + c] = round_to_dtype(acc[c], dtype_);
+      out.lse[(r * z_.heads_q + h) * z_.q_len + i] = row_max + std::log(sum);
+    }
+    return p;
+  }
+
+  // Accumulates dq, dk, dv of query head h of row r from the fp32 P and the stored o.
+  void backward(int64_t r, int64_t h, const ref::RowMask& mask, const std::vector<float>& p,
+                const AttentionResult& out) {
+    const int64_t Tkv = mask.kv_len, D = z_.head_dim;
+    for (int64_t i = 0; i < mask.q_len; ++i) {
+      const int64_t qi = ((r * z_.q_len + i) * z_.heads_q + h) * D;
+      float delta = 0.0f;
+      for (int64_t c = 0; c < D; ++c) delta += d_o_[qi + c] * static_cast<float>(out.o[qi + c]);
+      for (int64_t j = 0; j < Tkv; ++j) {
+        if (!mask(i, j)) continue;
+        const int64_t kj = ((r * z_.kv_len + j) * z_.heads_kv + kv_head(h)) * D;
+        const float pij = p[i * Tkv + j];
+        const float ds = pij * (dot(&d_o_[qi], &v_[kj], D) - delta);
+        for (int64_t c = 0; c < D; ++c) {
+          dq_[qi + c] += scale_ * ds * k_[kj + c];
+          dk_[kj + c] += scale_ * ds * q_[qi + c];
+          dv_[kj + c] += pij * d_o_[qi + c];
+        }
+      }
+    }
+  }
+
+  AttentionGradients gradients() const {
+    return {stored_as(dq_, dtype_), stored_as(dk_, dtype_), stored_as(dv_, dtype_)};
+  }
+
+ private:
+  int64_t kv_head(int64_t h) const { return h / (z_.heads_q / z_.heads_kv); }
+  const float* q_row(int64_t r, int64_t i, int64_t h) const {
+    return &q_[((r * z_.q_len + i) * z_.heads_q + h) * z_.head_dim];
+  }
+  const float* kv_row(const std::vector<float>& t, int64_t r, int64_t j, int64_t h) const {
+    return &t[((r * z_.kv_len + j) * z_.heads_kv + kv_head(h)) * z_.head_dim];
+  }
+
+  AttentionSizes z_;
+  Dtype dtype_;
+  float scale_;
+  std::vector<float> q_, k_, v_, d_o_;
+  std::vector<float> dq_, dk_, dv_;
+};
+
+}  // namespace
+
+AttentionResult naive_same_precision(const AttentionProblem& problem,
+                                     const AttentionInputs& inputs) {
+  auto sizes = validate_attention(problem, &inputs);
+  if (!sizes) return {};
+  const AttentionSizes& z = sizes.value();
+  const BatchLayout layout = validate_shapes(problem.batch).value();
+  NaiveAttention naive(problem, inputs, z);
+  AttentionResult out;
+  out.o.assign(z.q_elems(), 0.0);
+  out.lse.assign(z.lse_elems(), -std::numeric_limits<double>::infinity());
+  for (int64_t r = 0; r < z.rows; ++r) {
+    const ref::RowMask mask = ref::explicit_mask(problem.batch, layout, r, /*with_window=*/true);
+    for (int64_t h = 0; h < z.heads_q; ++h) {
+      const std::vector<float> p = naive.forward(r, h, mask, out);
+      if (problem.shape.backward) naive.backward(r, h, mask, p, out);
+    }
+  }
+  if (problem.shape.backward) out.grads = naive.gradients();
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// The rule
+// ---------------------------------------------------------------------------
+
+namespace {
+
+// A failure that no budget can excuse (sizes, NaN, infinities that differ).
+ToleranceCheck structural_failure(ToleranceCheck c, int64_t index, double backend,
+                                  double reference, std::string detail) {
+  c.pass = false;
+  c.worst_index = index;
+  c.backend_value = backend;
+  c.reference_value = reference;
+  c.error = c.ratio = std::numeric_limits<double>::infinity();
+  c.detail = std::move(detail);
+  return c;
+}
+
+}  // namespace
+
+ToleranceCheck check_tolerance(std::string_view tensor, const std::vector<double>& backend,
+                               const std::vector<double>& ref64,
+                               const std::vector<double>& naive, double k, Dtype dtype) {
+  ToleranceCheck c;
+  c.tensor = std::string(tensor);
+  c.k = k;
+  c.eps = tolerance_floor(dtype);
+  c.budget = c.eps;
+  if (backend.size() != ref64.size() || naive.size() != ref64.size()) {
+    std::ostringstream os;
+    os << "sizes differ: backend " << backend.size() << ", reference " << ref64.size()
+       << ", naive " << naive.size() << " elements";
+    return structural_failure(c, -1, 0.0, 0.0, os.str());
+  }
+  for (size_t i = 0; i < ref64.size(); ++i) {
+    const double d = std::fabs(naive[i] - ref64[i]);
+    if (std::isfinite(d)) c.naive_error = std::max(c.naive_error, d);
+  }
+  c.budget = k * c.naive_error + c.eps;
+  for (size_t i = 0; i < ref64.size(); ++i) {
+    const double b = backend[i], r = ref64[i];
+    const auto index = static_cast<int64_t>(i);
+    if (std::isnan(b) || std::isnan(r))
+      return structural_failure(c, index, b, r,
+                                std::isnan(b) ? "NaN in backend" : "NaN in reference");
+    if (std::isinf(b) || std::isinf(r)) {
+      if (b == r) continue;  // the same infinity: exact match
+      return structural_failure(c, index, b, r, "infinities must match exactly");
+    }
+    const double err = std::fabs(b - r);
+    if (c.worst_index < 0 || err > c.error) {
+      c.worst_index = index;
+      c.error = err;
+      c.backend_value = b;
+      c.reference_value = r;
+    }
+  }
+  c.ratio = c.error / c.budget;
+  c.pass = c.error <= c.budget;
+  return c;
+}
+
+std::string ToleranceCheck::describe() const {
+  std::ostringstream os;
+  os.precision(6);
+  os << tensor << ": " << (pass ? "pass" : "FAIL");
+  if (!detail.empty()) os << " (" << detail << ")";
+  if (worst_index >= 0)
+    os << ", worst element " << worst_index << ": backend " << backend_value << " vs reference "
+       << reference_value;
+  os << ", error " << error << (pass ? " <= " : " > ") << "budget " << budget << " = " << k
+     << " x naive error " << naive_error << " + eps " << eps << ", ratio " << ratio;
+  return os.str();
+}
+
+std::vector<ToleranceCheck> check_attention_tolerance(const AttentionProblem& problem,
+                                                      const AttentionInputs& inputs,
+                                                      const AttentionResult& backend,
+                                                      const AttentionResult& reference) {
+  const AttentionResult naive = naive_same_precision(problem, inputs);
+  const Dtype dtype = problem.shape.dtype;
+  std::vector<ToleranceCheck> checks;
+  checks.push_back(
+      check_tolerance("o", backend.o, reference.o, naive.o, kOutputToleranceFactor, dtype));
+  checks.push_back(check_tolerance("lse", backend.lse, reference.lse, naive.lse,
+                                   kOutputToleranceFactor, Dtype::fp32));
+  if (!reference.grads) return checks;
+  const AttentionGradients none;  // a missing result fails on sizes
+  const AttentionGradients& b = backend.grads ? *backend.grads : none;
+  const AttentionGradients& n = naive.grads ? *naive.grads : none;
+  const AttentionGradients& r = *reference.grads;
+  const double k = kGradientToleranceFactor;
+  checks.push_back(check_tolerance("dq", b.dq, r.dq, n.dq, k, dtype));
+  checks.push_back(check_tolerance("dk", b.dk, r.dk, n.dk, k, dtype));
+  checks.push_back(check_tolerance("dv", b.dv, r.dv, n.dv, k, dtype));
+  return checks;
+}
+
+}  // namespace attn_oracle

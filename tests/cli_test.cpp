@@ -1,0 +1,124 @@
+// cli_test.cpp: runs the built `attn-oracle` binary (ATTN_ORACLE_CLI) through
+// popen on fixtures and checks exit codes and stdout: eval prints parseable JSON
+// (exit 0), a rejected input prints only {"error": {...}} (exit 2), replay prints
+// PASS (exit 0) or FAIL (exit 3), usage errors and unknown backends exit 1.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+using nlohmann::json;
+
+struct CliRun {
+  int status = -1;
+  std::string out;  // stdout only; stderr is discarded
+};
+
+CliRun run_cli(const std::string& args) {
+  const std::string command = std::string("'") + ATTN_ORACLE_CLI + "' " + args + " 2>/dev/null";
+  CliRun r;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return r;
+  char buffer[4096];
+  size_t n = 0;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.out.append(buffer, n);
+  const int status = pclose(pipe);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string fixture(const std::string& name) {
+  return std::string("'") + ATTN_ORACLE_FIXTURES_DIR + "/design/" + name + ".case.json'";
+}
+
+// A case file in the temp directory, for inputs no fixture holds.
+std::string temp_case(const std::string& name, const json& j) {
+  const auto path = std::filesystem::temp_directory_path() / "attn_oracle_cli_test" / name;
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream(path) << j.dump();
+  return "'" + path.string() + "'";
+}
+
+TEST(Cli, EvalPrintsMetadataJson) {
+  const CliRun r = run_cli("eval " + fixture("ex1"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["cu_seqlens_q"], json::parse("[0, 3, 5]"));
+  EXPECT_EQ(j["q_seqlens"], json::parse("[[3, 2, 0]]"));
+}
+
+TEST(Cli, EvalOfAnInvalidInputPrintsOnlyTheError) {
+  const CliRun r = run_cli("eval --backend reference " + fixture("ex4"));
+  ASSERT_EQ(r.status, 2) << r.out;
+  const json j = json::parse(r.out);  // nothing else on stdout
+  EXPECT_EQ(j["error"]["code"], "too_many_segments");
+  EXPECT_TRUE(j["error"]["message"].is_string());
+}
+
+TEST(Cli, EvalOfAnUnreadableCaseIsRejected) {
+  const CliRun r = run_cli("eval " + temp_case("bad_mask.case.json",
+                                            {{"schema", "attn-oracle.case/1"},
+                                             {"op", "metadata"},
+                                             {"mask", "diagonal"}}));
+  ASSERT_EQ(r.status, 2) << r.out;
+  EXPECT_EQ(json::parse(r.out)["error"]["code"], "bad_mask");
+}
+
+TEST(Cli, EvalPrintsAttentionJson) {
+  json c = json::parse(R"({"schema": "attn-oracle.case/1", "op": "attention",
+      "mask": "causal_bottom_right", "max_segments": 1,
+      "q": {"segment_ids": [[1, 1, 1, 1]], "segment_pos": [[0, 1, 2, 3]]},
+      "kv": {"segment_ids": [[1, 1]], "segment_pos": [[0, 1]]},
+      "heads_q": 1, "heads_kv": 1, "head_dim": 2, "dtype": "fp32", "data": {"seed": 1}})");
+  const CliRun r = run_cli("eval " + temp_case("ex8_attention.case.json", c));
+  ASSERT_EQ(r.status, 0) << r.out;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["o"][0].size(), 4u);                  // [B][Tq][Hq][D]
+  EXPECT_TRUE(j["lse"][0][0][0].is_null());        // q0 attends nothing (DESIGN #8)
+  EXPECT_EQ(j["o"][0][1][0], json::parse("[0.0, 0.0]"));
+}
+
+TEST(Cli, ReplayPasses) {
+  for (const char* name : {"ex1", "ex5b", "ex9_broadcast", "ex9_extra_dims_mismatch"}) {
+    const CliRun r = run_cli("replay " + fixture(name));
+    EXPECT_EQ(r.status, 0) << name << ": " << r.out;
+    EXPECT_EQ(r.out.substr(0, 5), "PASS\n") << name << ": " << r.out;
+  }
+}
+
+TEST(Cli, ReplayFailsWhenExpectedDisagrees) {
+  std::ifstream in(std::string(ATTN_ORACLE_FIXTURES_DIR) + "/design/ex1.case.json");
+  json c = json::parse(in);
+  c["expected"]["q_seqlens"] = json::parse("[[3, 1, 0]]");
+  const CliRun r = run_cli("replay " + temp_case("ex1_wrong.case.json", c));
+  EXPECT_EQ(r.status, 3) << r.out;
+  EXPECT_EQ(r.out.substr(0, 5), "FAIL\n");
+  EXPECT_NE(r.out.find("expected"), std::string::npos) << r.out;
+}
+
+TEST(Cli, UsageErrorsExitOne) {
+  EXPECT_EQ(run_cli("eval --backend no_such_backend " + fixture("ex1")).status, 1);
+  EXPECT_EQ(run_cli("replay --backend no_such_backend " + fixture("ex1")).status, 1);
+  EXPECT_EQ(run_cli("eval").status, 1);
+  EXPECT_EQ(run_cli("frobnicate").status, 1);
+  EXPECT_EQ(run_cli("").status, 1);
+  const CliRun help = run_cli("--help");
+  EXPECT_EQ(help.status, 0);
+  EXPECT_NE(help.out.find("usage"), std::string::npos);
+}
+
+TEST(Cli, BackendsListsTheReference) {
+  const CliRun r = run_cli("backends");
+  ASSERT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("reference\t"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("metadata"), std::string::npos) << r.out;
+}
+
+}  // namespace

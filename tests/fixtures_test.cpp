@@ -1,0 +1,130 @@
+// fixtures_test.cpp: every *.case.json under ATTN_ORACLE_FIXTURES_DIR (found
+// recursively) is evaluated on the float64 reference and compared with its
+// `expected` field: metadata exactly, errors by code only, attention values to
+// 1e-12 relative (doubles written by eval round-trip; the margin only absorbs a
+// change of summation order inside the reference).
+//
+// A fixture without `expected` fails: a fixture pins a result. Ops the reference
+// does not model yet (small_seq, kv_buffer, sharding) are skipped with a reason.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "attn_oracle/case_file.hpp"
+#include "attn_oracle/reference_metadata.hpp"
+
+namespace attn_oracle {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::vector<std::string> fixture_paths() {
+  std::vector<std::string> paths;
+  const fs::path root(ATTN_ORACLE_FIXTURES_DIR);
+  if (!fs::exists(root)) return paths;
+  for (const auto& entry : fs::recursive_directory_iterator(root)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file() && name.size() > 10 &&
+        name.compare(name.size() - 10, 10, ".case.json") == 0)
+      paths.push_back(entry.path().string());
+  }
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+// "design/ex5b.case.json" -> "design_ex5b".
+std::string test_name(const std::string& path) {
+  std::string rel = fs::relative(path, ATTN_ORACLE_FIXTURES_DIR).string();
+  rel = rel.substr(0, rel.size() - 10);
+  for (char& ch : rel)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return rel;
+}
+
+// What `attn-oracle eval` prints for the case on the reference.
+json reference_output(const Case& c) {
+  if (c.op == CaseOp::metadata) {
+    auto md = ref::metadata(c.batch);
+    return md ? metadata_to_json(md.value()) : error_to_json(md.error());
+  }
+  auto inputs = attention_inputs(c);
+  if (!inputs) return error_to_json(inputs.error());
+  auto r = ref::attention_dense_masked(attention_problem(c), inputs.value());
+  return r ? attention_result_to_json(attention_problem(c), r.value()) : error_to_json(r.error());
+}
+
+// Appends "path: got X, want Y" for every difference (numbers to `rel`).
+void diff(const json& got, const json& want, const std::string& path, double rel,
+          std::vector<std::string>& out) {
+  if (got.is_array() && want.is_array() && got.size() == want.size()) {
+    for (size_t i = 0; i < got.size(); ++i)
+      diff(got[i], want[i], path + "[" + std::to_string(i) + "]", rel, out);
+    return;
+  }
+  if (got.is_object() && want.is_object()) {
+    json keys = got;
+    keys.update(want);
+    for (auto it = keys.begin(); it != keys.end(); ++it) {
+      const std::string field = (path.empty() ? "" : path + ".") + it.key();
+      diff(got.value(it.key(), json()), want.value(it.key(), json()), field, rel, out);
+    }
+    return;
+  }
+  const bool close = got.is_number_float() && want.is_number() &&
+                     std::fabs(got.get<double>() - want.get<double>()) <=
+                         rel * std::max(1.0, std::fabs(want.get<double>()));
+  if (got != want && !close) out.push_back(path + ": got " + got.dump() + ", want " + want.dump());
+}
+
+class Fixture : public ::testing::TestWithParam<std::string> {};
+
+// Reads `expected` from the raw JSON so that a fixture can also pin an error the
+// reader itself reports (bad_mask, bad_window, bad_case).
+TEST_P(Fixture, ReferenceMatchesExpected) {
+  std::ifstream in(GetParam());
+  const json file = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(file.is_discarded()) << GetParam() << " is not valid JSON";
+  ASSERT_TRUE(file.is_object() && file.contains("expected"))
+      << GetParam() << " has no `expected` field";
+  auto c = case_from_json(file);
+  if (c && c->op != CaseOp::metadata && c->op != CaseOp::attention)
+    GTEST_SKIP() << "op " << to_string(c->op) << " is not modelled by the reference yet";
+  const json got = c ? reference_output(c.value()) : error_to_json(c.error());
+  const json& want = file["expected"];
+  std::vector<std::string> differences;
+  if (want.contains("error")) {
+    diff(got.contains("error") ? got["error"]["code"] : got, want["error"].value("code", json()),
+         "error.code", 0.0, differences);
+  } else {
+    diff(got, want, "", c && c->op == CaseOp::attention ? 1e-12 : 0.0, differences);
+  }
+  for (size_t i = 0; i < differences.size() && i < 10; ++i) ADD_FAILURE() << differences[i];
+  EXPECT_TRUE(differences.empty()) << GetParam() << ": " << differences.size() << " differences";
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFixtures, Fixture, ::testing::ValuesIn(fixture_paths()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return test_name(info.param);
+                         });
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Fixture);
+
+TEST(Fixtures, DesignExamplesArePresent) {
+  const auto paths = fixture_paths();
+  for (const char* name : {"ex1", "ex2", "ex3", "ex4", "ex5", "ex5b", "ex6", "ex7", "ex8",
+                           "ex9_broadcast", "ex9_extra_dims_mismatch"}) {
+    const std::string want = std::string("design_") + name;
+    EXPECT_TRUE(std::any_of(paths.begin(), paths.end(),
+                            [&](const std::string& p) { return test_name(p) == want; }))
+        << "missing fixtures/design/" << name << ".case.json";
+  }
+}
+
+}  // namespace
+}  // namespace attn_oracle

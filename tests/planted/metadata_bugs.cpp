@@ -1,0 +1,145 @@
+// metadata_bugs.cpp: planted metadata bugs. Each is the reference with one
+// real-world mistake applied, so that exactly that mistake is under test.
+#include <algorithm>
+
+#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/validate.hpp"
+#include "planted/planted_backends.hpp"
+
+namespace attn_oracle::planted {
+namespace {
+
+// Offsets taken as the running sum of the lengths (what cu_seqlens would be),
+// as if documents started at token 0 and had no gaps: ignores leading padding.
+Expected<Metadata> offsets_from_seqlens(const PackedBatch& batch) {
+  auto md = ref::metadata(batch);
+  if (!md) return md;
+  Metadata m = md.value();
+  const int64_t M = m.max_segments;
+  for (auto [lens, offs] : {std::pair{&m.q_seqlens, &m.q_offsets}, std::pair{&m.kv_seqlens, &m.kv_offsets}})
+    for (size_t r = 0; r * M < lens->size(); ++r) {
+      int64_t start = 0, next = 0;
+      for (int64_t k = 0; k < M; ++k) {
+        if ((*lens)[r * M + k] == 0) continue;
+        (*offs)[r * (M + 1) + next++] = start;
+        start += (*lens)[r * M + k];
+      }
+    }
+  return m;
+}
+
+// Flattened indexing: every row reads the positions of row 0.
+Expected<Metadata> row0_positions(const PackedBatch& batch) {
+  PackedBatch b = batch;
+  for (PackedSide* s : {&b.q, &b.kv}) {
+    const int64_t len = s->segment_pos.shape.back();
+    for (size_t i = 0; i < s->segment_pos.data.size(); ++i) s->segment_pos.data[i] = s->segment_pos.data[i % std::max<int64_t>(1, len)];
+  }
+  return ref::metadata(b);
+}
+
+// Lengths from "next start - this start" with the last document ending at T:
+// the last document of a row absorbs the trailing padding.
+Expected<Metadata> last_document_to_row_end(const PackedBatch& batch) {
+  auto md = ref::metadata(batch);
+  if (!md) return md;
+  Metadata m = md.value();
+  const BatchLayout l = validate_shapes(batch).value();
+  const int64_t M = m.max_segments;
+  for (auto [lens, offs, len] : {std::tuple{&m.q_seqlens, &m.q_offsets, l.q_len}, std::tuple{&m.kv_seqlens, &m.kv_offsets, l.kv_len}})
+    for (int64_t r = 0; r < l.rows(); ++r) {
+      int64_t last_slot = -1, docs = 0;
+      for (int64_t k = 0; k < M; ++k)
+        if ((*lens)[r * M + k] > 0) last_slot = k, ++docs;
+      if (last_slot >= 0) (*lens)[r * M + last_slot] = len - (*offs)[r * (M + 1) + docs - 1];
+    }
+  return m;
+}
+
+// Cross-attention compaction that strides kv rows by Tq.
+Expected<Metadata> kv_ragged_with_q_stride(const PackedBatch& batch) {
+  auto md = ref::metadata(batch);
+  if (!md) return md;
+  Metadata m = md.value();
+  const BatchLayout l = validate_shapes(batch).value();
+  for (size_t s = 0; s + 1 < m.ragged_offsets_kv.size(); ++s) {
+    const int64_t g = m.ragged_offsets_kv[s];
+    m.ragged_offsets_kv[s] = (g / l.kv_len) * l.q_len + g % l.kv_len;
+  }
+  return m;
+}
+
+// The contiguity check only compares with the previous *document*, so an id
+// that reappears after padding is accepted (here: its second run is dropped).
+Expected<Metadata> reappear_after_padding_accepted(const PackedBatch& batch) {
+  auto md = ref::metadata(batch);
+  if (md || md.error().code != ErrorCode::noncontiguous_segment) return md;
+  PackedBatch b = batch;
+  for (PackedSide* s : {&b.q, &b.kv}) {
+    const int64_t len = s->segment_ids.shape.back();
+    for (size_t r = 0; len > 0 && r * len < s->segment_ids.data.size(); ++r) {
+      int64_t* ids = s->segment_ids.data.data() + r * len;
+      int64_t previous_doc = 0;
+      for (int64_t t = 0; t < len; ++t) {
+        if (ids[t] == 0 || (t > 0 && ids[t - 1] == ids[t])) continue;
+        if (ids[t] == previous_doc && t > 0 && ids[t - 1] == 0) {
+          for (int64_t u = t; u < len && ids[u] == previous_doc; ++u) ids[u] = 0;
+          continue;
+        }
+        previous_doc = ids[t];
+      }
+    }
+  }
+  return ref::metadata(b);
+}
+
+// Every token of a document counted: no causal / bottom-right trimming.
+Expected<Metadata> no_trimming(const PackedBatch& batch) {
+  if (auto e = validate(batch); !e) return e.error();
+  PackedBatch b = batch;
+  b.mask = allows_padding(batch.mask) ? MaskKind::padding : MaskKind::no_mask;
+  return ref::metadata(b);
+}
+
+// The kv extra dims' product taken as 1: every broadcast slice reads kv slice 0.
+Expected<Metadata> kv_extra_dims_ignored(const PackedBatch& batch) {
+  auto checked = validate(batch);
+  if (!checked) return checked.error();
+  const BatchLayout l = checked.value();
+  const int64_t kv_slices = shape_product(l.kv_extra), slices = shape_product(l.extra);
+  if (kv_slices == 1) return ref::metadata(batch);
+  PackedBatch b = batch;
+  const int64_t len = l.kv_len;
+  Shape shape = l.extra;
+  shape.push_back(l.batch);
+  shape.push_back(len);
+  b.kv.segment_ids = IntArray::filled(shape, 0);
+  const bool full_pos = batch.kv.segment_pos.shape == batch.kv.segment_ids.shape;
+  if (full_pos) b.kv.segment_pos = IntArray::filled(shape, 0);
+  for (int64_t e = 0; e < slices; ++e)
+    for (int64_t row = 0; row < l.batch; ++row) {
+      const int64_t from = row * len, to = (e * l.batch + row) * len;
+      std::copy_n(batch.kv.segment_ids.data.begin() + from, len, b.kv.segment_ids.data.begin() + to);
+      if (full_pos) std::copy_n(batch.kv.segment_pos.data.begin() + from, len, b.kv.segment_pos.data.begin() + to);
+    }
+  return ref::metadata(b);
+}
+
+}  // namespace
+
+std::vector<PlantedBug> metadata_bugs() {
+  auto bug = [](std::string name, std::string property, Expected<Metadata> (*f)(const PackedBatch&)) {
+    return PlantedBug{name, property, [name, f] { return metadata_backend("planted:" + name, f); }};
+  };
+  return {
+      bug("offsets_from_seqlens", "metadata/shiftingARowShiftsItsOffsets", offsets_from_seqlens),
+      bug("row0_positions", "metadata/rowsAreIndependent", row0_positions),
+      bug("last_document_to_row_end", "metadata/trailingPaddingChangesNothing", last_document_to_row_end),
+      bug("kv_ragged_with_q_stride", "metadata/compactedFormPairsDocuments", kv_ragged_with_q_stride),
+      bug("reappear_after_padding_accepted", "metadata/rejectsInvalidInputsWithTheirCode", reappear_after_padding_accepted),
+      bug("no_trimming", "metadata/matchesReference", no_trimming),
+      bug("kv_extra_dims_ignored", "metadata/extraDimsEqualSliceBySlice", kv_extra_dims_ignored),
+  };
+}
+
+}  // namespace attn_oracle::planted

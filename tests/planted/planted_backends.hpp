@@ -1,0 +1,33 @@
+// planted_backends.hpp: deliberately broken backends, one per property, each
+// modelled on a bug a real packed-attention stack shipped. tests/planted_bugs_test.cpp
+// asserts that the named property catches each one and shrinks it to a small case.
+// None of them is registered: the conformance suite never sees them.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attn_oracle/backend.hpp"
+
+namespace attn_oracle::planted {
+
+struct PlantedBug {
+  std::string name;      // what is broken
+  std::string property;  // the property that must catch it
+  std::function<std::unique_ptr<Backend>()> make;
+};
+
+std::vector<PlantedBug> metadata_bugs();
+std::vector<PlantedBug> attention_bugs();
+
+// A backend whose metadata is the reference's passed through `transform`.
+std::unique_ptr<Backend> metadata_backend(
+    std::string name, std::function<Expected<Metadata>(const PackedBatch&)> compute);
+// A backend whose attention is `compute`.
+std::unique_ptr<Backend> attention_backend(
+    std::string name,
+    std::function<Expected<AttentionResult>(const AttentionProblem&, const AttentionInputs&)> compute);
+
+}  // namespace attn_oracle::planted
