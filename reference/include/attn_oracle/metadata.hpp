@@ -23,8 +23,6 @@ struct Metadata {
   std::vector<int64_t> ragged_offsets_q;   // [S+1], row*Tq + start; last = rows*Tq
   std::vector<int64_t> ragged_offsets_kv;  // [S+1], row*Tkv + start; last = rows*Tkv
 
-  Shape seqlens_shape() const;  // extra + [B, M]
-  Shape offsets_shape() const;  // extra + [B, M+1]
   int64_t documents() const { return cu_seqlens_q.empty() ? 0 : int64_t(cu_seqlens_q.size()) - 1; }
   bool operator==(const Metadata&) const = default;
 };
