@@ -11,6 +11,7 @@ if(NOT ATTN_ORACLE_CUDA STREQUAL "OFF")
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
       set(CMAKE_CUDA_ARCHITECTURES 90)  # H100 / H200; override with -DCMAKE_CUDA_ARCHITECTURES=...
     endif()
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)  # one cudart in every binary
     enable_language(CUDA)
     set(ATTN_ORACLE_HAS_CUDA ON)
   elseif(ATTN_ORACLE_CUDA STREQUAL "ON")

@@ -23,7 +23,7 @@
 
 #include "attn_oracle/backend.hpp"
 #include "attn_oracle/case_file.hpp"
-#include "attn_oracle/check.hpp"
+#include "check.hpp"
 #include "attn_oracle/tolerance.hpp"
 
 namespace attn_oracle {

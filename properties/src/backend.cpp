@@ -53,9 +53,4 @@ std::unique_ptr<Backend> BackendRegistry::make(const std::string& name) const {
   return nullptr;
 }
 
-void register_builtin_backends() {
-  static const bool once = BackendRegistry::instance().add("reference", make_reference_backend);
-  (void)once;
-}
-
 }  // namespace attn_oracle

@@ -67,8 +67,11 @@ class BackendRegistry {
 
 // The reference backend: the float64 oracle itself behind the seam.
 std::unique_ptr<Backend> make_reference_backend();
-// Registers the backends this build ships (reference, and later cpu / cuda).
+// Registers the backends this build ships: reference, cpu, and cuda when a device
+// is present (attn_oracle::backends). The check command calls it.
 void register_builtin_backends();
+// Why a built-in backend is absent on this machine, or "" (printed by `check`).
+std::string builtin_backends_note();
 
 }  // namespace attn_oracle
 

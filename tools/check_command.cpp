@@ -2,7 +2,7 @@
 // RapidCheck parameters, environment), a live progress line per property and
 // backend, then the table property x backend -> passed / FAILED / skipped with
 // the cases run, and the replay line of every failure.
-#include "attn_oracle/check.hpp"
+#include "check.hpp"
 
 #include <chrono>
 #include <cstdlib>
@@ -31,6 +31,7 @@ void print_header(const RunSettings& s, const std::vector<std::unique_ptr<Backen
     for (Capability c : b->capabilities()) std::cout << " " << to_string(c);
     std::cout << "\n";
   }
+  if (!builtin_backends_note().empty()) std::cout << "  " << builtin_backends_note() << "\n";
   std::cout << "  env: RC_PARAMS=" << (std::getenv("RC_PARAMS") ? std::getenv("RC_PARAMS") : "")
             << " ATTN_ORACLE_FAILURES_DIR=" << s.failures_dir << "\n\n";
 }

@@ -1,0 +1,50 @@
+// metadata.hpp: host entry points of the O(T) metadata algorithm (DESIGN
+// section 4): the CPU twin, and the CUDA kernels when this build has CUDA.
+// Both return exactly the reference's integers and error codes; the properties
+// of properties/metadata_properties.cpp check that on every backend.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attn_oracle/error.hpp"
+#include "attn_oracle/gpu/metadata_params.hpp"
+#include "attn_oracle/metadata.hpp"
+#include "attn_oracle/packed_batch.hpp"
+
+namespace attn_oracle::gpu {
+
+// Whole-input checks (ranks, shapes, broadcast) and the params that address the
+// batch in place: no copy of ids or positions, extra dims by strides.
+struct PreparedBatch {
+  MetadataParams params;  // input pointers set; outputs and scratch not yet
+  Shape extra;            // broadcast extra dims
+};
+Expected<PreparedBatch> prepare_batch(const PackedBatch& batch);
+
+// Output and scratch storage sized for `p`, pointers wired into it.
+struct MetadataBuffers {
+  std::vector<int64_t> q_seqlens, kv_seqlens, q_offsets, kv_offsets;
+  std::vector<RowError> errors;
+  std::vector<int64_t> row_docs, row_q_tokens, row_kv_tokens;
+  void allocate(MetadataParams& p);
+};
+
+// The first row error as an Error naming side, row, token and values.
+Error row_error_to_error(const MetadataParams& p, int64_t row, const RowError& e);
+
+// Assembles the Metadata from per-row results (exclusive scans + compaction on the host).
+Metadata assemble_metadata(const MetadataParams& p, const Shape& extra, MetadataBuffers&& rows);
+
+// The CPU twin: the kernels' row functions run in a loop over rows.
+Expected<Metadata> metadata_twin(const PackedBatch& batch);
+
+// Peak scratch bytes the twin uses for a batch (runs of both sides, large-id set).
+int64_t metadata_twin_scratch_bytes(const PackedBatch& batch);
+
+// CUDA: present when compiled with CUDA; fails with `unsupported` without a device.
+bool cuda_available(std::string* device_name = nullptr);
+Expected<Metadata> metadata_cuda(const PackedBatch& batch);
+
+}  // namespace attn_oracle::gpu
