@@ -71,6 +71,23 @@ void rejects_invalid_inputs(Backend& backend, CaseRecorder& recorder) {
             ") where " + std::string(to_string(draw.expected)) + " was due");
 }
 
+// Small arbitrary inputs, valid or not: the same metadata, or the same code.
+void arbitrary_inputs_match_reference(Backend& backend, CaseRecorder& recorder) {
+  const PackedBatch batch = *arbitrary_batch();
+  recorder.current(metadata_case(batch));
+  const Expected<Metadata> want = ref::metadata(batch), got = backend.metadata()->metadata(batch);
+  RC_TAG(want ? std::string("valid") : std::string(to_string(want.error().code)));
+  if (want && !got) RC_FAIL("rejected with " + std::string(to_string(got.error().code)) + " (" + got.error().message + "); the reference accepts it");
+  if (!want && got) RC_FAIL("accepted; the reference gives " + std::string(to_string(want.error().code)) + " (" + want.error().message + ")");
+  if (!want && got.error().code != want.error().code)
+    RC_FAIL("gave " + std::string(to_string(got.error().code)) + " (" + got.error().message + "); the reference gives " +
+            std::string(to_string(want.error().code)) + " (" + want.error().message + ")");
+  if (want) {
+    const std::string diff = first_difference(got.value(), want.value());
+    if (!diff.empty()) RC_FAIL(diff);
+  }
+}
+
 // Pairing: the s-th compacted entries of both sides are the same document of the
 // same row; lengths agree with the per-slot seqlens; offsets stay inside rows.
 void compacted_form_pairs_documents(Backend& backend, CaseRecorder& recorder) {
@@ -197,6 +214,7 @@ std::vector<PropertyDef> metadata_properties() {
   return {
       {"metadata/matchesReference", c, "every metadata integer equals the explicit-mask reference", matches_reference},
       {"metadata/rejectsInvalidInputsWithTheirCode", c, "an input with one violation gives exactly its error code", rejects_invalid_inputs},
+      {"metadata/arbitraryInputsMatchReference", c, "small arbitrary inputs, valid or not, give the reference's metadata or error code", arbitrary_inputs_match_reference},
       {"metadata/compactedFormPairsDocuments", c, "the s-th compacted q and kv entries are the same document", compacted_form_pairs_documents},
       {"metadata/rowsAreIndependent", c, "a row computed alone equals that row of the batch", rows_are_independent},
       {"metadata/trailingPaddingChangesNothing", c, "appending padding changes no length or offset", trailing_padding_changes_nothing},

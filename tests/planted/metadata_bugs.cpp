@@ -125,6 +125,71 @@ Expected<Metadata> kv_extra_dims_ignored(const PackedBatch& batch) {
   return ref::metadata(b);
 }
 
+// Lengths from "next start - this start" with the end read at index -1 of the
+// flattened batch: the last document of every row runs to the end of the batch.
+Expected<Metadata> last_doc_end_wraps_to_batch_end(const PackedBatch& batch) {
+  auto md = ref::metadata(batch);
+  if (!md) return md;
+  Metadata m = md.value();
+  const BatchLayout l = validate_shapes(batch).value();
+  const int64_t M = m.max_segments;
+  for (int64_t r = 0; r < l.rows(); ++r) {
+    int64_t last_slot = -1, docs = 0;
+    for (int64_t k = 0; k < M; ++k)
+      if (m.q_seqlens[r * M + k] > 0) last_slot = k, ++docs;
+    if (last_slot >= 0) m.q_seqlens[r * M + last_slot] = l.rows() * l.q_len - (r * l.q_len + m.q_offsets[r * (M + 1) + docs - 1]);
+  }
+  return m;
+}
+
+// Bottom-right trimming with `<` for `<=`: one query too many survives in every
+// document that trimming shortens.
+Expected<Metadata> bottom_right_off_by_one(const PackedBatch& batch) {
+  auto md = ref::metadata(batch);
+  if (!md || !is_bottom_right(batch.mask)) return md;
+  Metadata m = md.value();
+  const BatchLayout l = validate_shapes(batch).value();
+  const int64_t M = m.max_segments;
+  for (int64_t r = 0; r < l.rows(); ++r) {
+    const RowView q = side_row(batch.q, l.q_extra, l, r);
+    for (int64_t k = 0, doc = 0; k < M; ++k) {
+      if (m.q_seqlens[r * M + k] == 0) continue;
+      int64_t run = 0;
+      for (int64_t t = 0; t < q.len; ++t) run += q.ids[t] == k + 1;
+      int64_t& offset = m.q_offsets[r * (M + 1) + doc++];
+      if (m.q_seqlens[r * M + k] < run) ++m.q_seqlens[r * M + k], --offset;
+    }
+  }
+  return m;
+}
+
+// Extra shapes compared by rank only: q [2] with kv [3] is accepted, and kv's
+// extra dims are then read as if they broadcast (slice 0).
+Expected<Metadata> non_broadcasting_extra_dims_accepted(const PackedBatch& batch) {
+  auto md = ref::metadata(batch);
+  if (md || md.error().code != ErrorCode::extra_dims_mismatch) return md;
+  PackedBatch b = batch;
+  for (PackedSide* s : {&b.kv}) {
+    const Shape& shape = s->segment_ids.shape;
+    const int64_t row_elems = shape[shape.size() - 2] * shape.back();
+    s->segment_ids = IntArray({shape[shape.size() - 2], shape.back()}, std::vector<int64_t>(s->segment_ids.data.begin(), s->segment_ids.data.begin() + row_elems));
+    const Shape& ps = s->segment_pos.shape;
+    s->segment_pos = IntArray({ps[ps.size() - 2], ps.back()}, std::vector<int64_t>(s->segment_pos.data.begin(), s->segment_pos.data.begin() + row_elems));
+  }
+  return ref::metadata(b);
+}
+
+// Validation in the wrong order: ids above M are reported before ids that
+// reappear, so a row with both gives too_many_segments.
+Expected<Metadata> too_many_before_noncontiguous(const PackedBatch& batch) {
+  auto md = ref::metadata(batch);
+  if (md || md.error().code != ErrorCode::noncontiguous_segment) return md;
+  for (const PackedSide* s : {&batch.q, &batch.kv})
+    for (int64_t id : s->segment_ids.data)
+      if (id > batch.max_segments) return Error{ErrorCode::too_many_segments, "id " + std::to_string(id) + " exceeds max_segments"};
+  return md;
+}
+
 }  // namespace
 
 std::vector<PlantedBug> metadata_bugs() {
@@ -138,6 +203,10 @@ std::vector<PlantedBug> metadata_bugs() {
       bug("kv_ragged_with_q_stride", "metadata/compactedFormPairsDocuments", kv_ragged_with_q_stride),
       bug("reappear_after_padding_accepted", "metadata/rejectsInvalidInputsWithTheirCode", reappear_after_padding_accepted),
       bug("no_trimming", "metadata/matchesReference", no_trimming),
+      bug("last_doc_end_wraps_to_batch_end", "metadata/matchesReference", last_doc_end_wraps_to_batch_end),
+      bug("bottom_right_off_by_one", "metadata/matchesReference", bottom_right_off_by_one),
+      bug("non_broadcasting_extra_dims_accepted", "metadata/rejectsInvalidInputsWithTheirCode", non_broadcasting_extra_dims_accepted),
+      bug("too_many_before_noncontiguous", "metadata/arbitraryInputsMatchReference", too_many_before_noncontiguous),
       bug("kv_extra_dims_ignored", "metadata/extraDimsEqualSliceBySlice", kv_extra_dims_ignored),
   };
 }

@@ -98,3 +98,12 @@ void showValue(const AttentionDraw& draw, std::ostream& os);
 std::string describe_mix(const PackedBatch& batch);
 
 }  // namespace attn_oracle
+
+namespace attn_oracle {
+
+// Small batches with arbitrary ids, positions, M and shapes (tiny value ranges,
+// so that several violations often meet in one input): valid or not, the
+// backend must give exactly the reference's answer, precedence included.
+rc::Gen<PackedBatch> arbitrary_batch();
+
+}  // namespace attn_oracle

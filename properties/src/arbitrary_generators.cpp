@@ -1,0 +1,89 @@
+// arbitrary_generators.cpp: small unstructured batches for the precedence of
+// error codes (DESIGN section 2). Ids in -1..4, positions near the token index,
+// M in 0..4, extra dims that may or may not broadcast, positions either full
+// shape or a [B, T] suffix. About a third of the draws are valid.
+#include "attn_oracle/generators.hpp"
+
+namespace attn_oracle {
+namespace {
+
+rc::Gen<Shape> extra_dims() {
+  return rc::gen::weightedOneOf<Shape>({{4, rc::gen::just(Shape{})},
+                                        {2, rc::gen::container<Shape>(1, rc::gen::inRange<int64_t>(1, 4))},
+                                        {1, rc::gen::container<Shape>(2, rc::gen::inRange<int64_t>(1, 3))}});
+}
+
+// Ids: runs of one value, so that documents and violations both appear.
+rc::Gen<std::vector<int64_t>> ids_of(int64_t n) {
+  auto id = rc::gen::weightedOneOf<int64_t>({{40, rc::gen::inRange<int64_t>(0, 5)}, {1, rc::gen::just<int64_t>(-1)}});
+  auto run = rc::gen::pair(id, rc::gen::inRange(1, 4));
+  return rc::gen::map(rc::gen::container<std::vector<std::pair<int64_t, int>>>(n, run), [n](const auto& runs) {
+    std::vector<int64_t> ids;
+    for (const auto& [id, len] : runs)
+      for (int k = 0; k < len && static_cast<int64_t>(ids.size()) < n; ++k) ids.push_back(id);
+    return ids;
+  });
+}
+
+// Positions: the token index within the row, occasionally nudged down.
+rc::Gen<std::vector<int64_t>> positions_of(int64_t n, int64_t len) {
+  return rc::gen::map(rc::gen::container<std::vector<int>>(n, rc::gen::weightedOneOf<int>({{8, rc::gen::just(0)}, {1, rc::gen::inRange(1, 4)}})),
+                      [len](const std::vector<int>& nudge) {
+                        std::vector<int64_t> pos(nudge.size());
+                        for (size_t i = 0; i < nudge.size(); ++i) pos[i] = int64_t(i % std::max<int64_t>(1, len)) - nudge[i];
+                        return pos;
+                      });
+}
+
+constexpr int64_t kMaxRows = 3, kMaxLen = 8;
+
+// A side drawn at the largest shape [extra..., kMaxRows, kMaxLen]; `cut` trims it.
+rc::Gen<PackedSide> full_side() {
+  return rc::gen::mapcat(rc::gen::pair(extra_dims(), rc::gen::arbitrary<bool>()), [](const std::pair<Shape, bool>& h) {
+    Shape ids_shape = h.first;
+    ids_shape.push_back(kMaxRows);
+    ids_shape.push_back(kMaxLen);
+    const Shape pos_shape = h.second ? ids_shape : Shape{kMaxRows, kMaxLen};
+    return rc::gen::map(rc::gen::pair(ids_of(shape_product(ids_shape)), positions_of(shape_product(pos_shape), kMaxLen)),
+                        [ids_shape, pos_shape](const auto& p) {
+                          return PackedSide{IntArray(ids_shape, p.first), IntArray(pos_shape, p.second)};
+                        });
+  });
+}
+
+// The first `batch` rows and `len` tokens of every slice of [..., kMaxRows, kMaxLen].
+IntArray cut(const IntArray& a, int64_t batch, int64_t len) {
+  IntArray out = a;
+  out.shape[out.shape.size() - 2] = batch;
+  out.shape.back() = len;
+  out.data.clear();
+  for (int64_t r = 0; r * kMaxLen < static_cast<int64_t>(a.data.size()); ++r)
+    if (r % kMaxRows < batch) out.data.insert(out.data.end(), a.data.begin() + r * kMaxLen, a.data.begin() + r * kMaxLen + len);
+  return out;
+}
+
+}  // namespace
+
+// Drawn at full size throughout: the inputs are tiny anyway (T <= 8), and
+// size-scaled ranges would leave the first half of a run with T near 0. Arrays
+// are drawn at the largest shape and cut to B and T afterwards, so that shrinking
+// B or T keeps the remaining tokens as they were (a redraw would lose the failure).
+rc::Gen<PackedBatch> arbitrary_batch() {
+  auto full = rc::gen::build<PackedBatch>(
+      rc::gen::set(&PackedBatch::q, full_side()), rc::gen::set(&PackedBatch::kv, full_side()),
+      rc::gen::set(&PackedBatch::mask, rc::gen::elementOf(std::vector<MaskKind>(std::begin(kAllMaskKinds), std::end(kAllMaskKinds)))),
+      rc::gen::set(&PackedBatch::max_segments, rc::gen::weightedOneOf<int64_t>({{8, rc::gen::inRange<int64_t>(1, 5)}, {1, rc::gen::just<int64_t>(0)}})));
+  auto sizes = rc::gen::tuple(rc::gen::inRange<int64_t>(1, kMaxRows + 1), rc::gen::inRange<int64_t>(0, kMaxLen + 1),
+                              rc::gen::inRange<int64_t>(0, kMaxLen + 1));
+  return rc::gen::resize(100, rc::gen::map(rc::gen::pair(sizes, full), [](std::pair<std::tuple<int64_t, int64_t, int64_t>, PackedBatch> p) {
+    const auto [batch, q_len, kv_len] = p.first;
+    PackedBatch& b = p.second;
+    for (auto [s, len] : {std::pair{&b.q, q_len}, std::pair{&b.kv, kv_len}}) {
+      s->segment_ids = cut(s->segment_ids, batch, len);
+      s->segment_pos = cut(s->segment_pos, batch, len);
+    }
+    return b;
+  }));
+}
+
+}  // namespace attn_oracle
