@@ -14,6 +14,27 @@
 namespace attn_oracle {
 namespace {
 
+// Some document id appears on one side of a row and not the other.
+bool has_one_sided_document(const PackedBatch& b) {
+  const BatchLayout l = validate(b).value();
+  for (int64_t r = 0; r < l.rows(); ++r) {
+    const RowView q = side_row(b.q, l.q_extra, l, r), kv = side_row(b.kv, l.kv_extra, l, r);
+    for (int64_t i = 0; i < q.len; ++i) {
+      bool found = q.ids[i] == 0;
+      for (int64_t j = 0; j < kv.len && !found; ++j) found = kv.ids[j] == q.ids[i];
+      if (!found) return true;
+    }
+  }
+  return false;
+}
+
+// A document whose first position is not 0 (micro-sequence or striped).
+bool offset_positions(const PackedSide& s) {
+  for (size_t t = 0; t < s.segment_ids.data.size() && t < s.segment_pos.data.size(); ++t)
+    if (s.segment_ids.data[t] != 0 && (t == 0 || s.segment_ids.data[t - 1] != s.segment_ids.data[t]) && s.segment_pos.data[t] != 0) return true;
+  return false;
+}
+
 int64_t batch_rows(const PackedBatch& b) { return b.q.segment_ids.shape[b.q.segment_ids.shape.size() - 2]; }
 
 RC_GTEST_PROP(Generators, validDrawsPassValidation, ()) {
@@ -23,12 +44,15 @@ RC_GTEST_PROP(Generators, validDrawsPassValidation, ()) {
   const int64_t tq = b.q.segment_ids.shape.back(), tkv = b.kv.segment_ids.shape.back();
   RC_ASSERT(b.max_segments >= 1 && b.max_segments <= 7);
   RC_ASSERT(tq <= 64 && tkv <= 64);
-  RC_CLASSIFY(batch_rows(b) > 1, "B > 1");
-  RC_CLASSIFY(tq != tkv, "cross (Tq != Tkv)");
+  RC_CLASSIFY(batch_rows(b) > 1 && tq != tkv, "cross-attention with B > 1");
   RC_CLASSIFY(std::max(tq, tkv) > 16, "T > 16");
   RC_CLASSIFY(!checked->extra.empty(), "extra dims");
   RC_CLASSIFY(is_bottom_right(b.mask) && tq > tkv, "bottom-right, q longer");
   RC_CLASSIFY(!ref::representability(b).representable, "not representable");
+  RC_CLASSIFY(tq > 0 && tkv > 0 && b.q.segment_ids.data.back() != 0 && b.kv.segment_ids.data.back() != 0,
+              "last document ends at the last token");
+  RC_CLASSIFY(has_one_sided_document(b), "a document on one side only");
+  RC_CLASSIFY(offset_positions(b.q), "q positions not from 0");
 }
 
 RC_GTEST_PROP(Generators, invalidDrawsGiveTheirTaggedCode, ()) {
