@@ -1,5 +1,6 @@
 // fixtures_test.cpp: every *.case.json under ATTN_ORACLE_FIXTURES_DIR (found
-// recursively) is evaluated on the float64 reference and compared with its
+// recursively) is evaluated on every built-in backend with the capability the op
+// needs (the reference, the cpu twins, cuda when present) and compared with its
 // `expected` field: metadata exactly, errors by code only, attention values to
 // 1e-12 relative (doubles written by eval round-trip; the margin only absorbs a
 // change of summation order inside the reference).
@@ -16,8 +17,8 @@
 
 #include <gtest/gtest.h>
 
+#include "attn_oracle/backend.hpp"
 #include "attn_oracle/case_file.hpp"
-#include "attn_oracle/reference_metadata.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -48,15 +49,17 @@ std::string test_name(const std::string& path) {
   return rel;
 }
 
-// What `attn-oracle eval` prints for the case on the reference.
-json reference_output(const Case& c) {
+// What `attn-oracle eval` prints for the case on `backend`; null if it lacks the capability.
+json backend_output(Backend& backend, const Case& c) {
   if (c.op == CaseOp::metadata) {
-    auto md = ref::metadata(c.batch);
+    if (!backend.metadata()) return json();
+    auto md = backend.metadata()->metadata(c.batch);
     return md ? metadata_to_json(md.value()) : error_to_json(md.error());
   }
+  if (!backend.attention()) return json();
   auto inputs = attention_inputs(c);
   if (!inputs) return error_to_json(inputs.error());
-  auto r = ref::attention_dense_masked(attention_problem(c), inputs.value());
+  auto r = backend.attention()->attention(attention_problem(c), inputs.value());
   return r ? attention_result_to_json(attention_problem(c), r.value()) : error_to_json(r.error());
 }
 
@@ -83,20 +86,34 @@ void diff(const json& got, const json& want, const std::string& path, double rel
   if (got != want && !close) out.push_back(path + ": got " + got.dump() + ", want " + want.dump());
 }
 
-class Fixture : public ::testing::TestWithParam<std::string> {};
+struct FixtureParam {
+  std::string path, backend;
+};
+
+std::vector<FixtureParam> fixture_params() {
+  register_builtin_backends();
+  std::vector<FixtureParam> out;
+  for (const std::string& backend : BackendRegistry::instance().names())
+    for (const std::string& path : fixture_paths()) out.push_back({path, backend});
+  return out;
+}
+
+class Fixture : public ::testing::TestWithParam<FixtureParam> {};
 
 // Reads `expected` from the raw JSON so that a fixture can also pin an error the
 // reader itself reports (bad_mask, bad_window, bad_case).
-TEST_P(Fixture, ReferenceMatchesExpected) {
-  std::ifstream in(GetParam());
+TEST_P(Fixture, BackendMatchesExpected) {
+  const std::string& path = GetParam().path;
+  std::ifstream in(path);
   const json file = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  ASSERT_FALSE(file.is_discarded()) << GetParam() << " is not valid JSON";
-  ASSERT_TRUE(file.is_object() && file.contains("expected"))
-      << GetParam() << " has no `expected` field";
+  ASSERT_FALSE(file.is_discarded()) << path << " is not valid JSON";
+  ASSERT_TRUE(file.is_object() && file.contains("expected")) << path << " has no `expected` field";
   auto c = case_from_json(file);
   if (c && c->op != CaseOp::metadata && c->op != CaseOp::attention)
     GTEST_SKIP() << "op " << to_string(c->op) << " is not modelled by the reference yet";
-  const json got = c ? reference_output(c.value()) : error_to_json(c.error());
+  auto backend = BackendRegistry::instance().make(GetParam().backend);
+  const json got = c ? backend_output(*backend, c.value()) : error_to_json(c.error());
+  if (got.is_null()) GTEST_SKIP() << "backend " << GetParam().backend << " lacks the " << to_string(c->op) << " capability";
   const json& want = file["expected"];
   std::vector<std::string> differences;
   if (want.contains("error")) {
@@ -106,12 +123,12 @@ TEST_P(Fixture, ReferenceMatchesExpected) {
     diff(got, want, "", c && c->op == CaseOp::attention ? 1e-12 : 0.0, differences);
   }
   for (size_t i = 0; i < differences.size() && i < 10; ++i) ADD_FAILURE() << differences[i];
-  EXPECT_TRUE(differences.empty()) << GetParam() << ": " << differences.size() << " differences";
+  EXPECT_TRUE(differences.empty()) << path << ": " << differences.size() << " differences";
 }
 
-INSTANTIATE_TEST_SUITE_P(AllFixtures, Fixture, ::testing::ValuesIn(fixture_paths()),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           return test_name(info.param);
+INSTANTIATE_TEST_SUITE_P(AllFixtures, Fixture, ::testing::ValuesIn(fixture_params()),
+                         [](const ::testing::TestParamInfo<FixtureParam>& info) {
+                           return info.param.backend + "__" + test_name(info.param.path);
                          });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Fixture);
 

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/tolerance.hpp"
 #include "planted/planted_backends.hpp"
 
 namespace attn_oracle {
@@ -46,6 +47,32 @@ TEST_P(PlantedBugTest, IsCaughtAndShrunkSmall) {
   EXPECT_EQ(reread->batch, b);
   EXPECT_NE(o.replay_command.find(o.case_path), std::string::npos);
   EXPECT_NE(o.reproduce_params.find("reproduce="), std::string::npos);
+}
+
+// fixtures/regressions/<bug>.case.json pins the bug: the planted backend still
+// disagrees with the reference on it.
+TEST_P(PlantedBugTest, ItsRegressionFixtureStillCatchesIt) {
+  const PlantedBug& bug = GetParam();
+  const std::string path = std::string(ATTN_ORACLE_FIXTURES_DIR) + "/regressions/" + bug.name + ".case.json";
+  auto c = read_case_file(path);
+  ASSERT_TRUE(c.ok()) << path << ": " << c.error().message;
+  auto backend = bug.make();
+  if (c->op == CaseOp::metadata) {
+    const auto got = backend->metadata()->metadata(c->batch);
+    const nlohmann::json got_json = got ? metadata_to_json(got.value()) : error_to_json(got.error());
+    const bool same = c->expected->contains("error") ? got_json.contains("error") && got_json["error"]["code"] == (*c->expected)["error"]["code"]
+                                                     : got_json == *c->expected;
+    EXPECT_FALSE(same) << bug.name << " agrees with " << path;
+    return;
+  }
+  const AttentionProblem problem = attention_problem(*c);
+  const AttentionInputs inputs = attention_inputs(*c).value();
+  const auto got = backend->attention()->attention(problem, inputs);
+  ASSERT_TRUE(got.ok());
+  bool all_pass = true;
+  for (const ToleranceCheck& check : check_attention_tolerance(problem, inputs, got.value(), ref::attention_dense_masked(problem, inputs).value()))
+    all_pass = all_pass && check.pass;
+  EXPECT_FALSE(all_pass) << bug.name << " passes " << path;
 }
 
 INSTANTIATE_TEST_SUITE_P(Planted, PlantedBugTest, testing::ValuesIn(all_bugs()),

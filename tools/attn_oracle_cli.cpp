@@ -5,6 +5,7 @@
 //   replay  [--backend NAME] CASE   the backend against the reference: PASS (0) / FAIL (3)
 //   check   [--backend NAME|all] [--cases N] [--seed S] [--filter PREFIX]
 //   backends                        registered backends, versions, capabilities
+//   promote CASE OUT --note TEXT    CASE plus the reference's result, for fixtures/
 //
 // Exit 1 is for usage errors, unknown backends and missing capabilities; nothing
 // but the final JSON is ever printed on stdout by eval, so scripts can parse it.
@@ -42,6 +43,8 @@ commands:
   check [--backend NAME|all] [--cases N] [--seed S] [--filter PREFIX]
                                   run every property on the chosen backends
   backends                        list the registered backends
+  promote CASE OUT --note TEXT    write CASE with the reference's result as `expected`
+                                  (how a counterexample becomes a fixture)
   --help                          this message
 )";
 
@@ -417,6 +420,26 @@ int backends_command(const std::vector<std::string>& argv) {
   return 0;
 }
 
+// promote CASE OUT --note TEXT: the case with the reference's result as its
+// `expected` field and a note saying what it pins, ready for fixtures/.
+int promote_command(const std::vector<std::string>& argv) {
+  std::string error;
+  auto args = parse_args(argv, {"--note"}, error);
+  if (!args) return usage_error(error);
+  if (args->positional.size() != 2) return usage_error("promote takes a case file and an output path");
+  auto loaded = load_case(args->positional[0]);
+  if (!loaded) return usage_error("cannot read " + args->positional[0] + ": " + loaded.error().message);
+  auto reference = make_reference_backend();
+  const Evaluation e = evaluate(*reference, loaded->c, loaded->inputs);
+  if (!e.skip.empty()) return usage_error(e.skip);
+  Case promoted = loaded->c;
+  promoted.expected = e.to_json(attention_problem(promoted));
+  promoted.note = flag(*args, "--note", promoted.note);
+  if (!write_case_file(args->positional[1], promoted)) return usage_error("cannot write " + args->positional[1]);
+  std::cout << args->positional[1] << "\n";
+  return 0;
+}
+
 int run(const std::vector<std::string>& argv) {
   if (argv.empty()) {
     std::cout << kUsage;
@@ -433,6 +456,7 @@ int run(const std::vector<std::string>& argv) {
   if (command == "replay") return replay_command(rest);
   if (command == "check") return check_command(rest);
   if (command == "backends") return backends_command(rest);
+  if (command == "promote") return promote_command(rest);
   return usage_error("unknown command " + command);
 }
 

@@ -71,7 +71,7 @@ Expected<AttentionResult> softmax_state_leaks(const AttentionProblem& problem, c
 std::vector<PlantedBug> attention_bugs() {
   using Fn = Expected<AttentionResult> (*)(const AttentionProblem&, const AttentionInputs&);
   auto bug = [](std::string name, std::string property, Fn f) {
-    return PlantedBug{name, property, [name, f] { return attention_backend("planted:" + name, f); }};
+    return PlantedBug{name, property, [name, f] { return attention_backend("planted-" + name, f); }};
   };
   return {
       bug("top_left_for_bottom_right", "attention/matchesReference", top_left_for_bottom_right),

@@ -194,7 +194,7 @@ Expected<Metadata> too_many_before_noncontiguous(const PackedBatch& batch) {
 
 std::vector<PlantedBug> metadata_bugs() {
   auto bug = [](std::string name, std::string property, Expected<Metadata> (*f)(const PackedBatch&)) {
-    return PlantedBug{name, property, [name, f] { return metadata_backend("planted:" + name, f); }};
+    return PlantedBug{name, property, [name, f] { return metadata_backend("planted-" + name, f); }};
   };
   return {
       bug("offsets_from_seqlens", "metadata/shiftingARowShiftsItsOffsets", offsets_from_seqlens),
