@@ -32,6 +32,8 @@ std::string test_name(const testing::TestParamInfo<ConformanceParam>& info) {
   return name;
 }
 
+void PrintTo(const ConformanceParam& p, std::ostream* os) { *os << p.property << " on " << p.backend; }
+
 class Property : public testing::TestWithParam<ConformanceParam> {};
 
 TEST_P(Property, Check) {

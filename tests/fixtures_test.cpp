@@ -98,6 +98,8 @@ std::vector<FixtureParam> fixture_params() {
   return out;
 }
 
+void PrintTo(const FixtureParam& p, std::ostream* os) { *os << p.backend << " on " << p.path; }
+
 class Fixture : public ::testing::TestWithParam<FixtureParam> {};
 
 // Reads `expected` from the raw JSON so that a fixture can also pin an error the

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@ struct PlantedBug {
   std::string property;  // the property that must catch it
   std::function<std::unique_ptr<Backend>()> make;
 };
+
+inline void PrintTo(const PlantedBug& b, std::ostream* os) { *os << b.name << " (" << b.property << ")"; }
 
 std::vector<PlantedBug> metadata_bugs();
 std::vector<PlantedBug> attention_bugs();

@@ -1,0 +1,102 @@
+// metadata_twin_test.cpp: hand cases for the O(T) metadata twin at the edges its
+// properties reach rarely (ids above M that reappear, empty rows, T = 0, extra
+// dims addressed by strides), and the CUDA kernels against the twin, integer for
+// integer, on generated inputs when a device is present (skipped otherwise).
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include "attn_oracle/generators.hpp"
+#include "attn_oracle/gpu/metadata.hpp"
+#include "attn_oracle/reference_metadata.hpp"
+
+namespace attn_oracle {
+namespace {
+
+PackedBatch one_row(std::vector<int64_t> q_ids, std::vector<int64_t> kv_ids, MaskKind mask, int64_t M) {
+  auto side = [](std::vector<int64_t> ids) {
+    const int64_t n = ids.size();
+    std::vector<int64_t> pos(n);
+    for (int64_t t = 0; t < n; ++t) pos[t] = t;
+    return PackedSide{IntArray({1, n}, ids), IntArray({1, n}, pos)};
+  };
+  PackedBatch b;
+  b.q = side(std::move(q_ids));
+  b.kv = side(std::move(kv_ids));
+  b.mask = mask;
+  b.max_segments = M;
+  return b;
+}
+
+ErrorCode twin_code(const PackedBatch& b) {
+  auto md = gpu::metadata_twin(b);
+  EXPECT_FALSE(md.ok());
+  return md.ok() ? ErrorCode::unsupported : md.error().code;
+}
+
+TEST(MetadataTwin, IdAboveMThatReappearsIsNoncontiguous) {
+  // 7 > M = 2 both times; reappearing outranks too_many_segments.
+  EXPECT_EQ(twin_code(one_row({7, 0, 7}, {1, 1, 1}, MaskKind::padding, 2)), ErrorCode::noncontiguous_segment);
+  EXPECT_EQ(twin_code(one_row({7, 0, 8}, {1, 1, 1}, MaskKind::padding, 2)), ErrorCode::too_many_segments);
+}
+
+TEST(MetadataTwin, PrecedenceIsByCodeAcrossTheRow) {
+  // The out-of-order document comes first, the reappearance later: noncontiguous wins.
+  EXPECT_EQ(twin_code(one_row({3, 1, 3}, {1, 1, 1}, MaskKind::padding, 3)), ErrorCode::noncontiguous_segment);
+  EXPECT_EQ(twin_code(one_row({2, 1}, {1, 1}, MaskKind::padding, 2)), ErrorCode::ids_out_of_order);
+  EXPECT_EQ(twin_code(one_row({0, 1}, {1, 1}, MaskKind::causal, 2)), ErrorCode::padding_with_non_padding_mask);
+}
+
+TEST(MetadataTwin, EmptyRowsAndZeroLengthMatchTheReference) {
+  for (const PackedBatch& b : {one_row({0, 0}, {1, 1}, MaskKind::padding, 1), one_row({}, {}, MaskKind::padding, 2),
+                               one_row({1, 1}, {}, MaskKind::padding_causal, 1)}) {
+    auto twin = gpu::metadata_twin(b);
+    ASSERT_TRUE(twin.ok()) << twin.error().message;
+    EXPECT_EQ(twin.value(), ref::metadata(b).value());
+  }
+}
+
+TEST(MetadataTwin, ErrorNamesSideRowTokenAndValues) {
+  auto md = gpu::metadata_twin(one_row({1, 1}, {1, 3}, MaskKind::padding, 2));
+  ASSERT_FALSE(md.ok());
+  EXPECT_EQ(md.error().code, ErrorCode::too_many_segments);
+  EXPECT_NE(md.error().message.find("kv side, row 0, token 1"), std::string::npos) << md.error().message;
+  EXPECT_NE(md.error().message.find("id 3 exceeds max_segments 2"), std::string::npos) << md.error().message;
+}
+
+TEST(MetadataTwin, TrimsBottomRightByBinarySearch) {
+  // DESIGN example 8: q 4 tokens against kv 2, bottom-right: q tokens 2, 3 survive.
+  auto md = gpu::metadata_twin(one_row({1, 1, 1, 1}, {1, 1}, MaskKind::causal_bottom_right, 1));
+  ASSERT_TRUE(md.ok());
+  EXPECT_EQ(md->q_seqlens, std::vector<int64_t>({2}));
+  EXPECT_EQ(md->q_offsets, std::vector<int64_t>({2, -1}));
+  EXPECT_EQ(md->kv_seqlens, std::vector<int64_t>({2}));
+}
+
+// ------------------------------------------------------------ CUDA vs twin
+class CudaMatchesTwin : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (!gpu::cuda_available())
+      GTEST_SKIP() << "no CUDA device here: the kernels' row functions are checked through the CPU twin";
+  }
+};
+
+void expect_same(const PackedBatch& b) {
+  const auto twin = gpu::metadata_twin(b), cuda = gpu::metadata_cuda(b);
+  RC_ASSERT(twin.ok() == cuda.ok());
+  if (twin.ok()) RC_ASSERT(twin.value() == cuda.value());
+  else RC_ASSERT(twin.error().code == cuda.error().code);
+}
+
+TEST_F(CudaMatchesTwin, OnTenThousandStructuredAndArbitraryInputs) {
+  rc::detail::TestParams params;
+  params.maxSuccess = 5000;
+  for (auto gen : {packed_batch(), arbitrary_batch()}) {
+    const auto result = rc::detail::checkProperty(rc::detail::toProperty([gen] { expect_same(*gen); }),
+                                                  rc::detail::TestMetadata{}, params);
+    EXPECT_TRUE(result.template is<rc::detail::SuccessResult>());
+  }
+}
+
+}  // namespace
+}  // namespace attn_oracle
