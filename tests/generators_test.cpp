@@ -42,7 +42,7 @@ RC_GTEST_PROP(Generators, validDrawsPassValidation, ()) {
   const auto checked = validate(b);
   if (!checked) RC_FAIL(checked.error().message);
   const int64_t tq = b.q.segment_ids.shape.back(), tkv = b.kv.segment_ids.shape.back();
-  RC_ASSERT(b.max_segments >= 1 && b.max_segments <= 7);
+  RC_ASSERT(b.max_segments >= 1 && b.max_segments <= 6);
   RC_ASSERT(tq <= 64 && tkv <= 64);
   RC_CLASSIFY(batch_rows(b) > 1 && tq != tkv, "cross-attention with B > 1");
   RC_CLASSIFY(std::max(tq, tkv) > 16, "T > 16");

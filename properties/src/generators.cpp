@@ -104,6 +104,8 @@ PackedSide build_side(const BatchSpec& spec, const SideSpec& side, bool q, const
 
 }  // namespace
 
+constexpr int64_t kMaxSegments = 6;
+
 PackedBatch build_batch(const BatchSpec& spec) {
   const Shape extra = broadcast_shapes(spec.q.extra, spec.kv.extra).value_or(Shape{});
   PackedBatch batch;
@@ -112,7 +114,8 @@ PackedBatch build_batch(const BatchSpec& spec) {
   int64_t max_id = 0;
   batch.q = build_side(spec, spec.q, true, extra, &max_id);
   batch.kv = build_side(spec, spec.kv, false, extra, &max_id);
-  batch.max_segments = std::max<int64_t>(1, max_id + spec.spare_capacity);
+  // Spare capacity never takes M past kMaxSegments (6); a filler document may need the last id.
+  batch.max_segments = std::max<int64_t>({1, max_id, std::min<int64_t>(max_id + spec.spare_capacity, kMaxSegments)});
   return batch;
 }
 
@@ -122,6 +125,9 @@ namespace attn_oracle {
 namespace {
 
 enum class EdgeMode { normal, all_full, unit_docs, empty_row, exactly_m, one_side };
+
+// Trailing padding drawn after the rows are fitted: rows keep room for it.
+constexpr int kMaxTrailing = 3;
 
 rc::Gen<EdgeMode> edge_mode() {
   return rc::gen::weightedOneOf<EdgeMode>({
@@ -200,7 +206,7 @@ rc::Gen<std::vector<DocSpec>> row_spec(EdgeMode mode, bool padding, const BatchO
       return rc::gen::container<std::vector<DocSpec>>(n, doc_spec(mode, padding, o.max_len));
     });
   });
-  return rc::gen::map(docs, [o](std::vector<DocSpec> d) { return fit_row(std::move(d), o.max_len, o.max_docs); });
+  return rc::gen::map(docs, [o](std::vector<DocSpec> d) { return fit_row(std::move(d), o.max_len - kMaxTrailing, o.max_docs - 1); });
 }
 
 rc::Gen<SideSpec> side_spec(Shape extra) {
@@ -255,7 +261,7 @@ rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
         s.front().back().clear();
         return s;
       });
-    auto trailing = padding ? rc::gen::weightedOneOf<int>({{2, rc::gen::just(0)}, {1, rc::gen::inRange(1, 4)}})
+    auto trailing = padding ? rc::gen::weightedOneOf<int>({{2, rc::gen::just(0)}, {1, rc::gen::inRange(1, kMaxTrailing + 1)}})
                             : rc::gen::just(0);
     auto spare = h.mode == EdgeMode::exactly_m ? rc::gen::just(0) : rc::gen::inRange(0, 2);
     return rc::gen::build<BatchSpec>(

@@ -60,7 +60,7 @@ PackedBatch build_batch(const BatchSpec& spec);
 // ------------------------------------------------------------------- valid inputs
 struct BatchOptions {
   int max_rows = 4;        // B in 1..max_rows
-  int max_docs = 6;        // documents per row (ids <= 6 keeps M in 1..6)
+  int max_docs = 6;        // ids per row <= max_docs - 1, plus a filler document: M in 1..6
   int max_len = 64;        // T per side
   bool extra_dims = true;  // draw extra leading dims
   bool any_mask = true;    // all six kinds; false: padding kinds only
