@@ -38,6 +38,15 @@ Expected<Metadata> row0_positions(const PackedBatch& batch) {
   return ref::metadata(b);
 }
 
+// Row r's last document with valid tokens: its slot and its index among the
+// row's compacted offsets; slot -1 when the row has none.
+std::pair<int64_t, int64_t> last_document(const std::vector<int64_t>& seqlens, int64_t M, int64_t r) {
+  int64_t slot = -1, docs = 0;
+  for (int64_t k = 0; k < M; ++k)
+    if (seqlens[r * M + k] > 0) slot = k, ++docs;
+  return {slot, docs - 1};
+}
+
 // Lengths from "next start - this start" with the last document ending at T:
 // the last document of a row absorbs the trailing padding.
 Expected<Metadata> last_document_to_row_end(const PackedBatch& batch) {
@@ -48,10 +57,8 @@ Expected<Metadata> last_document_to_row_end(const PackedBatch& batch) {
   const int64_t M = m.max_segments;
   for (auto [lens, offs, len] : {std::tuple{&m.q_seqlens, &m.q_offsets, l.q_len}, std::tuple{&m.kv_seqlens, &m.kv_offsets, l.kv_len}})
     for (int64_t r = 0; r < l.rows(); ++r) {
-      int64_t last_slot = -1, docs = 0;
-      for (int64_t k = 0; k < M; ++k)
-        if ((*lens)[r * M + k] > 0) last_slot = k, ++docs;
-      if (last_slot >= 0) (*lens)[r * M + last_slot] = len - (*offs)[r * (M + 1) + docs - 1];
+      const auto [slot, doc] = last_document(*lens, M, r);
+      if (slot >= 0) (*lens)[r * M + slot] = len - (*offs)[r * (M + 1) + doc];
     }
   return m;
 }
@@ -134,10 +141,8 @@ Expected<Metadata> last_doc_end_wraps_to_batch_end(const PackedBatch& batch) {
   const BatchLayout l = validate_shapes(batch).value();
   const int64_t M = m.max_segments;
   for (int64_t r = 0; r < l.rows(); ++r) {
-    int64_t last_slot = -1, docs = 0;
-    for (int64_t k = 0; k < M; ++k)
-      if (m.q_seqlens[r * M + k] > 0) last_slot = k, ++docs;
-    if (last_slot >= 0) m.q_seqlens[r * M + last_slot] = l.rows() * l.q_len - (r * l.q_len + m.q_offsets[r * (M + 1) + docs - 1]);
+    const auto [slot, doc] = last_document(m.q_seqlens, M, r);
+    if (slot >= 0) m.q_seqlens[r * M + slot] = l.rows() * l.q_len - (r * l.q_len + m.q_offsets[r * (M + 1) + doc]);
   }
   return m;
 }
