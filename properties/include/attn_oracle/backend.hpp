@@ -37,6 +37,22 @@ class AttentionCapability {
   // to problem.shape.dtype; outputs are returned widened to double.
   virtual Expected<AttentionResult> attention(const AttentionProblem& problem,
                                               const AttentionInputs& inputs) = 0;
+
+  // Optional: the same computation written into caller-owned buffers in the
+  // AttentionResult layouts (grads only when backward), so that a property can
+  // surround them with NaN guard bands. A backend that can says so in
+  // supports_attention_into(); the property is skipped for the others.
+  struct Buffers {
+    double* o = nullptr;    // [R, Tq, Hq, D]
+    double* lse = nullptr;  // [R, Hq, Tq]
+    double* dq = nullptr;   // [R, Tq, Hq, D]
+    double* dk = nullptr;   // [R, Tkv, Hkv, D]
+    double* dv = nullptr;   // [R, Tkv, Hkv, D]
+  };
+  virtual bool supports_attention_into() const { return false; }
+  virtual std::optional<Error> attention_into(const AttentionProblem&, const AttentionInputs&, const Buffers&) {
+    return Error{ErrorCode::unsupported, "this backend cannot write into caller-owned buffers"};
+  }
 };
 
 class Backend {

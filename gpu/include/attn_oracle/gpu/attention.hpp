@@ -1,0 +1,41 @@
+// attention.hpp: host entry points of the fused varlen attention (DESIGN
+// section 5): the CPU twin and the CUDA kernels. Both take the problem and the
+// inputs of the conformance seam (double arrays [R, T, H, D] whose values are
+// representable in the problem's dtype), compute the metadata with the
+// production metadata path, run the tiles, and return o, lse and, for backward,
+// dq, dk, dv in the seam's layouts.
+//
+// `*_into` write into caller-owned buffers (the interior of guard-banded
+// allocations in the properties), touching nothing outside the logical outputs.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "attn_oracle/attention.hpp"
+#include "attn_oracle/error.hpp"
+
+namespace attn_oracle::gpu {
+
+// Caller-owned outputs in the seam's layouts (see attention.hpp): o [R, Tq, Hq, D],
+// lse [R, Hq, Tq], dq like o, dk and dv [R, Tkv, Hkv, D]; grads only for backward.
+struct AttentionOutputs {
+  double* o = nullptr;
+  double* lse = nullptr;
+  double* dq = nullptr;
+  double* dk = nullptr;
+  double* dv = nullptr;
+};
+
+// CPU twin: any head_dim, fp32 / fp16 / bf16, deterministic.
+Expected<AttentionResult> attention_twin(const AttentionProblem& problem, const AttentionInputs& inputs);
+std::optional<Error> attention_twin_into(const AttentionProblem& problem, const AttentionInputs& inputs,
+                                         const AttentionOutputs& out);
+
+// CUDA kernels: head_dim 64, 128 or 256, fp16 or bf16; nullopt when supported.
+std::optional<std::string> attention_cuda_unsupported(const AttentionProblem& problem);
+Expected<AttentionResult> attention_cuda(const AttentionProblem& problem, const AttentionInputs& inputs);
+std::optional<Error> attention_cuda_into(const AttentionProblem& problem, const AttentionInputs& inputs,
+                                         const AttentionOutputs& out);
+
+}  // namespace attn_oracle::gpu

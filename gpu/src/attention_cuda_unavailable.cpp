@@ -1,0 +1,16 @@
+// attention_cuda_unavailable.cpp: the CUDA attention entry points of a build without CUDA.
+#include "attn_oracle/gpu/attention.hpp"
+
+namespace attn_oracle::gpu {
+
+std::optional<std::string> attention_cuda_unsupported(const AttentionProblem&) {
+  return "this build has no CUDA (configure with nvcc present)";
+}
+Expected<AttentionResult> attention_cuda(const AttentionProblem&, const AttentionInputs&) {
+  return Error{ErrorCode::unsupported, "this build has no CUDA (configure with nvcc present)"};
+}
+std::optional<Error> attention_cuda_into(const AttentionProblem&, const AttentionInputs&, const AttentionOutputs&) {
+  return Error{ErrorCode::unsupported, "this build has no CUDA (configure with nvcc present)"};
+}
+
+}  // namespace attn_oracle::gpu
