@@ -3,26 +3,54 @@
 //   cpu        the CPU twins of the production algorithms (gpu/, run on the host)
 //   cuda       the CUDA kernels; registered only when a device is present
 #include "attn_oracle/backend.hpp"
+#include "attn_oracle/gpu/attention.hpp"
 #include "attn_oracle/gpu/metadata.hpp"
 
 namespace attn_oracle {
 namespace {
 
-class CpuTwinBackend final : public Backend, MetadataCapability {
+gpu::AttentionOutputs outputs_of(const AttentionCapability::Buffers& b) {
+  return gpu::AttentionOutputs{b.o, b.lse, b.dq, b.dk, b.dv};
+}
+
+class CpuTwinBackend final : public Backend, MetadataCapability, AttentionCapability {
  public:
   std::string name() const override { return "cpu"; }
   std::string version() const override { return "CPU twins of the gpu/ kernels"; }
   MetadataCapability* metadata() override { return this; }
   Expected<Metadata> metadata(const PackedBatch& batch) override { return gpu::metadata_twin(batch); }
+
+  AttentionCapability* attention() override { return this; }
+  Expected<AttentionResult> attention(const AttentionProblem& problem, const AttentionInputs& inputs) override {
+    return gpu::attention_twin(problem, inputs);
+  }
+  bool supports_attention_into() const override { return true; }
+  std::optional<Error> attention_into(const AttentionProblem& problem, const AttentionInputs& inputs,
+                                      const Buffers& out) override {
+    return gpu::attention_twin_into(problem, inputs, outputs_of(out));
+  }
 };
 
-class CudaBackend final : public Backend, MetadataCapability {
+class CudaBackend final : public Backend, MetadataCapability, AttentionCapability {
  public:
   CudaBackend() { gpu::cuda_available(&device_); }
   std::string name() const override { return "cuda"; }
   std::string version() const override { return "CUDA kernels on " + device_; }
   MetadataCapability* metadata() override { return this; }
   Expected<Metadata> metadata(const PackedBatch& batch) override { return gpu::metadata_cuda(batch); }
+
+  AttentionCapability* attention() override { return this; }
+  std::optional<std::string> unsupported(const AttentionProblem& problem) override {
+    return gpu::attention_cuda_unsupported(problem);
+  }
+  Expected<AttentionResult> attention(const AttentionProblem& problem, const AttentionInputs& inputs) override {
+    return gpu::attention_cuda(problem, inputs);
+  }
+  bool supports_attention_into() const override { return true; }
+  std::optional<Error> attention_into(const AttentionProblem& problem, const AttentionInputs& inputs,
+                                      const Buffers& out) override {
+    return gpu::attention_cuda_into(problem, inputs, outputs_of(out));
+  }
 
  private:
   std::string device_;

@@ -3,7 +3,9 @@
 // needs (the reference, the cpu twins, cuda when present) and compared with its
 // `expected` field: metadata exactly, errors by code only, attention values to
 // 1e-12 relative (doubles written by eval round-trip; the margin only absorbs a
-// change of summation order inside the reference).
+// change of summation order inside the reference). Production backends on
+// attention fixtures are judged by the tolerance rule against the reference, on
+// representable inputs (kernels realise the index rule, DESIGN section 4).
 //
 // A fixture without `expected` fails: a fixture pins a result. Ops the reference
 // does not model yet (small_seq, kv_buffer, sharding) are skipped with a reason.
@@ -19,6 +21,8 @@
 
 #include "attn_oracle/backend.hpp"
 #include "attn_oracle/case_file.hpp"
+#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/tolerance.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -98,6 +102,27 @@ std::vector<FixtureParam> fixture_params() {
   return out;
 }
 
+// A production backend on an attention fixture: the tolerance rule against the
+// float64 reference (the file's `expected` pins the reference itself), on
+// representable inputs only (DESIGN section 4: kernels apply the index rule).
+void check_attention_against_reference(Backend& backend, const Case& c) {
+  if (!backend.attention()) GTEST_SKIP() << "backend " << backend.name() << " lacks the attention capability";
+  const AttentionProblem problem = attention_problem(c);
+  if (!ref::representability(problem.batch).representable)
+    GTEST_SKIP() << "not representable: kernels realise the index rule, the reference the token-level mask";
+  if (auto reason = backend.attention()->unsupported(problem)) GTEST_SKIP() << *reason;
+  const AttentionInputs inputs = attention_inputs(c).value();
+  const auto got = backend.attention()->attention(problem, inputs);
+  const auto want = ref::attention_dense_masked(problem, inputs);
+  ASSERT_EQ(got.ok(), want.ok());
+  if (!want.ok()) {
+    EXPECT_EQ(got.error().code, want.error().code);
+    return;
+  }
+  for (const ToleranceCheck& check : check_attention_tolerance(problem, inputs, got.value(), want.value()))
+    EXPECT_TRUE(check.pass) << check.describe();
+}
+
 void PrintTo(const FixtureParam& p, std::ostream* os) { *os << p.backend << " on " << p.path; }
 
 class Fixture : public ::testing::TestWithParam<FixtureParam> {};
@@ -114,6 +139,8 @@ TEST_P(Fixture, BackendMatchesExpected) {
   if (c && c->op != CaseOp::metadata && c->op != CaseOp::attention)
     GTEST_SKIP() << "op " << to_string(c->op) << " is not modelled by the reference yet";
   auto backend = BackendRegistry::instance().make(GetParam().backend);
+  if (c && c->op == CaseOp::attention && GetParam().backend != "reference")
+    return check_attention_against_reference(*backend, c.value());
   const json got = c ? backend_output(*backend, c.value()) : error_to_json(c.error());
   if (got.is_null()) GTEST_SKIP() << "backend " << GetParam().backend << " lacks the " << to_string(c->op) << " capability";
   const json& want = file["expected"];

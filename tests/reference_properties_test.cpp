@@ -76,8 +76,7 @@ TEST(ReferenceSelfCheck, DenseEqualsPerDocumentOnRepresentableInputs) {
 
 TEST(ReferenceSelfCheck, CatchesPerDocumentBottomRightAnchoredTopLeft) {
   auto reference = make_reference_backend();
-  RunSettings settings = default_run_settings();
-  settings.seed = settings.seed ? settings.seed : 20261122;
+  const RunSettings settings = default_run_settings(20261122);
   const PropertyOutcome o =
       run_property(dense_equals_per_document(per_document_anchored_top_left), *reference, settings);
   ASSERT_EQ(o.status, PropertyOutcome::Status::failed);

@@ -1,10 +1,379 @@
-// attention_twin.cpp: placeholder, being written.
+// attention_twin.cpp: the CPU twin of the fused varlen attention kernels (DESIGN
+// section 5). The kernels' per-tile and per-row functions (attention/*.hpp) run in
+// loops over documents, heads and 16 x 16 tiles instead of across CUDA blocks:
+//  - forward, per (document, query head, q tile): over the kv tiles of
+//    kv_tile_range, S = scale * Q K^T in fp32 with index_allowed outside -> -inf,
+//    the online softmax per row, P rounded to the dtype before O = O * alpha + P V
+//    (fp32); finally O / l rounded to the dtype and lse = m + log(l) in fp32;
+//  - backward, deterministic mode: delta = rowsum(dO * O) from the rounded O;
+//    dK, dV per (document, kv head, kv tile) over the group's query heads and the
+//    q tiles of q_tile_range; dQ per (document, query head, q tile) in its own
+//    pass. P is recomputed from lse, dS = P (dP - delta) * scale; round(P) meets
+//    dO and round(dS) meets Q and K, as the tensor cores see them.
+// The metadata comes from the production path (metadata_twin), never from the
+// reference that judges this code. Tokens outside every document, queries that
+// attend nothing and keys nobody attends get exactly 0 (lse -inf).
+//
+// Tested by tests/attention_twin_test.cpp (hand cases, twin vs reference within
+// the tolerance rule, determinism) and by the attention properties of the
+// conformance suite on the `cpu` backend; the tile ranges by
+// tests/attention_tiles_test.cpp.
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <utility>
+#include <vector>
+
 #include "attn_oracle/gpu/attention.hpp"
+#include "attn_oracle/gpu/attention/attention_params.hpp"
+#include "attn_oracle/gpu/attention/doc_span.hpp"
+#include "attn_oracle/gpu/attention/index_mask.hpp"
+#include "attn_oracle/gpu/attention/numeric.hpp"
+#include "attn_oracle/gpu/attention/online_softmax.hpp"
+#include "attn_oracle/gpu/attention/tile_range.hpp"
+#include "attn_oracle/gpu/metadata.hpp"
+#include "attn_oracle/gpu/metadata_row.hpp"
+
 namespace attn_oracle::gpu {
-Expected<AttentionResult> attention_twin(const AttentionProblem&, const AttentionInputs&) {
-  return Error{ErrorCode::unsupported, "attention twin not built yet"};
+
+static_assert(static_cast<int>(Dtype::fp32) == kFp32 && static_cast<int>(Dtype::fp16) == kFp16 &&
+              static_cast<int>(Dtype::bf16) == kBf16);
+static_assert(static_cast<int>(MaskKind::causal) == kCausal &&
+              static_cast<int>(MaskKind::padding_causal_bottom_right) == kPaddingCausalBottomRight);
+
+namespace {
+
+// ---------------------------------------------------------------- validation
+
+struct TwinSizes {
+  int64_t rows = 0, tq = 0, tkv = 0, hq = 0, hkv = 0, d = 0;
+  int64_t q_elems() const { return rows * tq * hq * d; }
+  int64_t kv_elems() const { return rows * tkv * hkv * d; }
+  int64_t lse_elems() const { return rows * hq * tq; }
+};
+
+std::optional<Error> check_heads(const AttentionShape& s) {
+  const bool positive = s.heads_q >= 1 && s.heads_kv >= 1 && s.head_dim >= 1;
+  const std::string heads = "heads_q = " + std::to_string(s.heads_q) + ", heads_kv = " + std::to_string(s.heads_kv) +
+                            ", head_dim = " + std::to_string(s.head_dim);
+  if (!positive) return Error{ErrorCode::bad_heads, heads + ": head counts and head_dim must be >= 1"};
+  if (s.heads_q % s.heads_kv != 0) return Error{ErrorCode::bad_heads, heads + ": heads_q must be a multiple of heads_kv"};
+  if (s.heads_q > INT_MAX || s.head_dim > INT_MAX)  // the params hold them as int, as the kernels do
+    return Error{ErrorCode::unsupported, heads + ": heads_q and head_dim must fit in int"};
+  return std::nullopt;
 }
-std::optional<Error> attention_twin_into(const AttentionProblem&, const AttentionInputs&, const AttentionOutputs&) {
-  return Error{ErrorCode::unsupported, "attention twin not built yet"};
+
+std::optional<Error> check_size(const char* name, const std::vector<double>& t, int64_t expected) {
+  if (static_cast<int64_t>(t.size()) == expected) return std::nullopt;
+  return Error{ErrorCode::bad_tensor_shape, std::string("tensor ") + name + " has " + std::to_string(t.size()) +
+                                                " elements, expected " + std::to_string(expected)};
 }
+
+// Batch errors (from the metadata path), then heads, then tensor sizes.
+Expected<TwinSizes> validate(const AttentionProblem& problem, const AttentionInputs& in, const Metadata& md) {
+  const AttentionShape& s = problem.shape;
+  if (auto e = check_heads(s)) return *e;
+  TwinSizes z;
+  z.rows = shape_product(md.extra) * md.batch;
+  z.tq = problem.batch.q.segment_ids.shape.back();
+  z.tkv = problem.batch.kv.segment_ids.shape.back();
+  z.hq = s.heads_q, z.hkv = s.heads_kv, z.d = s.head_dim;
+  if (auto e = check_size("q", in.q, z.q_elems())) return *e;
+  if (auto e = check_size("k", in.k, z.kv_elems())) return *e;
+  if (auto e = check_size("v", in.v, z.kv_elems())) return *e;
+  if (auto e = check_size("do", in.d_o, s.backward ? z.q_elems() : 0)) return *e;
+  return z;
+}
+
+// ---------------------------------------------------------------- tensors
+
+// The twin's device memory. Every float holds a value representable in the
+// problem's dtype (what a half / bf16 buffer would hold), except the fp32
+// accumulators dq, dk, dv, which are rounded only when copied out, and lse and
+// delta, which are fp32 on the device too.
+struct TwinBuffers {
+  std::vector<float> q, k, v, d_o, o, lse, delta, dq, dk, dv;
+};
+
+// The host-to-device conversion: a no-op on inputs already rounded to the dtype.
+std::vector<float> to_device(const std::vector<double>& t, int dtype) {
+  std::vector<float> out(t.size());
+  for (size_t i = 0; i < t.size(); ++i) out[i] = round_to(static_cast<float>(t[i]), dtype);
+  return out;
+}
+
+AttentionBwdParams make_params(const AttentionProblem& problem, const TwinSizes& z, const Metadata& md,
+                               TwinBuffers& b) {
+  AttentionBwdParams p;
+  p.q = b.q.data(), p.k = b.k.data(), p.v = b.v.data(), p.o = b.o.data(), p.lse = b.lse.data();
+  p.cu_seqlens_q = md.cu_seqlens_q.data(), p.cu_seqlens_kv = md.cu_seqlens_kv.data();
+  p.ragged_offsets_q = md.ragged_offsets_q.data(), p.ragged_offsets_kv = md.ragged_offsets_kv.data();
+  p.docs = md.documents();
+  p.total_q = z.rows * z.tq, p.total_kv = z.rows * z.tkv;
+  p.heads_q = static_cast<int>(z.hq), p.heads_kv = static_cast<int>(z.hkv), p.head_dim = static_cast<int>(z.d);
+  p.scale = static_cast<float>(problem.shape.effective_scale());
+  p.mask = static_cast<int>(problem.batch.mask);
+  p.window_left = problem.batch.window.left, p.window_right = problem.batch.window.right;
+  p.dtype = static_cast<int>(problem.shape.dtype);
+  p.d_o = b.d_o.data(), p.lse_in = b.lse.data(), p.o_in = b.o.data();
+  p.dq = b.dq.data(), p.dk = b.dk.data(), p.dv = b.dv.data(), p.delta = b.delta.data();
+  p.deterministic = true;
+  return p;
+}
+
+// Row `token` of head `head` in a [tokens, heads, head_dim] tensor.
+const float* row_of(const void* t, int64_t token, int heads, int head, int d) {
+  return static_cast<const float*>(t) + (token * heads + head) * d;
+}
+float* row_of(void* t, int64_t token, int heads, int head, int d) {
+  return static_cast<float*>(t) + (token * heads + head) * d;
+}
+
+// ---------------------------------------------------------------- shared tile steps
+
+// One tile: queries [a0, a0 + rows), keys [b0, b0 + cols) of a document.
+struct Tile {
+  int64_t a0, rows, b0, cols;
+};
+
+Tile tile_at(const DocSpan& d, int64_t q_tile, int64_t kv_tile) {
+  const int64_t a0 = q_tile * kTileQ, b0 = kv_tile * kTileKv;
+  return Tile{a0, std::min<int64_t>(kTileQ, d.lq - a0), b0, std::min<int64_t>(kTileKv, d.lkv - b0)};
+}
+
+// s[i][j] = scale * (q_i . k_j) in fp32 (c in order), -inf where the index rule forbids.
+void scores_tile(float s[kTileQ][kTileKv], const AttentionFwdParams& p, const DocSpan& d, const Tile& t, int h) {
+  const int hk = kv_head_of(h, p.heads_q, p.heads_kv);
+  for (int64_t i = 0; i < t.rows; ++i) {
+    const float* q = row_of(p.q, d.q0 + t.a0 + i, p.heads_q, h, p.head_dim);
+    for (int64_t j = 0; j < t.cols; ++j) {
+      if (!index_allowed(p.mask, p.window_left, p.window_right, t.a0 + i, t.b0 + j, d.lq, d.lkv)) {
+        s[i][j] = -INFINITY;
+        continue;
+      }
+      const float* k = row_of(p.k, d.kv0 + t.b0 + j, p.heads_kv, hk, p.head_dim);
+      float acc = 0.0f;
+      for (int c = 0; c < p.head_dim; ++c) acc += q[c] * k[c];
+      s[i][j] = acc * p.scale;
+    }
+  }
+}
+
+// acc[i][:] += sum_j round(x[i][j]) * y_j[:], y_j = token y0 + b0 + j, head `head` of tensor y.
+void add_rounded_times_rows(float* acc, const float x[kTileQ][kTileKv], const Tile& t, int dtype, const void* y,
+                            int64_t y0, int heads, int head, int d) {
+  for (int64_t i = 0; i < t.rows; ++i)
+    for (int64_t j = 0; j < t.cols; ++j) {
+      const float xr = round_to(x[i][j], dtype);
+      const float* yj = row_of(y, y0 + t.b0 + j, heads, head, d);
+      for (int c = 0; c < d; ++c) acc[i * d + c] += xr * yj[c];
+    }
+}
+
+// ---------------------------------------------------------------- forward
+
+// One (document, query head, q tile): the kernel's thread block.
+void forward_q_tile(const AttentionFwdParams& p, const DocSpan& d, int h, int64_t q_tile) {
+  const int D = p.head_dim, hk = kv_head_of(h, p.heads_q, p.heads_kv);
+  const int64_t a0 = q_tile * kTileQ, a1 = std::min<int64_t>(a0 + kTileQ, d.lq);
+  SoftmaxRow state[kTileQ];
+  std::vector<float> o(kTileQ * D, 0.0f);
+  float s[kTileQ][kTileKv];
+  const TileRange kv = kv_tile_range(p.mask, p.window_left, p.window_right, a0, a1, d.lq, d.lkv, kTileKv);
+  for (int64_t kv_tile = kv.begin; kv_tile < kv.end; ++kv_tile) {
+    const Tile t = tile_at(d, q_tile, kv_tile);
+    scores_tile(s, p, d, t, h);
+    for (int64_t i = 0; i < t.rows; ++i)
+      rescale_row(&o[i * D], D, online_softmax_update_inplace(state[i], s[i], static_cast<int>(t.cols)));
+    add_rounded_times_rows(o.data(), s, t, p.dtype, p.v, d.kv0, p.heads_kv, hk, D);
+  }
+  for (int64_t i = 0; i < a1 - a0; ++i) {
+    finalize_row(&o[i * D], D, state[i]);
+    float* out = row_of(p.o, d.q0 + a0 + i, p.heads_q, h, D);
+    for (int c = 0; c < D; ++c) out[c] = round_to(o[i * D + c], p.dtype);
+    p.lse[h * p.total_q + d.q0 + a0 + i] = row_lse(state[i]);
+  }
+}
+
+// o and lse must be zero / -inf filled: tokens outside every document keep that.
+void forward_pass(const AttentionFwdParams& p) {
+  for (int64_t doc = 0; doc < p.docs; ++doc) {
+    const DocSpan d = doc_span(p, doc);
+    for (int h = 0; h < p.heads_q; ++h)
+      for (int64_t q_tile = 0; q_tile * kTileQ < d.lq; ++q_tile) forward_q_tile(p, d, h, q_tile);
+  }
+}
+
+// ---------------------------------------------------------------- backward
+
+// P from lse (in place over s) and dS = P (dP - delta) * scale into ds, for one tile.
+void probabilities_and_dscores(float s[kTileQ][kTileKv], float ds[kTileQ][kTileKv], const AttentionBwdParams& p,
+                               const DocSpan& d, const Tile& t, int h) {
+  const int hk = kv_head_of(h, p.heads_q, p.heads_kv);
+  scores_tile(s, p, d, t, h);
+  for (int64_t i = 0; i < t.rows; ++i) {
+    const int64_t token = d.q0 + t.a0 + i;
+    const int n = static_cast<int>(t.cols);
+    probabilities_from_lse_inplace(s[i], n, p.lse_in[h * p.total_q + token]);
+    const float* d_o = row_of(p.d_o, token, p.heads_q, h, p.head_dim);
+    for (int64_t j = 0; j < t.cols; ++j) {  // dP = dO V^T
+      const float* v = row_of(p.v, d.kv0 + t.b0 + j, p.heads_kv, hk, p.head_dim);
+      float acc = 0.0f;
+      for (int c = 0; c < p.head_dim; ++c) acc += d_o[c] * v[c];
+      ds[i][j] = acc;
+    }
+    softmax_grad_row_inplace(ds[i], s[i], n, p.delta[h * p.total_q + token]);
+    rescale_row(ds[i], n, p.scale);  // the scores were scaled: dL/d(q.k) = scale * dS
+  }
+}
+
+// acc[j][:] += sum_i round(x[i][j]) * y_i[:] (x transposed), y_i = token y0 + a0 + i, head `head` of y.
+void add_rounded_transposed_times_rows(float* acc, const float x[kTileQ][kTileKv], const Tile& t, int dtype,
+                                       const void* y, int64_t y0, int heads, int head, int d) {
+  for (int64_t i = 0; i < t.rows; ++i) {
+    const float* yi = row_of(y, y0 + t.a0 + i, heads, head, d);
+    for (int64_t j = 0; j < t.cols; ++j) {
+      const float xr = round_to(x[i][j], dtype);
+      for (int c = 0; c < d; ++c) acc[j * d + c] += xr * yi[c];
+    }
+  }
+}
+
+// One (document, kv head, kv tile): dK and dV over the group's query heads.
+void backward_kv_tile(const AttentionBwdParams& p, const DocSpan& d, int hk, int64_t kv_tile) {
+  const int D = p.head_dim, group = p.heads_q / p.heads_kv;
+  const int64_t b0 = kv_tile * kTileKv, b1 = std::min<int64_t>(b0 + kTileKv, d.lkv);
+  std::vector<float> dk(kTileKv * D, 0.0f), dv(kTileKv * D, 0.0f);
+  float s[kTileQ][kTileKv], ds[kTileQ][kTileKv];
+  const TileRange qr = q_tile_range(p.mask, p.window_left, p.window_right, b0, b1, d.lq, d.lkv, kTileQ);
+  for (int h = hk * group; h < (hk + 1) * group; ++h)
+    for (int64_t q_tile = qr.begin; q_tile < qr.end; ++q_tile) {
+      const Tile t = tile_at(d, q_tile, kv_tile);
+      probabilities_and_dscores(s, ds, p, d, t, h);
+      add_rounded_transposed_times_rows(dv.data(), s, t, p.dtype, p.d_o, d.q0, p.heads_q, h, D);
+      add_rounded_transposed_times_rows(dk.data(), ds, t, p.dtype, p.q, d.q0, p.heads_q, h, D);
+    }
+  for (int64_t j = 0; j < b1 - b0; ++j) {
+    std::copy_n(&dk[j * D], D, row_of(p.dk, d.kv0 + b0 + j, p.heads_kv, hk, D));
+    std::copy_n(&dv[j * D], D, row_of(p.dv, d.kv0 + b0 + j, p.heads_kv, hk, D));
+  }
+}
+
+// One (document, query head, q tile): dQ, its own pass (no atomics).
+void backward_q_tile(const AttentionBwdParams& p, const DocSpan& d, int h, int64_t q_tile) {
+  const int D = p.head_dim, hk = kv_head_of(h, p.heads_q, p.heads_kv);
+  const int64_t a0 = q_tile * kTileQ, a1 = std::min<int64_t>(a0 + kTileQ, d.lq);
+  std::vector<float> dq(kTileQ * D, 0.0f);
+  float s[kTileQ][kTileKv], ds[kTileQ][kTileKv];
+  const TileRange kv = kv_tile_range(p.mask, p.window_left, p.window_right, a0, a1, d.lq, d.lkv, kTileKv);
+  for (int64_t kv_tile = kv.begin; kv_tile < kv.end; ++kv_tile) {
+    const Tile t = tile_at(d, q_tile, kv_tile);
+    probabilities_and_dscores(s, ds, p, d, t, h);
+    add_rounded_times_rows(dq.data(), ds, t, p.dtype, p.k, d.kv0, p.heads_kv, hk, D);
+  }
+  for (int64_t i = 0; i < a1 - a0; ++i) std::copy_n(&dq[i * D], D, row_of(p.dq, d.q0 + a0 + i, p.heads_q, h, D));
+}
+
+// delta for every token (0 outside documents: o is 0 there), then the two passes.
+// dq, dk, dv must be zero-filled: unattended and uncovered tokens keep 0.
+void backward_passes(const AttentionBwdParams& p) {
+  for (int64_t token = 0; token < p.total_q; ++token)
+    for (int h = 0; h < p.heads_q; ++h)
+      p.delta[h * p.total_q + token] = row_delta(row_of(p.d_o, token, p.heads_q, h, p.head_dim),
+                                                 row_of(p.o_in, token, p.heads_q, h, p.head_dim), p.head_dim);
+  for (int64_t doc = 0; doc < p.docs; ++doc) {
+    const DocSpan d = doc_span(p, doc);
+    for (int hk = 0; hk < p.heads_kv; ++hk)
+      for (int64_t kv_tile = 0; kv_tile * kTileKv < d.lkv; ++kv_tile) backward_kv_tile(p, d, hk, kv_tile);
+    for (int h = 0; h < p.heads_q; ++h)
+      for (int64_t q_tile = 0; q_tile * kTileQ < d.lq; ++q_tile) backward_q_tile(p, d, h, q_tile);
+  }
+}
+
+// ---------------------------------------------------------------- outputs
+
+void copy_out(const std::vector<float>& from, double* to, int dtype) {
+  for (size_t i = 0; i < from.size(); ++i) to[i] = round_to(from[i], dtype);
+}
+
+// lse [Hq, R * Tq] -> [R, Hq, Tq].
+void copy_lse_out(const std::vector<float>& lse, const TwinSizes& z, double* to) {
+  for (int64_t r = 0; r < z.rows; ++r)
+    for (int64_t h = 0; h < z.hq; ++h)
+      for (int64_t t = 0; t < z.tq; ++t) to[(r * z.hq + h) * z.tq + t] = lse[h * z.rows * z.tq + r * z.tq + t];
+}
+
+std::optional<Error> missing_output(const AttentionOutputs& out, const TwinSizes& z, bool backward) {
+  const bool q = z.q_elems() > 0, kv = z.kv_elems() > 0;
+  if ((q && (!out.o || !out.lse)) || (backward && ((q && !out.dq) || (kv && (!out.dk || !out.dv)))))
+    return Error{ErrorCode::bad_tensor_shape, "an output buffer the problem needs is null"};
+  return std::nullopt;
+}
+
+// A validated problem: its production metadata and tensor sizes.
+struct Prepared {
+  Metadata md;
+  TwinSizes z;
+};
+
+Expected<Prepared> prepare(const AttentionProblem& problem, const AttentionInputs& inputs) {
+  auto md = metadata_twin(problem.batch);
+  if (!md) return md.error();
+  auto sizes = validate(problem, inputs, md.value());
+  if (!sizes) return sizes.error();
+  return Prepared{std::move(md).value(), sizes.value()};
+}
+
+// Runs the passes on the twin's buffers and writes exactly the logical outputs.
+void run(const AttentionProblem& problem, const AttentionInputs& inputs, const Prepared& w,
+         const AttentionOutputs& out) {
+  const TwinSizes& z = w.z;
+  const bool backward = problem.shape.backward;
+  const int dtype = static_cast<int>(problem.shape.dtype);
+  TwinBuffers b{to_device(inputs.q, dtype), to_device(inputs.k, dtype), to_device(inputs.v, dtype),
+                to_device(inputs.d_o, dtype), std::vector<float>(z.q_elems(), 0.0f),
+                std::vector<float>(z.lse_elems(), -INFINITY), {}, {}, {}, {}};
+  if (backward) {
+    b.delta.assign(z.lse_elems(), 0.0f);
+    b.dq.assign(z.q_elems(), 0.0f), b.dk.assign(z.kv_elems(), 0.0f), b.dv.assign(z.kv_elems(), 0.0f);
+  }
+  const AttentionBwdParams p = make_params(problem, z, w.md, b);
+  forward_pass(p);
+  copy_out(b.o, out.o, dtype);  // o already holds dtype values
+  copy_lse_out(b.lse, z, out.lse);
+  if (!backward) return;
+  backward_passes(p);
+  copy_out(b.dq, out.dq, dtype);
+  copy_out(b.dk, out.dk, dtype);
+  copy_out(b.dv, out.dv, dtype);
+}
+
+}  // namespace
+
+std::optional<Error> attention_twin_into(const AttentionProblem& problem, const AttentionInputs& inputs,
+                                         const AttentionOutputs& out) {
+  auto prepared = prepare(problem, inputs);
+  if (!prepared) return prepared.error();
+  if (auto e = missing_output(out, prepared->z, problem.shape.backward)) return e;
+  run(problem, inputs, prepared.value(), out);
+  return std::nullopt;
+}
+
+Expected<AttentionResult> attention_twin(const AttentionProblem& problem, const AttentionInputs& inputs) {
+  auto prepared = prepare(problem, inputs);
+  if (!prepared) return prepared.error();
+  const TwinSizes& z = prepared->z;
+  AttentionResult r;
+  r.o.assign(z.q_elems(), 0.0);
+  r.lse.assign(z.lse_elems(), -INFINITY);
+  AttentionOutputs out{r.o.data(), r.lse.data()};
+  if (problem.shape.backward) {
+    r.grads = AttentionGradients{std::vector<double>(z.q_elems()), std::vector<double>(z.kv_elems()),
+                                 std::vector<double>(z.kv_elems())};
+    out.dq = r.grads->dq.data(), out.dk = r.grads->dk.data(), out.dv = r.grads->dv.data();
+  }
+  run(problem, inputs, prepared.value(), out);
+  return r;
+}
+
 }  // namespace attn_oracle::gpu

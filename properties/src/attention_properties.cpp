@@ -1,8 +1,10 @@
 // attention_properties.cpp: the properties of DESIGN section 5, written once
 // against the attention capability. Floats are judged by the tolerance rule
 // (tolerance.hpp): error against the float64 reference <= k x the error of a
-// same-precision naive computation + eps. Each property has a planted-bug
-// backend in tests/planted/ that it must catch.
+// same-precision naive computation + eps. The metamorphic ones (permutation,
+// GQA, causal window) compare a backend with itself on a transformed problem,
+// with the same rule and the transformed run in the reference's seat. Each
+// property has a planted-bug backend in tests/planted/ that it must catch.
 #include <cmath>
 #include <sstream>
 
@@ -26,8 +28,9 @@ Case attention_case(const AttentionDraw& d) {
 }
 
 // Draws a problem the backend supports, records it, and returns it with its inputs.
-std::pair<AttentionDraw, AttentionInputs> draw_supported(Backend& backend, CaseRecorder& recorder) {
-  const AttentionDraw d = *attention_draw();
+std::pair<AttentionDraw, AttentionInputs> draw_supported(Backend& backend, CaseRecorder& recorder,
+                                                         const AttentionOptions& options = {}) {
+  const AttentionDraw d = *attention_draw(options);
   const auto reason = backend.attention()->unsupported(d.problem);
   RC_PRE(!reason.has_value());
   recorder.current(attention_case(d));
@@ -46,8 +49,12 @@ void assert_within_tolerance(const AttentionProblem& p, const AttentionInputs& i
     if (!check.pass) RC_FAIL(check.describe());
 }
 
+// Kernels see each document as trimmed runs and apply the index rule, which is
+// the token-level mask exactly on representable inputs (DESIGN section 4); the
+// others are the representability diagnostic's business, not a kernel bug.
 void matches_reference(Backend& backend, CaseRecorder& recorder) {
   const auto [d, inputs] = draw_supported(backend, recorder);
+  RC_PRE(ref::representability(d.problem.batch).representable);
   const AttentionResult want = ref::attention_dense_masked(d.problem, inputs).value();
   assert_within_tolerance(d.problem, inputs, run_or_fail(backend, d.problem, inputs), want);
 }
@@ -70,6 +77,7 @@ bool any_nan(const std::vector<double>& v) {
 // nobody attends get dk = dv = 0; nothing is NaN.
 void unattended_tokens_are_exactly_zero(Backend& backend, CaseRecorder& recorder) {
   const auto [d, inputs] = draw_supported(backend, recorder);
+  RC_PRE(ref::representability(d.problem.batch).representable);  // the mask is token-level
   const AttentionResult got = run_or_fail(backend, d.problem, inputs);
   RC_ASSERT(!any_nan(got.o) && !any_nan(got.lse));
   if (got.grads) RC_ASSERT(!any_nan(got.grads->dq) && !any_nan(got.grads->dk) && !any_nan(got.grads->dv));
@@ -132,6 +140,78 @@ void document_permutation_invariance(Backend& backend, CaseRecorder& recorder) {
   assert_within_tolerance(p2, in2, run_or_fail(backend, p2, in2), moved);
 }
 
+// Query head h reads kv head h / (Hq / Hkv): running the GQA problem equals
+// running it with every kv head repeated for the query heads that read it. The
+// repeated run's dk and dv are summed back over each group of query heads.
+void gqa_equals_repeated_kv_heads(Backend& backend, CaseRecorder& recorder) {
+  const auto [d, inputs] = draw_supported(backend, recorder, AttentionOptions{.gqa = true});
+  const AttentionShape& s = d.problem.shape;
+  AttentionProblem repeated = d.problem;
+  repeated.shape.heads_kv = s.heads_q;
+  RC_PRE(!backend.attention()->unsupported(repeated).has_value());
+  const int64_t group = s.heads_q / s.heads_kv, dim = s.head_dim;
+  const int64_t kv_tokens = static_cast<int64_t>(inputs.k.size()) / (s.heads_kv * dim);
+  auto wide_at = [&](int64_t t, int64_t h) { return (t * s.heads_q + h) * dim; };
+  auto narrow_at = [&](int64_t t, int64_t h) { return (t * s.heads_kv + h / group) * dim; };
+  auto repeat = [&](const std::vector<double>& narrow) {
+    std::vector<double> wide(kv_tokens * s.heads_q * dim);
+    for (int64_t t = 0; t < kv_tokens; ++t)
+      for (int64_t h = 0; h < s.heads_q; ++h)
+        for (int64_t c = 0; c < dim; ++c) wide[wide_at(t, h) + c] = narrow[narrow_at(t, h) + c];
+    return wide;
+  };
+  auto sum_back = [&](const std::vector<double>& wide) {
+    std::vector<double> narrow(kv_tokens * s.heads_kv * dim, 0.0);
+    for (int64_t t = 0; t < kv_tokens; ++t)
+      for (int64_t h = 0; h < s.heads_q; ++h)
+        for (int64_t c = 0; c < dim; ++c) narrow[narrow_at(t, h) + c] += wide[wide_at(t, h) + c];
+    return narrow;
+  };
+  const AttentionInputs repeated_inputs{inputs.q, repeat(inputs.k), repeat(inputs.v), inputs.d_o};
+  const AttentionResult wide = run_or_fail(backend, repeated, repeated_inputs);
+  AttentionResult want{wide.o, wide.lse, std::nullopt};
+  if (wide.grads)
+    want.grads = AttentionGradients{wide.grads->dq, sum_back(wide.grads->dk), sum_back(wide.grads->dv)};
+  RC_CLASSIFY(s.heads_kv == 1, "MQA");
+  assert_within_tolerance(d.problem, inputs, run_or_fail(backend, d.problem, inputs), want);
+}
+
+// A window (left, 0) on a padding (no_mask) input is top-left causal by
+// positions: it equals padding_causal (causal) with window (left, -1). Left is
+// the drawn one, so mostly -1: the plain causal mask. Both problems must be
+// representable (DESIGN section 4: kernels realise the token-level mask only
+// there; matchesReference is where the rest is judged). The windowed problem is
+// the recorded case (it is the one a window bug gets wrong).
+void causal_window_equals_top_left_causal(Backend& backend, CaseRecorder& recorder) {
+  const auto [d, inputs] = draw_supported(backend, recorder);
+  const bool padding = allows_padding(d.problem.batch.mask);
+  const int64_t left = d.problem.batch.window.left;
+  AttentionProblem windowed = d.problem, causal = d.problem;
+  windowed.batch.mask = padding ? MaskKind::padding : MaskKind::no_mask;
+  windowed.batch.window = Window{left, 0};
+  causal.batch.mask = padding ? MaskKind::padding_causal : MaskKind::causal;
+  causal.batch.window = Window{left, -1};
+  RC_PRE(!backend.attention()->unsupported(windowed).has_value());
+  RC_PRE(!backend.attention()->unsupported(causal).has_value());
+  RC_PRE(ref::representability(windowed.batch).representable && ref::representability(causal.batch).representable);
+  recorder.current(attention_case(AttentionDraw{windowed, d.seed}));
+  RC_CLASSIFY(left >= 0, "left bounded");
+  const AttentionResult want = run_or_fail(backend, causal, inputs);
+  assert_within_tolerance(windowed, inputs, run_or_fail(backend, windowed, inputs), want);
+}
+
+// attention_into writes every logical output (tokens that attend nothing too)
+// and nothing else: o, lse, dq, dk, dv each sit between 64 NaN guard elements,
+// with the interior pre-filled with the same NaN; afterwards every guard holds
+// that exact bit pattern and no interior element is NaN.
+void guard_bands_stay_poisoned(Backend& backend, CaseRecorder& recorder) {
+  const auto [d, inputs] = draw_supported(backend, recorder);
+  GuardedAttentionBuffers buffers(d.problem);
+  if (auto e = backend.attention()->attention_into(d.problem, inputs, buffers.buffers()))
+    RC_FAIL("attention_into rejected a valid input: " + std::string(to_string(e->code)) + ": " + e->message);
+  if (auto violation = buffers.first_violation()) RC_FAIL(*violation);
+}
+
 }  // namespace
 
 std::vector<PropertyDef> attention_properties() {
@@ -141,6 +221,9 @@ std::vector<PropertyDef> attention_properties() {
       {"attention/matchesPerDocumentReference", c, "on representable inputs, match the per-document reference", matches_per_document_reference},
       {"attention/unattendedTokensAreExactlyZero", c, "queries that attend nothing give o = 0, lse = -inf; unattended keys get zero gradients; no NaN", unattended_tokens_are_exactly_zero},
       {"attention/documentPermutationInvariance", c, "reordering documents reorders outputs and nothing else", document_permutation_invariance},
+      {"attention/gqaEqualsRepeatedKvHeads", c, "GQA/MQA equals the same backend with kv heads repeated (query head h reads kv head h / group); dk, dv summed back per group", gqa_equals_repeated_kv_heads},
+      {"attention/causalWindowEqualsTopLeftCausal", c, "window (left, 0) on padding / no_mask equals padding_causal / causal with window (left, -1) on the same backend", causal_window_equals_top_left_causal},
+      {"attention/guardBandsStayPoisoned", Capability::attention_buffers, "attention_into leaves NaN guard bands around o, lse, dq, dk, dv untouched and writes every logical output", guard_bands_stay_poisoned},
   };
 }
 

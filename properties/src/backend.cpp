@@ -1,5 +1,10 @@
-// backend.cpp: the backend registry behind ATTN_ORACLE_REGISTER_BACKEND.
+// backend.cpp: capabilities, the backend registry behind ATTN_ORACLE_REGISTER_BACKEND,
+// and the guard-banded buffers that attention_into is checked with.
 #include "attn_oracle/backend.hpp"
+
+#include <bit>
+#include <cmath>
+#include <sstream>
 
 namespace attn_oracle {
 
@@ -7,6 +12,7 @@ std::string_view to_string(Capability capability) {
   switch (capability) {
     case Capability::metadata: return "metadata";
     case Capability::attention: return "attention";
+    case Capability::attention_buffers: return "attention_buffers";
   }
   return "?";
 }
@@ -15,17 +21,63 @@ bool Backend::has(Capability capability) {
   switch (capability) {
     case Capability::metadata: return metadata() != nullptr;
     case Capability::attention: return attention() != nullptr;
+    case Capability::attention_buffers: return attention() != nullptr && attention()->supports_attention_into();
   }
   return false;
 }
 
 std::vector<Capability> Backend::capabilities() {
   std::vector<Capability> out;
-  for (Capability c : {Capability::metadata, Capability::attention})
+  for (Capability c : {Capability::metadata, Capability::attention, Capability::attention_buffers})
     if (has(c)) out.push_back(c);
   return out;
 }
 
+// ------------------------------------------------------------------- guard-banded buffers
+GuardedAttentionBuffers::GuardedAttentionBuffers(const AttentionProblem& problem) {
+  const auto sizes = validate_attention(problem);
+  if (!sizes) return;
+  const double poison = std::bit_cast<double>(kPoison);
+  auto add = [&](std::string name, int64_t elems) {
+    tensors_.push_back(Guarded{std::move(name), std::vector<double>(elems + 2 * kGuard, poison), elems});
+  };
+  tensors_.reserve(5);
+  add("o", sizes->q_elems());
+  add("lse", sizes->lse_elems());
+  if (problem.shape.backward) {
+    add("dq", sizes->q_elems());
+    add("dk", sizes->kv_elems());
+    add("dv", sizes->kv_elems());
+  }
+  double** slots[] = {&buffers_.o, &buffers_.lse, &buffers_.dq, &buffers_.dk, &buffers_.dv};
+  for (size_t t = 0; t < tensors_.size(); ++t) *slots[t] = tensors_[t].storage.data() + kGuard;
+}
+
+std::optional<std::string> GuardedAttentionBuffers::first_violation() const {
+  for (const Guarded& g : tensors_) {
+    const int64_t total = static_cast<int64_t>(g.storage.size());
+    for (int64_t at = 0; at < total; ++at) {
+      const double x = g.storage[at];
+      const bool guard = at < kGuard || at >= kGuard + g.elems;
+      if (guard && std::bit_cast<uint64_t>(x) != kPoison) {
+        std::ostringstream os;
+        if (at < kGuard) os << g.name << ": guard element " << kGuard - at << " before the start";
+        else os << g.name << ": guard element " << at - kGuard - g.elems << " after the end (0 = one past the last)";
+        os << " was overwritten with " << x << " (bits 0x" << std::hex << std::bit_cast<uint64_t>(x) << ")";
+        return os.str();
+      }
+      if (!guard && std::isnan(x)) {
+        std::ostringstream os;
+        os << g.name << "[" << at - kGuard << "] of " << g.elems << " is NaN: "
+           << (std::bit_cast<uint64_t>(x) == kPoison ? "never written" : "written as NaN");
+        return os.str();
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+// ------------------------------------------------------------------- registry
 BackendRegistry& BackendRegistry::instance() {
   static BackendRegistry registry;
   return registry;

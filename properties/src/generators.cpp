@@ -124,7 +124,7 @@ PackedBatch build_batch(const BatchSpec& spec) {
 namespace attn_oracle {
 namespace {
 
-enum class EdgeMode { normal, all_full, unit_docs, empty_row, exactly_m, one_side };
+enum class EdgeMode { normal, all_full, unit_docs, empty_row, exactly_m, one_side, long_docs };
 
 // Trailing padding drawn after the rows are fitted: rows keep room for it.
 constexpr int kMaxTrailing = 3;
@@ -137,6 +137,7 @@ rc::Gen<EdgeMode> edge_mode() {
       {1, rc::gen::just(EdgeMode::empty_row)},
       {2, rc::gen::just(EdgeMode::exactly_m)},
       {2, rc::gen::just(EdgeMode::one_side)},
+      {2, rc::gen::just(EdgeMode::long_docs)},
   });
 }
 
@@ -159,6 +160,9 @@ rc::Gen<Window> window() {
 // Length of one side of a document: size-scaled, 0 (missing on that side) rarely.
 rc::Gen<int> side_length(EdgeMode mode, int max_len) {
   if (mode == EdgeMode::unit_docs) return rc::gen::just(1);
+  // Lengths up to 40 whatever the size, so that documents longer than a 16-row
+  // kernel tile are drawn early; they still shrink towards 1.
+  if (mode == EdgeMode::long_docs) return rc::gen::resize(100, rc::gen::inRange(1, std::max(2, std::min(max_len, 41))));
   return rc::gen::withSize([=](int size) {
     const int top = std::max(2, std::min(max_len, 2 + size / 7));
     if (mode == EdgeMode::all_full || mode == EdgeMode::exactly_m) return rc::gen::inRange(1, top);
@@ -278,17 +282,35 @@ rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
 
 namespace attn_oracle {
 
+namespace {
+
+// One of `values`, equally likely at every size, shrinking towards values[0]
+// (rc::gen::element never shrinks, and a size-scaled inRange would keep the
+// first half of the cases on values[0]).
+template <typename T>
+rc::Gen<T> shrinking_element(std::vector<T> values) {
+  return rc::gen::map(rc::gen::resize(100, rc::gen::inRange<size_t>(0, values.size())),
+                      [values](size_t i) { return values[i]; });
+}
+
+}  // namespace
+
 rc::Gen<AttentionDraw> attention_draw(AttentionOptions o) {
   struct Heads {
     int64_t kv, group, dim;
     Dtype dtype;
     bool backward, explicit_scale;
   };
-  auto dtype = o.low_precision ? rc::gen::element(Dtype::fp32, Dtype::fp16, Dtype::bf16) : rc::gen::just(Dtype::fp32);
+  auto dtype = o.low_precision ? shrinking_element<Dtype>({Dtype::fp32, Dtype::fp16, Dtype::bf16})
+                               : rc::gen::just(Dtype::fp32);
+  auto group = o.gqa ? shrinking_element<int64_t>({2, 4}) : shrinking_element<int64_t>({1, 2, 4});
+  // 3 draws in 4 from {1, 2, 4, 8}, 1 in 6 is 64 (the kernels' smallest); a
+  // failure shrinks towards head_dim 1.
+  auto dim = shrinking_element<int64_t>({1, 2, 4, 8, 1, 2, 4, 8, 1, 16, 64, 64});
   auto heads = rc::gen::construct<Heads>(
-      rc::gen::inRange<int64_t>(1, 3), rc::gen::element<int64_t>(1, 2, 4), rc::gen::element<int64_t>(1, 2, 4, 8),
-      dtype, o.backward ? rc::gen::arbitrary<bool>() : rc::gen::just(false),
-      rc::gen::weightedOneOf<bool>({{4, rc::gen::just(false)}, {1, rc::gen::just(true)}}));
+      shrinking_element<int64_t>({1, 2}), group, dim, dtype,
+      o.backward ? rc::gen::arbitrary<bool>() : rc::gen::just(false),
+      shrinking_element<bool>({false, false, false, false, true}));  // scale 0.5, 1 in 5
   return rc::gen::map(
       rc::gen::tuple(packed_batch(o.batch), heads, rc::gen::arbitrary<uint64_t>()),
       [](const std::tuple<PackedBatch, Heads, uint64_t>& t) {

@@ -61,12 +61,14 @@ std::string_view to_string(PropertyOutcome::Status status) {
   return "?";
 }
 
-RunSettings default_run_settings() {
+RunSettings default_run_settings(uint64_t seed_if_unset) {
   RunSettings s;
   const rc::detail::TestParams& p = rc::detail::configuration().testParams;
   s.max_success = p.maxSuccess;
   s.max_size = std::min(p.maxSize, 100);
   s.seed = p.seed;
+  const char* params = std::getenv("RC_PARAMS");
+  if (seed_if_unset != 0 && (!params || std::string(params).find("seed=") == std::string::npos)) s.seed = seed_if_unset;
   const char* dir = std::getenv("ATTN_ORACLE_FAILURES_DIR");
   s.failures_dir = dir && *dir ? dir : ATTN_ORACLE_DEFAULT_FAILURES_DIR;
   return s;

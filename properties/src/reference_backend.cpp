@@ -1,6 +1,9 @@
 // reference_backend.cpp: the float64 oracle behind the backend seam, so that the
 // properties can be run on the reference itself (self-consistency) and so that
-// `attn-oracle eval --backend reference` prints ground truth.
+// `attn-oracle eval --backend reference` prints ground truth. It also writes into
+// caller-owned buffers (compute, then copy), so the guard-band property runs on it.
+#include <algorithm>
+
 #include "attn_oracle/backend.hpp"
 #include "attn_oracle/reference_metadata.hpp"
 
@@ -18,6 +21,24 @@ class ReferenceBackend final : public Backend, MetadataCapability, AttentionCapa
   Expected<AttentionResult> attention(const AttentionProblem& problem,
                                       const AttentionInputs& inputs) override {
     return ref::attention_dense_masked(problem, inputs);
+  }
+
+  bool supports_attention_into() const override { return true; }
+  std::optional<Error> attention_into(const AttentionProblem& problem, const AttentionInputs& inputs,
+                                      const Buffers& out) override {
+    Expected<AttentionResult> r = ref::attention_dense_masked(problem, inputs);
+    if (!r) return r.error();
+    auto copy = [](const std::vector<double>& from, double* to) {
+      if (to) std::copy(from.begin(), from.end(), to);
+    };
+    copy(r->o, out.o);
+    copy(r->lse, out.lse);
+    if (r->grads) {
+      copy(r->grads->dq, out.dq);
+      copy(r->grads->dk, out.dk);
+      copy(r->grads->dv, out.dv);
+    }
+    return std::nullopt;
   }
 };
 

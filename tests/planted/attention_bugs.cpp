@@ -1,10 +1,12 @@
-// attention_bugs.cpp: planted attention bugs, each the reference with one
-// real-world mistake applied.
+// attention_bugs.cpp: planted attention bugs, each the reference (or the planted
+// tiled forward of tiled_attention.hpp) with one real-world mistake applied.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "attn_oracle/validate.hpp"
 #include "planted/planted_backends.hpp"
+#include "planted/tiled_attention.hpp"
 
 namespace attn_oracle::planted {
 namespace {
@@ -66,6 +68,110 @@ Expected<AttentionResult> softmax_state_leaks(const AttentionProblem& problem, c
   return out;
 }
 
+// GQA head mapping written as h % Hkv instead of h / (Hq / Hkv). Modelled on the
+// reference with the query heads permuted: query head h lands on the slot
+// pi(h) = (h % Hkv) * group + h / Hkv, whose reference kv head pi(h) / group is
+// h % Hkv; outputs, lse and dq come back from pi(h), dk and dv as they are.
+Expected<AttentionResult> kv_head_modulo(const AttentionProblem& problem, const AttentionInputs& in) {
+  const int64_t hq = problem.shape.heads_q, hkv = problem.shape.heads_kv, d = problem.shape.head_dim;
+  if (hkv < 1 || hq % hkv != 0) return ref::attention_dense_masked(problem, in);  // the reference rejects it
+  const int64_t group = hq / hkv;
+  auto pi = [&](int64_t h) { return (h % hkv) * group + h / hkv; };
+  // to_slot: out[pi(h)] = x[h]; from_slot: out[h] = x[pi(h)]; over [tokens, Hq, D].
+  auto move_heads = [&](const std::vector<double>& x, bool to_slot) {
+    std::vector<double> out(x.size());
+    for (int64_t t = 0; t < static_cast<int64_t>(x.size()) / (hq * d); ++t)
+      for (int64_t h = 0; h < hq; ++h)
+        for (int64_t c = 0; c < d; ++c) {
+          const int64_t from = to_slot ? h : pi(h), to = to_slot ? pi(h) : h;
+          out[(t * hq + to) * d + c] = x[(t * hq + from) * d + c];
+        }
+    return out;
+  };
+  AttentionInputs slotted = in;
+  slotted.q = move_heads(in.q, true);
+  if (!in.d_o.empty()) slotted.d_o = move_heads(in.d_o, true);
+  auto r = ref::attention_dense_masked(problem, slotted);
+  if (!r) return r;
+  AttentionResult out = r.value();
+  out.o = move_heads(r->o, false);
+  const int64_t tq = problem.batch.q.segment_ids.shape.back();
+  for (int64_t row = 0; tq > 0 && row < static_cast<int64_t>(out.lse.size()) / (hq * tq); ++row)
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t i = 0; i < tq; ++i) out.lse[(row * hq + h) * tq + i] = r->lse[(row * hq + pi(h)) * tq + i];
+  if (out.grads) out.grads->dq = move_heads(r->grads->dq, false);
+  return out;
+}
+
+// A window right bound of 0 treated as "no bound" (`if (right > 0)` where
+// `right >= 0` was meant): a causal window (-1, 0) attends the whole document.
+Expected<AttentionResult> zero_right_window_unbounded(const AttentionProblem& problem, const AttentionInputs& in) {
+  AttentionProblem p = problem;
+  if (p.batch.window.right == 0) p.batch.window.right = -1;
+  return ref::attention_dense_masked(p, in);
+}
+
+// ------------------------------------------------------------------- attention_into bugs
+// The reference for attention(); attention_into is the reference's result copied
+// into the buffers by `store`, where the bug lives.
+using Store = void (*)(const AttentionProblem&, const AttentionResult&, const AttentionCapability::Buffers&);
+
+class IntoBackend final : public Backend, AttentionCapability {
+ public:
+  IntoBackend(std::string name, Store store) : name_(std::move(name)), store_(store) {}
+  std::string name() const override { return name_; }
+  AttentionCapability* attention() override { return this; }
+  Expected<AttentionResult> attention(const AttentionProblem& p, const AttentionInputs& in) override {
+    return ref::attention_dense_masked(p, in);
+  }
+  bool supports_attention_into() const override { return true; }
+  std::optional<Error> attention_into(const AttentionProblem& p, const AttentionInputs& in, const Buffers& out) override {
+    auto r = ref::attention_dense_masked(p, in);
+    if (!r) return r.error();
+    store_(p, r.value(), out);
+    return std::nullopt;
+  }
+
+ private:
+  std::string name_;
+  Store store_;
+};
+
+void copy_all(const AttentionResult& r, const AttentionCapability::Buffers& out) {
+  std::copy(r.o.begin(), r.o.end(), out.o);
+  std::copy(r.lse.begin(), r.lse.end(), out.lse);
+  if (!r.grads) return;
+  std::copy(r.grads->dq.begin(), r.grads->dq.end(), out.dq);
+  std::copy(r.grads->dk.begin(), r.grads->dk.end(), out.dk);
+  std::copy(r.grads->dv.begin(), r.grads->dv.end(), out.dv);
+}
+
+// o cleared with an inclusive bound (`i <= n`) before the results are stored:
+// one element past the end of o is zeroed.
+void o_zeroed_one_past_end(const AttentionProblem&, const AttentionResult& r, const AttentionCapability::Buffers& out) {
+  for (size_t i = 0; i <= r.o.size(); ++i) out.o[i] = 0.0;
+  copy_all(r, out);
+}
+
+// Only query rows that attend something are stored, on the assumption that the
+// caller zeroed the buffers (FlashAttention varlen leaves such rows untouched).
+void unattended_rows_left_unwritten(const AttentionProblem& problem, const AttentionResult& r,
+                                    const AttentionCapability::Buffers& out) {
+  const int64_t hq = problem.shape.heads_q, d = problem.shape.head_dim;
+  const int64_t tq = problem.batch.q.segment_ids.shape.back();
+  for (size_t at = 0; at < r.lse.size(); ++at) {
+    if (std::isinf(r.lse[at])) continue;
+    const int64_t row = at / (hq * tq), h = (at / tq) % hq, i = at % tq;
+    out.lse[at] = r.lse[at];
+    const int64_t o_at = ((row * tq + i) * hq + h) * d;
+    std::copy(r.o.begin() + o_at, r.o.begin() + o_at + d, out.o + o_at);
+    if (r.grads) std::copy(r.grads->dq.begin() + o_at, r.grads->dq.begin() + o_at + d, out.dq + o_at);
+  }
+  if (!r.grads) return;
+  std::copy(r.grads->dk.begin(), r.grads->dk.end(), out.dk);
+  std::copy(r.grads->dv.begin(), r.grads->dv.end(), out.dv);
+}
+
 }  // namespace
 
 std::vector<PlantedBug> attention_bugs() {
@@ -73,11 +179,26 @@ std::vector<PlantedBug> attention_bugs() {
   auto bug = [](std::string name, std::string property, Fn f) {
     return PlantedBug{name, property, [name, f] { return attention_backend("planted-" + name, f); }};
   };
+  // Tiled-forward bugs: caught against the reference on representable inputs.
+  auto tiled = [](std::string name, TiledBugs bugs) {
+    return PlantedBug{name, "attention/matchesReference", [name, bugs] { return tiled_backend("planted-" + name, bugs); }};
+  };
+  auto into = [](std::string name, Store store) {
+    return PlantedBug{name, "attention/guardBandsStayPoisoned",
+                      [name, store] { return std::unique_ptr<Backend>(new IntoBackend("planted-" + name, store)); }};
+  };
   return {
       bug("top_left_for_bottom_right", "attention/matchesReference", top_left_for_bottom_right),
       bug("exclusive_left_window", "attention/matchesPerDocumentReference", exclusive_left_window),
       bug("nan_for_empty_rows", "attention/unattendedTokensAreExactlyZero", nan_for_empty_rows),
       bug("softmax_state_leaks", "attention/documentPermutationInvariance", softmax_state_leaks),
+      bug("kv_head_modulo", "attention/gqaEqualsRepeatedKvHeads", kv_head_modulo),
+      bug("zero_right_window_unbounded", "attention/causalWindowEqualsTopLeftCausal", zero_right_window_unbounded),
+      tiled("bottom_right_anchored_at_row", {.bottom_right_anchored_at_row = true}),
+      tiled("rescale_skipped", {.rescale_skipped = true}),
+      tiled("last_partial_kv_tile_skipped", {.last_partial_kv_tile_skipped = true}),
+      into("o_zeroed_one_past_end", o_zeroed_one_past_end),
+      into("unattended_rows_left_unwritten", unattended_rows_left_unwritten),
   };
 }
 

@@ -5,6 +5,7 @@
 // ATTN_ORACLE_REGISTER_BACKEND(MyBackend) in any linked translation unit.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -18,7 +19,10 @@
 
 namespace attn_oracle {
 
-enum class Capability { metadata, attention };
+// `attention_buffers`: the attention capability can also write into caller-owned
+// buffers (AttentionCapability::supports_attention_into), which the guard-band
+// property needs.
+enum class Capability { metadata, attention, attention_buffers };
 std::string_view to_string(Capability capability);
 
 class MetadataCapability {
@@ -79,6 +83,34 @@ class BackendRegistry {
 
  private:
   std::vector<std::pair<std::string, BackendFactory>> factories_;
+};
+
+// Caller-owned outputs for AttentionCapability::attention_into, each tensor with
+// kGuard elements before and after it. Guards and interiors start as one NaN bit
+// pattern (kPoison); after the call every guard must still hold exactly that
+// pattern and no interior element may be NaN (every logical output written,
+// tokens that attend nothing included). Grads only when the problem is backward.
+class GuardedAttentionBuffers {
+ public:
+  static constexpr int64_t kGuard = 64;
+  static constexpr uint64_t kPoison = 0x7ff8'dead'beef'0bad;  // a quiet NaN with a payload
+
+  // The sizes come from validate_attention; an invalid problem gives empty buffers.
+  explicit GuardedAttentionBuffers(const AttentionProblem& problem);
+  GuardedAttentionBuffers(const GuardedAttentionBuffers&) = delete;  // buffers() points inside
+  GuardedAttentionBuffers& operator=(const GuardedAttentionBuffers&) = delete;
+  const AttentionCapability::Buffers& buffers() const { return buffers_; }
+  // "o: guard element 3 after the end is 0 (bits ...)", "lse[5] is NaN", or nullopt.
+  std::optional<std::string> first_violation() const;
+
+ private:
+  struct Guarded {
+    std::string name;
+    std::vector<double> storage;  // kGuard + elems + kGuard
+    int64_t elems = 0;
+  };
+  std::vector<Guarded> tensors_;
+  AttentionCapability::Buffers buffers_;
 };
 
 // The reference backend: the float64 oracle itself behind the seam.

@@ -9,7 +9,8 @@
 //
 // Weighted edge modes: all documents full (no padding, both sides), many
 // length-1 documents, an empty row, exactly M documents, a document on one side
-// only. Position modes: contiguous from 0, offset (micro-sequence), striped
+// only, documents longer than a 16-token kernel tile. Position modes: contiguous
+// from 0, offset (micro-sequence), striped
 // (context parallel). Extra leading dims 0..2 on either side, broadcastable.
 //
 // Checked by tests/generators_test.cpp: every valid draw passes validation, and
@@ -81,10 +82,15 @@ struct AttentionDraw {
   AttentionProblem problem;
   uint64_t seed = 0;  // generate_inputs(problem, seed)
 };
+// Heads: heads_kv in 1..2, heads_q = heads_kv x group, group in {1, 2, 4} ({2, 4}
+// with `gqa`). Head dims mostly {1, 2, 4, 8}, sometimes 16 or 64 (the CUDA kernels
+// take 64, 128 and 256 only, so a cuda backend must see some 64s; T stays <= 24 so
+// the suite stays fast). The batch is at most 2 rows of 24 tokens.
 struct AttentionOptions {
-  BatchOptions batch{.max_rows = 2, .max_docs = 4, .max_len = 24, .extra_dims = false};
+  BatchOptions batch{.max_rows = 2, .max_docs = 4, .max_len = 48, .extra_dims = false};
   bool backward = true;
   bool low_precision = true;  // draw fp16 / bf16 as well as fp32
+  bool gqa = false;           // heads_q > heads_kv always (GQA, or MQA when heads_kv = 1)
 };
 rc::Gen<AttentionDraw> attention_draw(AttentionOptions options = {});
 

@@ -45,7 +45,9 @@ struct RunSettings {
 };
 
 // Defaults from RC_PARAMS (max_success, max_size, seed) and ATTN_ORACLE_FAILURES_DIR.
-RunSettings default_run_settings();
+// RapidCheck draws a random seed when RC_PARAMS names none; `seed_if_unset`
+// (non-zero) replaces that one, for runs that must be reproducible (planted bugs).
+RunSettings default_run_settings(uint64_t seed_if_unset = 0);
 
 struct PropertyOutcome {
   enum class Status { passed, failed, skipped, gave_up };

@@ -1,0 +1,419 @@
+// attention_bench.cpp: the two float64 reference formulations of attention (DESIGN
+// section 5) against each other on the CPU, and the CUDA kernels' throughput when a
+// device is present.
+//
+//   BM_AttentionPerDocument/T  ref::attention_per_document: every compacted document
+//                              with the kernels' index rule, scalar loops per query.
+//   BM_AttentionDense/T        ref::attention_dense_masked: the row against its explicit
+//                              [T, T] mask, Eigen matrix products.
+//   attention cuda             gpu::attention_on_device, bf16, D = 128, forward and
+//                              backward TFLOP/s, only with a CUDA device.
+//
+// CPU inputs (make_cpu_problem below): one row of T tokens, 8 documents with lengths
+// proportional to kDocWeights (positions 0..L-1 each), mask `causal`, M = 8, no
+// window, heads 1, head_dim 64, fp32, forward only, data from generate_inputs(kSeed).
+// Before anything is timed, per-document and dense must agree (o to 1e-12 relative,
+// lse exactly where -inf and to 1e-12 elsewhere); the process aborts otherwise.
+//
+// Run: scripts/bench attention [--results DIR] [--benchmark_* flags]. After the table
+// it prints one line per T:
+//   attention T=4096: per-document 216 ms, dense 740 ms, ratio 3.43x
+// (ratio = dense / per-document) and the CUDA lines or
+//   attention cuda: skipped (no CUDA device)
+// `--results DIR` also writes those lines to DIR/attention-<date>-<device or cpu>.md.
+#include <benchmark/benchmark.h>
+#include <sched.h>
+#include <sys/utsname.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "attn_oracle/attention.hpp"
+#include "attn_oracle/gpu/metadata.hpp"
+#include "attn_oracle/packed_batch.hpp"
+#if ATTN_ORACLE_BENCH_CUDA
+#include "attn_oracle/gpu/attention.hpp"
+#include "attn_oracle/gpu/attention_device.hpp"
+#include "attn_oracle/tolerance.hpp"
+#endif
+
+namespace {
+
+using namespace attn_oracle;
+
+constexpr uint64_t kSeed = 20241105;
+constexpr int64_t kSizes[] = {1024, 2048, 4096, 8192};
+constexpr int64_t kDocWeights[] = {5, 3, 8, 2, 6, 4, 7, 1};  // 8 documents, 1:8 length spread
+constexpr int64_t kDocs = 8;
+
+[[noreturn]] void die(const std::string& message) {
+  std::fprintf(stderr, "attn_oracle_bench_attention: FATAL: %s\n", message.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+// ---------------------------------------------------------------------------
+// CPU inputs
+// ---------------------------------------------------------------------------
+
+// One side of `rows` rows: documents 1..n of the given lengths, positions from 0,
+// padding (id 0) after the last one up to `len`.
+PackedSide make_side(const std::vector<int64_t>& lengths, int64_t len, int64_t rows) {
+  PackedSide side;
+  side.segment_ids = IntArray::filled({rows, len}, 0);
+  side.segment_pos = IntArray::filled({rows, len}, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t t = 0;
+    for (size_t d = 0; d < lengths.size(); ++d)
+      for (int64_t p = 0; p < lengths[d]; ++p, ++t) {
+        side.segment_ids.data[r * len + t] = static_cast<int64_t>(d) + 1;
+        side.segment_pos.data[r * len + t] = p;
+      }
+  }
+  return side;
+}
+
+std::vector<int64_t> doc_lengths(int64_t T) {
+  int64_t total_weight = 0;
+  for (int64_t w : kDocWeights) total_weight += w;
+  std::vector<int64_t> lengths;
+  int64_t before = 0;
+  for (int64_t w : kDocWeights) {
+    const int64_t start = T * before / total_weight;
+    before += w;
+    lengths.push_back(T * before / total_weight - start);
+  }
+  return lengths;
+}
+
+AttentionProblem make_cpu_problem(int64_t T) {
+  AttentionProblem problem;
+  problem.batch.mask = MaskKind::causal;
+  problem.batch.max_segments = kDocs;
+  problem.batch.q = make_side(doc_lengths(T), T, 1);
+  problem.batch.kv = problem.batch.q;
+  problem.shape = AttentionShape{1, 1, 64, std::nullopt, Dtype::fp32, false};
+  return problem;
+}
+
+struct CpuInput {
+  AttentionProblem problem;
+  AttentionInputs inputs;
+};
+
+// Builds the input and checks per-document == dense once (aborting loudly if not).
+const CpuInput& cpu_input(int64_t T) {
+  static std::map<int64_t, CpuInput> by_t;
+  auto it = by_t.find(T);
+  if (it != by_t.end()) return it->second;
+  CpuInput in{make_cpu_problem(T), {}};
+  in.inputs = generate_inputs(in.problem, kSeed);
+  const auto per_doc = ref::attention_per_document(in.problem, in.inputs);
+  const auto dense = ref::attention_dense_masked(in.problem, in.inputs);
+  if (!per_doc || !dense) die("the reference rejected the T=" + std::to_string(T) + " input");
+  double scale = 0.0, diff = 0.0;
+  for (size_t i = 0; i < dense->o.size(); ++i) {
+    scale = std::max(scale, std::fabs(dense->o[i]));
+    diff = std::max(diff, std::fabs(dense->o[i] - per_doc->o[i]));
+  }
+  bool lse_ok = true;
+  for (size_t i = 0; i < dense->lse.size(); ++i) {
+    const double a = dense->lse[i], b = per_doc->lse[i];
+    lse_ok &= std::isinf(a) || std::isinf(b) ? a == b : std::fabs(a - b) <= 1e-12 * std::max(1.0, std::fabs(a));
+  }
+  if (diff > 1e-12 * std::max(1.0, scale) || !lse_ok)
+    die("per-document and dense references disagree at T=" + std::to_string(T) + "; not timing a wrong answer");
+  return by_t.emplace(T, std::move(in)).first->second;
+}
+
+std::string describe(int64_t T) {
+  std::string lengths;
+  for (int64_t L : doc_lengths(T)) {
+    if (!lengths.empty()) lengths += ',';
+    lengths += std::to_string(L);
+  }
+  return "B=1 T=" + std::to_string(T) + " docs=" + lengths + " mask=causal M=8 H=1 D=64 fp32 forward";
+}
+
+// ---------------------------------------------------------------------------
+// Benchmarks
+// ---------------------------------------------------------------------------
+
+void BM_AttentionPerDocument(benchmark::State& state) {
+  const CpuInput& in = cpu_input(state.range(0));
+  for (auto _ : state) {
+    auto r = ref::attention_per_document(in.problem, in.inputs);
+    benchmark::DoNotOptimize(r);
+  }
+}
+
+void BM_AttentionDense(benchmark::State& state) {
+  const CpuInput& in = cpu_input(state.range(0));
+  for (auto _ : state) {
+    auto r = ref::attention_dense_masked(in.problem, in.inputs);
+    benchmark::DoNotOptimize(r);
+  }
+}
+
+// Measured on the 2-core x86_64 dev box (see bench/README.md): a T=8192 call takes
+// about 1.0 s per-document and 3.5 s dense, so T >= 4096 run a fixed 2 iterations
+// and the whole run (input checks included) stays near 20 s there.
+BENCHMARK(BM_AttentionPerDocument)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AttentionPerDocument)->Arg(4096)->Arg(8192)->Iterations(2)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AttentionDense)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AttentionDense)->Arg(4096)->Arg(8192)->Iterations(2)->Unit(benchmark::kMillisecond);
+
+// ---------------------------------------------------------------------------
+// Summary: a console reporter that also keeps the runs
+// ---------------------------------------------------------------------------
+
+class CapturingReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& reports) override {
+    for (const Run& run : reports)
+      if (run.run_type == Run::RT_Iteration && !run.error_occurred) runs_.push_back(run);
+    ConsoleReporter::ReportRuns(reports);
+  }
+  // Mean wall-clock ms per iteration of `function`/T (any suffix such as
+  // "/iterations:2"); < 0 if none ran.
+  double mean_ms(const std::string& function, int64_t T) const {
+    double seconds = 0, iterations = 0;
+    for (const Run& run : runs_)
+      if (run.run_name.function_name == function && run.run_name.args == std::to_string(T))
+        seconds += run.real_accumulated_time, iterations += double(run.iterations);
+    return iterations > 0 ? 1e3 * seconds / iterations : -1.0;
+  }
+
+ private:
+  std::vector<Run> runs_;
+};
+
+// Three significant digits, never an exponent: 0.312, 4.56, 78.9, 2900.
+std::string format_ms(double ms) {
+  char text[64];
+  std::snprintf(text, sizeof text, ms >= 100 ? "%.0f" : ms >= 10 ? "%.1f" : ms >= 1 ? "%.2f" : "%.3f", ms);
+  return text;
+}
+
+std::string summary_line(const CapturingReporter& reporter, int64_t T) {
+  const double per_doc = reporter.mean_ms("BM_AttentionPerDocument", T);
+  const double dense = reporter.mean_ms("BM_AttentionDense", T);
+  if (per_doc < 0 || dense < 0) return {};  // filtered out
+  char text[256];
+  std::snprintf(text, sizeof text, "attention T=%lld: per-document %s ms, dense %s ms, ratio %.2fx",
+                static_cast<long long>(T), format_ms(per_doc).c_str(), format_ms(dense).c_str(), dense / per_doc);
+  return text;
+}
+
+// ---------------------------------------------------------------------------
+// CUDA
+// ---------------------------------------------------------------------------
+
+#if ATTN_ORACLE_BENCH_CUDA
+constexpr int64_t kCudaTokens = 16384;  // per configuration: kCudaTokens / L documents of L tokens
+constexpr int64_t kCudaLengths[] = {512, 1024, 2048, 4096, 8192};
+constexpr int kCudaHeads = 16, kCudaDim = 128, kCudaReps = 10;
+
+// A small bf16 problem checked against the float64 reference under the tolerance
+// rule before anything is timed: no throughput for a wrong answer.
+void check_cuda_once() {
+  AttentionProblem problem;
+  problem.batch.mask = MaskKind::padding_causal;
+  problem.batch.max_segments = 3;
+  problem.batch.q = make_side({37, 5, 70}, 128, 2);
+  problem.batch.kv = problem.batch.q;
+  problem.shape = AttentionShape{4, 2, kCudaDim, std::nullopt, Dtype::bf16, true};
+  const AttentionInputs inputs = generate_inputs(problem, kSeed);
+  const auto cuda = gpu::attention_cuda(problem, inputs);
+  if (!cuda) die("attention_cuda failed: " + cuda.error().message);
+  const auto reference = ref::attention_dense_masked(problem, inputs);
+  for (const ToleranceCheck& c : check_attention_tolerance(problem, inputs, cuda.value(), reference.value()))
+    if (!c.pass) die("attention_cuda fails the tolerance rule: " + c.describe());
+}
+
+// SplitMix64 values uniform in [-1, 1), as bf16 bit patterns.
+std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
+  std::vector<uint16_t> bits(n);
+  uint64_t state = seed;
+  for (uint16_t& b : bits) {
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    b = gpu::to_storage_bits(static_cast<float>(static_cast<double>(z >> 11) * 0x1.0p-53 * 2.0 - 1.0), gpu::kBf16);
+  }
+  return bits;
+}
+
+// attention_on_device times its own kernel launches with CUDA events (median of
+// kCudaReps passes, after one checked pass); conversions and copies are excluded.
+std::string cuda_line(int64_t L, bool causal) {
+  const int64_t docs = kCudaTokens / L;
+  PackedBatch batch;
+  batch.mask = causal ? MaskKind::causal : MaskKind::no_mask;
+  batch.max_segments = docs;
+  batch.q = make_side(std::vector<int64_t>(docs, L), kCudaTokens, 1);
+  batch.kv = batch.q;
+  const auto md = gpu::metadata_twin(batch);
+  if (!md) die("metadata_twin rejected the CUDA input: " + md.error().message);
+  gpu::DeviceAttentionInputs in;
+  gpu::AttentionFwdParams& p = in.params;
+  p.docs = md->documents();
+  p.total_q = p.total_kv = kCudaTokens;
+  p.heads_q = p.heads_kv = kCudaHeads;
+  p.head_dim = kCudaDim;
+  p.scale = 1.0f / std::sqrt(float(kCudaDim));
+  p.mask = static_cast<int>(batch.mask);
+  p.dtype = gpu::kBf16;
+  in.backward = true;
+  in.cu_seqlens_q = md->cu_seqlens_q, in.cu_seqlens_kv = md->cu_seqlens_kv;
+  in.ragged_offsets_q = md->ragged_offsets_q, in.ragged_offsets_kv = md->ragged_offsets_kv;
+  const size_t elems = size_t(kCudaTokens) * kCudaHeads * kCudaDim;
+  in.q = random_bf16(elems, kSeed + 1), in.k = random_bf16(elems, kSeed + 2);
+  in.v = random_bf16(elems, kSeed + 3), in.d_o = random_bf16(elems, kSeed + 4);
+  in.timing_reps = kCudaReps;
+  gpu::DeviceAttentionOutputs out;
+  if (!gpu::attention_on_device(in, out)) die("attention_on_device failed: " + out.failure);
+  for (float x : out.lse)
+    if (std::isnan(x)) die("attention_on_device returned a NaN lse");
+  // 4 * sum(Lq * Lkv) * D * H for the forward (two matmuls), 2.5x that backward, halved for causal.
+  const double flops = 4.0 * double(docs) * double(L) * double(L) * kCudaDim * kCudaHeads * (causal ? 0.5 : 1.0);
+  char text[256];
+  std::snprintf(text, sizeof text,
+                "attention cuda bf16 D=%d H=%d L=%lld x %lld docs %s: fwd %.1f TFLOP/s (%s ms), bwd %.1f TFLOP/s (%s ms)",
+                kCudaDim, kCudaHeads, static_cast<long long>(L), static_cast<long long>(docs),
+                causal ? "causal" : "no_mask", flops / (out.fwd_ms * 1e9), format_ms(out.fwd_ms).c_str(),
+                2.5 * flops / (out.bwd_ms * 1e9), format_ms(out.bwd_ms).c_str());
+  return text;
+}
+#endif
+
+// ---------------------------------------------------------------------------
+// Results file
+// ---------------------------------------------------------------------------
+
+std::string today() {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char text[16];
+  std::strftime(text, sizeof text, "%Y-%m-%d", &local);
+  return text;
+}
+
+std::string machine() {
+  utsname u{};
+  const std::string arch = uname(&u) == 0 ? u.machine : "unknown";
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                                : int(std::thread::hardware_concurrency());
+  return arch + ", " + std::to_string(cpus) + " CPUs (nproc)";
+}
+
+std::string compiler() {
+#if defined(__clang__)
+  return "clang " __clang_version__;
+#elif defined(__GNUC__)
+  return "gcc " __VERSION__;
+#else
+  return "unknown compiler";
+#endif
+}
+
+// "NVIDIA H200" -> "nvidia-h200"; "cpu" without a device.
+std::string device_slug(const std::string& device) {
+  if (device.empty()) return "cpu";
+  std::string slug;
+  for (char c : device) {
+    if (std::isalnum(static_cast<unsigned char>(c))) slug += char(std::tolower(static_cast<unsigned char>(c)));
+    else if (!slug.empty() && slug.back() != '-') slug += '-';
+  }
+  while (!slug.empty() && slug.back() == '-') slug.pop_back();
+  return slug.empty() ? "cuda" : slug;
+}
+
+void write_results(const std::string& dir, const std::string& device, const std::vector<std::string>& input_lines,
+                   const std::vector<std::string>& lines) {
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/attention-" + today() + "-" + device_slug(device) + ".md";
+  std::ofstream out(path);
+  out << "# attention benchmark, " << today() << "\n\n"
+      << "- machine: " << machine() << "\n"
+      << "- device: " << (device.empty() ? "none (CPU only)" : device) << "\n"
+      << "- compiler: " << compiler() << "\n"
+      << "- produced by: scripts/bench attention --results " << dir << "\n"
+      << "- CPU inputs (bench/attention_bench.cpp, seed " << kSeed << "; per-document == dense checked):\n";
+  for (const std::string& line : input_lines) out << "  - " << line << "\n";
+  out << "\n```\n";
+  for (const std::string& line : lines) out << line << "\n";
+  out << "```\n";
+  if (!out) die("cannot write " + path);
+  std::printf("results written to %s\n", path.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string results_dir;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--results" && i + 1 < argc) results_dir = argv[++i];
+    else if (arg.rfind("--results=", 0) == 0) results_dir = arg.substr(10);
+    else if (arg == "--results") die("--results needs a directory");
+    else argv[kept++] = argv[i];
+  }
+  argc = kept;
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+
+  std::vector<std::string> input_lines;
+  for (int64_t T : kSizes) {  // build and check every input before anything is timed
+    cpu_input(T);
+    input_lines.push_back(describe(T));
+    std::printf("inputs %s (per-document == dense checked)\n", input_lines.back().c_str());
+  }
+  std::fflush(stdout);
+
+  CapturingReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+
+  std::vector<std::string> lines;
+  for (int64_t T : kSizes)
+    if (std::string line = summary_line(reporter, T); !line.empty()) lines.push_back(line);
+  std::string device;
+  if (gpu::cuda_available(&device)) {
+#if ATTN_ORACLE_BENCH_CUDA
+    if (device.empty()) device = "CUDA device";
+    check_cuda_once();
+    for (int64_t L : kCudaLengths)
+      for (bool causal : {false, true}) lines.push_back(cuda_line(L, causal));
+    lines.push_back("attention cuda: kernel time by CUDA events (median of " + std::to_string(kCudaReps) +
+                    " passes, copies excluded), " + device);
+#else
+    device.clear();
+    lines.push_back("attention cuda: skipped (this build has no CUDA)");
+#endif
+  } else {
+    device.clear();
+    lines.push_back("attention cuda: skipped (no CUDA device)");
+  }
+  std::printf("\n");
+  for (const std::string& line : lines) std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+  if (!results_dir.empty()) write_results(results_dir, device, input_lines, lines);
+  return 0;
+}
