@@ -53,6 +53,7 @@
 #include "attn_oracle/gpu/attention/online_softmax.hpp"
 #include "attn_oracle/gpu/attention/tile_range.hpp"
 #include "attn_oracle/gpu/attention_device.hpp"
+#include "device_array.cuh"
 
 namespace attn_oracle::gpu {
 namespace {
@@ -494,31 +495,6 @@ bool dispatch(int dtype, int head_dim, F&& f) {
 }
 
 // ------------------------------------------------------------------ host side
-// A device buffer that frees itself; sizes in elements.
-template <class T>
-struct DeviceArray {
-  T* ptr = nullptr;
-  size_t size = 0;
-  explicit DeviceArray(size_t n) : size(n) {
-    if (n > 0 && cudaMalloc(&ptr, n * sizeof(T)) != cudaSuccess) ptr = nullptr;
-  }
-  ~DeviceArray() { cudaFree(ptr); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  bool ok() const { return size == 0 || ptr != nullptr; }
-  template <class U>
-  bool upload(const std::vector<U>& host) {
-    static_assert(sizeof(U) == sizeof(T), "upload of a different element size");
-    return size == 0 || cudaMemcpy(ptr, host.data(), size * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess;
-  }
-  template <class U>
-  bool download(std::vector<U>& host) const {
-    static_assert(sizeof(U) == sizeof(T), "download into a different element size");
-    host.resize(size);
-    return size == 0 || cudaMemcpy(host.data(), ptr, size * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess;
-  }
-  bool zero() { return size == 0 || cudaMemsetAsync(ptr, 0, size * sizeof(T)) == cudaSuccess; }
-};
 
 bool fail(std::string& failure, const std::string& what, cudaError_t e = cudaGetLastError()) {
   failure = what + ": " + cudaGetErrorString(e);

@@ -7,6 +7,8 @@
 
 #include <cub/device/device_scan.cuh>
 
+#include "device_array.cuh"
+
 #include "attn_oracle/gpu/metadata_device.hpp"
 #include "attn_oracle/gpu/metadata_row.hpp"
 
@@ -27,25 +29,6 @@ __global__ void compact_rows_kernel(CompactionParams c) {
   if (row < c.rows) compact_row(c, row);
 }
 
-// A device buffer that frees itself; sizes in elements.
-template <class T>
-struct DeviceArray {
-  T* ptr = nullptr;
-  size_t size = 0;
-  explicit DeviceArray(size_t n) : size(n) {
-    if (n > 0 && cudaMalloc(&ptr, n * sizeof(T)) != cudaSuccess) ptr = nullptr;
-  }
-  ~DeviceArray() { cudaFree(ptr); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  bool ok() const { return size == 0 || ptr != nullptr; }
-  void upload(const T* host) { cudaMemcpy(ptr, host, size * sizeof(T), cudaMemcpyHostToDevice); }
-  std::vector<T> download() const {
-    std::vector<T> out(size);
-    if (size) cudaMemcpy(out.data(), ptr, size * sizeof(T), cudaMemcpyDeviceToHost);
-    return out;
-  }
-};
 
 void exclusive_scan(const int64_t* in, int64_t* out, int64_t n) {
   size_t bytes = 0;
