@@ -22,26 +22,19 @@
 //   attention cuda: skipped (no CUDA device)
 // `--results DIR` also writes those lines to DIR/attention-<date>-<device or cpu>.md.
 #include <benchmark/benchmark.h>
-#include <sched.h>
-#include <sys/utsname.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <ctime>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "attn_oracle/attention.hpp"
 #include "attn_oracle/gpu/metadata.hpp"
 #include "attn_oracle/packed_batch.hpp"
+#include "bench_support.hpp"
 #if ATTN_ORACLE_BENCH_CUDA
 #include "attn_oracle/gpu/attention.hpp"
 #include "attn_oracle/gpu/attention_device.hpp"
@@ -51,17 +44,17 @@
 namespace {
 
 using namespace attn_oracle;
+using bench::CapturingReporter;
+using bench::format_ms;
+
+constexpr const char* kProgram = "attn_oracle_bench_attention";
 
 constexpr uint64_t kSeed = 20241105;
 constexpr int64_t kSizes[] = {1024, 2048, 4096, 8192};
 constexpr int64_t kDocWeights[] = {5, 3, 8, 2, 6, 4, 7, 1};  // 8 documents, 1:8 length spread
 constexpr int64_t kDocs = 8;
 
-[[noreturn]] void die(const std::string& message) {
-  std::fprintf(stderr, "attn_oracle_bench_attention: FATAL: %s\n", message.c_str());
-  std::fflush(stderr);
-  std::abort();
-}
+[[noreturn]] void die(const std::string& message) { bench::fatal(kProgram, message); }
 
 // ---------------------------------------------------------------------------
 // CPU inputs
@@ -175,36 +168,8 @@ BENCHMARK(BM_AttentionDense)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond
 BENCHMARK(BM_AttentionDense)->Arg(4096)->Arg(8192)->Iterations(2)->Unit(benchmark::kMillisecond);
 
 // ---------------------------------------------------------------------------
-// Summary: a console reporter that also keeps the runs
+// Summary
 // ---------------------------------------------------------------------------
-
-class CapturingReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& reports) override {
-    for (const Run& run : reports)
-      if (run.run_type == Run::RT_Iteration && !run.error_occurred) runs_.push_back(run);
-    ConsoleReporter::ReportRuns(reports);
-  }
-  // Mean wall-clock ms per iteration of `function`/T (any suffix such as
-  // "/iterations:2"); < 0 if none ran.
-  double mean_ms(const std::string& function, int64_t T) const {
-    double seconds = 0, iterations = 0;
-    for (const Run& run : runs_)
-      if (run.run_name.function_name == function && run.run_name.args == std::to_string(T))
-        seconds += run.real_accumulated_time, iterations += double(run.iterations);
-    return iterations > 0 ? 1e3 * seconds / iterations : -1.0;
-  }
-
- private:
-  std::vector<Run> runs_;
-};
-
-// Three significant digits, never an exponent: 0.312, 4.56, 78.9, 2900.
-std::string format_ms(double ms) {
-  char text[64];
-  std::snprintf(text, sizeof text, ms >= 100 ? "%.0f" : ms >= 10 ? "%.1f" : ms >= 1 ? "%.2f" : "%.3f", ms);
-  return text;
-}
 
 std::string summary_line(const CapturingReporter& reporter, int64_t T) {
   const double per_doc = reporter.mean_ms("BM_AttentionPerDocument", T);
@@ -299,83 +264,10 @@ std::string cuda_line(int64_t L, bool causal) {
 }
 #endif
 
-// ---------------------------------------------------------------------------
-// Results file
-// ---------------------------------------------------------------------------
-
-std::string today() {
-  const std::time_t now = std::time(nullptr);
-  std::tm local{};
-  localtime_r(&now, &local);
-  char text[16];
-  std::strftime(text, sizeof text, "%Y-%m-%d", &local);
-  return text;
-}
-
-std::string machine() {
-  utsname u{};
-  const std::string arch = uname(&u) == 0 ? u.machine : "unknown";
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                                : int(std::thread::hardware_concurrency());
-  return arch + ", " + std::to_string(cpus) + " CPUs (nproc)";
-}
-
-std::string compiler() {
-#if defined(__clang__)
-  return "clang " __clang_version__;
-#elif defined(__GNUC__)
-  return "gcc " __VERSION__;
-#else
-  return "unknown compiler";
-#endif
-}
-
-// "NVIDIA H200" -> "nvidia-h200"; "cpu" without a device.
-std::string device_slug(const std::string& device) {
-  if (device.empty()) return "cpu";
-  std::string slug;
-  for (char c : device) {
-    if (std::isalnum(static_cast<unsigned char>(c))) slug += char(std::tolower(static_cast<unsigned char>(c)));
-    else if (!slug.empty() && slug.back() != '-') slug += '-';
-  }
-  while (!slug.empty() && slug.back() == '-') slug.pop_back();
-  return slug.empty() ? "cuda" : slug;
-}
-
-void write_results(const std::string& dir, const std::string& device, const std::vector<std::string>& input_lines,
-                   const std::vector<std::string>& lines) {
-  std::filesystem::create_directories(dir);
-  const std::string path = dir + "/attention-" + today() + "-" + device_slug(device) + ".md";
-  std::ofstream out(path);
-  out << "# attention benchmark, " << today() << "\n\n"
-      << "- machine: " << machine() << "\n"
-      << "- device: " << (device.empty() ? "none (CPU only)" : device) << "\n"
-      << "- compiler: " << compiler() << "\n"
-      << "- produced by: scripts/bench attention --results " << dir << "\n"
-      << "- CPU inputs (bench/attention_bench.cpp, seed " << kSeed << "; per-document == dense checked):\n";
-  for (const std::string& line : input_lines) out << "  - " << line << "\n";
-  out << "\n```\n";
-  for (const std::string& line : lines) out << line << "\n";
-  out << "```\n";
-  if (!out) die("cannot write " + path);
-  std::printf("results written to %s\n", path.c_str());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string results_dir;
-  int kept = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--results" && i + 1 < argc) results_dir = argv[++i];
-    else if (arg.rfind("--results=", 0) == 0) results_dir = arg.substr(10);
-    else if (arg == "--results") die("--results needs a directory");
-    else argv[kept++] = argv[i];
-  }
-  argc = kept;
+  const std::string results_dir = bench::take_results_arg(argc, argv, kProgram);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
 
@@ -414,6 +306,11 @@ int main(int argc, char** argv) {
   std::printf("\n");
   for (const std::string& line : lines) std::printf("%s\n", line.c_str());
   std::fflush(stdout);
-  if (!results_dir.empty()) write_results(results_dir, device, input_lines, lines);
+  if (!results_dir.empty()) {
+    const bench::ResultsFile file{kProgram, "attention",
+                                  "CPU inputs (bench/attention_bench.cpp, seed " + std::to_string(kSeed) +
+                                      "; per-document == dense checked)"};
+    bench::write_results(file, results_dir, device, input_lines, lines);
+  }
   return 0;
 }

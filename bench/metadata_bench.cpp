@@ -23,31 +23,28 @@
 // the mask path's peak scratch per row, Tq * Tkv bytes (its char mask).
 // `--results DIR` also writes those lines to DIR/metadata-<date>-<device or cpu>.md.
 #include <benchmark/benchmark.h>
-#include <sched.h>
-#include <sys/utsname.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <ctime>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "attn_oracle/gpu/metadata.hpp"
 #include "attn_oracle/metadata.hpp"
 #include "attn_oracle/packed_batch.hpp"
 #include "attn_oracle/reference_metadata.hpp"
+#include "bench_support.hpp"
 
 namespace {
 
 using namespace attn_oracle;
+using bench::CapturingReporter;
+using bench::format_ms;
+
+constexpr const char* kProgram = "attn_oracle_bench_metadata";
 
 constexpr uint64_t kSeed = 20240917;
 constexpr int64_t kRows = 4;
@@ -57,11 +54,7 @@ constexpr int64_t kCudaRows = 8;
 constexpr int64_t kCudaT = 131072;
 constexpr int kCudaReps = 20;
 
-[[noreturn]] void die(const std::string& message) {
-  std::fprintf(stderr, "attn_oracle_bench_metadata: FATAL: %s\n", message.c_str());
-  std::fflush(stderr);
-  std::abort();
-}
+[[noreturn]] void die(const std::string& message) { bench::fatal(kProgram, message); }
 
 // ---------------------------------------------------------------------------
 // Inputs
@@ -229,35 +222,8 @@ BENCHMARK(BM_MetadataMaskPath)->Arg(1024)->Arg(4096)->Unit(benchmark::kMilliseco
 BENCHMARK(BM_MetadataMaskPath)->Arg(16384)->Iterations(2)->Unit(benchmark::kMillisecond);
 
 // ---------------------------------------------------------------------------
-// Summary: a console reporter that also keeps the runs
+// Summary
 // ---------------------------------------------------------------------------
-
-class CapturingReporter : public benchmark::ConsoleReporter {
- public:
-  void ReportRuns(const std::vector<Run>& reports) override {
-    for (const Run& run : reports)
-      if (run.run_type == Run::RT_Iteration && !run.error_occurred) runs_.push_back(run);
-    ConsoleReporter::ReportRuns(reports);
-  }
-  // Mean wall-clock ms per iteration over the repetitions of `function`/T; < 0 if none ran.
-  double mean_ms(const std::string& function, int64_t T) const {
-    double seconds = 0, iterations = 0;
-    for (const Run& run : runs_)
-      if (run.run_name.function_name == function && run.run_name.args == std::to_string(T))
-        seconds += run.real_accumulated_time, iterations += double(run.iterations);
-    return iterations > 0 ? 1e3 * seconds / iterations : -1.0;
-  }
-
- private:
-  std::vector<Run> runs_;
-};
-
-// Three significant digits, never an exponent: 0.312, 4.56, 78.9, 2900.
-std::string format_ms(double ms) {
-  char text[64];
-  std::snprintf(text, sizeof text, ms >= 100 ? "%.0f" : ms >= 10 ? "%.1f" : ms >= 1 ? "%.2f" : "%.3f", ms);
-  return text;
-}
 
 std::string summary_line(const CapturingReporter& reporter, int64_t T) {
   const double twin = reporter.mean_ms("BM_MetadataTwin", T);
@@ -312,83 +278,10 @@ std::string cuda_line(const std::string& device) {
   return text;
 }
 
-// ---------------------------------------------------------------------------
-// Results file
-// ---------------------------------------------------------------------------
-
-std::string today() {
-  const std::time_t now = std::time(nullptr);
-  std::tm local{};
-  localtime_r(&now, &local);
-  char text[16];
-  std::strftime(text, sizeof text, "%Y-%m-%d", &local);
-  return text;
-}
-
-std::string machine() {
-  utsname u{};
-  const std::string arch = uname(&u) == 0 ? u.machine : "unknown";
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                                : int(std::thread::hardware_concurrency());
-  return arch + ", " + std::to_string(cpus) + " CPUs (nproc)";
-}
-
-std::string compiler() {
-#if defined(__clang__)
-  return "clang " __clang_version__;
-#elif defined(__GNUC__)
-  return "gcc " __VERSION__;
-#else
-  return "unknown compiler";
-#endif
-}
-
-// "NVIDIA H200" -> "nvidia-h200"; "cpu" without a device.
-std::string device_slug(const std::string& device) {
-  if (device.empty()) return "cpu";
-  std::string slug;
-  for (char c : device) {
-    if (std::isalnum(static_cast<unsigned char>(c))) slug += char(std::tolower(static_cast<unsigned char>(c)));
-    else if (!slug.empty() && slug.back() != '-') slug += '-';
-  }
-  while (!slug.empty() && slug.back() == '-') slug.pop_back();
-  return slug.empty() ? "cuda" : slug;
-}
-
-void write_results(const std::string& dir, const std::string& device, const std::vector<std::string>& inputs_lines,
-                   const std::vector<std::string>& lines) {
-  std::filesystem::create_directories(dir);
-  const std::string path = dir + "/metadata-" + today() + "-" + device_slug(device) + ".md";
-  std::ofstream out(path);
-  out << "# metadata benchmark, " << today() << "\n\n"
-      << "- machine: " << machine() << "\n"
-      << "- device: " << (device.empty() ? "none (CPU only)" : device) << "\n"
-      << "- compiler: " << compiler() << "\n"
-      << "- produced by: scripts/bench metadata --results " << dir << "\n"
-      << "- inputs (bench/metadata_bench.cpp, seed " << kSeed << ", mask padding_causal_bottom_right):\n";
-  for (const std::string& line : inputs_lines) out << "  - " << line << "\n";
-  out << "\n```\n";
-  for (const std::string& line : lines) out << line << "\n";
-  out << "```\n";
-  if (!out) die("cannot write " + path);
-  std::printf("results written to %s\n", path.c_str());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string results_dir;
-  int kept = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--results" && i + 1 < argc) results_dir = argv[++i];
-    else if (arg.rfind("--results=", 0) == 0) results_dir = arg.substr(10);
-    else if (arg == "--results") die("--results needs a directory");
-    else argv[kept++] = argv[i];
-  }
-  argc = kept;
+  const std::string results_dir = bench::take_results_arg(argc, argv, kProgram);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
 
@@ -417,6 +310,11 @@ int main(int argc, char** argv) {
   std::printf("\n");
   for (const std::string& line : lines) std::printf("%s\n", line.c_str());
   std::fflush(stdout);
-  if (!results_dir.empty()) write_results(results_dir, device, input_lines, lines);
+  if (!results_dir.empty()) {
+    const bench::ResultsFile file{kProgram, "metadata",
+                                  "inputs (bench/metadata_bench.cpp, seed " + std::to_string(kSeed) +
+                                      ", mask padding_causal_bottom_right)"};
+    bench::write_results(file, results_dir, device, input_lines, lines);
+  }
   return 0;
 }

@@ -1,0 +1,117 @@
+// bench_support.cpp: the shared benchmark support declared in bench_support.hpp
+// (capturing reporter, ms formatting, --results handling, the results file).
+#include "bench_support.hpp"
+
+#include <sched.h>
+#include <sys/utsname.h>
+
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace attn_oracle::bench {
+
+void fatal(const std::string& program, const std::string& message) {
+  std::fprintf(stderr, "%s: FATAL: %s\n", program.c_str(), message.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+void CapturingReporter::ReportRuns(const std::vector<Run>& reports) {
+  for (const Run& run : reports)
+    if (run.run_type == Run::RT_Iteration && !run.error_occurred) runs_.push_back(run);
+  ConsoleReporter::ReportRuns(reports);
+}
+
+double CapturingReporter::mean_ms(const std::string& function, int64_t T) const {
+  double seconds = 0, iterations = 0;
+  for (const Run& run : runs_)
+    if (run.run_name.function_name == function && run.run_name.args == std::to_string(T))
+      seconds += run.real_accumulated_time, iterations += double(run.iterations);
+  return iterations > 0 ? 1e3 * seconds / iterations : -1.0;
+}
+
+std::string format_ms(double ms) {
+  char text[64];
+  std::snprintf(text, sizeof text, ms >= 100 ? "%.0f" : ms >= 10 ? "%.1f" : ms >= 1 ? "%.2f" : "%.3f", ms);
+  return text;
+}
+
+std::string today() {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char text[16];
+  std::strftime(text, sizeof text, "%Y-%m-%d", &local);
+  return text;
+}
+
+std::string machine() {
+  utsname u{};
+  const std::string arch = uname(&u) == 0 ? u.machine : "unknown";
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                                : int(std::thread::hardware_concurrency());
+  return arch + ", " + std::to_string(cpus) + " CPUs (nproc)";
+}
+
+std::string compiler() {
+#if defined(__clang__)
+  return "clang " __clang_version__;
+#elif defined(__GNUC__)
+  return "gcc " __VERSION__;
+#else
+  return "unknown compiler";
+#endif
+}
+
+std::string device_slug(const std::string& device) {
+  if (device.empty()) return "cpu";
+  std::string slug;
+  for (char c : device) {
+    if (std::isalnum(static_cast<unsigned char>(c))) slug += char(std::tolower(static_cast<unsigned char>(c)));
+    else if (!slug.empty() && slug.back() != '-') slug += '-';
+  }
+  while (!slug.empty() && slug.back() == '-') slug.pop_back();
+  return slug.empty() ? "cuda" : slug;
+}
+
+std::string take_results_arg(int& argc, char** argv, const std::string& program) {
+  std::string results_dir;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--results" && i + 1 < argc) results_dir = argv[++i];
+    else if (arg.rfind("--results=", 0) == 0) results_dir = arg.substr(10);
+    else if (arg == "--results") fatal(program, "--results needs a directory");
+    else argv[kept++] = argv[i];
+  }
+  argc = kept;
+  return results_dir;
+}
+
+void write_results(const ResultsFile& file, const std::string& dir, const std::string& device,
+                   const std::vector<std::string>& input_lines, const std::vector<std::string>& lines) {
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/" + file.bench + "-" + today() + "-" + device_slug(device) + ".md";
+  std::ofstream out(path);
+  out << "# " << file.bench << " benchmark, " << today() << "\n\n"
+      << "- machine: " << machine() << "\n"
+      << "- device: " << (device.empty() ? "none (CPU only)" : device) << "\n"
+      << "- compiler: " << compiler() << "\n"
+      << "- produced by: scripts/bench " << file.bench << " --results " << dir << "\n"
+      << "- " << file.inputs_header << ":\n";
+  for (const std::string& line : input_lines) out << "  - " << line << "\n";
+  out << "\n```\n";
+  for (const std::string& line : lines) out << line << "\n";
+  out << "```\n";
+  if (!out) fatal(file.program, "cannot write " + path);
+  std::printf("results written to %s\n", path.c_str());
+}
+
+}  // namespace attn_oracle::bench

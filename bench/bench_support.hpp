@@ -1,0 +1,57 @@
+// bench_support.hpp: the support code the benchmark programs share (bench/*_bench.cpp):
+// a console reporter that keeps the runs for the summary lines, millisecond formatting,
+// the `--results DIR` argument, and the results file DIR/<bench>-<date>-<device or cpu>.md
+// with its machine, device and compiler header.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace attn_oracle::bench {
+
+// Prints "<program>: FATAL: <message>" to stderr and aborts.
+[[noreturn]] void fatal(const std::string& program, const std::string& message);
+
+// A console reporter that also keeps the iteration runs, for the summary lines.
+class CapturingReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& reports) override;
+  // Mean wall-clock ms per iteration over the repetitions of `function`/T (any suffix
+  // such as "/iterations:2"); < 0 if none ran.
+  double mean_ms(const std::string& function, int64_t T) const;
+
+ private:
+  std::vector<Run> runs_;
+};
+
+// Three significant digits, never an exponent: 0.312, 4.56, 78.9, 2900.
+std::string format_ms(double ms);
+
+std::string today();     // local date, "2024-11-05"
+std::string machine();   // "x86_64, 2 CPUs (nproc)"
+std::string compiler();  // "gcc 13.2.0" or "clang ..."
+
+// "NVIDIA H200" -> "nvidia-h200"; "cpu" without a device.
+std::string device_slug(const std::string& device);
+
+// Takes `--results DIR` / `--results=DIR` out of argv (updating argc) and returns DIR,
+// or "" without it; a bare trailing `--results` is fatal for `program`. Run before
+// benchmark::Initialize.
+std::string take_results_arg(int& argc, char** argv, const std::string& program);
+
+// What write_results needs besides the lines.
+struct ResultsFile {
+  std::string program;        // for the FATAL message, e.g. "attn_oracle_bench_metadata"
+  std::string bench;          // "metadata": file DIR/metadata-<date>-<slug>.md, title, scripts/bench NAME
+  std::string inputs_header;  // the list item that introduces the input lines, without "- " and ":\n"
+};
+
+// Writes DIR/<bench>-<date>-<device slug>.md: a header (machine, device, compiler, how
+// it was produced, the inputs) and the summary lines in a code block; prints its path.
+void write_results(const ResultsFile& file, const std::string& dir, const std::string& device,
+                   const std::vector<std::string>& input_lines, const std::vector<std::string>& lines);
+
+}  // namespace attn_oracle::bench
