@@ -13,6 +13,7 @@ std::string_view to_string(Capability capability) {
     case Capability::metadata: return "metadata";
     case Capability::attention: return "attention";
     case Capability::attention_buffers: return "attention_buffers";
+    case Capability::small_seq: return "small_seq";
   }
   return "?";
 }
@@ -22,13 +23,14 @@ bool Backend::has(Capability capability) {
     case Capability::metadata: return metadata() != nullptr;
     case Capability::attention: return attention() != nullptr;
     case Capability::attention_buffers: return attention() != nullptr && attention()->supports_attention_into();
+    case Capability::small_seq: return small_seq() != nullptr;
   }
   return false;
 }
 
 std::vector<Capability> Backend::capabilities() {
   std::vector<Capability> out;
-  for (Capability c : {Capability::metadata, Capability::attention, Capability::attention_buffers})
+  for (Capability c : {Capability::metadata, Capability::attention, Capability::attention_buffers, Capability::small_seq})
     if (has(c)) out.push_back(c);
   return out;
 }

@@ -5,7 +5,7 @@
 
 namespace attn_oracle {
 namespace {
-constexpr std::array<std::string_view, 17> kNames = {
+constexpr std::array<std::string_view, 19> kNames = {
     "bad_mask",          "bad_window",
     "bad_max_segments",  "rank_mismatch",
     "shape_mismatch",    "extra_dims_mismatch",
@@ -14,9 +14,10 @@ constexpr std::array<std::string_view, 17> kNames = {
     "padding_with_non_padding_mask", "positions_not_increasing",
     "negative_position", "bad_case",
     "bad_heads",         "bad_tensor_shape",
-    "unsupported",
+    "unsupported",       "small_seq_query_count",
+    "small_seq_key_count",
 };
-static_assert(kNames.size() == static_cast<size_t>(ErrorCode::unsupported) + 1);
+static_assert(kNames.size() == static_cast<size_t>(ErrorCode::small_seq_key_count) + 1);
 }  // namespace
 
 std::string_view to_string(ErrorCode code) { return kNames[static_cast<size_t>(code)]; }

@@ -16,13 +16,14 @@
 #include "attn_oracle/error.hpp"
 #include "attn_oracle/metadata.hpp"
 #include "attn_oracle/packed_batch.hpp"
+#include "attn_oracle/small_seq.hpp"
 
 namespace attn_oracle {
 
 // `attention_buffers`: the attention capability can also write into caller-owned
 // buffers (AttentionCapability::supports_attention_into), which the guard-band
 // property needs.
-enum class Capability { metadata, attention, attention_buffers };
+enum class Capability { metadata, attention, attention_buffers, small_seq };
 std::string_view to_string(Capability capability);
 
 class MetadataCapability {
@@ -59,6 +60,15 @@ class AttentionCapability {
   }
 };
 
+class SmallSeqCapability {
+ public:
+  virtual ~SmallSeqCapability() = default;
+  // A reason to skip this problem (dtype, head dim, ...), or nullopt.
+  virtual std::optional<std::string> unsupported(const AttentionProblem&) { return std::nullopt; }
+  // DESIGN section 6: o, P [docs, Hq, 16] and, when backward, dq / dk / dv.
+  virtual Expected<SmallSeqResult> small_seq(const AttentionProblem& problem, const AttentionInputs& inputs) = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -66,6 +76,7 @@ class Backend {
   virtual std::string version() const { return "unversioned"; }
   virtual MetadataCapability* metadata() { return nullptr; }
   virtual AttentionCapability* attention() { return nullptr; }
+  virtual SmallSeqCapability* small_seq() { return nullptr; }
 
   bool has(Capability capability);
   std::vector<Capability> capabilities();

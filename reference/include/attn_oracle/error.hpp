@@ -9,6 +9,8 @@
 //   bad_heads           heads_q % heads_kv != 0, or a zero head count / head dim
 //   bad_tensor_shape    explicit tensors whose shape disagrees with the problem
 //   unsupported         a backend does not support this combination
+//   small_seq_query_count  a small-seq document with other than one query token
+//   small_seq_key_count    a small-seq document with 0 or more than 16 keys
 #pragma once
 
 #include <optional>
@@ -37,6 +39,8 @@ enum class ErrorCode {
   bad_heads,
   bad_tensor_shape,
   unsupported,
+  small_seq_query_count,
+  small_seq_key_count,
 };
 
 std::string_view to_string(ErrorCode code);

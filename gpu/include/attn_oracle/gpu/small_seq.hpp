@@ -1,0 +1,18 @@
+// small_seq.hpp: host entry points of the small-sequence kernels (DESIGN
+// section 6): the CPU twin and the CUDA kernels, sharing the per-(document, head)
+// code in gpu/include/attn_oracle/gpu/small_seq/.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "attn_oracle/small_seq.hpp"
+
+namespace attn_oracle::gpu {
+
+Expected<SmallSeqResult> small_seq_twin(const AttentionProblem& problem, const AttentionInputs& inputs);
+
+std::optional<std::string> small_seq_cuda_unsupported(const AttentionProblem& problem);
+Expected<SmallSeqResult> small_seq_cuda(const AttentionProblem& problem, const AttentionInputs& inputs);
+
+}  // namespace attn_oracle::gpu
