@@ -1,10 +1,12 @@
 // builtin_backends.cpp: the backends this build ships, behind the seam:
 //   reference  the float64 explicit-mask oracle (properties/)
-//   cpu        the CPU twins of the production algorithms (gpu/, run on the host)
+//   cpu        the CPU twins of the production algorithms (gpu/, run on the host),
+//              small-seq included
 //   cuda       the CUDA kernels; registered only when a device is present
 #include "attn_oracle/backend.hpp"
 #include "attn_oracle/gpu/attention.hpp"
 #include "attn_oracle/gpu/metadata.hpp"
+#include "attn_oracle/gpu/small_seq.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -13,7 +15,7 @@ gpu::AttentionOutputs outputs_of(const AttentionCapability::Buffers& b) {
   return gpu::AttentionOutputs{b.o, b.lse, b.dq, b.dk, b.dv};
 }
 
-class CpuTwinBackend final : public Backend, MetadataCapability, AttentionCapability {
+class CpuTwinBackend final : public Backend, MetadataCapability, AttentionCapability, SmallSeqCapability {
  public:
   std::string name() const override { return "cpu"; }
   std::string version() const override { return "CPU twins of the gpu/ kernels"; }
@@ -28,6 +30,11 @@ class CpuTwinBackend final : public Backend, MetadataCapability, AttentionCapabi
   std::optional<Error> attention_into(const AttentionProblem& problem, const AttentionInputs& inputs,
                                       const Buffers& out) override {
     return gpu::attention_twin_into(problem, inputs, outputs_of(out));
+  }
+
+  SmallSeqCapability* small_seq() override { return this; }
+  Expected<SmallSeqResult> small_seq(const AttentionProblem& problem, const AttentionInputs& inputs) override {
+    return gpu::small_seq_twin(problem, inputs);
   }
 };
 
@@ -52,8 +59,21 @@ class CudaBackend final : public Backend, MetadataCapability, AttentionCapabilit
     return gpu::attention_cuda_into(problem, inputs, outputs_of(out));
   }
 
+  // Both capabilities have unsupported(AttentionProblem): this adapter tells them apart.
+  class SmallSeq final : public SmallSeqCapability {
+   public:
+    std::optional<std::string> unsupported(const AttentionProblem& problem) override {
+      return gpu::small_seq_cuda_unsupported(problem);
+    }
+    Expected<SmallSeqResult> small_seq(const AttentionProblem& problem, const AttentionInputs& inputs) override {
+      return gpu::small_seq_cuda(problem, inputs);
+    }
+  };
+  SmallSeqCapability* small_seq() override { return &small_seq_; }
+
  private:
   std::string device_;
+  SmallSeq small_seq_;
 };
 
 }  // namespace

@@ -7,8 +7,13 @@
 // attention fixtures are judged by the tolerance rule against the reference, on
 // representable inputs (kernels realise the index rule, DESIGN section 4).
 //
+// small_seq fixtures: the reference backend against `expected` to 1e-12
+// relative; other backends with the capability by the
+// tolerance rule per output (small_seq_checks.hpp), without a representability
+// condition (the small-seq kernel applies the token-level mask).
+//
 // A fixture without `expected` fails: a fixture pins a result. Ops the reference
-// does not model yet (small_seq, kv_buffer, sharding) are skipped with a reason.
+// does not model yet (kv_buffer, sharding) are skipped with a reason.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -22,6 +27,7 @@
 #include "attn_oracle/backend.hpp"
 #include "attn_oracle/case_file.hpp"
 #include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/small_seq_checks.hpp"
 #include "attn_oracle/tolerance.hpp"
 
 namespace attn_oracle {
@@ -59,6 +65,14 @@ json backend_output(Backend& backend, const Case& c) {
     if (!backend.metadata()) return json();
     auto md = backend.metadata()->metadata(c.batch);
     return md ? metadata_to_json(md.value()) : error_to_json(md.error());
+  }
+  if (c.op == CaseOp::small_seq) {
+    auto inputs = attention_inputs(c);
+    if (!inputs) return error_to_json(inputs.error());
+    const AttentionProblem problem = attention_problem(c);
+    if (!backend.small_seq()) return json();
+    auto r = backend.small_seq()->small_seq(problem, inputs.value());
+    return r ? small_seq_result_to_json(problem, r.value()) : error_to_json(r.error());
   }
   if (!backend.attention()) return json();
   auto inputs = attention_inputs(c);
@@ -123,6 +137,25 @@ void check_attention_against_reference(Backend& backend, const Case& c) {
     EXPECT_TRUE(check.pass) << check.describe();
 }
 
+// A production backend on a small_seq fixture: the tolerance rule per output
+// against ref::small_seq; an input the reference rejects must give its code.
+void check_small_seq_against_reference(Backend& backend, const Case& c) {
+  if (!backend.small_seq()) GTEST_SKIP() << "backend " << backend.name() << " lacks the small_seq capability";
+  const AttentionProblem problem = attention_problem(c);
+  const AttentionInputs inputs = attention_inputs(c).value();
+  const auto want = ref::small_seq(problem, inputs);
+  if (want.ok())
+    if (auto reason = backend.small_seq()->unsupported(problem)) GTEST_SKIP() << *reason;
+  const auto got = backend.small_seq()->small_seq(problem, inputs);
+  ASSERT_EQ(got.ok(), want.ok()) << (got.ok() ? want.error().message : got.error().message);
+  if (!want.ok()) {
+    EXPECT_EQ(got.error().code, want.error().code);
+    return;
+  }
+  for (const ToleranceCheck& check : check_small_seq_tolerance(problem, inputs, got.value(), want.value()))
+    EXPECT_TRUE(check.pass) << check.describe();
+}
+
 void PrintTo(const FixtureParam& p, std::ostream* os) { *os << p.backend << " on " << p.path; }
 
 class Fixture : public ::testing::TestWithParam<FixtureParam> {};
@@ -136,11 +169,13 @@ TEST_P(Fixture, BackendMatchesExpected) {
   ASSERT_FALSE(file.is_discarded()) << path << " is not valid JSON";
   ASSERT_TRUE(file.is_object() && file.contains("expected")) << path << " has no `expected` field";
   auto c = case_from_json(file);
-  if (c && c->op != CaseOp::metadata && c->op != CaseOp::attention)
+  if (c && c->op != CaseOp::metadata && c->op != CaseOp::attention && c->op != CaseOp::small_seq)
     GTEST_SKIP() << "op " << to_string(c->op) << " is not modelled by the reference yet";
   auto backend = BackendRegistry::instance().make(GetParam().backend);
   if (c && c->op == CaseOp::attention && GetParam().backend != "reference")
     return check_attention_against_reference(*backend, c.value());
+  if (c && c->op == CaseOp::small_seq && GetParam().backend != "reference")
+    return check_small_seq_against_reference(*backend, c.value());
   const json got = c ? backend_output(*backend, c.value()) : error_to_json(c.error());
   if (got.is_null()) GTEST_SKIP() << "backend " << GetParam().backend << " lacks the " << to_string(c->op) << " capability";
   const json& want = file["expected"];
@@ -149,7 +184,7 @@ TEST_P(Fixture, BackendMatchesExpected) {
     diff(got.contains("error") ? got["error"]["code"] : got, want["error"].value("code", json()),
          "error.code", 0.0, differences);
   } else {
-    diff(got, want, "", c && c->op == CaseOp::attention ? 1e-12 : 0.0, differences);
+    diff(got, want, "", c && (c->op == CaseOp::attention || c->op == CaseOp::small_seq) ? 1e-12 : 0.0, differences);
   }
   for (size_t i = 0; i < differences.size() && i < 10; ++i) ADD_FAILURE() << differences[i];
   EXPECT_TRUE(differences.empty()) << path << ": " << differences.size() << " differences";

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/small_seq_checks.hpp"
 #include "attn_oracle/tolerance.hpp"
 #include "planted/planted_backends.hpp"
 #include "planted/tiled_attention.hpp"
@@ -22,6 +23,7 @@ using planted::PlantedBug;
 std::vector<PlantedBug> all_bugs() {
   std::vector<PlantedBug> bugs = planted::metadata_bugs();
   for (PlantedBug& b : planted::attention_bugs()) bugs.push_back(std::move(b));
+  for (PlantedBug& b : planted::small_seq_bugs()) bugs.push_back(std::move(b));
   return bugs;
 }
 
@@ -73,6 +75,21 @@ TEST_P(PlantedBugTest, ItsRegressionFixtureStillCatchesIt) {
   }
   const AttentionProblem problem = attention_problem(*c);
   const AttentionInputs inputs = attention_inputs(*c).value();
+  if (c->op == CaseOp::small_seq) {
+    // An invalid case pins its code; a valid one the float64 small-seq result.
+    const auto got = backend->small_seq()->small_seq(problem, inputs);
+    const auto want = ref::small_seq(problem, inputs);
+    if (!want.ok()) {
+      EXPECT_TRUE(got.ok() || got.error().code != want.error().code) << bug.name << " rejects " << path << " with its code";
+      return;
+    }
+    ASSERT_TRUE(got.ok()) << got.error().message;
+    bool all_pass = true;
+    for (const ToleranceCheck& check : check_small_seq_tolerance(problem, inputs, got.value(), want.value()))
+      all_pass = all_pass && check.pass;
+    EXPECT_FALSE(all_pass) << bug.name << " passes " << path;
+    return;
+  }
   if (bug.property == "attention/guardBandsStayPoisoned") {
     GuardedAttentionBuffers buffers(problem);
     ASSERT_FALSE(backend->attention()->attention_into(problem, inputs, buffers.buffers()).has_value());

@@ -10,8 +10,10 @@
 // Exit 1 is for usage errors, unknown backends and missing capabilities; nothing
 // but the final JSON is ever printed on stdout by eval, so scripts can parse it.
 // Metadata is compared exactly (error codes too); attention goes through the
-// tolerance rule of DESIGN section 5. A case's `expected` field is compared with
-// the reference's own result (errors by code; attention values to 1e-12 relative).
+// tolerance rule of DESIGN section 5, small_seq through the same rule per output
+// (o, p, dq, dk, dv) against ref::small_seq. A case's `expected` field is compared
+// with the reference's own result (errors by code; attention and small_seq values
+// to 1e-12 relative).
 //
 // Tested by tests/cli_test.cpp (runs the built binary on fixtures) and, for the
 // evaluation semantics, tests/fixtures_test.cpp.
@@ -25,6 +27,7 @@
 #include "attn_oracle/backend.hpp"
 #include "attn_oracle/case_file.hpp"
 #include "check.hpp"
+#include "attn_oracle/small_seq_checks.hpp"
 #include "attn_oracle/tolerance.hpp"
 
 namespace attn_oracle {
@@ -120,14 +123,34 @@ void print_json(const json& j) {
 struct Evaluation {
   std::optional<Metadata> metadata;
   std::optional<AttentionResult> attention;
+  std::optional<SmallSeqResult> small_seq;
   std::optional<Error> error;
   std::string skip;
   json to_json(const AttentionProblem& problem) const {
     if (error) return error_to_json(*error);
     if (metadata) return metadata_to_json(*metadata);
+    if (small_seq) return small_seq_result_to_json(problem, *small_seq);
     return attention_result_to_json(problem, *attention);
   }
 };
+
+// small_seq on `backend`.
+Evaluation evaluate_small_seq(Backend& backend, const Case& c, const AttentionInputs& inputs) {
+  Evaluation e;
+  const AttentionProblem problem = attention_problem(c);
+  Expected<SmallSeqResult> r = Error{ErrorCode::unsupported, ""};
+  if (backend.small_seq()) {
+    if (validate_attention(problem, &inputs) && small_seq_documents(problem, &inputs))
+      if (auto reason = backend.small_seq()->unsupported(problem))
+        return e.skip = "backend " + backend.name() + " does not support this problem: " + *reason, e;
+    r = backend.small_seq()->small_seq(problem, inputs);
+  } else {
+    return e.skip = "backend " + backend.name() + " lacks the small_seq capability", e;
+  }
+  if (r) e.small_seq = r.value();
+  else e.error = r.error();
+  return e;
+}
 
 Evaluation evaluate(Backend& backend, const Case& c, const AttentionInputs& inputs) {
   Evaluation e;
@@ -139,6 +162,7 @@ Evaluation evaluate(Backend& backend, const Case& c, const AttentionInputs& inpu
     else e.error = md.error();
     return e;
   }
+  if (c.op == CaseOp::small_seq) return evaluate_small_seq(backend, c, inputs);
   if (c.op != CaseOp::attention)
     return e.skip = "op " + std::string(to_string(c.op)) + " is not supported by this tool yet", e;
   if (!backend.attention()) return e.skip = who + " lacks the attention capability", e;
@@ -164,7 +188,7 @@ Expected<LoadedCase> load_case(const std::string& path) {
   auto c = read_case_file(path);
   if (!c) return c.error();
   LoadedCase loaded{c.value(), {}};
-  if (loaded.c.op == CaseOp::attention) {
+  if (loaded.c.op == CaseOp::attention || loaded.c.op == CaseOp::small_seq) {
     auto in = attention_inputs(loaded.c);
     if (!in) return in.error();
     loaded.inputs = in.value();
@@ -274,6 +298,14 @@ void compare_attention(const LoadedCase& lc, const AttentionResult& got,
   v.lines.insert(v.lines.end(), passed.begin(), passed.end());  // failures first
 }
 
+// Per output (o, p, dq, dk, dv) by the tolerance rule against ref::small_seq.
+void compare_small_seq(const LoadedCase& lc, const SmallSeqResult& got, const SmallSeqResult& want, Verdict& v) {
+  std::vector<std::string> passed;
+  for (const ToleranceCheck& t : check_small_seq_tolerance(attention_problem(lc.c), lc.inputs, got, want))
+    t.pass ? passed.push_back(t.describe()) : v.fail(t.describe());
+  v.lines.insert(v.lines.end(), passed.begin(), passed.end());  // failures first
+}
+
 void compare(const LoadedCase& lc, const Evaluation& got, const Evaluation& want, Verdict& v) {
   if (got.error && want.error) {
     if (got.error->code == want.error->code)
@@ -287,6 +319,7 @@ void compare(const LoadedCase& lc, const Evaluation& got, const Evaluation& want
     return v.fail("backend accepts an invalid input; reference: " +
                   std::string(to_string(want.error->code)) + " (" + want.error->message + ")");
   if (got.metadata) return compare_metadata(*got.metadata, *want.metadata, v);
+  if (got.small_seq) return compare_small_seq(lc, *got.small_seq, *want.small_seq, v);
   compare_attention(lc, *got.attention, *want.attention, v);
 }
 
@@ -329,7 +362,7 @@ void compare_expected(const LoadedCase& lc, const Evaluation& ref, const json& e
                     "expected error " + code.dump());
     return diff_json(std::string(to_string(ref.error->code)), code, "error.code", 0.0, v);
   }
-  const double rel = lc.c.op == CaseOp::attention ? 1e-12 : 0.0;
+  const double rel = lc.c.op == CaseOp::attention || lc.c.op == CaseOp::small_seq ? 1e-12 : 0.0;
   diff_json(ref.to_json(attention_problem(lc.c)), expected, "", rel, v);
 }
 

@@ -10,8 +10,9 @@
 //    [extra.., B, T, H, D] (checked only when the problem itself is valid, so
 //    the validator's precedence is kept).
 // Values are not validated here (M < 1 is bad_max_segments from validate()).
-// Ops not modelled yet (small_seq, kv_buffer, sharding) keep the whole JSON in
-// `raw` and are written back verbatim.
+// `small_seq` cases (DESIGN section 6) have exactly the attention fields. Ops not
+// modelled yet (kv_buffer, sharding) keep the whole JSON in `raw` and are
+// written back verbatim.
 //
 // Tested by tests/case_file_test.cpp (round trips, every error path) and
 // tests/fixtures_test.cpp (every fixture evaluates to its `expected`).
@@ -299,6 +300,10 @@ CaseOp parse_op(const json& j) {
        " (expected metadata, attention, small_seq, kv_buffer or sharding)");
 }
 
+// attention and small_seq share the attention fields.
+bool has_attention_fields(CaseOp op) { return op == CaseOp::attention || op == CaseOp::small_seq; }
+bool is_modelled(CaseOp op) { return op == CaseOp::metadata || has_attention_fields(op); }
+
 const std::set<std::string> kMetadataKeys = {"schema", "op",  "note", "mask",    "window",
                                              "max_segments", "q", "kv", "expected"};
 const std::set<std::string> kAttentionKeys = {"heads_q", "heads_kv", "head_dim", "dtype", "scale",
@@ -316,15 +321,15 @@ Case parse_case(const json& j) {
     c.note = it->get<std::string>();
   }
   if (auto it = j.find("expected"); it != j.end()) c.expected = *it;
-  if (c.op != CaseOp::metadata && c.op != CaseOp::attention) {
+  if (!is_modelled(c.op)) {
     c.raw = j;
     return c;
   }
   std::set<std::string> known = kMetadataKeys;
-  if (c.op == CaseOp::attention) known.insert(kAttentionKeys.begin(), kAttentionKeys.end());
+  if (has_attention_fields(c.op)) known.insert(kAttentionKeys.begin(), kAttentionKeys.end());
   reject_unknown_keys(j, known, "");
   c.batch = parse_batch(j);
-  if (c.op == CaseOp::attention) parse_attention(j, c);
+  if (has_attention_fields(c.op)) parse_attention(j, c);
   return c;
 }
 
@@ -413,7 +418,7 @@ Expected<Case> read_case_file(const std::string& path) {
 }
 
 json case_to_json(const Case& c) {
-  if (c.op != CaseOp::metadata && c.op != CaseOp::attention) return c.raw;
+  if (!is_modelled(c.op)) return c.raw;
   const PackedBatch& b = c.batch;
   json j = {{"schema", kCaseSchema},
             {"op", std::string(to_string(c.op))},
@@ -423,7 +428,7 @@ json case_to_json(const Case& c) {
             {"q", side_to_json(b.q)},
             {"kv", side_to_json(b.kv)}};
   if (!c.note.empty()) j["note"] = c.note;
-  if (c.op == CaseOp::attention) j.update(attention_fields_to_json(c));
+  if (has_attention_fields(c.op)) j.update(attention_fields_to_json(c));
   if (c.expected) j["expected"] = *c.expected;
   return j;
 }
@@ -448,7 +453,7 @@ AttentionProblem attention_problem(const Case& c) { return AttentionProblem{c.ba
 // Explicit tensors are rounded to the dtype here (not in the Case, so files
 // round-trip): the reference must compute what the device was asked to compute.
 Expected<AttentionInputs> attention_inputs(const Case& c) {
-  if (c.op != CaseOp::attention)
+  if (!has_attention_fields(c.op))
     return Error{ErrorCode::bad_case, "op " + std::string(to_string(c.op)) + " has no attention inputs"};
   const AttentionProblem problem = attention_problem(c);
   if (c.data_seed) return generate_inputs(problem, *c.data_seed);
@@ -488,6 +493,21 @@ json attention_result_to_json(const AttentionProblem& problem, const AttentionRe
   }
   auto finite_or_null = [](double x) { return std::isfinite(x) ? json(x) : json(nullptr); };
   json j = {{"o", nest(q, r.o)}, {"lse", nest(lse, r.lse, finite_or_null)}};
+  if (r.grads) {
+    j["dq"] = nest(q, r.grads->dq);
+    j["dk"] = nest(kv, r.grads->dk);
+    j["dv"] = nest(kv, r.grads->dv);
+  }
+  return j;
+}
+
+// P is [docs][Hq][16]; docs is read off its size.
+json small_seq_result_to_json(const AttentionProblem& problem, const SmallSeqResult& r) {
+  const auto shapes = tensor_shapes(problem);
+  const Shape q = shapes ? shapes->q : Shape{-1}, kv = shapes ? shapes->kv : Shape{-1};
+  const int64_t row = std::max<int64_t>(1, problem.shape.heads_q) * kSmallSeqMaxKeys;
+  const Shape p = r.p.size() % row == 0 ? Shape{static_cast<int64_t>(r.p.size()) / row, problem.shape.heads_q, kSmallSeqMaxKeys} : Shape{-1};
+  json j = {{"o", nest(q, r.o)}, {"p", nest(p, r.p)}};
   if (r.grads) {
     j["dq"] = nest(q, r.grads->dq);
     j["dk"] = nest(kv, r.grads->dk);

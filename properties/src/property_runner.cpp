@@ -79,10 +79,10 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend,
   PropertyOutcome out;
   out.property = property.id;
   out.backend = backend.name();
-  if (!backend.has(property.needs)) {
+  for (std::optional<Capability> needed : {std::optional<Capability>(property.needs), property.also_needs}) {
+    if (!needed || backend.has(*needed)) continue;
     out.status = PropertyOutcome::Status::skipped;
-    out.message = "backend " + out.backend + " lacks the " + std::string(to_string(property.needs)) +
-                  " capability";
+    out.message = "backend " + out.backend + " lacks the " + std::string(to_string(*needed)) + " capability";
     return out;
   }
   CaseRecorder recorder;
@@ -138,6 +138,7 @@ const std::vector<PropertyDef>& all_properties() {
   static const std::vector<PropertyDef> properties = [] {
     std::vector<PropertyDef> all = metadata_properties();
     for (PropertyDef& p : attention_properties()) all.push_back(std::move(p));
+    for (PropertyDef& p : small_seq_properties()) all.push_back(std::move(p));
     return all;
   }();
   return properties;

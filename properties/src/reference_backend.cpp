@@ -10,17 +10,22 @@
 namespace attn_oracle {
 namespace {
 
-class ReferenceBackend final : public Backend, MetadataCapability, AttentionCapability {
+class ReferenceBackend final : public Backend, MetadataCapability, AttentionCapability, SmallSeqCapability {
  public:
   std::string name() const override { return "reference"; }
   std::string version() const override { return "float64 explicit-mask oracle"; }
   MetadataCapability* metadata() override { return this; }
   AttentionCapability* attention() override { return this; }
+  SmallSeqCapability* small_seq() override { return this; }
 
   Expected<Metadata> metadata(const PackedBatch& batch) override { return ref::metadata(batch); }
   Expected<AttentionResult> attention(const AttentionProblem& problem,
                                       const AttentionInputs& inputs) override {
     return ref::attention_dense_masked(problem, inputs);
+  }
+
+  Expected<SmallSeqResult> small_seq(const AttentionProblem& problem, const AttentionInputs& inputs) override {
+    return ref::small_seq(problem, inputs);
   }
 
   bool supports_attention_into() const override { return true; }

@@ -1,4 +1,4 @@
-// planted_backends.cpp: the two wrapper backends every planted bug is built on.
+// planted_backends.cpp: the wrapper backends every planted bug is built on.
 #include "planted/planted_backends.hpp"
 
 namespace attn_oracle::planted {
@@ -32,7 +32,30 @@ class AttentionOnly final : public Backend, AttentionCapability {
   Fn f_;
 };
 
+class SmallSeqWithReferenceAttention final : public Backend, SmallSeqCapability, AttentionCapability {
+ public:
+  using Fn = std::function<Expected<SmallSeqResult>(const AttentionProblem&, const AttentionInputs&)>;
+  SmallSeqWithReferenceAttention(std::string name, Fn f) : name_(std::move(name)), f_(std::move(f)) {}
+  std::string name() const override { return name_; }
+  SmallSeqCapability* small_seq() override { return this; }
+  Expected<SmallSeqResult> small_seq(const AttentionProblem& p, const AttentionInputs& in) override { return f_(p, in); }
+  AttentionCapability* attention() override { return this; }
+  Expected<AttentionResult> attention(const AttentionProblem& p, const AttentionInputs& in) override {
+    return ref::attention_dense_masked(p, in);
+  }
+
+ private:
+  std::string name_;
+  Fn f_;
+};
+
 }  // namespace
+
+std::unique_ptr<Backend> small_seq_backend(
+    std::string name,
+    std::function<Expected<SmallSeqResult>(const AttentionProblem&, const AttentionInputs&)> f) {
+  return std::make_unique<SmallSeqWithReferenceAttention>(std::move(name), std::move(f));
+}
 
 std::unique_ptr<Backend> metadata_backend(std::string name,
                                           std::function<Expected<Metadata>(const PackedBatch&)> f) {

@@ -24,6 +24,7 @@ inline void PrintTo(const PlantedBug& b, std::ostream* os) { *os << b.name << " 
 
 std::vector<PlantedBug> metadata_bugs();
 std::vector<PlantedBug> attention_bugs();
+std::vector<PlantedBug> small_seq_bugs();
 
 // A backend whose metadata is the reference's passed through `transform`.
 std::unique_ptr<Backend> metadata_backend(
@@ -32,5 +33,11 @@ std::unique_ptr<Backend> metadata_backend(
 std::unique_ptr<Backend> attention_backend(
     std::string name,
     std::function<Expected<AttentionResult>(const AttentionProblem&, const AttentionInputs&)> compute);
+
+// A backend whose small_seq is `compute` and whose attention is the float64
+// dense reference (so that small_seq/matchesGeneralAttention runs on it).
+std::unique_ptr<Backend> small_seq_backend(
+    std::string name,
+    std::function<Expected<SmallSeqResult>(const AttentionProblem&, const AttentionInputs&)> compute);
 
 }  // namespace attn_oracle::planted

@@ -1,8 +1,9 @@
 // case_file.hpp: `attn-oracle.case/1` JSON case files (DESIGN section 9).
 //
-// A case is one op and its inputs. `metadata` and `attention` are modelled here;
-// the ops of later sections (small_seq, kv_buffer, sharding) are read and
-// written back verbatim until their issues model them. An optional `expected`
+// A case is one op and its inputs. `metadata`, `attention` and `small_seq` (the
+// attention fields, DESIGN section 6) are modelled here; the ops of later
+// sections (kv_buffer, sharding) are read and written back verbatim until their
+// issues model them. An optional `expected`
 // field holds the result a fixture pins (metadata JSON or {"error": {...}});
 // `note` says where the case came from.
 //
@@ -19,6 +20,7 @@
 #include "attn_oracle/error.hpp"
 #include "attn_oracle/metadata.hpp"
 #include "attn_oracle/packed_batch.hpp"
+#include "attn_oracle/small_seq.hpp"
 
 namespace attn_oracle {
 
@@ -30,7 +32,7 @@ std::string_view to_string(CaseOp op);
 struct Case {
   CaseOp op = CaseOp::metadata;
   PackedBatch batch;
-  // attention only:
+  // attention and small_seq only:
   AttentionShape attention;
   std::optional<uint64_t> data_seed;       // data: {"seed": N}
   std::optional<AttentionInputs> tensors;  // tensors: {q, k, v, do}
@@ -45,13 +47,15 @@ Expected<Case> read_case_file(const std::string& path);
 nlohmann::json case_to_json(const Case& c);
 bool write_case_file(const std::string& path, const Case& c);
 
-// The attention problem and inputs of an attention case (tensors or seeded data).
+// The attention problem and inputs of an attention or small_seq case (tensors or seeded data).
 AttentionProblem attention_problem(const Case& c);
 Expected<AttentionInputs> attention_inputs(const Case& c);
 
 // Results as `attn-oracle eval` prints them.
 nlohmann::json metadata_to_json(const Metadata& md);
 nlohmann::json attention_result_to_json(const AttentionProblem& problem, const AttentionResult& r);
+// o [..][B][Tq][Hq][D], p [docs][Hq][16] and, with backward, dq, dk, dv.
+nlohmann::json small_seq_result_to_json(const AttentionProblem& problem, const SmallSeqResult& r);
 nlohmann::json error_to_json(const Error& e);  // {"error": {"code", "message"}}
 
 }  // namespace attn_oracle

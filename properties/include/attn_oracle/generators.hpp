@@ -94,11 +94,65 @@ struct AttentionOptions {
 };
 rc::Gen<AttentionDraw> attention_draw(AttentionOptions options = {});
 
+// ------------------------------------------------------------------- small-seq
+// Small-seq problems of DESIGN section 6 (small_seq_generators.cpp): per row a
+// list of documents, each with exactly one query token and 1..16 keys, drawn as a
+// spec that shrinks by dropping rows and documents and shortening them.
+// Positions make decode-like documents common (the query one past its last
+// key), else the query at its first key's position (with unit key stride always
+// representable: DESIGN section 4; what a failure shrinks towards), at its last
+// key, or at an explicit position.
+enum class QueryAt { first_key, after_keys, last_key, explicit_pos };
+
+struct SmallSeqDocSpec {
+  int keys = 1;                // 1..16; 0 or > 16 only in invalid draws
+  int queries = 1;             // 1; 2 only in invalid draws
+  int q_gap = 0, kv_gap = 0;   // padding tokens before it (padding kinds)
+  int id_step = 1;             // id = previous id + id_step (>= 1)
+  int kv_start = 0;            // position of the first key
+  QueryAt query_at = QueryAt::after_keys;
+  int query_pos = 0;           // QueryAt::explicit_pos
+};
+
+struct SmallSeqSpec {
+  MaskKind mask = MaskKind::padding;
+  Window window;
+  int kv_stride = 1;                    // key positions kv_start + kv_stride * j
+  bool all_at_first_key = false;        // every query at QueryAt::first_key (representable)
+  int q_trailing = 0, kv_trailing = 0;  // padding after the last document (padding kinds)
+  std::vector<std::vector<SmallSeqDocSpec>> rows;
+};
+
+// Padding kinds pad rows to one length; non-padding kinds keep the first n
+// documents of every row (n = the fewest in a row) and fill short kv rows with a
+// kv-only document (ignored by small-seq: it has no query). M = the highest id.
+PackedBatch build_small_seq_batch(const SmallSeqSpec& spec);
+
+struct SmallSeqOptions {
+  int max_rows = 3;           // B in 1..3
+  int max_docs = 6;           // documents per row
+  bool backward = true;
+  bool low_precision = true;  // fp16 / bf16 as well as fp32
+};
+// Heads as attention_draw (heads_kv 1..2, group {1, 2, 4}, head dims mostly
+// {1, 2, 4, 8}, sometimes 64), every mask kind, windows sometimes.
+rc::Gen<AttentionDraw> small_seq_draw(SmallSeqOptions options = {});
+
+// A small-seq problem with exactly one violation, tagged with its code: two
+// queries in a document or a document with 0 or 17+ keys (small_seq_query_count,
+// small_seq_key_count), or heads_q % heads_kv != 0 (bad_heads). Padding kinds.
+struct InvalidSmallSeq {
+  AttentionDraw draw;
+  ErrorCode expected;
+};
+rc::Gen<InvalidSmallSeq> invalid_small_seq();
+
 // ------------------------------------------------------------------- showing
 // Ids, positions and shapes; never the float tensors.
 void showValue(const PackedBatch& batch, std::ostream& os);
 void showValue(const InvalidBatch& draw, std::ostream& os);
 void showValue(const AttentionDraw& draw, std::ostream& os);
+void showValue(const InvalidSmallSeq& draw, std::ostream& os);
 
 // Short classification labels for RC_CLASSIFY / RC_TAG.
 std::string describe_mix(const PackedBatch& batch);

@@ -34,6 +34,7 @@ struct PropertyDef {
   Capability needs;      // skipped, with the reason, on a backend without it
   std::string summary;   // one line for reports
   std::function<void(Backend&, CaseRecorder&)> body;  // one RapidCheck case
+  std::optional<Capability> also_needs = std::nullopt;  // a second capability, skipped likewise
 };
 
 struct RunSettings {
@@ -71,8 +72,10 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend,
 const std::vector<PropertyDef>& all_properties();
 const PropertyDef* find_property(const std::string& id);
 
-// Per API area (metadata_properties.cpp, attention_properties.cpp).
+// Per API area (metadata_properties.cpp, attention_properties.cpp,
+// small_seq_properties.cpp).
 std::vector<PropertyDef> metadata_properties();
 std::vector<PropertyDef> attention_properties();
+std::vector<PropertyDef> small_seq_properties();
 
 }  // namespace attn_oracle

@@ -1,0 +1,288 @@
+// small_seq_generators.cpp: generators of small-seq problems (DESIGN section 6),
+// valid and invalid. See generators.hpp.
+//
+// Like packed_batch, a problem is drawn as a spec (rows of documents, each one
+// query and its key count, gaps, where the query sits) and built by
+// build_small_seq_batch, so that shrinking drops rows and documents, shortens key
+// runs and moves the query to its first key's position while every shrunk value
+// is still a small-seq problem. Decode-like documents (the query one past its
+// last key) are the common case; the query at its first key (representable:
+// what matchesGeneralAttention can use), at its last key, or at an explicit
+// position are the others.
+//
+// Checked by tests/small_seq_generators_test.cpp: every valid draw is accepted by
+// small_seq_documents, every invalid draw gives its tagged code on ref::small_seq.
+#include <algorithm>
+
+#include "attn_oracle/generators.hpp"
+#include "attn_oracle/small_seq.hpp"
+
+namespace attn_oracle {
+namespace {
+
+struct Token {
+  int64_t id = 0, pos = 0;
+};
+
+struct BuiltRow {
+  std::vector<Token> q, kv;
+  int64_t last_id = 0;
+};
+
+int64_t query_position(const SmallSeqDocSpec& d, int stride, bool at_first_key) {
+  const int64_t last_key = d.kv_start + int64_t{stride} * std::max(0, d.keys - 1);
+  switch (at_first_key ? QueryAt::first_key : d.query_at) {
+    case QueryAt::first_key: return d.kv_start;
+    case QueryAt::explicit_pos: return d.query_pos;
+    case QueryAt::last_key: return last_key;
+    case QueryAt::after_keys: return d.keys == 0 ? d.kv_start : last_key + 1;
+  }
+  return 0;
+}
+
+BuiltRow build_row(const std::vector<SmallSeqDocSpec>& docs, const SmallSeqSpec& spec, bool padding) {
+  BuiltRow row;
+  for (const SmallSeqDocSpec& d : docs) {
+    row.last_id += std::max(1, d.id_step);
+    if (padding) {
+      row.q.insert(row.q.end(), d.q_gap, Token{0, 0});
+      row.kv.insert(row.kv.end(), d.kv_gap, Token{0, 0});
+    }
+    const int64_t qpos = query_position(d, spec.kv_stride, spec.all_at_first_key);
+    for (int i = 0; i < std::max(1, d.queries); ++i) row.q.push_back(Token{row.last_id, qpos + i});
+    for (int j = 0; j < d.keys; ++j) row.kv.push_back(Token{row.last_id, d.kv_start + int64_t{spec.kv_stride} * j});
+  }
+  return row;
+}
+
+void write_side(PackedSide& side, const std::vector<std::vector<Token>>& rows, int64_t len) {
+  const auto batch = static_cast<int64_t>(rows.size());
+  side.segment_ids = IntArray::filled({batch, len}, 0);
+  side.segment_pos = IntArray::filled({batch, len}, 0);
+  for (int64_t r = 0; r < batch; ++r)
+    for (size_t t = 0; t < rows[r].size(); ++t) {
+      side.segment_ids.data[r * len + t] = rows[r][t].id;
+      side.segment_pos.data[r * len + t] = rows[r][t].pos;
+    }
+}
+
+}  // namespace
+
+PackedBatch build_small_seq_batch(const SmallSeqSpec& spec) {
+  const bool padding = allows_padding(spec.mask);
+  size_t keep = SIZE_MAX;
+  for (const auto& docs : spec.rows) keep = std::min(keep, docs.size());
+  std::vector<BuiltRow> rows;
+  int64_t q_len = 0, kv_len = 0;
+  for (const auto& docs : spec.rows) {
+    // Non-padding kinds: q rows must have one length, so every row keeps `keep` documents.
+    const std::vector<SmallSeqDocSpec> kept = padding ? docs : std::vector<SmallSeqDocSpec>(docs.begin(), docs.begin() + keep);
+    rows.push_back(build_row(kept, spec, padding));
+    q_len = std::max<int64_t>(q_len, rows.back().q.size());
+    kv_len = std::max<int64_t>(kv_len, rows.back().kv.size());
+  }
+  if (padding) {
+    q_len += spec.q_trailing;
+    kv_len += spec.kv_trailing;
+  }
+  int64_t max_id = 1;
+  std::vector<std::vector<Token>> q, kv;
+  for (BuiltRow& r : rows) {
+    if (!padding && static_cast<int64_t>(r.kv.size()) < kv_len) {
+      // A kv-only filler document: no query reads it, so small-seq ignores it.
+      const int64_t id = r.last_id + 1;
+      for (int64_t p = 0; static_cast<int64_t>(r.kv.size()) < kv_len; ++p) r.kv.push_back(Token{id, p});
+    }
+    for (const auto* side : {&r.q, &r.kv})
+      for (const Token& t : *side) max_id = std::max(max_id, t.id);
+    q.push_back(std::move(r.q));
+    kv.push_back(std::move(r.kv));
+  }
+  PackedBatch batch;
+  batch.mask = spec.mask;
+  batch.window = spec.window;
+  batch.max_segments = max_id;
+  write_side(batch.q, q, q_len);
+  write_side(batch.kv, kv, kv_len);
+  return batch;
+}
+
+namespace {
+
+// One of `values`, equally likely at every size, shrinking towards values[0].
+template <typename T>
+rc::Gen<T> shrinking_element(std::vector<T> values) {
+  return rc::gen::map(rc::gen::resize(100, rc::gen::inRange<size_t>(0, values.size())),
+                      [values](size_t i) { return values[i]; });
+}
+
+// rc::gen::weightedOneOf that shrinks towards its first alternative (the
+// RapidCheck one keeps the alternative it drew): the alternative is an index
+// into the cumulative weights, drawn size-independently, then its generator.
+template <typename T>
+rc::Gen<T> weighted(std::vector<std::pair<int, rc::Gen<T>>> alternatives) {
+  int total = 0;
+  for (const auto& a : alternatives) total += a.first;
+  return rc::gen::mapcat(rc::gen::resize(100, rc::gen::inRange(0, total)), [alternatives](int x) {
+    for (const auto& [w, gen] : alternatives) {
+      if (x < w) return gen;
+      x -= w;
+    }
+    return alternatives.back().second;
+  });
+}
+
+rc::Gen<Window> small_seq_window() {
+  auto side = weighted<int64_t>(
+      {{3, rc::gen::just<int64_t>(-1)}, {1, rc::gen::just<int64_t>(0)}, {3, rc::gen::inRange<int64_t>(0, 9)}});
+  return weighted<Window>({{3, rc::gen::just(Window{})}, {2, rc::gen::construct<Window>(side, side)}});
+}
+
+// Keys: uniform in 1..16 (not size-scaled: 16 is an edge a kernel must see early),
+// with a full 16 drawn more often; shrinks towards 1.
+rc::Gen<int> key_count() {
+  return weighted<int>({{6, rc::gen::inRange(1, 17)}, {1, rc::gen::just(16)}});
+}
+
+rc::Gen<SmallSeqDocSpec> small_seq_doc(bool padding) {
+  auto gap = padding ? weighted<int>({{3, rc::gen::just(0)}, {1, rc::gen::inRange(1, 3)}})
+                     : rc::gen::just(0);
+  auto query_at = weighted<QueryAt>({{2, rc::gen::just(QueryAt::first_key)},
+                                                   {5, rc::gen::just(QueryAt::after_keys)},
+                                                   {2, rc::gen::just(QueryAt::last_key)},
+                                                   {1, rc::gen::just(QueryAt::explicit_pos)}});
+  return rc::gen::build<SmallSeqDocSpec>(
+      rc::gen::set(&SmallSeqDocSpec::keys, key_count()),
+      rc::gen::set(&SmallSeqDocSpec::q_gap, gap), rc::gen::set(&SmallSeqDocSpec::kv_gap, gap),
+      rc::gen::set(&SmallSeqDocSpec::id_step, weighted<int>({{6, rc::gen::just(1)}, {1, rc::gen::just(2)}})),
+      rc::gen::set(&SmallSeqDocSpec::kv_start, weighted<int>({{3, rc::gen::just(0)}, {1, rc::gen::inRange(1, 9)}})),
+      rc::gen::set(&SmallSeqDocSpec::query_at, query_at),
+      rc::gen::set(&SmallSeqDocSpec::query_pos, weighted<int>({{2, rc::gen::just(0)}, {1, rc::gen::inRange(0, 20)}})));
+}
+
+rc::Gen<std::vector<SmallSeqDocSpec>> small_seq_row(bool padding, int max_docs) {
+  return rc::gen::withSize([=](int size) {
+    const int most = std::max(1, std::min(max_docs, 1 + size / 20));
+    return rc::gen::mapcat(rc::gen::inRange(1, most + 1), [=](int n) {
+      return rc::gen::container<std::vector<SmallSeqDocSpec>>(n, small_seq_doc(padding));
+    });
+  });
+}
+
+rc::Gen<SmallSeqSpec> small_seq_spec(int max_rows, int max_docs, bool padding_only) {
+  auto mask = padding_only ? rc::gen::element(MaskKind::padding, MaskKind::padding_causal, MaskKind::padding_causal_bottom_right)
+                           : rc::gen::elementOf(std::vector<MaskKind>(std::begin(kAllMaskKinds), std::end(kAllMaskKinds)));
+  auto head = rc::gen::pair(mask, rc::gen::inRange(1, max_rows + 1));
+  return rc::gen::mapcat(head, [=](std::pair<MaskKind, int> h) {
+    const bool padding = allows_padding(h.first);
+    auto trailing = padding ? weighted<int>({{2, rc::gen::just(0)}, {1, rc::gen::inRange(1, 3)}}) : rc::gen::just(0);
+    return rc::gen::build<SmallSeqSpec>(
+        rc::gen::set(&SmallSeqSpec::mask, rc::gen::just(h.first)),
+        rc::gen::set(&SmallSeqSpec::window, small_seq_window()),
+        rc::gen::set(&SmallSeqSpec::kv_stride, weighted<int>({{5, rc::gen::just(1)}, {1, rc::gen::inRange(2, 4)}})),
+        // 1 in 4: every query at its first key, so that multi-document problems
+        // are representable often enough for matchesGeneralAttention.
+        rc::gen::set(&SmallSeqSpec::all_at_first_key, weighted<bool>({{3, rc::gen::just(false)}, {1, rc::gen::just(true)}})),
+        rc::gen::set(&SmallSeqSpec::q_trailing, trailing), rc::gen::set(&SmallSeqSpec::kv_trailing, trailing),
+        rc::gen::set(&SmallSeqSpec::rows, rc::gen::container<std::vector<std::vector<SmallSeqDocSpec>>>(h.second, small_seq_row(padding, max_docs))));
+  });
+}
+
+struct Heads {
+  int64_t kv, group, dim;
+  Dtype dtype;
+  bool backward, explicit_scale;
+};
+
+rc::Gen<Heads> small_seq_heads(const SmallSeqOptions& o) {
+  auto dtype = o.low_precision ? shrinking_element<Dtype>({Dtype::fp32, Dtype::fp16, Dtype::bf16})
+                               : rc::gen::just(Dtype::fp32);
+  // 5 draws in 6 from {1, 2, 4, 8}, 1 in 6 is 64 (the kernels' head dim).
+  auto dim = shrinking_element<int64_t>({1, 2, 4, 8, 1, 2, 4, 8, 1, 2, 64, 64});
+  return rc::gen::construct<Heads>(shrinking_element<int64_t>({1, 2}), shrinking_element<int64_t>({1, 2, 4}), dim, dtype,
+                                   o.backward ? rc::gen::arbitrary<bool>() : rc::gen::just(false),
+                                   shrinking_element<bool>({false, false, false, false, true}));
+}
+
+AttentionDraw make_draw(PackedBatch batch, const Heads& h, uint64_t seed) {
+  AttentionDraw d;
+  d.problem.batch = std::move(batch);
+  d.problem.shape.heads_kv = h.kv;
+  d.problem.shape.heads_q = h.kv * h.group;
+  d.problem.shape.head_dim = h.dim;
+  d.problem.shape.dtype = h.dtype;
+  d.problem.shape.backward = h.backward;
+  if (h.explicit_scale) d.problem.shape.scale = 0.5;
+  d.seed = seed;
+  return d;
+}
+
+}  // namespace
+
+rc::Gen<AttentionDraw> small_seq_draw(SmallSeqOptions o) {
+  return rc::gen::map(
+      rc::gen::tuple(small_seq_spec(o.max_rows, o.max_docs, false), small_seq_heads(o), rc::gen::arbitrary<uint64_t>()),
+      [](const std::tuple<SmallSeqSpec, Heads, uint64_t>& t) {
+        const auto& [spec, heads, seed] = t;
+        return make_draw(build_small_seq_batch(spec), heads, seed);
+      });
+}
+
+// ------------------------------------------------------------------- invalid
+
+namespace {
+
+enum class SmallSeqViolation { two_queries, zero_keys, too_many_keys, bad_heads };
+
+InvalidSmallSeq inject(SmallSeqSpec spec, Heads heads, uint64_t seed, SmallSeqViolation v, size_t choice, int amount) {
+  std::vector<SmallSeqDocSpec*> docs;
+  for (auto& row : spec.rows)
+    for (SmallSeqDocSpec& d : row) docs.push_back(&d);
+  SmallSeqDocSpec& doc = *docs[choice % docs.size()];
+  ErrorCode code = ErrorCode::small_seq_key_count;
+  switch (v) {
+    case SmallSeqViolation::two_queries:
+      doc.queries = 2;
+      code = ErrorCode::small_seq_query_count;
+      break;
+    case SmallSeqViolation::zero_keys:
+      doc.keys = 0;
+      spec.kv_trailing = std::max(spec.kv_trailing, 1);  // never a kv side of length 0
+      break;
+    case SmallSeqViolation::too_many_keys:
+      doc.keys = static_cast<int>(kSmallSeqMaxKeys) + amount;
+      break;
+    case SmallSeqViolation::bad_heads:
+      code = ErrorCode::bad_heads;
+      break;
+  }
+  AttentionDraw d = make_draw(build_small_seq_batch(spec), heads, seed);
+  if (v == SmallSeqViolation::bad_heads) {  // heads_kv >= 2 and heads_q one past a multiple of it
+    d.problem.shape.heads_kv = heads.kv + 1;
+    d.problem.shape.heads_q = d.problem.shape.heads_kv * heads.group + amount % d.problem.shape.heads_kv;
+    if (d.problem.shape.heads_q % d.problem.shape.heads_kv == 0) ++d.problem.shape.heads_q;
+  }
+  return {d, code};
+}
+
+}  // namespace
+
+rc::Gen<InvalidSmallSeq> invalid_small_seq() {
+  auto violation = rc::gen::element(SmallSeqViolation::two_queries, SmallSeqViolation::zero_keys,
+                                    SmallSeqViolation::too_many_keys, SmallSeqViolation::bad_heads);
+  return rc::gen::mapcat(violation, [](SmallSeqViolation v) {
+    return rc::gen::map(rc::gen::tuple(small_seq_spec(2, 4, /*padding_only=*/true), small_seq_heads(SmallSeqOptions{}),
+                                       rc::gen::arbitrary<uint64_t>(), rc::gen::inRange<size_t>(0, 1000), rc::gen::inRange(1, 4)),
+                        [v](const std::tuple<SmallSeqSpec, Heads, uint64_t, size_t, int>& t) {
+                          const auto& [spec, heads, seed, choice, amount] = t;
+                          return inject(spec, heads, seed, v, choice, amount);
+                        });
+  });
+}
+
+void showValue(const InvalidSmallSeq& d, std::ostream& os) {
+  os << "expects " << to_string(d.expected) << ": ";
+  showValue(d.draw, os);
+}
+
+}  // namespace attn_oracle

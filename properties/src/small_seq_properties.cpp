@@ -1,0 +1,175 @@
+// small_seq_properties.cpp: the properties of DESIGN section 6, written once
+// against the small-seq capability. Floats are judged by the tolerance rule
+// (small_seq_checks.hpp): o and P like outputs (k = 2), gradients k = 3, against
+// the float64 ref::small_seq; error codes exactly. matchesGeneralAttention puts
+// the same backend's general attention in the reference's seat. Each property
+// has a planted-bug backend in tests/planted/small_seq_bugs.cpp that it must
+// catch (tests/planted_bugs_test.cpp).
+#include <cmath>
+#include <string>
+
+#include "attn_oracle/generators.hpp"
+#include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/small_seq_checks.hpp"
+#include "attn_oracle/validate.hpp"
+
+namespace attn_oracle {
+namespace {
+
+Case small_seq_case(const AttentionDraw& d) {
+  Case c;
+  c.op = CaseOp::small_seq;
+  c.batch = d.problem.batch;
+  c.attention = d.problem.shape;
+  c.data_seed = d.seed;
+  return c;
+}
+
+// The drawn problem, or the nearest one the backend supports (as the attention
+// properties do): as drawn, then head_dim 64 with the drawn dtype, bf16, fp16.
+AttentionShape nearest_supported(SmallSeqCapability& cap, const AttentionProblem& problem) {
+  if (!cap.unsupported(problem)) return problem.shape;
+  AttentionProblem wider = problem;
+  wider.shape.head_dim = 64;
+  for (Dtype dtype : {problem.shape.dtype, Dtype::bf16, Dtype::fp16}) {
+    wider.shape.dtype = dtype;
+    if (!cap.unsupported(wider)) return wider.shape;
+  }
+  return problem.shape;
+}
+
+// Draws a small-seq problem the backend supports, records it, and returns it with its inputs.
+std::pair<AttentionDraw, AttentionInputs> draw_supported(Backend& backend, CaseRecorder& recorder) {
+  AttentionDraw d = *small_seq_draw();
+  d.problem.shape = nearest_supported(*backend.small_seq(), d.problem);
+  RC_PRE(!backend.small_seq()->unsupported(d.problem).has_value());
+  recorder.current(small_seq_case(d));
+  RC_CLASSIFY(d.problem.shape.heads_q > d.problem.shape.heads_kv, "GQA");
+  RC_CLASSIFY(d.problem.batch.window.left >= 0 || d.problem.batch.window.right >= 0, "window");
+  return {d, generate_inputs(d.problem, d.seed)};
+}
+
+SmallSeqResult run_or_fail(Backend& backend, const AttentionProblem& p, const AttentionInputs& in) {
+  Expected<SmallSeqResult> r = backend.small_seq()->small_seq(p, in);
+  if (!r) RC_FAIL("backend rejected a valid small-seq input: " + std::string(to_string(r.error().code)) + ": " + r.error().message);
+  return std::move(r).value();
+}
+
+SmallSeqResult reference_or_fail(const AttentionProblem& p, const AttentionInputs& in) {
+  Expected<SmallSeqResult> r = ref::small_seq(p, in);
+  if (!r) RC_FAIL("generator bug: the reference rejects a drawn small-seq problem: " + std::string(to_string(r.error().code)) + ": " + r.error().message);
+  return std::move(r).value();
+}
+
+void assert_within_tolerance(const std::vector<ToleranceCheck>& checks) {
+  for (const ToleranceCheck& check : checks)
+    if (!check.pass) RC_FAIL(check.describe());
+}
+
+// o, P and the gradients against the float64 reference.
+void matches_reference(Backend& backend, CaseRecorder& recorder) {
+  const auto [d, inputs] = draw_supported(backend, recorder);
+  const SmallSeqResult want = reference_or_fail(d.problem, inputs);
+  assert_within_tolerance(check_small_seq_tolerance(d.problem, inputs, run_or_fail(backend, d.problem, inputs), want));
+}
+
+// The small-seq path and the same backend's general fused attention agree on o
+// and the gradients. Kernels realise the token-level mask only on representable
+// inputs (DESIGN section 4), so the others are skipped; decode-like documents
+// under top-left causal never are (the query is past its keys), which is why the
+// generator also puts queries at position 0.
+void matches_general_attention(Backend& backend, CaseRecorder& recorder) {
+  const auto [d, inputs] = draw_supported(backend, recorder);
+  RC_PRE(!backend.attention()->unsupported(d.problem).has_value());
+  RC_PRE(ref::representability(d.problem.batch).representable);
+  const SmallSeqResult small = run_or_fail(backend, d.problem, inputs);
+  Expected<AttentionResult> general = backend.attention()->attention(d.problem, inputs);
+  if (!general) RC_FAIL("the backend's attention rejected a valid input: " + std::string(to_string(general.error().code)) + ": " + general.error().message);
+  const SmallSeqResult want{general->o, small.p, general->grads};
+  assert_within_tolerance(check_small_seq_tolerance(d.problem, inputs, small, want, /*with_p=*/false));
+}
+
+// P [docs, Hq, 16]: a query that attends some key has a row summing to 1 over
+// its document's unmasked keys (within the dtype's floor); masked slots and
+// slots past the keys are exactly 0; a query that attends nothing has a zero row.
+void probability_rows_sum_to_one(Backend& backend, CaseRecorder& recorder) {
+  const auto [d, inputs] = draw_supported(backend, recorder);
+  const auto docs = small_seq_documents(d.problem, &inputs);
+  if (!docs) RC_FAIL("generator bug: " + std::string(to_string(docs.error().code)) + ": " + docs.error().message);
+  const SmallSeqResult got = run_or_fail(backend, d.problem, inputs);
+  const int64_t Hq = d.problem.shape.heads_q, width = kSmallSeqMaxKeys;
+  if (got.p.size() != docs->size() * Hq * width)
+    RC_FAIL("P has " + std::to_string(got.p.size()) + " elements, expected [" + std::to_string(docs->size()) + ", " +
+            std::to_string(Hq) + ", 16]");
+  const BatchLayout l = validate_shapes(d.problem.batch).value();
+  const double eps = tolerance_floor(d.problem.shape.dtype);
+  for (size_t k = 0; k < docs->size(); ++k) {
+    const SmallSeqDocument& doc = (*docs)[k];
+    const ref::RowMask mask = ref::explicit_mask(d.problem.batch, l, doc.row, /*with_window=*/true);
+    bool attends = false;
+    for (int64_t j = 0; j < doc.keys; ++j) attends = attends || mask(doc.query, doc.first_key + j);
+    RC_CLASSIFY(!attends, "fully masked query");
+    for (int64_t h = 0; h < Hq; ++h) {
+      const double* row = &got.p[(k * Hq + h) * width];
+      const std::string at = "P[doc " + std::to_string(k) + ", head " + std::to_string(h) + "]";
+      double sum = 0.0;
+      for (int64_t j = 0; j < width; ++j) {
+        const bool live = j < doc.keys && mask(doc.query, doc.first_key + j);
+        if (std::isnan(row[j])) RC_FAIL(at + " slot " + std::to_string(j) + " is NaN");
+        if (!live && row[j] != 0.0)
+          RC_FAIL(at + " slot " + std::to_string(j) + " is " + std::to_string(row[j]) + ", expected exactly 0 (" +
+                  (j >= doc.keys ? "past the document's " + std::to_string(doc.keys) + " keys" : std::string("a masked key")) + ")");
+        sum += row[j];
+      }
+      if (attends && std::fabs(sum - 1.0) > eps)
+        RC_FAIL(at + " sums to " + std::to_string(sum) + " over " + std::to_string(doc.keys) + " keys, expected 1 within " + std::to_string(eps));
+    }
+  }
+}
+
+// A shape the backend supports, asked on a one-document problem (unsupported()
+// may assume a valid problem): the invalid draw's head dim and dtype move to it.
+AttentionShape supported_shape(SmallSeqCapability& cap, const AttentionShape& shape) {
+  AttentionProblem probe;
+  probe.batch.mask = MaskKind::padding;
+  probe.batch.max_segments = 1;
+  probe.batch.q.segment_ids = IntArray({1, 1}, {1});
+  probe.batch.q.segment_pos = IntArray({1, 1}, {1});
+  probe.batch.kv.segment_ids = IntArray({1, 1}, {1});
+  probe.batch.kv.segment_pos = IntArray({1, 1}, {0});
+  probe.shape = shape;
+  probe.shape.heads_q = probe.shape.heads_kv = 1;
+  AttentionShape out = shape;
+  const AttentionShape near = nearest_supported(cap, probe);
+  out.head_dim = near.head_dim;
+  out.dtype = near.dtype;
+  return out;
+}
+
+void rejects_invalid_inputs(Backend& backend, CaseRecorder& recorder) {
+  InvalidSmallSeq draw = *invalid_small_seq();
+  draw.draw.problem.shape = supported_shape(*backend.small_seq(), draw.draw.problem.shape);
+  recorder.current(small_seq_case(draw.draw));
+  RC_TAG(std::string(to_string(draw.expected)));
+  const AttentionInputs inputs = generate_inputs(draw.draw.problem, draw.draw.seed);
+  const Expected<SmallSeqResult> got = backend.small_seq()->small_seq(draw.draw.problem, inputs);
+  if (got) RC_FAIL("accepted an input that must give " + std::string(to_string(draw.expected)));
+  if (got.error().code != draw.expected)
+    RC_FAIL("gave " + std::string(to_string(got.error().code)) + " (" + got.error().message + ") where " +
+            std::string(to_string(draw.expected)) + " was due");
+}
+
+}  // namespace
+
+std::vector<PropertyDef> small_seq_properties() {
+  const Capability c = Capability::small_seq;
+  return {
+      {"small_seq/matchesReference", c, "o, P and gradients match the float64 small-seq reference within tolerance (P judged like o)", matches_reference},
+      {"small_seq/matchesGeneralAttention", c, "on representable inputs, o and gradients equal the same backend's general attention within tolerance", matches_general_attention, Capability::attention},
+      {"small_seq/probabilityRowsSumToOneAndZeroPastKeys", c, "P rows sum to 1 over the document's unmasked keys; masked slots, slots past the keys and rows of queries that attend nothing are exactly 0", probability_rows_sum_to_one},
+      {"small_seq/rejectsInvalidInputsWithTheirCode", c, "two queries in a document, 0 or 17+ keys, heads_q % heads_kv != 0 give exactly their code", rejects_invalid_inputs},
+  };
+}
+
+}  // namespace attn_oracle
