@@ -54,6 +54,7 @@
 #include "attn_oracle/gpu/attention/tile_range.hpp"
 #include "attn_oracle/gpu/attention_device.hpp"
 #include "device_array.cuh"
+#include "event_timer.cuh"
 
 namespace attn_oracle::gpu {
 namespace {
@@ -567,28 +568,6 @@ bool run_backward(const AttentionBwdParams& p, const Grids& grid, std::string& f
   return ok;
 }
 
-// Median CUDA-event time of `reps` runs of `pass`; < 0 when a run failed.
-template <class Pass>
-float median_event_ms(int reps, Pass&& pass) {
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  std::vector<float> ms;
-  for (int r = 0; r < reps; ++r) {
-    cudaEventRecord(start);
-    if (!pass()) break;
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float t = 0.0f;
-    cudaEventElapsedTime(&t, start, stop);
-    ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  if (int(ms.size()) != reps) return -1.0f;
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 }  // namespace
 

@@ -39,6 +39,7 @@
 #include "attn_oracle/gpu/small_seq/small_seq_rows.hpp"
 #include "attn_oracle/gpu/small_seq_device.hpp"
 #include "device_array.cuh"
+#include "event_timer.cuh"
 
 namespace attn_oracle::gpu {
 namespace {
@@ -299,28 +300,6 @@ bool run_backward(const SmallSeqParams& p, int max_keys, std::string& failure) {
   return ok;
 }
 
-// Median CUDA-event time of `reps` runs of `pass`; < 0 when a run failed.
-template <class Pass>
-float median_event_ms(int reps, Pass&& pass) {
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  std::vector<float> ms;
-  for (int r = 0; r < reps; ++r) {
-    cudaEventRecord(start);
-    if (!pass()) break;
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float t = 0.0f;
-    cudaEventElapsedTime(&t, start, stop);
-    ms.push_back(t);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  if (int(ms.size()) != reps) return -1.0f;
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
 
 }  // namespace
 
