@@ -18,27 +18,11 @@
 namespace attn_oracle {
 namespace {
 
-Case attention_case(const AttentionDraw& d) {
-  Case c;
-  c.op = CaseOp::attention;
-  c.batch = d.problem.batch;
-  c.attention = d.problem.shape;
-  c.data_seed = d.seed;
-  return c;
-}
+Case attention_case(const AttentionDraw& d) { return draw_case(CaseOp::attention, d); }
 
-// The drawn problem, or the nearest one a kernel backend supports: kernels take
-// only some head dims and the 16-bit dtypes, and discarding most draws would make
-// RapidCheck give up. Tried in order: as drawn, head_dim 64, then bf16 / fp16.
 AttentionDraw nearest_supported(Backend& backend, AttentionDraw d) {
-  auto supported = [&](const AttentionDraw& x) { return !backend.attention()->unsupported(x.problem).has_value(); };
-  if (supported(d)) return d;
-  AttentionDraw wider = d;
-  wider.problem.shape.head_dim = 64;
-  for (Dtype dtype : {d.problem.shape.dtype, Dtype::bf16, Dtype::fp16}) {
-    wider.problem.shape.dtype = dtype;
-    if (supported(wider)) return wider;
-  }
+  d.problem.shape = nearest_supported_shape(
+      d.problem, [&](const AttentionProblem& p) { return !backend.attention()->unsupported(p).has_value(); });
   return d;
 }
 

@@ -329,3 +329,28 @@ rc::Gen<AttentionDraw> attention_draw(AttentionOptions o) {
 }
 
 }  // namespace attn_oracle
+
+namespace attn_oracle {
+
+AttentionShape nearest_supported_shape(const AttentionProblem& problem,
+                                       const std::function<bool(const AttentionProblem&)>& supported) {
+  if (supported(problem)) return problem.shape;
+  AttentionProblem wider = problem;
+  wider.shape.head_dim = 64;
+  for (Dtype dtype : {problem.shape.dtype, Dtype::bf16, Dtype::fp16}) {
+    wider.shape.dtype = dtype;
+    if (supported(wider)) return wider.shape;
+  }
+  return problem.shape;
+}
+
+Case draw_case(CaseOp op, const AttentionDraw& draw) {
+  Case c;
+  c.op = op;
+  c.batch = draw.problem.batch;
+  c.attention = draw.problem.shape;
+  c.data_seed = draw.seed;
+  return c;
+}
+
+}  // namespace attn_oracle

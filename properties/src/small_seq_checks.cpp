@@ -59,15 +59,7 @@ std::vector<ToleranceCheck> check_small_seq_tolerance(const AttentionProblem& pr
   if (with_p)
     checks.push_back(check_tolerance("p", backend.p, reference.p, small_seq_naive_p(problem, inputs),
                                      kOutputToleranceFactor, dtype));
-  if (!reference.grads) return checks;
-  const AttentionGradients none;  // a missing result fails on sizes
-  const AttentionGradients& b = backend.grads ? *backend.grads : none;
-  const AttentionGradients& n = naive.grads ? *naive.grads : none;
-  const AttentionGradients& r = *reference.grads;
-  const double k = kGradientToleranceFactor;
-  checks.push_back(check_tolerance("dq", b.dq, r.dq, n.dq, k, dtype));
-  checks.push_back(check_tolerance("dk", b.dk, r.dk, n.dk, k, dtype));
-  checks.push_back(check_tolerance("dv", b.dv, r.dv, n.dv, k, dtype));
+  append_gradient_checks(checks, backend.grads, reference.grads, naive.grads, dtype);
   return checks;
 }
 

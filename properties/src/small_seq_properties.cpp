@@ -17,26 +17,10 @@
 namespace attn_oracle {
 namespace {
 
-Case small_seq_case(const AttentionDraw& d) {
-  Case c;
-  c.op = CaseOp::small_seq;
-  c.batch = d.problem.batch;
-  c.attention = d.problem.shape;
-  c.data_seed = d.seed;
-  return c;
-}
+Case small_seq_case(const AttentionDraw& d) { return draw_case(CaseOp::small_seq, d); }
 
-// The drawn problem, or the nearest one the backend supports (as the attention
-// properties do): as drawn, then head_dim 64 with the drawn dtype, bf16, fp16.
 AttentionShape nearest_supported(SmallSeqCapability& cap, const AttentionProblem& problem) {
-  if (!cap.unsupported(problem)) return problem.shape;
-  AttentionProblem wider = problem;
-  wider.shape.head_dim = 64;
-  for (Dtype dtype : {problem.shape.dtype, Dtype::bf16, Dtype::fp16}) {
-    wider.shape.dtype = dtype;
-    if (!cap.unsupported(wider)) return wider.shape;
-  }
-  return problem.shape;
+  return nearest_supported_shape(problem, [&](const AttentionProblem& p) { return !cap.unsupported(p).has_value(); });
 }
 
 // Draws a small-seq problem the backend supports, records it, and returns it with its inputs.

@@ -250,6 +250,19 @@ std::string ToleranceCheck::describe() const {
   return os.str();
 }
 
+void append_gradient_checks(std::vector<ToleranceCheck>& checks, const std::optional<AttentionGradients>& backend,
+                            const std::optional<AttentionGradients>& reference,
+                            const std::optional<AttentionGradients>& naive, Dtype dtype) {
+  if (!reference) return;
+  const AttentionGradients none;  // a missing result fails on sizes
+  const AttentionGradients& b = backend ? *backend : none;
+  const AttentionGradients& n = naive ? *naive : none;
+  const double k = kGradientToleranceFactor;
+  checks.push_back(check_tolerance("dq", b.dq, reference->dq, n.dq, k, dtype));
+  checks.push_back(check_tolerance("dk", b.dk, reference->dk, n.dk, k, dtype));
+  checks.push_back(check_tolerance("dv", b.dv, reference->dv, n.dv, k, dtype));
+}
+
 std::vector<ToleranceCheck> check_attention_tolerance(const AttentionProblem& problem,
                                                       const AttentionInputs& inputs,
                                                       const AttentionResult& backend,
@@ -261,15 +274,7 @@ std::vector<ToleranceCheck> check_attention_tolerance(const AttentionProblem& pr
       check_tolerance("o", backend.o, reference.o, naive.o, kOutputToleranceFactor, dtype));
   checks.push_back(check_tolerance("lse", backend.lse, reference.lse, naive.lse,
                                    kOutputToleranceFactor, Dtype::fp32));
-  if (!reference.grads) return checks;
-  const AttentionGradients none;  // a missing result fails on sizes
-  const AttentionGradients& b = backend.grads ? *backend.grads : none;
-  const AttentionGradients& n = naive.grads ? *naive.grads : none;
-  const AttentionGradients& r = *reference.grads;
-  const double k = kGradientToleranceFactor;
-  checks.push_back(check_tolerance("dq", b.dq, r.dq, n.dq, k, dtype));
-  checks.push_back(check_tolerance("dk", b.dk, r.dk, n.dk, k, dtype));
-  checks.push_back(check_tolerance("dv", b.dv, r.dv, n.dv, k, dtype));
+  append_gradient_checks(checks, backend.grads, reference.grads, naive.grads, dtype);
   return checks;
 }
 

@@ -18,12 +18,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <vector>
 
 #include <rapidcheck.h>
 
 #include "attn_oracle/attention.hpp"
+#include "attn_oracle/case_file.hpp"
 #include "attn_oracle/error.hpp"
 #include "attn_oracle/packed_batch.hpp"
 
@@ -93,6 +95,15 @@ struct AttentionOptions {
   bool gqa = false;           // heads_q > heads_kv always (GQA, or MQA when heads_kv = 1)
 };
 rc::Gen<AttentionDraw> attention_draw(AttentionOptions options = {});
+
+// The nearest shape a kernel backend supports (kernels take only some head dims
+// and the 16-bit dtypes; discarding would make RapidCheck give up): as drawn, then
+// head_dim 64 with the drawn dtype, bf16, fp16; the drawn shape when none is.
+AttentionShape nearest_supported_shape(const AttentionProblem& problem,
+                                       const std::function<bool(const AttentionProblem&)>& supported);
+
+// The case file of an attention or small_seq draw (data by seed).
+Case draw_case(CaseOp op, const AttentionDraw& draw);
 
 // ------------------------------------------------------------------- small-seq
 // Small-seq problems of DESIGN section 6 (small_seq_generators.cpp): per row a

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,6 +66,12 @@ ToleranceCheck check_tolerance(std::string_view tensor, const std::vector<double
 // Runs naive_same_precision itself and checks o and lse (k = 2; lse is fp32 on
 // every device, so its floor is fp32's), then dq, dk, dv (k = 3) when the
 // reference has gradients. `inputs` are the dtype-rounded inputs both results saw.
+// Appends the dq, dk, dv checks (k = 3) when the reference has gradients; a
+// backend without them fails on sizes.
+void append_gradient_checks(std::vector<ToleranceCheck>& checks, const std::optional<AttentionGradients>& backend,
+                            const std::optional<AttentionGradients>& reference,
+                            const std::optional<AttentionGradients>& naive, Dtype dtype);
+
 std::vector<ToleranceCheck> check_attention_tolerance(const AttentionProblem& problem,
                                                       const AttentionInputs& inputs,
                                                       const AttentionResult& backend,
