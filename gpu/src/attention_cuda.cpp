@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <sstream>
 
+#include "attn_oracle/gpu/host_checks.hpp"
 #include "attn_oracle/gpu/attention.hpp"
 #include "attn_oracle/gpu/attention_device.hpp"
 #include "attn_oracle/gpu/metadata.hpp"
@@ -31,15 +32,6 @@ int device_dtype(Dtype dtype) {
   return kFp32;
 }
 
-std::optional<Error> check_heads(const AttentionShape& s) {
-  std::ostringstream os;
-  os << "heads_q = " << s.heads_q << ", heads_kv = " << s.heads_kv << ", head_dim = " << s.head_dim << ": ";
-  if (s.heads_q < 1 || s.heads_kv < 1 || s.head_dim < 1) os << "head counts and head_dim must be >= 1";
-  else if (s.heads_q % s.heads_kv != 0) os << "heads_q must be a multiple of heads_kv";
-  else if (s.heads_q > INT_MAX || s.head_dim > INT_MAX) os << "head counts and head_dim must fit in int";
-  else return std::nullopt;
-  return Error{ErrorCode::bad_heads, os.str()};
-}
 
 // Sizes of the seam's tensors: R = prod(extra) * B rows of [T, H, D].
 struct Layout {

@@ -24,6 +24,7 @@
 #include <utility>
 #include <vector>
 
+#include "attn_oracle/gpu/host_checks.hpp"
 #include "attn_oracle/gpu/attention.hpp"
 #include "attn_oracle/gpu/attention/attention_params.hpp"
 #include "attn_oracle/gpu/attention/doc_span.hpp"
@@ -52,22 +53,7 @@ struct TwinSizes {
   int64_t lse_elems() const { return rows * hq * tq; }
 };
 
-std::optional<Error> check_heads(const AttentionShape& s) {
-  const bool positive = s.heads_q >= 1 && s.heads_kv >= 1 && s.head_dim >= 1;
-  const std::string heads = "heads_q = " + std::to_string(s.heads_q) + ", heads_kv = " + std::to_string(s.heads_kv) +
-                            ", head_dim = " + std::to_string(s.head_dim);
-  if (!positive) return Error{ErrorCode::bad_heads, heads + ": head counts and head_dim must be >= 1"};
-  if (s.heads_q % s.heads_kv != 0) return Error{ErrorCode::bad_heads, heads + ": heads_q must be a multiple of heads_kv"};
-  if (s.heads_q > INT_MAX || s.head_dim > INT_MAX)  // the params hold them as int, as the kernels do
-    return Error{ErrorCode::unsupported, heads + ": heads_q and head_dim must fit in int"};
-  return std::nullopt;
-}
 
-std::optional<Error> check_size(const char* name, const std::vector<double>& t, int64_t expected) {
-  if (static_cast<int64_t>(t.size()) == expected) return std::nullopt;
-  return Error{ErrorCode::bad_tensor_shape, std::string("tensor ") + name + " has " + std::to_string(t.size()) +
-                                                " elements, expected " + std::to_string(expected)};
-}
 
 // Batch errors (from the metadata path), then heads, then tensor sizes.
 Expected<TwinSizes> validate(const AttentionProblem& problem, const AttentionInputs& in, const Metadata& md) {
@@ -78,10 +64,10 @@ Expected<TwinSizes> validate(const AttentionProblem& problem, const AttentionInp
   z.tq = problem.batch.q.segment_ids.shape.back();
   z.tkv = problem.batch.kv.segment_ids.shape.back();
   z.hq = s.heads_q, z.hkv = s.heads_kv, z.d = s.head_dim;
-  if (auto e = check_size("q", in.q, z.q_elems())) return *e;
-  if (auto e = check_size("k", in.k, z.kv_elems())) return *e;
-  if (auto e = check_size("v", in.v, z.kv_elems())) return *e;
-  if (auto e = check_size("do", in.d_o, s.backward ? z.q_elems() : 0)) return *e;
+  if (auto e = check_tensor_size("q", in.q, z.q_elems())) return *e;
+  if (auto e = check_tensor_size("k", in.k, z.kv_elems())) return *e;
+  if (auto e = check_tensor_size("v", in.v, z.kv_elems())) return *e;
+  if (auto e = check_tensor_size("do", in.d_o, s.backward ? z.q_elems() : 0)) return *e;
   return z;
 }
 

@@ -2,6 +2,7 @@
 // (small_seq_plan.hpp), shared by the CPU twin and the CUDA wrapper. Written
 // independently of the reference's small_seq_documents (same codes, same order);
 // tests/small_seq_twin_test.cpp compares the two on every error path.
+#include "attn_oracle/gpu/host_checks.hpp"
 #include "attn_oracle/gpu/small_seq/small_seq_plan.hpp"
 
 #include <climits>
@@ -13,22 +14,7 @@
 namespace attn_oracle::gpu {
 namespace {
 
-std::optional<Error> check_heads(const AttentionShape& s) {
-  const std::string heads = "heads_q = " + std::to_string(s.heads_q) + ", heads_kv = " + std::to_string(s.heads_kv) +
-                            ", head_dim = " + std::to_string(s.head_dim);
-  if (s.heads_q < 1 || s.heads_kv < 1 || s.head_dim < 1)
-    return Error{ErrorCode::bad_heads, heads + ": head counts and head_dim must be >= 1"};
-  if (s.heads_q % s.heads_kv != 0) return Error{ErrorCode::bad_heads, heads + ": heads_q must be a multiple of heads_kv"};
-  if (s.heads_q > INT_MAX || s.head_dim > INT_MAX)  // the params hold them as int
-    return Error{ErrorCode::unsupported, heads + ": heads_q and head_dim must fit in int"};
-  return std::nullopt;
-}
 
-std::optional<Error> check_size(const char* name, const std::vector<double>& t, int64_t expected) {
-  if (static_cast<int64_t>(t.size()) == expected) return std::nullopt;
-  return Error{ErrorCode::bad_tensor_shape, std::string("tensor ") + name + " has " + std::to_string(t.size()) +
-                                                " elements, expected " + std::to_string(expected)};
-}
 
 // One run of equal ids [begin, end) of a row side.
 int64_t run_end(const RowRef& r, int64_t begin) {
@@ -85,10 +71,10 @@ Expected<SmallSeqPlan> plan_small_seq(const AttentionProblem& problem, const Att
   plan.kv_pos.assign(static_cast<size_t>(plan.rows * plan.tkv), 0);
   for (int64_t row = 0; row < mp.rows; ++row)
     if (auto e = add_row_documents(mp, row, plan)) return *e;
-  if (auto e = check_size("q", inputs.q, plan.q_elems())) return *e;
-  if (auto e = check_size("k", inputs.k, plan.kv_elems())) return *e;
-  if (auto e = check_size("v", inputs.v, plan.kv_elems())) return *e;
-  if (auto e = check_size("do", inputs.d_o, s.backward ? plan.q_elems() : 0)) return *e;
+  if (auto e = check_tensor_size("q", inputs.q, plan.q_elems())) return *e;
+  if (auto e = check_tensor_size("k", inputs.k, plan.kv_elems())) return *e;
+  if (auto e = check_tensor_size("v", inputs.v, plan.kv_elems())) return *e;
+  if (auto e = check_tensor_size("do", inputs.d_o, s.backward ? plan.q_elems() : 0)) return *e;
   return plan;
 }
 

@@ -1,0 +1,22 @@
+// host_checks.hpp: the up-front checks every production entry point (twins and
+// CUDA wrappers of attention and small-seq) makes before it touches a tensor, in
+// one place so that all of them give the same code for the same problem.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "attn_oracle/attention.hpp"
+#include "attn_oracle/error.hpp"
+
+namespace attn_oracle::gpu {
+
+// bad_heads for counts < 1 or heads_q % heads_kv != 0; unsupported when heads_q or
+// head_dim does not fit the int the kernels' params hold.
+std::optional<Error> check_heads(const AttentionShape& shape);
+
+// bad_tensor_shape naming the tensor and both element counts.
+std::optional<Error> check_tensor_size(const char* name, const std::vector<double>& tensor, int64_t expected);
+
+}  // namespace attn_oracle::gpu

@@ -1,0 +1,26 @@
+// host_checks.cpp: see host_checks.hpp.
+#include "attn_oracle/gpu/host_checks.hpp"
+
+#include <climits>
+#include <string>
+
+namespace attn_oracle::gpu {
+
+std::optional<Error> check_heads(const AttentionShape& s) {
+  const std::string heads = "heads_q = " + std::to_string(s.heads_q) + ", heads_kv = " + std::to_string(s.heads_kv) +
+                            ", head_dim = " + std::to_string(s.head_dim);
+  if (s.heads_q < 1 || s.heads_kv < 1 || s.head_dim < 1)
+    return Error{ErrorCode::bad_heads, heads + ": head counts and head_dim must be >= 1"};
+  if (s.heads_q % s.heads_kv != 0) return Error{ErrorCode::bad_heads, heads + ": heads_q must be a multiple of heads_kv"};
+  if (s.heads_q > INT_MAX || s.head_dim > INT_MAX)  // the params hold them as int, as the kernels do
+    return Error{ErrorCode::unsupported, heads + ": heads_q and head_dim must fit in int"};
+  return std::nullopt;
+}
+
+std::optional<Error> check_tensor_size(const char* name, const std::vector<double>& t, int64_t expected) {
+  if (static_cast<int64_t>(t.size()) == expected) return std::nullopt;
+  return Error{ErrorCode::bad_tensor_shape, std::string("tensor ") + name + " has " + std::to_string(t.size()) +
+                                                " elements, expected " + std::to_string(expected)};
+}
+
+}  // namespace attn_oracle::gpu
