@@ -1,0 +1,45 @@
+// kv_buffer_generators.hpp: RapidCheck generators and checks of the shared K/V
+// buffer (DESIGN section 7), kept small so that ctest stays fast: 1..4 documents
+// of 1..40 tokens (short ones and length-1 documents weighted in), m in 1..20
+// (sometimes past N: one micro-sequence), heads_kv 1..2 with groups {1, 2}
+// (heads_q <= 4), head_dim {8, 16}, fp32, backward. Low precision is not drawn:
+// the stream adds one rounded dK/dV per micro-sequence into the gradient buffer,
+// which the single-pass naive budget of DESIGN section 5 does not allow for.
+// A failing draw shrinks by dropping and shortening documents and towards m = 1.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include <rapidcheck.h>
+
+#include "attn_oracle/backend.hpp"
+#include "attn_oracle/case_file.hpp"
+#include "attn_oracle/kv_buffer.hpp"
+
+namespace attn_oracle {
+
+struct KvBufferDraw {
+  KvBufferProblem problem;
+  uint64_t seed = 0;  // generate_kv_buffer_inputs(problem, seed)
+};
+
+rc::Gen<KvBufferDraw> kv_buffer_draw();
+void showValue(const KvBufferDraw& draw, std::ostream& os);
+Case kv_buffer_case(const KvBufferDraw& draw);  // data by seed
+
+// One kv_buffer property's check on one problem, outside RapidCheck (regression
+// fixtures): the failure message, or nullopt when it holds. The state machine
+// runs its canonical schedule (every slice written, forward in order, backward
+// in reverse). Unknown ids give a message.
+std::optional<std::string> check_kv_buffer_property(const std::string& property_id, Backend& backend,
+                                                    const KvBufferDraw& draw);
+
+// The state-machine property (kv_buffer_state_machine.cpp): the body, and the
+// canonical schedule of check_kv_buffer_property.
+void kv_buffer_state_machine(Backend& backend, const KvBufferDraw& draw);
+void kv_buffer_canonical_schedule(Backend& backend, const KvBufferDraw& draw);
+
+}  // namespace attn_oracle

@@ -1,0 +1,210 @@
+// kv_buffer_state_machine.cpp: the shared K/V buffer as a RapidCheck state
+// machine (DESIGN section 7). The model is what a training step knows: which
+// slices are written (and so the exact buffer contents), how many micro-sequences
+// have run forward, and how far the backward has come. Commands:
+//  - WriteSlice(i): any micro-sequence, in any order, rewrites allowed; the
+//    backend's buffer must equal the model's bit for bit afterwards;
+//  - WriteOutside: a micro-sequence index past the end must give
+//    kv_buffer_slice_out_of_bounds and leave the buffer untouched;
+//  - Attend: the next micro-sequence in order, once its slices up to it are
+//    written; o and lse of its tokens against the whole-sequence oracle rows;
+//  - Backward: after every forward, the next micro-sequence in reverse; dq of its
+//    tokens against the oracle, grad_buffer[0, fdb) unchanged bit for bit, and
+//    after the last one the whole gradient buffer against the oracle's dK, dV.
+// Floats use the tolerance rule of DESIGN section 5 with the whole-sequence
+// naive budget, restricted to the rows compared.
+#include <bit>
+#include <memory>
+#include <string>
+
+#include <rapidcheck/state.h>
+
+#include "attn_oracle/kv_buffer_generators.hpp"
+#include "attn_oracle/tolerance.hpp"
+
+namespace attn_oracle {
+namespace {
+
+struct KvModel {
+  std::shared_ptr<const KvBufferProblem> problem;  // what the steps are fed
+  std::shared_ptr<const AttentionInputs> inputs;
+  int64_t micro_sequences = 0;
+  std::vector<bool> written;
+  int64_t attended = 0;      // micro-sequences [0, attended) have run forward
+  int64_t backward_next = -1;  // next micro-sequence of the backward; -1: none yet
+  std::vector<double> buffer;  // [N, 2, Hkv, D], the slices written so far
+};
+
+// The system under test with everything the checks need.
+struct KvSut {
+  Backend* backend = nullptr;
+  KvBufferDraw draw;
+  AttentionInputs inputs;
+  AttentionResult oracle, naive;
+  std::vector<double> buffer, grad;
+  KvBufferCapability& cap() const { return *backend->kv_buffer(); }
+  const KvBufferProblem& problem() const { return draw.problem; }
+};
+
+using Command = rc::state::Command<KvModel, KvSut>;
+
+std::string str(int64_t x) { return std::to_string(x); }
+
+// Rows [begin, end) of a [tokens, heads, D] tensor, or of lse [heads, tokens].
+std::vector<double> lse_rows(const std::vector<double>& lse, int64_t heads, int64_t tokens, int64_t begin, int64_t end) {
+  std::vector<double> out;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t t = begin; t < end; ++t) out.push_back(lse[h * tokens + t]);
+  return out;
+}
+
+void within_tolerance(const std::string& what, const std::vector<double>& got, const std::vector<double>& want,
+                      const std::vector<double>& naive, double k, Dtype dtype) {
+  const ToleranceCheck c = check_tolerance(what, got, want, naive, k, dtype);
+  if (!c.pass) RC_FAIL(c.describe());
+}
+
+struct WriteSlice : Command {
+  int64_t i;
+  explicit WriteSlice(const KvModel& m) : i(*rc::gen::inRange<int64_t>(0, m.micro_sequences)) {}
+  explicit WriteSlice(int64_t index) : i(index) {}
+  void apply(KvModel& m) const override {
+    m.written[i] = true;
+    ref::kv_buffer_write_slice(*m.problem, i, kv_slice_of(*m.problem, i, *m.inputs), m.buffer);
+  }
+  void run(const KvModel& m, KvSut& s) const override {
+    const std::vector<double> slice = kv_slice_of(s.problem(), i, s.inputs);
+    if (auto e = s.cap().write_slice(s.problem(), i, slice, s.buffer))
+      RC_FAIL("write_slice(" + str(i) + ") rejected: " + e->message);
+    std::vector<double> want = m.buffer;
+    ref::kv_buffer_write_slice(s.problem(), i, slice, want);
+    for (size_t e = 0; e < want.size(); ++e)
+      if (std::bit_cast<uint64_t>(want[e]) != std::bit_cast<uint64_t>(s.buffer[e]))
+        RC_FAIL("after write_slice(" + str(i) + ") buffer element " + str(static_cast<int64_t>(e)) + " is " +
+                std::to_string(s.buffer[e]) + ", the model holds " + std::to_string(want[e]));
+  }
+  void show(std::ostream& os) const override { os << "WriteSlice(" << i << ")"; }
+};
+
+struct WriteOutside : Command {
+  void run(const KvModel& m, KvSut& s) const override {
+    const std::vector<double> before = s.buffer;
+    const std::vector<double> slice = kv_slice_of(s.problem(), m.micro_sequences - 1, s.inputs);
+    auto e = s.cap().write_slice(s.problem(), m.micro_sequences, slice, s.buffer);
+    if (!e || e->code != ErrorCode::kv_buffer_slice_out_of_bounds)
+      RC_FAIL("write_slice(" + str(m.micro_sequences) + ") past the last micro-sequence gave " +
+              (e ? std::string(to_string(e->code)) : std::string("no error")) + ", expected kv_buffer_slice_out_of_bounds");
+    if (before != s.buffer) RC_FAIL("a rejected write_slice changed the buffer");
+  }
+  void show(std::ostream& os) const override { os << "WriteOutside"; }
+};
+
+struct Attend : Command {
+  void checkPreconditions(const KvModel& m) const override {
+    RC_PRE(m.attended < m.micro_sequences);
+    for (int64_t j = 0; j <= m.attended; ++j) RC_PRE(bool(m.written[j]));
+  }
+  void apply(KvModel& m) const override {
+    if (++m.attended == m.micro_sequences) m.backward_next = m.micro_sequences - 1;
+  }
+  void run(const KvModel& m, KvSut& s) const override {
+    const int64_t i = m.attended;
+    const TokenRange r = micro_sequence_range(s.problem(), i);
+    const AttentionShape& sh = s.problem().shape;
+    KvBufferProblem forward = s.problem();
+    forward.shape.backward = false;
+    const AttentionInputs micro{token_rows(s.inputs.q, r.begin, r.end, sh.heads_q, sh.head_dim), {}, {}, {}};
+    auto got = s.cap().attend(forward, i, micro, s.buffer, nullptr);
+    if (!got) RC_FAIL("attend(" + str(i) + ") rejected: " + got.error().message);
+    const int64_t n = static_cast<int64_t>(s.inputs.q.size()) / (sh.heads_q * sh.head_dim);
+    auto rows = [&](const std::vector<double>& t) { return token_rows(t, r.begin, r.end, sh.heads_q, sh.head_dim); };
+    within_tolerance("o of micro-sequence " + str(i), got->o, rows(s.oracle.o), rows(s.naive.o), kOutputToleranceFactor,
+                     sh.dtype);
+    within_tolerance("lse of micro-sequence " + str(i), got->lse, lse_rows(s.oracle.lse, sh.heads_q, n, r.begin, r.end),
+                     lse_rows(s.naive.lse, sh.heads_q, n, r.begin, r.end), kOutputToleranceFactor, Dtype::fp32);
+  }
+  void show(std::ostream& os) const override { os << "Attend"; }
+};
+
+struct Backward : Command {
+  void checkPreconditions(const KvModel& m) const override { RC_PRE(m.backward_next >= 0); }
+  void apply(KvModel& m) const override { --m.backward_next; }
+  void run(const KvModel& m, KvSut& s) const override {
+    const int64_t i = m.backward_next;
+    const TokenRange r = micro_sequence_range(s.problem(), i);
+    const AttentionShape& sh = s.problem().shape;
+    const int64_t fdb = ref::micro_sequence_metadata(s.problem(), i)->first_document_begin;
+    const int64_t row = 2 * sh.heads_kv * sh.head_dim;
+    auto rows = [&](const std::vector<double>& t) { return token_rows(t, r.begin, r.end, sh.heads_q, sh.head_dim); };
+    const AttentionInputs micro{rows(s.inputs.q), {}, {}, rows(s.inputs.d_o)};
+    const std::vector<double> prefix(s.grad.begin(), s.grad.begin() + fdb * row);
+    auto got = s.cap().attend(s.problem(), i, micro, s.buffer, &s.grad);
+    if (!got || !got->grads) RC_FAIL("backward of micro-sequence " + str(i) + " failed" + (got ? "" : ": " + got.error().message));
+    within_tolerance("dq of micro-sequence " + str(i), got->grads->dq, rows(s.oracle.grads->dq), rows(s.naive.grads->dq),
+                     kGradientToleranceFactor, sh.dtype);
+    for (int64_t e = 0; e < fdb * row; ++e)
+      if (std::bit_cast<uint64_t>(prefix[e]) != std::bit_cast<uint64_t>(s.grad[e]))
+        RC_FAIL("backward of micro-sequence " + str(i) + " changed grad_buffer element " + str(e) +
+                " before first_document_begin " + str(fdb));
+    if (i != 0) return;
+    const int64_t n = static_cast<int64_t>(s.grad.size()) / row;
+    std::vector<double> grad = s.grad;
+    for (double& x : grad) x = round_to_dtype(x, sh.dtype);
+    for (int part = 0; part < 2; ++part)
+      within_tolerance(part ? "final dv" : "final dk", buffer_part(grad, part, 0, n, sh.heads_kv, sh.head_dim),
+                       part ? s.oracle.grads->dv : s.oracle.grads->dk, part ? s.naive.grads->dv : s.naive.grads->dk,
+                       kGradientToleranceFactor, sh.dtype);
+  }
+  void show(std::ostream& os) const override { os << "Backward"; }
+};
+
+std::unique_ptr<KvSut> make_sut(Backend& backend, const KvBufferDraw& d) {
+  RC_PRE(!backend.kv_buffer()->unsupported(d.problem).has_value());
+  auto s = std::make_unique<KvSut>();
+  s->backend = &backend;
+  s->draw = d;
+  s->inputs = generate_kv_buffer_inputs(d.problem, d.seed);
+  s->oracle = ref::kv_buffer_whole_sequence(d.problem, s->inputs).value();
+  s->naive = naive_same_precision(whole_sequence_problem(d.problem), s->inputs);
+  const KvBufferSizes z = validate_kv_buffer(d.problem).value();
+  s->buffer.assign(z.buffer_elems(), 0.0);
+  s->grad.assign(z.buffer_elems(), 0.0);
+  return s;
+}
+
+KvModel initial_model(const KvBufferDraw& d, const KvSut& sut) {
+  const KvBufferSizes z = validate_kv_buffer(d.problem).value();
+  KvModel m;
+  m.problem = std::make_shared<const KvBufferProblem>(d.problem);
+  m.inputs = std::make_shared<const AttentionInputs>(sut.inputs);
+  m.micro_sequences = z.micro_sequences;
+  m.written.assign(z.micro_sequences, false);
+  m.buffer.assign(z.buffer_elems(), 0.0);
+  return m;
+}
+
+}  // namespace
+
+void kv_buffer_state_machine(Backend& backend, const KvBufferDraw& d) {
+  auto sut = make_sut(backend, d);
+  KvModel model = initial_model(d, *sut);
+  rc::state::check(model, *sut, rc::state::gen::execOneOfWithArgs<WriteSlice, WriteOutside, Attend, Backward>());
+}
+
+void kv_buffer_canonical_schedule(Backend& backend, const KvBufferDraw& d) {
+  auto sut = make_sut(backend, d);
+  KvModel m = initial_model(d, *sut);
+  auto step = [&](const Command& c) {
+    c.checkPreconditions(m);
+    c.run(m, *sut);
+    c.apply(m);
+  };
+  for (int64_t i = 0; i < m.micro_sequences; ++i) {
+    step(WriteSlice(i));
+  }
+  step(WriteOutside());
+  for (int64_t i = 0; i < m.micro_sequences; ++i) step(Attend());
+  for (int64_t i = 0; i < m.micro_sequences; ++i) step(Backward());
+}
+
+}  // namespace attn_oracle
