@@ -115,14 +115,24 @@ TEST(CaseFile, AttentionTensorsRoundTripWithRealShapes) {
   EXPECT_EQ(attention_inputs(back).value().q[0], round_to_dtype(0.1, Dtype::bf16));
 }
 
-TEST(CaseFile, UnmodelledOpsAreKeptVerbatim) {
-  const json j = json::parse(R"({"schema": "attn-oracle.case/1", "op": "sharding",
-      "mesh": {"fsdp": 2}, "q_spec": ["fsdp", null], "note": "n"})");
+// Sharding cases (sharding_case.hpp) round-trip; a malformed mesh names the field.
+TEST(CaseFile, ShardingCasesRoundTrip) {
+  const json j = json::parse(R"({"schema": "attn-oracle.case/1", "op": "sharding", "note": "n",
+      "mesh": [["fsdp", 2], ["context", 1]],
+      "specs": {"q": ["fsdp", null, null, null], "k": ["fsdp", null, null, null],
+                "v": [["fsdp", "context"], null, null, null], "segment_ids": ["fsdp", null]},
+      "shapes": {"batch": 2, "q_len": 4, "kv_len": 4, "heads_q": 2, "heads_kv": 1, "head_dim": 8}})");
   auto c = case_from_json(j);
   ASSERT_TRUE(c.ok()) << c.error().message;
   EXPECT_EQ(c->op, CaseOp::sharding);
   EXPECT_EQ(case_to_json(c.value()), j);
   EXPECT_EQ(case_to_json(read_back(c.value(), "sharding.case.json")), j);
+  json bad = j;
+  bad["mesh"] = {{"fsdp", 2}};
+  const auto e = case_from_json(bad);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().code, ErrorCode::bad_case);
+  EXPECT_NE(e.error().message.find("mesh"), std::string::npos) << e.error().message;
 }
 
 TEST(CaseFile, DefaultsAndDeferredValidation) {

@@ -12,8 +12,11 @@
 // tolerance rule per output (small_seq_checks.hpp), without a representability
 // condition (the small-seq kernel applies the token-level mask).
 //
+// kv_buffer fixtures: see check_kv_buffer_fixture. sharding fixtures: see
+// check_sharding_fixture.
+//
 // A fixture without `expected` fails: a fixture pins a result. Ops the reference
-// does not model yet (kv_buffer, sharding) are skipped with a reason.
+// does not model yet are skipped with a reason.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -26,7 +29,10 @@
 
 #include "attn_oracle/backend.hpp"
 #include "attn_oracle/case_file.hpp"
+#include "attn_oracle/kv_buffer_case.hpp"
 #include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/sharded_execution.hpp"
+#include "attn_oracle/sharding_case.hpp"
 #include "attn_oracle/small_seq_checks.hpp"
 #include "attn_oracle/tolerance.hpp"
 
@@ -156,6 +162,67 @@ void check_small_seq_against_reference(Backend& backend, const Case& c) {
     EXPECT_TRUE(check.pass) << check.describe();
 }
 
+// A kv_buffer fixture (DESIGN section 7): the reference's eval output against
+// `expected` to 1e-12 relative (metadata exactly); another backend's metadata
+// exactly against `expected` and its stream by the tolerance rule against the
+// whole-sequence oracle; an expected error by code.
+void check_kv_buffer_fixture(Backend& backend, const Case& c, const json& want) {
+  if (!backend.kv_buffer()) GTEST_SKIP() << "backend " << backend.name() << " lacks the kv_buffer capability";
+  if (validate_kv_buffer(c.kv_buffer))
+    if (auto reason = backend.kv_buffer()->unsupported(c.kv_buffer)) GTEST_SKIP() << *reason;
+  const json got = evaluate_kv_buffer_case(*backend.kv_buffer(), c);
+  std::vector<std::string> differences;
+  if (want.contains("error")) {
+    diff(got.contains("error") ? got["error"]["code"] : got, want["error"].value("code", json()), "error.code", 0.0,
+         differences);
+  } else if (backend.name() == "reference") {
+    diff(got, want, "", 1e-12, differences);
+  } else {
+    ASSERT_FALSE(got.contains("error")) << got.dump();
+    diff(got["micro_sequences"], want["micro_sequences"], "micro_sequences", 0.0, differences);
+    const AttentionInputs in = kv_buffer_inputs(c).value();
+    const auto streamed = backend.kv_buffer()->stream(c.kv_buffer, in);
+    ASSERT_TRUE(streamed.ok()) << streamed.error().message;
+    for (const ToleranceCheck& check : check_attention_tolerance(whole_sequence_problem(c.kv_buffer), in, streamed.value(),
+                                                                 ref::kv_buffer_whole_sequence(c.kv_buffer, in).value()))
+      EXPECT_TRUE(check.pass) << check.describe();
+  }
+  for (size_t i = 0; i < differences.size() && i < 10; ++i) ADD_FAILURE() << differences[i];
+}
+
+// A sharding fixture (DESIGN section 8): an expected error by code and exact
+// message on every backend with the capability; the reference's result against
+// `expected` to 1e-12 relative; another backend's sharded run by the tolerance
+// rule against the unsharded float64 reference, skipped when a device problem is
+// not representable and the backend's devices run kernels (DESIGN section 4).
+void check_sharding_fixture(Backend& backend, const Case& c, const json& want) {
+  if (!backend.sharding()) GTEST_SKIP() << "backend " << backend.name() << " lacks the sharding capability";
+  const auto got = evaluate_sharding_case(*backend.sharding(), c);
+  if (want.contains("error")) {
+    ASSERT_FALSE(got.ok()) << "accepted a case that expects " << want.dump();
+    EXPECT_EQ(json(std::string(to_string(got.error().code))), want["error"].value("code", json()));
+    if (want["error"].contains("message")) {
+      EXPECT_EQ(json(got.error().message), want["error"]["message"]);
+    }
+    return;
+  }
+  ASSERT_TRUE(got.ok()) << got.error().message;
+  std::vector<std::string> differences;
+  if (backend.name() == "reference" || !got.value()) diff(sharding_evaluation_to_json(c, got), want, "", 1e-12, differences);
+  for (size_t i = 0; i < differences.size() && i < 10; ++i) ADD_FAILURE() << differences[i];
+  if (backend.name() == "reference" || !got.value()) return;
+  const AttentionProblem problem = attention_problem(c);
+  const auto pieces = device_problems(c.sharding, problem);
+  ASSERT_TRUE(pieces.ok()) << pieces.error().message;
+  if (!backend.sharding()->token_level_mask())
+    for (const AttentionProblem& piece : pieces.value())
+      if (!ref::representability(piece.batch).representable) GTEST_SKIP() << "a device problem is not representable";
+  const AttentionInputs inputs = attention_inputs(c).value();
+  for (const ToleranceCheck& check :
+       check_attention_tolerance(problem, inputs, *got.value(), ref::attention_dense_masked(problem, inputs).value()))
+    EXPECT_TRUE(check.pass) << check.describe();
+}
+
 void PrintTo(const FixtureParam& p, std::ostream* os) { *os << p.backend << " on " << p.path; }
 
 class Fixture : public ::testing::TestWithParam<FixtureParam> {};
@@ -169,6 +236,14 @@ TEST_P(Fixture, BackendMatchesExpected) {
   ASSERT_FALSE(file.is_discarded()) << path << " is not valid JSON";
   ASSERT_TRUE(file.is_object() && file.contains("expected")) << path << " has no `expected` field";
   auto c = case_from_json(file);
+  if (c && c->op == CaseOp::kv_buffer) {
+    auto backend = BackendRegistry::instance().make(GetParam().backend);
+    return check_kv_buffer_fixture(*backend, c.value(), file["expected"]);
+  }
+  if (c && c->op == CaseOp::sharding) {
+    auto backend = BackendRegistry::instance().make(GetParam().backend);
+    return check_sharding_fixture(*backend, c.value(), file["expected"]);
+  }
   if (c && c->op != CaseOp::metadata && c->op != CaseOp::attention && c->op != CaseOp::small_seq)
     GTEST_SKIP() << "op " << to_string(c->op) << " is not modelled by the reference yet";
   auto backend = BackendRegistry::instance().make(GetParam().backend);

@@ -12,7 +12,9 @@
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/small_seq_checks.hpp"
 #include "attn_oracle/tolerance.hpp"
+#include "planted/kv_buffer_bugs.hpp"
 #include "planted/planted_backends.hpp"
+#include "planted/sharding_bugs.hpp"
 #include "planted/tiled_attention.hpp"
 
 namespace attn_oracle {
@@ -127,6 +129,8 @@ TEST(PlantedTiledForward, WithoutABugPassesEveryAttentionProperty) {
 TEST(PlantedBugs, CoverEveryProperty) {
   std::set<std::string> covered;
   for (const PlantedBug& b : all_bugs()) covered.insert(b.property);
+  for (const PlantedBug& b : planted::kv_buffer_bugs()) covered.insert(b.property);  // kv_buffer_planted_test.cpp
+  for (const PlantedBug& b : planted::sharding_bugs()) covered.insert(b.property);  // sharding_planted_test.cpp
   for (const PropertyDef& p : all_properties()) EXPECT_TRUE(covered.count(p.id)) << p.id << " has no planted bug";
 }
 

@@ -14,6 +14,8 @@ std::string_view to_string(Capability capability) {
     case Capability::attention: return "attention";
     case Capability::attention_buffers: return "attention_buffers";
     case Capability::small_seq: return "small_seq";
+    case Capability::sharding: return "sharding";
+    case Capability::kv_buffer: return "kv_buffer";
   }
   return "?";
 }
@@ -24,13 +26,16 @@ bool Backend::has(Capability capability) {
     case Capability::attention: return attention() != nullptr;
     case Capability::attention_buffers: return attention() != nullptr && attention()->supports_attention_into();
     case Capability::small_seq: return small_seq() != nullptr;
+    case Capability::sharding: return sharding() != nullptr;
+    case Capability::kv_buffer: return kv_buffer() != nullptr;
   }
   return false;
 }
 
 std::vector<Capability> Backend::capabilities() {
   std::vector<Capability> out;
-  for (Capability c : {Capability::metadata, Capability::attention, Capability::attention_buffers, Capability::small_seq})
+  for (Capability c : {Capability::metadata, Capability::attention, Capability::attention_buffers, Capability::small_seq, Capability::sharding,
+                       Capability::kv_buffer})
     if (has(c)) out.push_back(c);
   return out;
 }

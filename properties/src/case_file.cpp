@@ -10,9 +10,10 @@
 //    [extra.., B, T, H, D] (checked only when the problem itself is valid, so
 //    the validator's precedence is kept).
 // Values are not validated here (M < 1 is bad_max_segments from validate()).
-// `small_seq` cases (DESIGN section 6) have exactly the attention fields. Ops not
-// modelled yet (kv_buffer, sharding) keep the whole JSON in `raw` and are
-// written back verbatim.
+// `small_seq` cases (DESIGN section 6) have exactly the attention fields;
+// `kv_buffer` cases are read and written by kv_buffer_case.cpp; `sharding`
+// cases have mesh and specs (sharding_case.cpp) and then either shapes or the
+// attention fields, never both.
 //
 // Tested by tests/case_file_test.cpp (round trips, every error path) and
 // tests/fixtures_test.cpp (every fixture evaluates to its `expected`).
@@ -26,6 +27,8 @@
 #include <set>
 #include <sstream>
 
+#include "attn_oracle/kv_buffer_case.hpp"
+#include "attn_oracle/sharding_case.hpp"
 #include "attn_oracle/validate.hpp"
 
 namespace attn_oracle {
@@ -69,9 +72,12 @@ int64_t int_field(const json& v, const std::string& path, ErrorCode code = Error
   fail(code, path + ": expected an integer in int64 range, found " + v.dump());
 }
 
+// JSON has no NaN or Inf, but a literal like 1e999 parses to inf.
 double number_field(const json& v, const std::string& path) {
   if (!v.is_number()) fail(path + ": expected a number, found " + v.dump());
-  return v.get<double>();
+  const double x = v.get<double>();
+  if (!std::isfinite(x)) fail(path + ": expected a finite number, found " + v.dump());
+  return x;
 }
 
 void reject_unknown_keys(const json& object, const std::set<std::string>& known,
@@ -84,10 +90,15 @@ void reject_unknown_keys(const json& object, const std::set<std::string>& known,
 // Nested arrays <-> (shape, row-major data)
 // ---------------------------------------------------------------------------
 
+// Deeper nesting is no tensor of ours; refusing it keeps flatten()'s recursion shallow.
+constexpr size_t kMaxArrayRank = 16;
+
 // The shape read off the first element at every level; flatten() checks the rest.
-Shape nested_shape(const json& j) {
+Shape nested_shape(const json& j, const std::string& path) {
   Shape shape;
   for (const json* p = &j; p->is_array(); p = &(*p)[0]) {
+    if (shape.size() == kMaxArrayRank)
+      fail(path + ": arrays nested deeper than " + std::to_string(kMaxArrayRank) + " levels");
     shape.push_back(static_cast<int64_t>(p->size()));
     if (p->empty()) break;
   }
@@ -114,7 +125,7 @@ void flatten(const json& j, const Shape& shape, size_t depth, const std::string&
 
 IntArray parse_int_array(const json& j, const std::string& path) {
   IntArray a;
-  a.shape = nested_shape(j);
+  a.shape = nested_shape(j, path);
   flatten(j, a.shape, 0, path, a.data,
           [](const json& v, const std::string& p) { return int_field(v, p); });
   return a;
@@ -122,7 +133,7 @@ IntArray parse_int_array(const json& j, const std::string& path) {
 
 std::vector<double> parse_double_array(const json& j, const std::string& path, Shape& shape) {
   std::vector<double> data;
-  shape = nested_shape(j);
+  shape = nested_shape(j, path);
   flatten(j, shape, 0, path, data, number_field);
   return data;
 }
@@ -309,6 +320,29 @@ const std::set<std::string> kMetadataKeys = {"schema", "op",  "note", "mask",   
 const std::set<std::string> kAttentionKeys = {"heads_q", "heads_kv", "head_dim", "dtype", "scale",
                                               "backward", "data", "tensors"};
 
+// op sharding: mesh and specs, then shapes (validation only) or a batch with
+// the attention fields (the sharded run), never both.
+void parse_sharding_fields(const json& j, Case& c) {
+  auto sharding = sharding_from_json(j);
+  if (!sharding) fail(sharding.error().message);
+  c.sharding = sharding.value();
+  std::set<std::string> known = {"schema", "op", "note", "expected", "mesh", "specs"};
+  if (!j.contains("mask")) {
+    known.insert("shapes");
+    reject_unknown_keys(j, known, "");
+    auto shapes = shapes_from_json(required(j, "shapes", ""));
+    if (!shapes) fail(shapes.error().message);
+    c.sharding_shapes = shapes.value();
+    return;
+  }
+  if (j.contains("shapes")) fail("shapes: not allowed beside a packed batch, whose shapes and heads are the call's");
+  known.insert(kMetadataKeys.begin(), kMetadataKeys.end());
+  known.insert(kAttentionKeys.begin(), kAttentionKeys.end());
+  reject_unknown_keys(j, known, "");
+  c.batch = parse_batch(j);
+  parse_attention(j, c);
+}
+
 Case parse_case(const json& j) {
   if (!j.is_object()) fail("case: expected a JSON object");
   const json& schema = required(j, "schema", "");
@@ -321,6 +355,14 @@ Case parse_case(const json& j) {
     c.note = it->get<std::string>();
   }
   if (auto it = j.find("expected"); it != j.end()) c.expected = *it;
+  if (c.op == CaseOp::kv_buffer) {
+    if (auto e = parse_kv_buffer_fields(j, c)) fail(e->code, e->message);
+    return c;
+  }
+  if (c.op == CaseOp::sharding) {
+    parse_sharding_fields(j, c);
+    return c;
+  }
   if (!is_modelled(c.op)) {
     c.raw = j;
     return c;
@@ -338,7 +380,7 @@ Case parse_case(const json& j) {
 // ---------------------------------------------------------------------------
 
 constexpr std::string_view kKeyOrder[] = {
-    "schema",  "op",    "note",     "mask",      "window",  "max_segments", "heads_q",
+    "schema",  "op",    "note",  "mesh", "specs", "shapes",   "mask",      "window",  "max_segments", "doc_lengths", "micro_seq_tokens", "heads_q",
     "heads_kv", "head_dim", "dtype", "scale", "backward", "q", "kv", "data", "tensors",
     "expected"};
 
@@ -418,7 +460,15 @@ Expected<Case> read_case_file(const std::string& path) {
 }
 
 json case_to_json(const Case& c) {
-  if (!is_modelled(c.op)) return c.raw;
+  if (c.op == CaseOp::kv_buffer) return kv_buffer_case_to_json(c);
+  if (c.op == CaseOp::sharding && c.sharding_shapes) {
+    json j = {{"schema", kCaseSchema}, {"op", "sharding"}, {"mesh", mesh_to_json(c.sharding.mesh)},
+              {"specs", specs_to_json(c.sharding)}, {"shapes", shapes_to_json(*c.sharding_shapes)}};
+    if (!c.note.empty()) j["note"] = c.note;
+    if (c.expected) j["expected"] = *c.expected;
+    return j;
+  }
+  if (!is_modelled(c.op) && c.op != CaseOp::sharding) return c.raw;
   const PackedBatch& b = c.batch;
   json j = {{"schema", kCaseSchema},
             {"op", std::string(to_string(c.op))},
@@ -428,7 +478,8 @@ json case_to_json(const Case& c) {
             {"q", side_to_json(b.q)},
             {"kv", side_to_json(b.kv)}};
   if (!c.note.empty()) j["note"] = c.note;
-  if (has_attention_fields(c.op)) j.update(attention_fields_to_json(c));
+  if (has_attention_fields(c.op) || c.op == CaseOp::sharding) j.update(attention_fields_to_json(c));
+  if (c.op == CaseOp::sharding) j.update({{"mesh", mesh_to_json(c.sharding.mesh)}, {"specs", specs_to_json(c.sharding)}});
   if (c.expected) j["expected"] = *c.expected;
   return j;
 }
@@ -453,7 +504,7 @@ AttentionProblem attention_problem(const Case& c) { return AttentionProblem{c.ba
 // Explicit tensors are rounded to the dtype here (not in the Case, so files
 // round-trip): the reference must compute what the device was asked to compute.
 Expected<AttentionInputs> attention_inputs(const Case& c) {
-  if (!has_attention_fields(c.op))
+  if (!has_attention_fields(c.op) && !(c.op == CaseOp::sharding && !c.sharding_shapes))
     return Error{ErrorCode::bad_case, "op " + std::string(to_string(c.op)) + " has no attention inputs"};
   const AttentionProblem problem = attention_problem(c);
   if (c.data_seed) return generate_inputs(problem, *c.data_seed);

@@ -6,6 +6,7 @@
 
 #include "attn_oracle/backend.hpp"
 #include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/sharded_execution.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -17,6 +18,8 @@ class ReferenceBackend final : public Backend, MetadataCapability, AttentionCapa
   MetadataCapability* metadata() override { return this; }
   AttentionCapability* attention() override { return this; }
   SmallSeqCapability* small_seq() override { return this; }
+  ShardingCapability* sharding() override { return &sharding_; }
+  KvBufferCapability* kv_buffer() override { return &reference_kv_buffer(); }
 
   Expected<Metadata> metadata(const PackedBatch& batch) override { return ref::metadata(batch); }
   Expected<AttentionResult> attention(const AttentionProblem& problem,
@@ -45,6 +48,10 @@ class ReferenceBackend final : public Backend, MetadataCapability, AttentionCapa
     }
     return std::nullopt;
   }
+
+ private:
+  // Devices run the dense reference, which realises the token-level mask on any input.
+  SimulatedSharding sharding_{static_cast<AttentionCapability&>(*this), /*token_level_mask=*/true};
 };
 
 }  // namespace

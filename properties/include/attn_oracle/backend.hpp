@@ -14,8 +14,10 @@
 
 #include "attn_oracle/attention.hpp"
 #include "attn_oracle/error.hpp"
+#include "attn_oracle/kv_buffer.hpp"
 #include "attn_oracle/metadata.hpp"
 #include "attn_oracle/packed_batch.hpp"
+#include "attn_oracle/sharding.hpp"
 #include "attn_oracle/small_seq.hpp"
 
 namespace attn_oracle {
@@ -23,7 +25,7 @@ namespace attn_oracle {
 // `attention_buffers`: the attention capability can also write into caller-owned
 // buffers (AttentionCapability::supports_attention_into), which the guard-band
 // property needs.
-enum class Capability { metadata, attention, attention_buffers, small_seq };
+enum class Capability { metadata, attention, attention_buffers, small_seq, sharding, kv_buffer };
 std::string_view to_string(Capability capability);
 
 class MetadataCapability {
@@ -69,6 +71,44 @@ class SmallSeqCapability {
   virtual Expected<SmallSeqResult> small_seq(const AttentionProblem& problem, const AttentionInputs& inputs) = 0;
 };
 
+// DESIGN section 8. Most backends implement it with SimulatedSharding
+// (sharded_execution.hpp) over their own attention capability.
+class ShardingCapability {
+ public:
+  virtual ~ShardingCapability() = default;
+  // This backend's spec validation; nullopt when the call is valid.
+  virtual std::optional<Error> validate_sharding(const Sharding& sharding, const ShardedShapes& shapes) = 0;
+  // `problem` run sharded over the mesh's devices and gathered back into the
+  // unsharded layouts. An invalid problem or sharding gives its code before any
+  // device runs.
+  virtual Expected<AttentionResult> sharded_attention(const Sharding& sharding, const AttentionProblem& problem,
+                                                      const AttentionInputs& inputs) = 0;
+  // True when a device's attention realises the token-level mask on any input
+  // (the reference); kernels realise it only on representable problems (DESIGN 4).
+  virtual bool token_level_mask() const { return false; }
+};
+
+// DESIGN section 7: the shared K/V buffer steps, tensors as in kv_buffer.hpp
+// (buffer and grad_buffer [N, 2, Hkv, D], a micro-sequence's q and d_o
+// [end - begin, Hq, D]).
+class KvBufferCapability {
+ public:
+  virtual ~KvBufferCapability() = default;
+  // A reason to skip this problem (dtype, head dim, ...), or nullopt.
+  virtual std::optional<std::string> unsupported(const KvBufferProblem&) { return std::nullopt; }
+  // The canonical metadata of micro-sequence i.
+  virtual Expected<MicroSequenceMetadata> micro_sequence(const KvBufferProblem& problem, int64_t i) = 0;
+  // Micro-sequence i's slice [end - begin, 2, Hkv, D] into buffer[begin, end).
+  virtual std::optional<Error> write_slice(const KvBufferProblem& problem, int64_t i, const std::vector<double>& slice,
+                                           std::vector<double>& buffer) = 0;
+  // Micro-sequence i against buffer[fdb, end): o, lse [Hq, end - begin] and, when
+  // problem.shape.backward, dq, with dK/dV added into grad_buffer[fdb, end).
+  virtual Expected<AttentionResult> attend(const KvBufferProblem& problem, int64_t i, const AttentionInputs& micro,
+                                           const std::vector<double>& buffer, std::vector<double>* grad_buffer) = 0;
+  // The streaming run (forward in order, backward in reverse) in the whole-sequence layouts.
+  virtual Expected<AttentionResult> stream(const KvBufferProblem& problem, const AttentionInputs& inputs) = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -77,6 +117,8 @@ class Backend {
   virtual MetadataCapability* metadata() { return nullptr; }
   virtual AttentionCapability* attention() { return nullptr; }
   virtual SmallSeqCapability* small_seq() { return nullptr; }
+  virtual ShardingCapability* sharding() { return nullptr; }
+  virtual KvBufferCapability* kv_buffer() { return nullptr; }
 
   bool has(Capability capability);
   std::vector<Capability> capabilities();
@@ -126,6 +168,8 @@ class GuardedAttentionBuffers {
 
 // The reference backend: the float64 oracle itself behind the seam.
 std::unique_ptr<Backend> make_reference_backend();
+// Its K/V buffer capability (stateless): the float64 steps of kv_buffer.hpp.
+KvBufferCapability& reference_kv_buffer();
 // Registers the backends this build ships: reference, cpu, and cuda when a device
 // is present (attn_oracle::backends). The check command calls it.
 void register_builtin_backends();

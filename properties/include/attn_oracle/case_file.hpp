@@ -1,9 +1,9 @@
 // case_file.hpp: `attn-oracle.case/1` JSON case files (DESIGN section 9).
 //
 // A case is one op and its inputs. `metadata`, `attention` and `small_seq` (the
-// attention fields, DESIGN section 6) are modelled here; the ops of later
-// sections (kv_buffer, sharding) are read and written back verbatim until their
-// issues model them. An optional `expected`
+// attention fields, DESIGN section 6) are modelled here, `kv_buffer` in
+// kv_buffer_case.hpp, `sharding` (mesh, specs, then shapes or the attention
+// fields) in sharding_case.hpp; `raw` keeps the JSON of an op not modelled. An optional `expected`
 // field holds the result a fixture pins (metadata JSON or {"error": {...}});
 // `note` says where the case came from.
 //
@@ -18,8 +18,10 @@
 
 #include "attn_oracle/attention.hpp"
 #include "attn_oracle/error.hpp"
+#include "attn_oracle/kv_buffer.hpp"
 #include "attn_oracle/metadata.hpp"
 #include "attn_oracle/packed_batch.hpp"
+#include "attn_oracle/sharding.hpp"
 #include "attn_oracle/small_seq.hpp"
 
 namespace attn_oracle {
@@ -36,6 +38,13 @@ struct Case {
   AttentionShape attention;
   std::optional<uint64_t> data_seed;       // data: {"seed": N}
   std::optional<AttentionInputs> tensors;  // tensors: {q, k, v, do}
+  // kv_buffer only (kv_buffer_case.hpp): the sequence, m and the attention shape;
+  // its data is `data: {"seed": N}` (data_seed).
+  KvBufferProblem kv_buffer;
+  // sharding only (sharding_case.hpp): mesh and specs; shapes when the case only
+  // validates, else the batch and attention fields above give them.
+  Sharding sharding;
+  std::optional<ShardedShapes> sharding_shapes;
   // ops not modelled yet: the whole JSON, written back as read.
   nlohmann::json raw;
   std::optional<nlohmann::json> expected;
