@@ -1,11 +1,16 @@
 // attn_oracle_cli.cpp: the `attn-oracle` command line (DESIGN section 9).
 //
-//   eval    [--backend NAME] CASE   the backend's result as JSON (exit 0), or
-//                                   {"error": {"code", "message"}} (exit 2)
+//   eval    [--backend NAME] [--memory-budget BYTES] CASE
+//                                   the backend's result as JSON (exit 0), or
+//                                   {"error": {"code", "message"}} (exit 2), also
+//                                   for a problem the backend does not support
 //   replay  [--backend NAME] CASE   the backend against the reference: PASS (0) / FAIL (3)
-//   check   [--backend NAME|all] [--cases N] [--seed S] [--filter PREFIX]
+//   check   [--backend NAME|all] [--cases N] [--seed S] [--filter PREFIX] [--deep]
+//           [--skips FILE] [--xfails FILE] [--report DIR]
 //   backends                        registered backends, versions, capabilities
 //   promote CASE OUT --note TEXT    CASE plus the reference's result, for fixtures/
+//   export --npy DIR [--fixtures D] fixtures as .npy files + index.json (npy_export.hpp)
+//   coverage [--markdown]           what the properties exercise (coverage.hpp)
 //
 // Exit 1 is for usage errors, unknown backends and missing capabilities; nothing
 // but the final JSON is ever printed on stdout by eval, so scripts can parse it.
@@ -13,10 +18,13 @@
 // tolerance rule of DESIGN section 5, small_seq through the same rule per output
 // (o, p, dq, dk, dv) against ref::small_seq. A case's `expected` field is compared
 // with the reference's own result (errors by code; attention and small_seq values
-// to 1e-12 relative).
+// to 1e-12 relative). Sharding cases: {"ok": true} when a shapes-only case is
+// accepted, else the sharded attention judged like attention; their error
+// messages are compared exactly (DESIGN section 8 pins them).
 //
 // Tested by tests/cli_test.cpp (runs the built binary on fixtures) and, for the
 // evaluation semantics, tests/fixtures_test.cpp.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <iostream>
@@ -26,7 +34,12 @@
 
 #include "attn_oracle/backend.hpp"
 #include "attn_oracle/case_file.hpp"
+#include "attn_oracle/memory_budget.hpp"
 #include "check.hpp"
+#include "coverage.hpp"
+#include "npy_export.hpp"
+#include "attn_oracle/kv_buffer_case.hpp"
+#include "attn_oracle/sharding_case.hpp"
 #include "attn_oracle/small_seq_checks.hpp"
 #include "attn_oracle/tolerance.hpp"
 
@@ -38,16 +51,28 @@ using nlohmann::json;
 constexpr const char* kUsage = R"(usage: attn-oracle COMMAND [OPTIONS]
 
 commands:
-  eval [--backend NAME] CASE      print the backend's result for a case file as JSON
+  eval [--backend NAME] [--memory-budget BYTES] CASE
+                                  print the backend's result for a case file as JSON
                                   (default backend: reference); exit 2 with
                                   {"error": {"code", "message"}} when the input is rejected
+                                  or the backend does not support it; BYTES (K, M, G
+                                  suffixes) overrides ATTN_ORACLE_MEMORY_BUDGET (4G)
   replay [--backend NAME] CASE    compare the backend with the reference on a case file;
                                   prints PASS (exit 0) or FAIL (exit 3) and the first differences
-  check [--backend NAME|all] [--cases N] [--seed S] [--filter PREFIX]
-                                  run every property on the chosen backends
+  check [--backend NAME|all] [--cases N] [--seed S] [--filter PREFIX] [--deep]
+        [--skips FILE] [--xfails FILE] [--report DIR]
+                                  run every property on the chosen backends and write
+                                  DIR/conformance.{md,json} (default DIR: report);
+                                  FILEs list test-id prefixes (BACKEND/PROPERTY) one a
+                                  line; --deep: 10x the cases; exit 1 on an unexpected
+                                  failure, 130 when interrupted
   backends                        list the registered backends
   promote CASE OUT --note TEXT    write CASE with the reference's result as `expected`
                                   (how a counterexample becomes a fixture)
+  export --npy DIR [--fixtures FIXTURES]
+                                  every fixture's inputs and expected outputs as .npy
+                                  files plus DIR/index.json
+  coverage [--markdown]           ops x mask kinds x layouts x dtypes the properties exercise
   --help                          this message
 )";
 
@@ -126,8 +151,11 @@ struct Evaluation {
   std::optional<SmallSeqResult> small_seq;
   std::optional<Error> error;
   std::string skip;
+  bool unsupported = false;  // skip: the backend has the capability but not for this problem
+  bool sharding_ok = false;  // a shapes-only sharding case the backend accepts
   json to_json(const AttentionProblem& problem) const {
     if (error) return error_to_json(*error);
+    if (sharding_ok) return {{"ok", true}};
     if (metadata) return metadata_to_json(*metadata);
     if (small_seq) return small_seq_result_to_json(problem, *small_seq);
     return attention_result_to_json(problem, *attention);
@@ -142,13 +170,25 @@ Evaluation evaluate_small_seq(Backend& backend, const Case& c, const AttentionIn
   if (backend.small_seq()) {
     if (validate_attention(problem, &inputs) && small_seq_documents(problem, &inputs))
       if (auto reason = backend.small_seq()->unsupported(problem))
-        return e.skip = "backend " + backend.name() + " does not support this problem: " + *reason, e;
+        return e.unsupported = true, e.skip = "backend " + backend.name() + " does not support this problem: " + *reason, e;
     r = backend.small_seq()->small_seq(problem, inputs);
   } else {
     return e.skip = "backend " + backend.name() + " lacks the small_seq capability", e;
   }
   if (r) e.small_seq = r.value();
   else e.error = r.error();
+  return e;
+}
+
+// op sharding (sharding_case.hpp): {"ok": true} for a shapes-only case the
+// backend accepts, else its sharded attention, or the error.
+Evaluation evaluate_sharding(Backend& backend, const Case& c) {
+  Evaluation e;
+  if (!backend.sharding()) return e.skip = "backend " + backend.name() + " lacks the sharding capability", e;
+  auto r = evaluate_sharding_case(*backend.sharding(), c);
+  if (!r) e.error = r.error();
+  else if (r.value()) e.attention = *r.value();
+  else e.sharding_ok = true;
   return e;
 }
 
@@ -163,6 +203,7 @@ Evaluation evaluate(Backend& backend, const Case& c, const AttentionInputs& inpu
     return e;
   }
   if (c.op == CaseOp::small_seq) return evaluate_small_seq(backend, c, inputs);
+  if (c.op == CaseOp::sharding) return evaluate_sharding(backend, c);
   if (c.op != CaseOp::attention)
     return e.skip = "op " + std::string(to_string(c.op)) + " is not supported by this tool yet", e;
   if (!backend.attention()) return e.skip = who + " lacks the attention capability", e;
@@ -171,7 +212,7 @@ Evaluation evaluate(Backend& backend, const Case& c, const AttentionInputs& inpu
   // attention(), which must reject it with the code of DESIGN section 2.
   if (validate_attention(problem, &inputs))
     if (auto reason = backend.attention()->unsupported(problem))
-      return e.skip = who + " does not support this problem: " + *reason, e;
+      return e.unsupported = true, e.skip = who + " does not support this problem: " + *reason, e;
   auto r = backend.attention()->attention(problem, inputs);
   if (r) e.attention = r.value();
   else e.error = r.error();
@@ -188,12 +229,23 @@ Expected<LoadedCase> load_case(const std::string& path) {
   auto c = read_case_file(path);
   if (!c) return c.error();
   LoadedCase loaded{c.value(), {}};
-  if (loaded.c.op == CaseOp::attention || loaded.c.op == CaseOp::small_seq) {
+  if (loaded.c.op == CaseOp::attention || loaded.c.op == CaseOp::small_seq ||
+      (loaded.c.op == CaseOp::sharding && !loaded.c.sharding_shapes)) {
     auto in = attention_inputs(loaded.c);
     if (!in) return in.error();
     loaded.inputs = in.value();
   }
   return loaded;
+}
+
+// --memory-budget BYTES (K, M, G suffixes): false after a usage error.
+bool apply_memory_budget(const Args& args) {
+  auto it = args.flags.find("--memory-budget");
+  if (it == args.flags.end()) return true;
+  const auto bytes = parse_memory_size(it->second);
+  if (!bytes) return usage_error("--memory-budget needs a positive size in bytes (K, M, G suffixes)"), false;
+  set_memory_budget(*bytes);
+  return true;
 }
 
 // The backend named by --backend (default reference); nullptr after a usage error.
@@ -210,9 +262,10 @@ std::unique_ptr<Backend> backend_from(const Args& args) {
 
 int eval_command(const std::vector<std::string>& argv) {
   std::string error;
-  auto args = parse_args(argv, {"--backend"}, error);
+  auto args = parse_args(argv, {"--backend", "--memory-budget"}, error);
   if (!args) return usage_error(error);
   if (args->positional.size() != 1) return usage_error("eval takes exactly one case file");
+  if (!apply_memory_budget(*args)) return 1;
   auto backend = backend_from(*args);
   if (!backend) return 1;
   auto loaded = load_case(args->positional[0]);
@@ -220,7 +273,20 @@ int eval_command(const std::vector<std::string>& argv) {
     print_json(error_to_json(loaded.error()));
     return 2;
   }
+  if (loaded->c.op == CaseOp::kv_buffer) {  // kv_buffer_case.hpp
+    if (!backend->kv_buffer()) {
+      std::cerr << "attn-oracle eval: backend " << backend->name() << " lacks the kv_buffer capability\n";
+      return 1;
+    }
+    const json out = evaluate_kv_buffer_case(*backend->kv_buffer(), loaded->c);
+    print_json(out);
+    return out.contains("error") ? 2 : 0;
+  }
   const Evaluation e = evaluate(*backend, loaded->c, loaded->inputs);
+  if (e.unsupported) {
+    print_json(error_to_json(Error{ErrorCode::unsupported, e.skip}));
+    return 2;
+  }
   if (!e.skip.empty()) {
     std::cerr << "attn-oracle eval: " << e.skip << "\n";
     return 1;
@@ -308,6 +374,9 @@ void compare_small_seq(const LoadedCase& lc, const SmallSeqResult& got, const Sm
 
 void compare(const LoadedCase& lc, const Evaluation& got, const Evaluation& want, Verdict& v) {
   if (got.error && want.error) {
+    if (got.error->code == want.error->code && lc.c.op == CaseOp::sharding && got.error->message != want.error->message)
+      return v.fail("error message (DESIGN section 8 pins it): backend \"" + got.error->message + "\", reference \"" +
+                    want.error->message + "\"");
     if (got.error->code == want.error->code)
       return v.lines.push_back("both reject the input with " + std::string(to_string(got.error->code)));
     return v.fail("error code: backend " + std::string(to_string(got.error->code)) +
@@ -320,6 +389,7 @@ void compare(const LoadedCase& lc, const Evaluation& got, const Evaluation& want
                   std::string(to_string(want.error->code)) + " (" + want.error->message + ")");
   if (got.metadata) return compare_metadata(*got.metadata, *want.metadata, v);
   if (got.small_seq) return compare_small_seq(lc, *got.small_seq, *want.small_seq, v);
+  if (got.sharding_ok) return v.lines.push_back("both accept the sharding");
   compare_attention(lc, *got.attention, *want.attention, v);
 }
 
@@ -360,9 +430,11 @@ void compare_expected(const LoadedCase& lc, const Evaluation& ref, const json& e
     if (!ref.error)
       return v.fail("reference disagrees with the case's expected result: it accepts the input, "
                     "expected error " + code.dump());
+    if (lc.c.op == CaseOp::sharding && want.is_object() && want.contains("message"))  // DESIGN 8 pins the message
+      diff_json(ref.error->message, want["message"], "error.message", 0.0, v);
     return diff_json(std::string(to_string(ref.error->code)), code, "error.code", 0.0, v);
   }
-  const double rel = lc.c.op == CaseOp::attention || lc.c.op == CaseOp::small_seq ? 1e-12 : 0.0;
+  const double rel = lc.c.op == CaseOp::attention || lc.c.op == CaseOp::small_seq || lc.c.op == CaseOp::sharding ? 1e-12 : 0.0;
   diff_json(ref.to_json(attention_problem(lc.c)), expected, "", rel, v);
 }
 
@@ -383,6 +455,7 @@ int replay_command(const std::vector<std::string>& argv) {
               << ": " << loaded.error().message << "\n";
     return 1;
   }
+  if (loaded->c.op == CaseOp::kv_buffer) return replay_kv_buffer_case(*backend, loaded->c, std::cout);
   auto reference = make_reference_backend();
   const Evaluation want = evaluate(*reference, loaded->c, loaded->inputs);
   const Evaluation got = evaluate(*backend, loaded->c, loaded->inputs);
@@ -416,14 +489,19 @@ bool parse_number(const std::string& text, T& out) {
   return ec == std::errc() && end == text.data() + text.size();
 }
 
-int check_command(const std::vector<std::string>& argv) {
+int check_command(std::vector<std::string> argv) {
+  CheckOptions options;
+  const auto deep = std::find(argv.begin(), argv.end(), "--deep");  // the one flag without a value
+  if (deep != argv.end()) options.deep = true, argv.erase(deep);
   std::string error;
-  auto args = parse_args(argv, {"--backend", "--cases", "--seed", "--filter"}, error);
+  auto args = parse_args(argv, {"--backend", "--cases", "--seed", "--filter", "--skips", "--xfails", "--report"}, error);
   if (!args) return usage_error(error);
   if (!args->positional.empty()) return usage_error("check takes no positional arguments");
-  CheckOptions options;
   options.backend = flag(*args, "--backend", "all");
   options.filter = flag(*args, "--filter", "");
+  options.skips_file = flag(*args, "--skips", "");
+  options.xfails_file = flag(*args, "--xfails", "");
+  options.report_dir = flag(*args, "--report", options.report_dir);
   if (options.backend != "all" && !BackendRegistry::instance().make(options.backend))
     return usage_error("unknown backend " + options.backend + " (registered: " +
                        registered_names() + ")");
@@ -450,6 +528,12 @@ int backends_command(const std::vector<std::string>& argv) {
     for (Capability c : backend->capabilities()) caps += (caps.empty() ? "" : ",") + std::string(to_string(c));
     std::cout << name << "\t" << backend->version() << "\t" << (caps.empty() ? "-" : caps) << "\n";
   }
+  // Absent built-in backends, one "# name: why" line each (after the tab-separated rows).
+  std::string note = builtin_backends_note();
+  for (size_t at = 0; !note.empty(); note = at == std::string::npos ? "" : note.substr(at + 2)) {
+    at = note.find("; ");
+    std::cout << "# " << note.substr(0, at) << "\n";
+  }
   return 0;
 }
 
@@ -473,6 +557,21 @@ int promote_command(const std::vector<std::string>& argv) {
   return 0;
 }
 
+int export_command(const std::vector<std::string>& argv) {
+  std::string error;
+  auto args = parse_args(argv, {"--npy", "--fixtures"}, error);
+  if (!args) return usage_error(error);
+  if (!args->positional.empty() || !args->flags.count("--npy")) return usage_error("export needs --npy DIR");
+  return export_npy(flag(*args, "--fixtures", ATTN_ORACLE_FIXTURES_DIR), args->flags["--npy"]);
+}
+
+int coverage_command(const std::vector<std::string>& argv) {
+  if (argv.size() > 1 || (argv.size() == 1 && argv[0] != "--markdown"))
+    return usage_error("coverage takes only --markdown");
+  std::cout << coverage_table(!argv.empty());
+  return 0;
+}
+
 int run(const std::vector<std::string>& argv) {
   if (argv.empty()) {
     std::cout << kUsage;
@@ -490,6 +589,8 @@ int run(const std::vector<std::string>& argv) {
   if (command == "check") return check_command(rest);
   if (command == "backends") return backends_command(rest);
   if (command == "promote") return promote_command(rest);
+  if (command == "export") return export_command(rest);
+  if (command == "coverage") return coverage_command(rest);
   return usage_error("unknown command " + command);
 }
 

@@ -7,15 +7,17 @@
 
 #include <rapidcheck.h>
 
+#include "attn_oracle/tolerance.hpp"
+
 namespace attn_oracle {
 namespace {
 
-// Counts finished cases for the progress line.
+// Counts passed cases for the progress line (discarded draws are not cases run).
 class ProgressListener final : public rc::detail::TestListener {
  public:
   ProgressListener(const ProgressFn& fn, int total) : fn_(fn), total_(total) {}
-  void onTestCaseFinished(const rc::detail::CaseDescription&) override {
-    if (fn_) fn_(++done_, total_);
+  void onTestCaseFinished(const rc::detail::CaseDescription& d) override {
+    if (fn_ && d.result.type == rc::detail::CaseResult::Type::Success) fn_(++done_, total_);
   }
   void onShrinkTried(const rc::detail::CaseDescription&, bool) override {}
   void onTestFinished(const rc::detail::TestMetadata&, const rc::detail::TestResult&) override {}
@@ -87,8 +89,10 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend,
   }
   CaseRecorder recorder;
   auto testable = [&] {
+    recorder.clear_current();
     try {
       property.body(backend, recorder);
+      if (settings.on_case_passed && recorder.current_case()) settings.on_case_passed(*recorder.current_case());
     } catch (const rc::detail::CaseResult& r) {
       if (r.type == rc::detail::CaseResult::Type::Failure) recorder.keep_current_as_failing();
       throw;
@@ -107,6 +111,7 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend,
   params.maxSize = std::min(settings.max_size, 100);
   params.seed = settings.seed;
   ProgressListener listener(progress, settings.max_success);
+  ToleranceRatioSink ratios;
   const rc::detail::TestResult result = rc::detail::checkProperty(
       rc::detail::toProperty(testable), metadata, params, listener,
       rc::detail::configuration().reproduce);
@@ -131,6 +136,7 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend,
     out.status = PropertyOutcome::Status::failed;
     out.message = result.get<rc::detail::Error>().description;
   }
+  out.worst_ratio = ratios.worst();
   return out;
 }
 
@@ -139,6 +145,8 @@ const std::vector<PropertyDef>& all_properties() {
     std::vector<PropertyDef> all = metadata_properties();
     for (PropertyDef& p : attention_properties()) all.push_back(std::move(p));
     for (PropertyDef& p : small_seq_properties()) all.push_back(std::move(p));
+    for (PropertyDef& p : kv_buffer_properties()) all.push_back(std::move(p));
+    for (PropertyDef& p : sharding_properties()) all.push_back(std::move(p));
     return all;
   }();
   return properties;

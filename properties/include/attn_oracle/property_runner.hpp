@@ -22,8 +22,12 @@ namespace attn_oracle {
 class CaseRecorder {
  public:
   void current(Case c) { current_ = std::move(c); }
-  void keep_current_as_failing() { failing_ = current_; }
+  void clear_current() { current_.reset(); }  // before each case: no stale case
+  void keep_current_as_failing() {
+    if (current_) failing_ = current_;
+  }
   const std::optional<Case>& failing() const { return failing_; }
+  const std::optional<Case>& current_case() const { return current_; }
 
  private:
   std::optional<Case> current_, failing_;
@@ -43,6 +47,8 @@ struct RunSettings {
   uint64_t seed = 0;
   std::string failures_dir;  // where counterexample case files go
   bool quiet = false;        // no counterexample printing to stderr
+  // Called with the recorded case of every case that passed (coverage tally).
+  std::function<void(const Case&)> on_case_passed;
 };
 
 // Defaults from RC_PARAMS (max_success, max_size, seed) and ATTN_ORACLE_FAILURES_DIR.
@@ -55,6 +61,9 @@ struct PropertyOutcome {
   Status status = Status::passed;
   std::string property, backend;
   int cases = 0;                  // successful cases run
+  // Worst error / budget of the float tolerance checks made during the run
+  // (ToleranceRatioSink), shrinking included; nullopt for exact properties.
+  std::optional<double> worst_ratio;
   std::string message;            // failure description or skip reason
   std::optional<Case> counterexample;
   std::string case_path;          // written counterexample file
@@ -77,5 +86,7 @@ const PropertyDef* find_property(const std::string& id);
 std::vector<PropertyDef> metadata_properties();
 std::vector<PropertyDef> attention_properties();
 std::vector<PropertyDef> small_seq_properties();
+std::vector<PropertyDef> kv_buffer_properties();  // kv_buffer_properties.cpp
+std::vector<PropertyDef> sharding_properties();   // sharding_properties.cpp
 
 }  // namespace attn_oracle

@@ -63,6 +63,25 @@ ToleranceCheck check_tolerance(std::string_view tensor, const std::vector<double
                                const std::vector<double>& ref64,
                                const std::vector<double>& naive, double k, Dtype dtype);
 
+// Collects the worst error / budget ratio of every check_tolerance call made on
+// this thread while it lives (the innermost sink when they nest), so that a
+// property runner can report how close a passing backend came to its budget
+// without every property passing its checks on.
+class ToleranceRatioSink {
+ public:
+  ToleranceRatioSink();
+  ~ToleranceRatioSink();
+  ToleranceRatioSink(const ToleranceRatioSink&) = delete;
+  ToleranceRatioSink& operator=(const ToleranceRatioSink&) = delete;
+  void note(double ratio);
+  // nullopt when no tolerance check ran (exact properties: metadata, error codes).
+  const std::optional<double>& worst() const { return worst_; }
+
+ private:
+  ToleranceRatioSink* previous_;
+  std::optional<double> worst_;
+};
+
 // Runs naive_same_precision itself and checks o and lse (k = 2; lse is fp32 on
 // every device, so its floor is fp32's), then dq, dk, dv (k = 3) when the
 // reference has gradients. `inputs` are the dtype-rounded inputs both results saw.

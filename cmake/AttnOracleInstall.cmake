@@ -1,0 +1,30 @@
+# `cmake --install` of the vendoring package AttnOracle: the reference, the
+# properties and the conformance suite (an object library: its objects are
+# installed and land in every executable that links it, so that its tests
+# register), their headers, and AttnOracleConfig.cmake with its version file.
+# The gpu/ algorithms and the built-in backends stay out: a consumer brings its own.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(ATTN_ORACLE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/AttnOracle)
+set_target_properties(attn_oracle_reference PROPERTIES EXPORT_NAME reference)
+set_target_properties(attn_oracle_properties PROPERTIES EXPORT_NAME properties)
+set_target_properties(attn_oracle_conformance PROPERTIES EXPORT_NAME conformance)
+
+install(TARGETS attn_oracle_reference attn_oracle_properties attn_oracle_conformance
+  EXPORT AttnOracleTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  OBJECTS DESTINATION ${CMAKE_INSTALL_LIBDIR}/attn_oracle/objects
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/reference/include/ ${PROJECT_SOURCE_DIR}/properties/include/
+        DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(EXPORT AttnOracleTargets NAMESPACE attn_oracle:: DESTINATION ${ATTN_ORACLE_CMAKE_DIR})
+
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/AttnOracleConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/AttnOracleConfig.cmake INSTALL_DESTINATION ${ATTN_ORACLE_CMAKE_DIR})
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/AttnOracleConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/AttnOracleConfig.cmake ${PROJECT_BINARY_DIR}/AttnOracleConfigVersion.cmake
+        ${PROJECT_SOURCE_DIR}/cmake/AttnOracleConformance.cmake
+        DESTINATION ${ATTN_ORACLE_CMAKE_DIR})
