@@ -3,10 +3,14 @@
 //   cpu        the CPU twins of the production algorithms (gpu/, run on the host),
 //              small-seq included
 //   cuda       the CUDA kernels; registered only when a device is present
+//   cudnn      cuDNN SDPA (cudnn_backend.cpp); only in builds with cuDNN, with a device
 #include "attn_oracle/backend.hpp"
 #include "attn_oracle/gpu/attention.hpp"
+#include "attn_oracle/gpu/kv_buffer.hpp"
 #include "attn_oracle/gpu/metadata.hpp"
 #include "attn_oracle/gpu/small_seq.hpp"
+#include "cudnn_backend.hpp"
+#include "attn_oracle/sharded_execution.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -14,6 +18,33 @@ namespace {
 gpu::AttentionOutputs outputs_of(const AttentionCapability::Buffers& b) {
   return gpu::AttentionOutputs{b.o, b.lse, b.dq, b.dk, b.dv};
 }
+
+// The K/V buffer steps of gpu/kv_buffer.hpp on one device (twin or CUDA).
+class GpuKvBuffer final : public KvBufferCapability {
+ public:
+  explicit GpuKvBuffer(gpu::KvDevice device) : device_(device) {}
+  std::optional<std::string> unsupported(const KvBufferProblem& problem) override {
+    if (device_ == gpu::KvDevice::cuda) return gpu::kv_buffer_cuda_unsupported(problem);
+    return std::nullopt;
+  }
+  Expected<MicroSequenceMetadata> micro_sequence(const KvBufferProblem& problem, int64_t i) override {
+    return gpu::kv_buffer_plan(problem, i, device_);
+  }
+  std::optional<Error> write_slice(const KvBufferProblem& problem, int64_t i, const std::vector<double>& slice,
+                                   std::vector<double>& buffer) override {
+    return gpu::kv_buffer_write_slice(problem, i, slice, buffer, device_);
+  }
+  Expected<AttentionResult> attend(const KvBufferProblem& problem, int64_t i, const AttentionInputs& micro,
+                                   const std::vector<double>& buffer, std::vector<double>* grad_buffer) override {
+    return gpu::kv_buffer_attend(problem, i, micro, buffer, grad_buffer, device_);
+  }
+  Expected<AttentionResult> stream(const KvBufferProblem& problem, const AttentionInputs& inputs) override {
+    return gpu::kv_buffer_stream(problem, inputs, device_);
+  }
+
+ private:
+  gpu::KvDevice device_;
+};
 
 class CpuTwinBackend final : public Backend, MetadataCapability, AttentionCapability, SmallSeqCapability {
  public:
@@ -36,6 +67,14 @@ class CpuTwinBackend final : public Backend, MetadataCapability, AttentionCapabi
   Expected<SmallSeqResult> small_seq(const AttentionProblem& problem, const AttentionInputs& inputs) override {
     return gpu::small_seq_twin(problem, inputs);
   }
+
+  KvBufferCapability* kv_buffer() override { return &kv_buffer_; }
+  ShardingCapability* sharding() override { return &sharding_; }
+
+ private:
+  GpuKvBuffer kv_buffer_{gpu::KvDevice::twin};
+  // Every simulated device runs the attention twin (index rule on trimmed runs).
+  SimulatedSharding sharding_{static_cast<AttentionCapability&>(*this)};
 };
 
 class CudaBackend final : public Backend, MetadataCapability, AttentionCapability {
@@ -70,10 +109,12 @@ class CudaBackend final : public Backend, MetadataCapability, AttentionCapabilit
     }
   };
   SmallSeqCapability* small_seq() override { return &small_seq_; }
+  KvBufferCapability* kv_buffer() override { return &kv_buffer_; }
 
  private:
   std::string device_;
   SmallSeq small_seq_;
+  GpuKvBuffer kv_buffer_{gpu::KvDevice::cuda};
 };
 
 }  // namespace
@@ -84,13 +125,17 @@ void register_builtin_backends() {
     r.add("reference", make_reference_backend);
     r.add("cpu", [] { return std::unique_ptr<Backend>(new CpuTwinBackend()); });
     if (gpu::cuda_available()) r.add("cuda", [] { return std::unique_ptr<Backend>(new CudaBackend()); });
+    register_cudnn_backend(r);
     return true;
   }();
   (void)once;
 }
 
 std::string builtin_backends_note() {
-  return gpu::cuda_available() ? "" : "cuda: not registered (no CUDA device on this machine, or a build without CUDA)";
+  std::string note = gpu::cuda_available() ? "" : "cuda: not registered (no CUDA device on this machine, or a build without CUDA)";
+  const std::string cudnn = cudnn_backend_note();
+  if (!cudnn.empty()) note += (note.empty() ? "" : "; ") + cudnn;
+  return note;
 }
 
 }  // namespace attn_oracle

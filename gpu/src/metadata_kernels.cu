@@ -8,6 +8,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include "device_array.cuh"
+#include "event_timer.cuh"
 
 #include "attn_oracle/gpu/metadata_device.hpp"
 #include "attn_oracle/gpu/metadata_row.hpp"
@@ -37,6 +38,39 @@ void exclusive_scan(const int64_t* in, int64_t* out, int64_t n) {
   cub::DeviceScan::ExclusiveSum(temp.ptr, bytes, in, out, n);
 }
 
+// Benchmarks only (timing_reps > 0): the row kernel, the three scans (temp storage
+// allocated once, outside the timed region) and the compaction, against a
+// device-to-device copy of the four input arrays, each the median of `reps`.
+void time_metadata(const MetadataParams& p, const CompactionParams& c, const InputSizes& sizes, int reps,
+                   DeviceMetadataOutputs& out) {
+  const unsigned blocks = static_cast<unsigned>((p.rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  size_t bytes = 0;
+  cub::DeviceScan::ExclusiveSum(nullptr, bytes, p.row_docs, const_cast<int64_t*>(c.doc_base), p.rows);
+  DeviceArray<char> temp(bytes);
+  out.kernels_ms = median_event_ms(reps, [&] {
+    metadata_rows_kernel<<<blocks, kRowsPerBlock>>>(p);
+    size_t b = bytes;
+    cub::DeviceScan::ExclusiveSum(temp.ptr, b, p.row_docs, const_cast<int64_t*>(c.doc_base), p.rows);
+    cub::DeviceScan::ExclusiveSum(temp.ptr, b, p.row_q_tokens, const_cast<int64_t*>(c.q_token_base), p.rows);
+    cub::DeviceScan::ExclusiveSum(temp.ptr, b, p.row_kv_tokens, const_cast<int64_t*>(c.kv_token_base), p.rows);
+    compact_rows_kernel<<<blocks, kRowsPerBlock>>>(c);
+    return cudaGetLastError() == cudaSuccess;
+  });
+  const size_t elems[4] = {sizes.q_ids, sizes.q_pos, sizes.kv_ids, sizes.kv_pos};
+  const int64_t* from[4] = {p.q.ids, p.q.pos, p.kv.ids, p.kv.pos};
+  DeviceArray<int64_t> to(elems[0] + elems[1] + elems[2] + elems[3]);
+  out.copy_ms = median_event_ms(reps, [&] {
+    int64_t* at = to.ptr;
+    bool ok = true;
+    for (int i = 0; i < 4; ++i) {
+      ok &= cudaMemcpyAsync(at, from[i], elems[i] * sizeof(int64_t), cudaMemcpyDeviceToDevice) == cudaSuccess;
+      at += elems[i];
+    }
+    return ok;
+  });
+  out.copy_bytes = 2.0 * sizeof(int64_t) * double(to.size);
+}
+
 bool fail(DeviceMetadataOutputs& out, const char* what) {
   out.failure = std::string(what) + ": " + cudaGetErrorString(cudaGetLastError());
   return false;
@@ -55,7 +89,8 @@ bool device_present(std::string* name) {
   return true;
 }
 
-bool metadata_on_device(const MetadataParams& host_params, const InputSizes& sizes, DeviceMetadataOutputs& out) {
+bool metadata_on_device(const MetadataParams& host_params, const InputSizes& sizes, DeviceMetadataOutputs& out,
+                        int timing_reps) {
   MetadataParams p = host_params;
   const int64_t rows = p.rows, M = p.max_segments;
   DeviceArray<int64_t> q_ids(sizes.q_ids), q_pos(sizes.q_pos), kv_ids(sizes.kv_ids), kv_pos(sizes.kv_pos);
@@ -105,6 +140,7 @@ bool metadata_on_device(const MetadataParams& host_params, const InputSizes& siz
   out.cu_seqlens_q = cu_q.download(), out.cu_seqlens_kv = cu_kv.download();
   out.ragged_offsets_q = ragged_q.download(), out.ragged_offsets_kv = ragged_kv.download();
   if (rows == 0) out.cu_seqlens_q = out.cu_seqlens_kv = out.ragged_offsets_q = out.ragged_offsets_kv = {0};
+  if (timing_reps > 0 && rows > 0) time_metadata(p, c, sizes, timing_reps, out);
   return true;
 }
 

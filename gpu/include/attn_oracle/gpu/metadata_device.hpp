@@ -17,6 +17,11 @@ struct DeviceMetadataOutputs {
   int64_t error_row = -1;  // first row with an error, -1 if none
   RowError error;
   std::string failure;     // a CUDA failure, empty on success
+  // timing_reps > 0 (benchmarks): medians of the kernels (rows, scans, compaction)
+  // and of a device-to-device copy of the four input arrays, and that copy's bytes
+  // read plus written.
+  float kernels_ms = 0.0f, copy_ms = 0.0f;
+  double copy_bytes = 0.0;
 };
 
 // Element counts of the four host input arrays the params point at.
@@ -28,7 +33,8 @@ bool device_present(std::string* name);
 
 // Copies the inputs to the device, runs the row kernel, CUB scans and the
 // compaction kernel, and copies every output back. Returns false on a CUDA failure.
+// timing_reps > 0: then times the kernels and the input copy (see the outputs).
 bool metadata_on_device(const MetadataParams& host_params, const InputSizes& sizes,
-                        DeviceMetadataOutputs& out);
+                        DeviceMetadataOutputs& out, int timing_reps = 0);
 
 }  // namespace attn_oracle::gpu

@@ -1,0 +1,19 @@
+// cudnn_backend.hpp: the `cudnn` backend (cuDNN SDPA through the cuDNN frontend,
+// DESIGN section 9), registered by register_builtin_backends only when this build
+// has it (ATTN_ORACLE_CUDNN, cmake/AttnOracleCudnn.cmake) and a CUDA device is
+// present. Without either, cudnn_backend_unavailable.cpp says why.
+#pragma once
+
+#include <string>
+
+#include "attn_oracle/backend.hpp"
+
+namespace attn_oracle {
+
+// Adds `cudnn` to the registry when it can run here.
+void register_cudnn_backend(BackendRegistry& registry);
+
+// Why `cudnn` is absent on this machine or in this build, or "".
+std::string cudnn_backend_note();
+
+}  // namespace attn_oracle
