@@ -79,6 +79,9 @@ Expected<DeviceRun> run_on_device(const AttentionProblem& problem, const Attenti
   if (!md) return md.error();
   const AttentionShape& shape = problem.shape;
   if (auto e = check_heads(shape)) return *e;
+  if (auto e = check_tensor_memory(md->extra, md->batch, problem.batch.q.segment_ids.shape.back(),
+                                   problem.batch.kv.segment_ids.shape.back(), shape))
+    return *e;
   DeviceRun run;
   Layout& z = run.z;
   z.rows = shape_product(md->extra) * md->batch;

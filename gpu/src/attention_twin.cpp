@@ -59,6 +59,8 @@ struct TwinSizes {
 Expected<TwinSizes> validate(const AttentionProblem& problem, const AttentionInputs& in, const Metadata& md) {
   const AttentionShape& s = problem.shape;
   if (auto e = check_heads(s)) return *e;
+  const int64_t tq = problem.batch.q.segment_ids.shape.back(), tkv = problem.batch.kv.segment_ids.shape.back();
+  if (auto e = check_tensor_memory(md.extra, md.batch, tq, tkv, s)) return *e;
   TwinSizes z;
   z.rows = shape_product(md.extra) * md.batch;
   z.tq = problem.batch.q.segment_ids.shape.back();

@@ -4,6 +4,8 @@
 #include <climits>
 #include <string>
 
+#include "attn_oracle/memory_budget.hpp"
+
 namespace attn_oracle::gpu {
 
 std::optional<Error> check_heads(const AttentionShape& s) {
@@ -15,6 +17,18 @@ std::optional<Error> check_heads(const AttentionShape& s) {
   if (s.heads_q > INT_MAX || s.head_dim > INT_MAX)  // the params hold them as int, as the kernels do
     return Error{ErrorCode::unsupported, heads + ": heads_q and head_dim must fit in int"};
   return std::nullopt;
+}
+
+std::optional<Error> check_tensor_memory(const Shape& extra, int64_t batch, int64_t q_len, int64_t kv_len,
+                                         const AttentionShape& s) {
+  constexpr int64_t kBytes = sizeof(double);  // the host copies in and out are double
+  std::vector<int64_t> q = extra, kv = extra;
+  q.insert(q.end(), {batch, q_len, s.heads_q, s.head_dim, 4, kBytes});
+  kv.insert(kv.end(), {batch, kv_len, s.heads_kv, s.head_dim, 4, kBytes});
+  MemoryNeed need;
+  need.add("q, o, do, dq", q);
+  need.add("k, v, dk, dv", kv);
+  return need.check("attention");
 }
 
 std::optional<Error> check_tensor_size(const char* name, const std::vector<double>& t, int64_t expected) {

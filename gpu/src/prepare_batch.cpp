@@ -2,10 +2,12 @@
 // checks of DESIGN section 2 (written here again, independent of the reference
 // validator that judges it) and the strides that address the batch in place.
 #include <algorithm>
+#include <cstdint>
 #include <tuple>
 
 #include "attn_oracle/gpu/metadata.hpp"
 #include "attn_oracle/gpu/metadata_row.hpp"
+#include "attn_oracle/memory_budget.hpp"
 
 namespace attn_oracle::gpu {
 namespace {
@@ -43,6 +45,17 @@ std::optional<Error> check_suffix(const char* name, const PackedSide& s) {
   if (!ok)
     return Error{ErrorCode::shape_mismatch, std::string(name) + " segment_pos " + shape_str(pos) + " is not a trailing suffix (>= [B, T]) of segment_ids " + shape_str(ids)};
   return std::nullopt;
+}
+
+// The four [rows, M(+1)] outputs, before the row loop that would take hours on a
+// broadcast shape of 10^12 rows.
+std::optional<Error> check_output_memory(const Shape& extra, int64_t batch, int64_t max_segments) {
+  std::vector<int64_t> factors = extra;
+  factors.insert(factors.end(), {batch, max_segments < INT64_MAX ? max_segments + 1 : -1, 4,
+                                 static_cast<int64_t>(sizeof(int64_t))});
+  MemoryNeed need;
+  need.add("the 4 seqlens and offsets outputs of [extra, B, M + 1]", factors);
+  return need.check("metadata");
 }
 
 // Per broadcast extra dim, the stride of this side's rows (0 where it broadcasts).
@@ -89,6 +102,8 @@ Expected<PreparedBatch> prepare_batch(const PackedBatch& batch) {
     return Error{ErrorCode::extra_dims_mismatch, "q extra dims " + shape_str(q_extra) + " and kv extra dims " + shape_str(kv_extra) + " do not broadcast"};
   if (extra->size() > static_cast<size_t>(kMaxExtraDims))
     return Error{ErrorCode::unsupported, "more than " + std::to_string(kMaxExtraDims) + " extra dims"};
+
+  if (auto e = check_output_memory(*extra, qs[qs.size() - 2], batch.max_segments)) return *e;
 
   PreparedBatch out;
   out.extra = *extra;

@@ -65,6 +65,7 @@ Expected<SmallSeqPlan> plan_small_seq(const AttentionProblem& problem, const Att
   auto prepared = prepare_batch(problem.batch);
   if (!prepared) return prepared.error();
   const MetadataParams& mp = prepared->params;
+  if (auto e = check_tensor_memory(prepared->extra, mp.batch, mp.q.len, mp.kv.len, s)) return *e;
   SmallSeqPlan plan;
   plan.rows = mp.rows, plan.tq = mp.q.len, plan.tkv = mp.kv.len;
   plan.hq = s.heads_q, plan.hkv = s.heads_kv, plan.d = s.head_dim;

@@ -22,6 +22,7 @@
 #include <limits>
 #include <sstream>
 
+#include "attn_oracle/memory_budget.hpp"
 #include "attn_oracle/validate.hpp"
 
 namespace attn_oracle {
@@ -125,6 +126,26 @@ std::optional<Error> check_tensor(const char* name, const std::vector<double>& t
   return Error{ErrorCode::bad_tensor_shape, os.str()};
 }
 
+// Tensors in, out and their gradients (q, o, do, dq and k, v, dk, dv), lse, and the
+// reference's per-row [Tq, Tkv] mask, scores, probabilities and dS; checked
+// before any size is multiplied out, so that the products cannot overflow.
+std::optional<Error> check_attention_memory(const BatchLayout& l, const AttentionShape& s) {
+  const int64_t bytes = sizeof(double);
+  std::vector<int64_t> rows = l.extra;
+  rows.push_back(l.batch);
+  auto with = [&](std::vector<int64_t> more) {
+    std::vector<int64_t> f = rows;
+    f.insert(f.end(), more.begin(), more.end());
+    return f;
+  };
+  MemoryNeed need;
+  need.add("q, o, do, dq [rows, Tq, Hq, D] x 4", with({l.q_len, s.heads_q, s.head_dim, 4, bytes}));
+  need.add("k, v, dk, dv [rows, Tkv, Hkv, D] x 4", with({l.kv_len, s.heads_kv, s.head_dim, 4, bytes}));
+  need.add("lse [rows, Hq, Tq]", with({s.heads_q, l.q_len, bytes}));
+  need.add("the mask, scores, probabilities and dS of one row", {l.q_len, l.kv_len, 3 * bytes + 1});
+  return need.check("attention");
+}
+
 std::string layout_name(const AttentionSizes& z, int64_t len, int64_t heads) {
   return shape_to_string({z.rows, len, heads, z.head_dim});
 }
@@ -140,6 +161,7 @@ Expected<AttentionSizes> validate_attention(const AttentionProblem& problem,
   auto layout = validate(problem.batch);
   if (!layout) return layout.error();
   if (auto e = check_heads(problem.shape)) return *e;
+  if (auto e = check_attention_memory(layout.value(), problem.shape)) return *e;
   const AttentionSizes z = sizes_of(layout.value(), problem.shape);
   if (inputs == nullptr) return z;
   const std::string q_layout = layout_name(z, z.q_len, z.heads_q);
@@ -191,7 +213,8 @@ std::vector<double> fill(SplitMix64& rng, int64_t n, Dtype dtype) {
 // sized (bad shapes, bad heads) give empty tensors.
 AttentionInputs generate_inputs(const AttentionProblem& problem, uint64_t seed) {
   auto layout = validate_shapes(problem.batch);
-  if (!layout || check_heads(problem.shape)) return {};
+  if (!layout || check_heads(problem.shape) || check_attention_memory(layout.value(), problem.shape))
+    return {};  // validate_attention names the problem
   const AttentionSizes z = sizes_of(layout.value(), problem.shape);
   const Dtype dtype = problem.shape.dtype;
   SplitMix64 rng(seed);

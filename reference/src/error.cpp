@@ -5,7 +5,7 @@
 
 namespace attn_oracle {
 namespace {
-constexpr std::array<std::string_view, 19> kNames = {
+constexpr std::array<std::string_view, 31> kNames = {
     "bad_mask",          "bad_window",
     "bad_max_segments",  "rank_mismatch",
     "shape_mismatch",    "extra_dims_mismatch",
@@ -16,8 +16,13 @@ constexpr std::array<std::string_view, 19> kNames = {
     "bad_heads",         "bad_tensor_shape",
     "unsupported",       "small_seq_query_count",
     "small_seq_key_count",
+    "kv_buffer_document_length", "kv_buffer_micro_seq_tokens",
+    "kv_buffer_slice_out_of_bounds",
+    "sharding_bad_mesh", "sharding_bad_spec", "sharding_unknown_axis", "sharding_repeated_axis",
+    "sharding_spec_mismatch", "sharding_segment_ids_mismatch", "sharding_not_divisible",
+    "sharding_kv_heads_not_divisible", "over_memory_budget",
 };
-static_assert(kNames.size() == static_cast<size_t>(ErrorCode::small_seq_key_count) + 1);
+static_assert(kNames.size() == static_cast<size_t>(ErrorCode::over_memory_budget) + 1);
 }  // namespace
 
 std::string_view to_string(ErrorCode code) { return kNames[static_cast<size_t>(code)]; }

@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "attn_oracle/memory_budget.hpp"
 #include "attn_oracle/validate.hpp"
 
 namespace attn_oracle::ref {
@@ -85,6 +86,9 @@ Expected<Metadata> metadata(const PackedBatch& batch) {
   auto checked = validate(batch);
   if (!checked) return checked.error();
   const BatchLayout& l = checked.value();
+  MemoryNeed need;
+  need.add("the explicit [Tq, Tkv] mask of one row", {l.q_len, l.kv_len});
+  if (auto e = need.check("the reference metadata")) return *e;
   const int64_t M = l.max_segments, rows = l.rows();
   Metadata md;
   md.extra = l.extra;

@@ -1,8 +1,11 @@
 // validate.cpp: DESIGN section 2 checks, in precedence order.
 #include "attn_oracle/validate.hpp"
 
+#include <cstdint>
 #include <map>
 #include <sstream>
+
+#include "attn_oracle/memory_budget.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -126,6 +129,19 @@ std::optional<Error> check_row(const RowView& row, MaskKind mask, int64_t max_se
   return std::nullopt;
 }
 
+// The four [rows, M(+1)] metadata outputs every backend returns.
+std::optional<Error> check_metadata_outputs(const BatchLayout& l) {
+  std::vector<int64_t> factors = l.extra;
+  const int64_t m_plus_one = l.max_segments < INT64_MAX ? l.max_segments + 1 : -1;
+  factors.insert(factors.end(), {l.batch, m_plus_one, 4, static_cast<int64_t>(sizeof(int64_t))});
+  MemoryNeed need;
+  need.add("the 4 seqlens and offsets outputs of [extra " + shape_to_string(l.extra) + ", B " +
+               std::to_string(l.batch) + ", M + 1 " +
+               (m_plus_one > 0 ? std::to_string(m_plus_one) : "2^63") + "]",
+           factors);
+  return need.check("metadata");
+}
+
 }  // namespace
 
 Expected<BatchLayout> validate_shapes(const PackedBatch& batch) {
@@ -158,6 +174,9 @@ Expected<BatchLayout> validate_shapes(const PackedBatch& batch) {
   layout.q_len = batch.q.segment_ids.shape.back();
   layout.kv_len = batch.kv.segment_ids.shape.back();
   layout.max_segments = batch.max_segments;
+  // Before the per-row checks: a broadcast shape of 10^12 rows would otherwise
+  // be validated row by row for hours before anything is allocated.
+  if (auto e = check_metadata_outputs(layout)) return *e;
   return layout;
 }
 

@@ -11,6 +11,13 @@
 //   unsupported         a backend does not support this combination
 //   small_seq_query_count  a small-seq document with other than one query token
 //   small_seq_key_count    a small-seq document with 0 or more than 16 keys
+//   kv_buffer_document_length     a K/V-buffer sequence with no documents or a length < 1
+//   kv_buffer_micro_seq_tokens    a micro-sequence size m < 1
+//   kv_buffer_slice_out_of_bounds a micro-sequence or slice outside the buffer
+//   sharding_*          DESIGN section 8, in the precedence order of sharding.hpp
+//   over_memory_budget  an input whose mask, tensors or outputs would need more memory
+//                       than the configured budget (memory_budget.hpp), or whose sizes
+//                       overflow int64
 #pragma once
 
 #include <optional>
@@ -41,6 +48,18 @@ enum class ErrorCode {
   unsupported,
   small_seq_query_count,
   small_seq_key_count,
+  kv_buffer_document_length,
+  kv_buffer_micro_seq_tokens,
+  kv_buffer_slice_out_of_bounds,
+  sharding_bad_mesh,
+  sharding_bad_spec,
+  sharding_unknown_axis,
+  sharding_repeated_axis,
+  sharding_spec_mismatch,
+  sharding_segment_ids_mismatch,
+  sharding_not_divisible,
+  sharding_kv_heads_not_divisible,
+  over_memory_budget,
 };
 
 std::string_view to_string(ErrorCode code);

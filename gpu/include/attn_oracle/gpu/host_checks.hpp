@@ -16,6 +16,11 @@ namespace attn_oracle::gpu {
 // head_dim does not fit the int the kernels' params hold.
 std::optional<Error> check_heads(const AttentionShape& shape);
 
+// over_memory_budget (memory_budget.hpp) when the device tensors of a problem over
+// `rows` = extra x B rows would not fit, checked before any size is multiplied out.
+std::optional<Error> check_tensor_memory(const Shape& extra, int64_t batch, int64_t q_len, int64_t kv_len,
+                                         const AttentionShape& shape);
+
 // bad_tensor_shape naming the tensor and both element counts.
 std::optional<Error> check_tensor_size(const char* name, const std::vector<double>& tensor, int64_t expected);
 

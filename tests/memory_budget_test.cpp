@@ -1,0 +1,89 @@
+// memory_budget_test.cpp: sizes parse, needs add up without overflowing, and the
+// reference and the production twins refuse what would not fit with
+// over_memory_budget (naming the need and the budget) instead of allocating it.
+#include <gtest/gtest.h>
+
+#include "attn_oracle/attention.hpp"
+#include "attn_oracle/gpu/attention.hpp"
+#include "attn_oracle/gpu/metadata.hpp"
+#include "attn_oracle/memory_budget.hpp"
+#include "attn_oracle/reference_metadata.hpp"
+
+namespace attn_oracle {
+namespace {
+
+// Restores the process-wide budget after each test.
+class MemoryBudget : public ::testing::Test {
+ protected:
+  void TearDown() override { set_memory_budget(0); }
+};
+
+PackedBatch self_attention_row(int64_t tokens, int64_t max_segments = 1) {
+  PackedBatch b;
+  b.mask = MaskKind::causal;
+  b.max_segments = max_segments;
+  IntArray ids{{1, tokens}, std::vector<int64_t>(tokens, 1)}, pos{{1, tokens}, {}};
+  for (int64_t t = 0; t < tokens; ++t) pos.data.push_back(t);
+  b.q = b.kv = PackedSide{ids, pos};
+  return b;
+}
+
+TEST_F(MemoryBudget, ParsesSizesWithSuffixes) {
+  EXPECT_EQ(parse_memory_size("4096"), 4096);
+  EXPECT_EQ(parse_memory_size("64K"), 64 << 10);
+  EXPECT_EQ(parse_memory_size("512m"), int64_t{512} << 20);
+  EXPECT_EQ(parse_memory_size("4G"), int64_t{4} << 30);
+  for (const char* bad : {"", "0", "-1", "4T", "4GB", "G", "99999999999G"})
+    EXPECT_FALSE(parse_memory_size(bad)) << bad;
+}
+
+TEST_F(MemoryBudget, NeedsAddUpAndOverflowIsReported) {
+  MemoryNeed need;
+  need.add("a", {2, 3});
+  need.add("b", {4});
+  EXPECT_EQ(need.total(), 10);
+  need.add("c", {INT64_MAX, 2});
+  EXPECT_FALSE(need.total());
+  const auto e = need.check("test");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code, ErrorCode::over_memory_budget);
+  EXPECT_NE(e->message.find("c overflows int64"), std::string::npos) << e->message;
+}
+
+TEST_F(MemoryBudget, ReferenceMetadataRefusesAMaskOverTheBudget) {
+  set_memory_budget(64 << 10);
+  const auto md = ref::metadata(self_attention_row(600));  // 360 kB of mask
+  ASSERT_FALSE(md);
+  EXPECT_EQ(md.error().code, ErrorCode::over_memory_budget);
+  EXPECT_NE(md.error().message.find("360000 bytes"), std::string::npos) << md.error().message;
+  EXPECT_NE(md.error().message.find("65536 bytes"), std::string::npos) << md.error().message;
+  set_memory_budget(1 << 20);
+  EXPECT_TRUE(ref::metadata(self_attention_row(600)));
+}
+
+TEST_F(MemoryBudget, ReferenceAndTwinAgreeOnAHugeMaxSegments) {
+  const PackedBatch b = self_attention_row(4, int64_t{1} << 40);
+  const auto ref = ref::metadata(b);
+  const auto twin = gpu::metadata_twin(b);
+  ASSERT_FALSE(ref);
+  ASSERT_FALSE(twin);
+  EXPECT_EQ(ref.error().code, ErrorCode::over_memory_budget);
+  EXPECT_EQ(twin.error().code, ErrorCode::over_memory_budget);
+  EXPECT_EQ(ref::metadata(self_attention_row(4, INT64_MAX)).error().code, ErrorCode::over_memory_budget);
+}
+
+TEST_F(MemoryBudget, AttentionTensorsOverTheBudgetAreRefusedBeforeAllocation) {
+  AttentionProblem p{self_attention_row(4), AttentionShape{}};
+  p.shape.heads_q = p.shape.heads_kv = 2;
+  p.shape.head_dim = int64_t{1} << 30;  // 2^30 x 2 x 4 x 8 x 4 bytes: 256 GiB
+  const auto checked = validate_attention(p);
+  ASSERT_FALSE(checked);
+  EXPECT_EQ(checked.error().code, ErrorCode::over_memory_budget);
+  EXPECT_TRUE(generate_inputs(p, 1).q.empty());  // no allocation
+  const auto twin = gpu::attention_twin(p, AttentionInputs{});
+  ASSERT_FALSE(twin);
+  EXPECT_EQ(twin.error().code, ErrorCode::over_memory_budget);
+}
+
+}  // namespace
+}  // namespace attn_oracle
