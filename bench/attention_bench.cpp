@@ -39,6 +39,7 @@
 #include "attn_oracle/gpu/attention.hpp"
 #include "attn_oracle/gpu/attention_device.hpp"
 #include "attn_oracle/tolerance.hpp"
+#include "device_inputs.hpp"
 #endif
 
 namespace {
@@ -207,20 +208,6 @@ void check_cuda_once() {
     if (!c.pass) die("attention_cuda fails the tolerance rule: " + c.describe());
 }
 
-// SplitMix64 values uniform in [-1, 1), as bf16 bit patterns.
-std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
-  std::vector<uint16_t> bits(n);
-  uint64_t state = seed;
-  for (uint16_t& b : bits) {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    b = gpu::to_storage_bits(static_cast<float>(static_cast<double>(z >> 11) * 0x1.0p-53 * 2.0 - 1.0), gpu::kBf16);
-  }
-  return bits;
-}
-
 // attention_on_device times its own kernel launches with CUDA events (median of
 // kCudaReps passes, after one checked pass); conversions and copies are excluded.
 std::string cuda_line(int64_t L, bool causal) {
@@ -232,22 +219,8 @@ std::string cuda_line(int64_t L, bool causal) {
   batch.kv = batch.q;
   const auto md = gpu::metadata_twin(batch);
   if (!md) die("metadata_twin rejected the CUDA input: " + md.error().message);
-  gpu::DeviceAttentionInputs in;
-  gpu::AttentionFwdParams& p = in.params;
-  p.docs = md->documents();
-  p.total_q = p.total_kv = kCudaTokens;
-  p.heads_q = p.heads_kv = kCudaHeads;
-  p.head_dim = kCudaDim;
-  p.scale = 1.0f / std::sqrt(float(kCudaDim));
-  p.mask = static_cast<int>(batch.mask);
-  p.dtype = gpu::kBf16;
-  in.backward = true;
-  in.cu_seqlens_q = md->cu_seqlens_q, in.cu_seqlens_kv = md->cu_seqlens_kv;
-  in.ragged_offsets_q = md->ragged_offsets_q, in.ragged_offsets_kv = md->ragged_offsets_kv;
-  const size_t elems = size_t(kCudaTokens) * kCudaHeads * kCudaDim;
-  in.q = random_bf16(elems, kSeed + 1), in.k = random_bf16(elems, kSeed + 2);
-  in.v = random_bf16(elems, kSeed + 3), in.d_o = random_bf16(elems, kSeed + 4);
-  in.timing_reps = kCudaReps;
+  const gpu::DeviceAttentionInputs in =
+      bench::bf16_attention_inputs(md.value(), batch.mask, kCudaHeads, kCudaDim, kSeed, kCudaReps);
   gpu::DeviceAttentionOutputs out;
   if (!gpu::attention_on_device(in, out)) die("attention_on_device failed: " + out.failure);
   for (float x : out.lse)

@@ -1,5 +1,6 @@
 // bench_support.cpp: the shared benchmark support declared in bench_support.hpp
-// (capturing reporter, ms formatting, --results handling, the results file).
+// (capturing reporter, ms formatting, --results handling, the results file, the
+// small-seq problem).
 #include "bench_support.hpp"
 
 #include <sched.h>
@@ -112,6 +113,27 @@ void write_results(const ResultsFile& file, const std::string& dir, const std::s
   out << "```\n";
   if (!out) fatal(file.program, "cannot write " + path);
   std::printf("results written to %s\n", path.c_str());
+}
+
+AttentionProblem small_seq_problem(int64_t docs, int64_t docs_per_row, int64_t keys, int64_t head_dim) {
+  const int64_t rows = docs / docs_per_row, tq = docs_per_row, tkv = docs_per_row * keys;
+  AttentionProblem p;
+  p.batch.mask = MaskKind::padding;
+  p.batch.max_segments = docs_per_row;
+  p.batch.q.segment_ids = IntArray::filled({rows, tq}, 0);
+  p.batch.q.segment_pos = IntArray::filled({rows, tq}, keys - 1);
+  p.batch.kv.segment_ids = IntArray::filled({rows, tkv}, 0);
+  p.batch.kv.segment_pos = IntArray::filled({rows, tkv}, 0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t d = 0; d < docs_per_row; ++d) {
+      p.batch.q.segment_ids.data[r * tq + d] = d + 1;
+      for (int64_t j = 0; j < keys; ++j) {
+        p.batch.kv.segment_ids.data[r * tkv + d * keys + j] = d + 1;
+        p.batch.kv.segment_pos.data[r * tkv + d * keys + j] = j;
+      }
+    }
+  p.shape = AttentionShape{1, 1, head_dim, std::nullopt, Dtype::bf16, false};
+  return p;
 }
 
 }  // namespace attn_oracle::bench

@@ -1,7 +1,8 @@
 // bench_support.hpp: the support code the benchmark programs share (bench/*_bench.cpp):
 // a console reporter that keeps the runs for the summary lines, millisecond formatting,
 // the `--results DIR` argument, and the results file DIR/<bench>-<date>-<device or cpu>.md
-// with its machine, device and compiler header.
+// with its machine, device and compiler header; and the decode-shaped small-seq
+// problem that the small-seq and GPU benchmarks both time.
 #pragma once
 
 #include <benchmark/benchmark.h>
@@ -9,6 +10,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "attn_oracle/attention.hpp"
 
 namespace attn_oracle::bench {
 
@@ -53,5 +56,11 @@ struct ResultsFile {
 // it was produced, the inputs) and the summary lines in a code block; prints its path.
 void write_results(const ResultsFile& file, const std::string& dir, const std::string& device,
                    const std::vector<std::string>& input_lines, const std::vector<std::string>& lines);
+
+// `docs` documents of one query and `keys` keys each (docs a multiple of docs_per_row),
+// as rows of `docs_per_row` documents: q row docs_per_row tokens, each query at
+// position keys - 1; kv row docs_per_row * keys tokens. Mask `padding` (every key
+// attended), M = docs_per_row, one head of `head_dim`, bf16, forward only.
+AttentionProblem small_seq_problem(int64_t docs, int64_t docs_per_row, int64_t keys, int64_t head_dim);
 
 }  // namespace attn_oracle::bench

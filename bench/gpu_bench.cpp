@@ -38,6 +38,7 @@
 #include "attn_oracle/gpu/metadata_device.hpp"
 #include "attn_oracle/gpu/small_seq/small_seq_plan.hpp"
 #include "attn_oracle/gpu/small_seq_device.hpp"
+#include "device_inputs.hpp"
 #endif
 #if ATTN_ORACLE_BENCH_CUDNN
 #include "cudnn_sdpa.hpp"
@@ -71,20 +72,6 @@ std::string fixed(double x, int digits) {
 }
 
 #if ATTN_ORACLE_BENCH_CUDA
-// SplitMix64 values uniform in [-1, 1), as bf16 bit patterns.
-std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
-  std::vector<uint16_t> bits(n);
-  uint64_t state = seed;
-  for (uint16_t& b : bits) {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    b = gpu::to_storage_bits(static_cast<float>(static_cast<double>(z >> 11) * 0x1.0p-53 * 2.0 - 1.0), gpu::kBf16);
-  }
-  return bits;
-}
-
 // One row of `tokens` tokens: documents 1..n of the given lengths, positions from 0.
 PackedSide one_row(const std::vector<int64_t>& lengths, int64_t tokens) {
   PackedSide side;
@@ -114,23 +101,8 @@ void attention_pair(int64_t L, bool causal) {
   batch.kv = batch.q;
   const Expected<Metadata> md = gpu::metadata_twin(batch);
   if (!md) die("metadata_twin rejected the attention input: " + md.error().message);
-  const size_t elems = size_t(kTokens) * kHeads * kDim;
-  const std::vector<uint16_t> q = random_bf16(elems, kSeed + 1), k = random_bf16(elems, kSeed + 2),
-                              v = random_bf16(elems, kSeed + 3), d_o = random_bf16(elems, kSeed + 4);
-  gpu::DeviceAttentionInputs in;
-  gpu::AttentionFwdParams& p = in.params;
-  p.docs = md->documents();
-  p.total_q = p.total_kv = kTokens;
-  p.heads_q = p.heads_kv = kHeads;
-  p.head_dim = kDim;
-  p.scale = 1.0f / std::sqrt(float(kDim));
-  p.mask = static_cast<int>(batch.mask);
-  p.dtype = gpu::kBf16;
-  in.backward = true;
-  in.cu_seqlens_q = md->cu_seqlens_q, in.cu_seqlens_kv = md->cu_seqlens_kv;
-  in.ragged_offsets_q = md->ragged_offsets_q, in.ragged_offsets_kv = md->ragged_offsets_kv;
-  in.q = q, in.k = k, in.v = v, in.d_o = d_o;
-  in.timing_reps = kReps;
+  const gpu::DeviceAttentionInputs in =
+      bench::bf16_attention_inputs(md.value(), batch.mask, kHeads, kDim, kSeed, kReps);
   gpu::DeviceAttentionOutputs ours;
   if (!gpu::attention_on_device(in, ours)) die("attention_on_device failed: " + ours.failure);
 
@@ -148,12 +120,12 @@ void attention_pair(int64_t L, bool causal) {
   call.plan = cudnn::make_plan(md.value(), 1, kTokens, kTokens);
   call.shape = AttentionShape{kHeads, kHeads, kDim, std::nullopt, Dtype::bf16, true};
   call.band = cudnn::band_for(batch.mask, Window{});
-  call.q = q, call.k = k, call.v = v, call.d_o = d_o;
+  call.q = in.q, call.k = in.k, call.v = in.v, call.d_o = in.d_o;
   call.timing_reps = kReps;
   cudnn::SdpaOutputs theirs;
   if (!cudnn::sdpa_on_device(call, theirs)) die("cuDNN SDPA failed: " + theirs.failure);
   double diff = 0.0;
-  for (size_t i = 0; i < elems; ++i) {
+  for (size_t i = 0; i < ours.o.size(); ++i) {
     const double a = gpu::from_storage_bits(ours.o[i], gpu::kBf16), b = gpu::from_storage_bits(theirs.o[i], gpu::kBf16);
     diff = std::max(diff, std::isnan(a) || std::isnan(b) ? INFINITY : std::fabs(a - b));
   }
@@ -176,29 +148,8 @@ void attention_pair(int64_t L, bool causal) {
 
 constexpr int64_t kSmallDocs = 30720, kDocsPerRow = 32, kKeys = 16, kSmallDim = 128;
 
-AttentionProblem small_seq_problem() {
-  const int64_t rows = kSmallDocs / kDocsPerRow, tq = kDocsPerRow, tkv = kDocsPerRow * kKeys;
-  AttentionProblem p;
-  p.batch.mask = MaskKind::padding;
-  p.batch.max_segments = kDocsPerRow;
-  p.batch.q.segment_ids = IntArray::filled({rows, tq}, 0);
-  p.batch.q.segment_pos = IntArray::filled({rows, tq}, kKeys - 1);
-  p.batch.kv.segment_ids = IntArray::filled({rows, tkv}, 0);
-  p.batch.kv.segment_pos = IntArray::filled({rows, tkv}, 0);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t d = 0; d < kDocsPerRow; ++d) {
-      p.batch.q.segment_ids.data[r * tq + d] = d + 1;
-      for (int64_t j = 0; j < kKeys; ++j) {
-        p.batch.kv.segment_ids.data[r * tkv + d * kKeys + j] = d + 1;
-        p.batch.kv.segment_pos.data[r * tkv + d * kKeys + j] = j;
-      }
-    }
-  p.shape = AttentionShape{1, 1, kSmallDim, std::nullopt, Dtype::bf16, false};
-  return p;
-}
-
 void small_seq_pair() {
-  const AttentionProblem problem = small_seq_problem();
+  const AttentionProblem problem = bench::small_seq_problem(kSmallDocs, kDocsPerRow, kKeys, kSmallDim);
   const AttentionInputs inputs = generate_inputs(problem, kSeed);
   auto plan = gpu::plan_small_seq(problem, inputs);
   if (!plan) die("plan_small_seq rejected the input: " + plan.error().message);

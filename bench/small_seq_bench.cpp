@@ -10,10 +10,10 @@
 //                          events, bandwidth over the bytes of Q, K, V, O and P
 //                          moved once; only with a CUDA device.
 //
-// Inputs (make_problem below): 30720 documents of one query and 16 keys, as 960
-// rows of 32 documents (q row: 32 tokens, kv row: 512 tokens), mask `padding`
-// (every key attended), M = 32, heads 1, head_dim 128, bf16, forward only, data from
-// generate_inputs(kSeed). Before anything is timed the two twins' o must agree to
+// Inputs (bench::small_seq_problem, bench_support.hpp): 30720 documents of one
+// query and 16 keys, as 960 rows of 32 documents (q row: 32 tokens, kv row: 512
+// tokens), mask `padding` (every key attended), M = 32, heads 1, head_dim 128, bf16,
+// forward only, data from generate_inputs(kSeed). Before anything is timed the two twins' o must agree to
 // 2 bf16 ulps of 1 (the process aborts otherwise).
 //
 // Run: scripts/bench small_seq [--results DIR] [--benchmark_* flags]. After the
@@ -54,27 +54,6 @@ constexpr int kCudaReps = 20;
 
 [[noreturn]] void die(const std::string& message) { bench::fatal(kProgram, message); }
 
-AttentionProblem make_problem() {
-  const int64_t rows = kDocs / kDocsPerRow, tq = kDocsPerRow, tkv = kDocsPerRow * kKeys;
-  AttentionProblem p;
-  p.batch.mask = MaskKind::padding;
-  p.batch.max_segments = kDocsPerRow;
-  p.batch.q.segment_ids = IntArray::filled({rows, tq}, 0);
-  p.batch.q.segment_pos = IntArray::filled({rows, tq}, kKeys - 1);
-  p.batch.kv.segment_ids = IntArray::filled({rows, tkv}, 0);
-  p.batch.kv.segment_pos = IntArray::filled({rows, tkv}, 0);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t d = 0; d < kDocsPerRow; ++d) {
-      p.batch.q.segment_ids.data[r * tq + d] = d + 1;
-      for (int64_t j = 0; j < kKeys; ++j) {
-        p.batch.kv.segment_ids.data[r * tkv + d * kKeys + j] = d + 1;
-        p.batch.kv.segment_pos.data[r * tkv + d * kKeys + j] = j;
-      }
-    }
-  p.shape = AttentionShape{1, 1, kDim, std::nullopt, Dtype::bf16, false};
-  return p;
-}
-
 struct Input {
   AttentionProblem problem;
   AttentionInputs inputs;
@@ -83,7 +62,7 @@ struct Input {
 // Built once; the two twins must agree before anything is timed.
 const Input& input() {
   static const Input in = [] {
-    Input x{make_problem(), {}};
+    Input x{bench::small_seq_problem(kDocs, kDocsPerRow, kKeys, kDim), {}};
     x.inputs = generate_inputs(x.problem, kSeed);
     const auto small = gpu::small_seq_twin(x.problem, x.inputs);
     if (!small) die("small_seq_twin rejected the input: " + small.error().message);

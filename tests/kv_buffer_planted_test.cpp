@@ -12,6 +12,7 @@
 #include "attn_oracle/kv_buffer_generators.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "planted/kv_buffer_bugs.hpp"
+#include "planted/planted_runner.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -22,12 +23,8 @@ class KvBufferPlantedBug : public testing::TestWithParam<PlantedBug> {};
 
 TEST_P(KvBufferPlantedBug, IsCaughtAndShrunkSmall) {
   const PlantedBug& bug = GetParam();
-  const PropertyDef* property = find_property(bug.property);
-  ASSERT_NE(property, nullptr) << bug.property;
-  auto backend = bug.make();
-  const PropertyOutcome o = run_property(*property, *backend, default_run_settings(20261122));
-  ASSERT_EQ(o.status, PropertyOutcome::Status::failed) << bug.name << " escaped " << bug.property;
-  ASSERT_TRUE(o.counterexample.has_value());
+  PropertyOutcome o;
+  ASSERT_TRUE(planted::caught(bug, o));
   ASSERT_EQ(o.counterexample->op, CaseOp::kv_buffer);
   const KvBufferProblem& p = o.counterexample->kv_buffer;
   const int64_t tokens = std::accumulate(p.doc_lengths.begin(), p.doc_lengths.end(), int64_t{0});

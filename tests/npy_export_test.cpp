@@ -5,12 +5,14 @@
 // it came from (generated tensors for data-seed cases, -inf for a null lse), and
 // that the index lists every fixture.
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -102,16 +104,25 @@ json case_json_with_tensors(const fs::path& path) {
   return attn_oracle::case_to_json(c);
 }
 
+// ctest runs each test of this file as its own process, two at a time, so every
+// process exports into its own directory; a failed export fails the test (a fatal
+// failure in SetUpTestSuite would only mark the tests skipped).
 class NpyExport : public testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = fs::temp_directory_path() / "attn_oracle_npy_export_test";
+  void SetUp() override {
+    static const std::optional<std::string> failure = export_once();
+    if (failure) FAIL() << *failure;
+  }
+  static std::optional<std::string> export_once() {
+    dir_ = fs::temp_directory_path() / ("attn_oracle_npy_export_test_" + std::to_string(getpid()));
     fs::remove_all(dir_);
     const std::string command = std::string("'") + ATTN_ORACLE_CLI + "' export --npy '" + dir_.string() + "' >/dev/null";
     const int status = std::system(command.c_str());
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << command;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return "failed: " + command;
     std::ifstream in(dir_ / "index.json");
-    index_ = json::parse(in);
+    index_ = json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (index_.is_discarded()) return "no readable index.json from: " + command;
+    return std::nullopt;
   }
   static inline fs::path dir_;
   static inline json index_;

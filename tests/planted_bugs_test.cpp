@@ -14,6 +14,7 @@
 #include "attn_oracle/tolerance.hpp"
 #include "planted/kv_buffer_bugs.hpp"
 #include "planted/planted_backends.hpp"
+#include "planted/planted_runner.hpp"
 #include "planted/sharding_bugs.hpp"
 #include "planted/tiled_attention.hpp"
 
@@ -21,6 +22,7 @@ namespace attn_oracle {
 namespace {
 
 using planted::PlantedBug;
+using planted::planted_settings;
 
 std::vector<PlantedBug> all_bugs() {
   std::vector<PlantedBug> bugs = planted::metadata_bugs();
@@ -31,18 +33,12 @@ std::vector<PlantedBug> all_bugs() {
 
 int64_t rows_of(const PackedSide& s) { return s.segment_ids.shape[s.segment_ids.shape.size() - 2]; }
 
-RunSettings planted_settings() { return default_run_settings(20261122); }
-
 class PlantedBugTest : public testing::TestWithParam<PlantedBug> {};
 
 TEST_P(PlantedBugTest, IsCaughtAndShrunkSmall) {
   const PlantedBug& bug = GetParam();
-  const PropertyDef* property = find_property(bug.property);
-  ASSERT_NE(property, nullptr) << bug.property;
-  auto backend = bug.make();
-  const PropertyOutcome o = run_property(*property, *backend, planted_settings());
-  ASSERT_EQ(o.status, PropertyOutcome::Status::failed) << bug.name << " escaped " << bug.property;
-  ASSERT_TRUE(o.counterexample.has_value());
+  PropertyOutcome o;
+  ASSERT_TRUE(planted::caught(bug, o));
   const PackedBatch& b = o.counterexample->batch;
   const int64_t t = std::max(b.q.segment_ids.shape.back(), b.kv.segment_ids.shape.back());
   std::cout << "[ planted  ] " << bug.name << " caught by " << bug.property << " after " << o.cases

@@ -12,6 +12,7 @@
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/sharding_case.hpp"
 #include "attn_oracle/tolerance.hpp"
+#include "planted/planted_runner.hpp"
 #include "planted/sharding_bugs.hpp"
 
 namespace attn_oracle {
@@ -23,12 +24,8 @@ class ShardingPlantedBug : public testing::TestWithParam<PlantedBug> {};
 
 TEST_P(ShardingPlantedBug, IsCaughtAndShrunkSmall) {
   const PlantedBug& bug = GetParam();
-  const PropertyDef* property = find_property(bug.property);
-  ASSERT_NE(property, nullptr) << bug.property;
-  auto backend = bug.make();
-  const PropertyOutcome o = run_property(*property, *backend, default_run_settings(20261122));
-  ASSERT_EQ(o.status, PropertyOutcome::Status::failed) << bug.name << " escaped " << bug.property;
-  ASSERT_TRUE(o.counterexample.has_value());
+  PropertyOutcome o;
+  ASSERT_TRUE(planted::caught(bug, o));
   EXPECT_EQ(o.message.find("generator bug"), std::string::npos) << o.message;
   const Case& c = *o.counterexample;
   const int64_t devices = c.sharding.mesh.device_count();

@@ -1,0 +1,34 @@
+// planted_runner.hpp: how the planted-bug tests run a property against a planted
+// backend. The run is reproducible (a fixed seed unless RC_PARAMS names one;
+// RapidCheck alone would draw a random seed every run) and must end in a failure
+// with a counterexample; what "shrunk small" means differs by op and stays with
+// each test.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "attn_oracle/property_runner.hpp"
+#include "planted/planted_backends.hpp"
+
+namespace attn_oracle::planted {
+
+constexpr uint64_t kPlantedSeed = 20261122;
+
+inline RunSettings planted_settings() { return default_run_settings(kPlantedSeed); }
+
+// Runs bug.property against bug.make() with planted_settings() into `o`; succeeds
+// when the property failed with a counterexample. Use as ASSERT_TRUE(caught(bug, o)).
+inline testing::AssertionResult caught(const PlantedBug& bug, PropertyOutcome& o) {
+  const PropertyDef* property = find_property(bug.property);
+  if (property == nullptr) return testing::AssertionFailure() << "no property " << bug.property;
+  o = run_property(*property, *bug.make(), planted_settings());
+  if (o.status != PropertyOutcome::Status::failed)
+    return testing::AssertionFailure() << bug.name << " escaped " << bug.property;
+  if (!o.counterexample.has_value())
+    return testing::AssertionFailure() << bug.name << " failed " << bug.property << " without a counterexample";
+  return testing::AssertionSuccess();
+}
+
+}  // namespace attn_oracle::planted
