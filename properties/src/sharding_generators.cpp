@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <array>
+#include <string>
+#include <tuple>
 
 #include "attn_oracle/generators.hpp"
 
@@ -17,27 +19,6 @@ namespace gen = rc::gen;
 
 constexpr const char* kAxisNames[] = {"fsdp", "context", "tensor"};
 enum Role { kUnused = 0, kBatch = 1, kSequence = 2, kHeads = 3 };
-
-// Every list of 1..3 axis sizes with at most 8 devices, fewest devices first.
-std::vector<std::vector<int64_t>> all_mesh_sizes() {
-  std::vector<std::vector<int64_t>> out;
-  for (int64_t a = 1; a <= 8; ++a) {
-    out.push_back({a});
-    for (int64_t b = 1; a * b <= 8; ++b) {
-      out.push_back({a, b});
-      for (int64_t c = 1; a * b * c <= 8; ++c) out.push_back({a, b, c});
-    }
-  }
-  auto devices = [](const std::vector<int64_t>& s) {
-    int64_t n = 1;
-    for (int64_t x : s) n *= x;
-    return n;
-  };
-  std::stable_sort(out.begin(), out.end(), [&](const auto& x, const auto& y) {
-    return std::make_pair(devices(x), x.size()) < std::make_pair(devices(y), y.size());
-  });
-  return out;
-}
 
 // gen::element and gen::elementOf never shrink; this picks uniformly and shrinks
 // towards the first value (weights by repetition).
@@ -53,9 +34,18 @@ struct RowParams {
   bool pad_tail = false;              // padding kinds: trailing padding
 };
 
+// One of the three mesh slots ('fsdp', 'context', 'tensor'). Each slot carries its
+// own size and role, so shrinking one slot (dropping it, size towards 1, role
+// towards unused) leaves the others' shard counts alone: no shrink step can turn
+// a sharded sequence or sharded heads into another layout behind a mesh change.
+struct AxisDraw {
+  bool present = true;  // when no slot is, slot 0 is
+  int64_t size = 1;     // 1..8, capped so that the mesh has at most 8 devices
+  int role = kUnused;
+};
+
 struct Layout {
-  std::vector<int64_t> mesh_sizes;
-  std::vector<int> roles;  // per axis (three; those past the mesh unused)
+  std::array<AxisDraw, 3> axes;
   bool reverse_tuples = false;
   bool gqa_exception = false;
   int rows_per = 1, q_per = 1, kv_per = 1, hkv_per = 1, group = 1, head_dim = 1;
@@ -84,12 +74,22 @@ rc::Gen<Window> window_gen() {
        {1, gen::map(gen::pair(side, side), [](const std::pair<int64_t, int64_t>& p) { return Window{p.first, p.second}; })}});
 }
 
+// Sizes lean small so that three-axis meshes often shard on more than one axis;
+// every size shrinks towards 1 through the smaller ones. Two slots in three are
+// present (1, 2 or 3 axes about 7:12:8); a slot shrinks towards absent.
+rc::Gen<AxisDraw> axis_draw() {
+  return gen::build<AxisDraw>(
+      gen::set(&AxisDraw::present, pick<bool>({false, true, true})),
+      gen::set(&AxisDraw::size, pick<int64_t>({1, 1, 2, 2, 2, 3, 3, 4, 4, 5, 6, 7, 8})),
+      gen::set(&AxisDraw::role, pick<int>({kUnused, kBatch, kSequence, kHeads})));
+}
+
+std::array<AxisDraw, 3> to_array(const AxisDraw& a, const AxisDraw& b, const AxisDraw& c) { return {a, b, c}; }
+
 rc::Gen<Layout> layout_gen() {
-  static const std::vector<std::vector<int64_t>> meshes = all_mesh_sizes();
-  // Roles for three axes whatever the mesh, so that the mesh shrinks alone.
   return gen::build<Layout>(
-        gen::set(&Layout::mesh_sizes, pick(meshes)),
-        gen::set(&Layout::roles, gen::container<std::vector<int>>(3, pick<int>({0, 1, 2, 3}))),
+        gen::set(&Layout::axes, gen::map(gen::tuple(axis_draw(), axis_draw(), axis_draw()),
+                                         [](const auto& t) { return std::apply(to_array, t); })),
         gen::set(&Layout::reverse_tuples, pick<bool>({false, true})),
         gen::set(&Layout::gqa_exception, pick<bool>({false, true})),
         gen::set(&Layout::rows_per, pick<int>({1, 2})), gen::set(&Layout::q_per, pick<int>({1, 2, 3})),
@@ -103,24 +103,48 @@ rc::Gen<Layout> layout_gen() {
         gen::set(&Layout::seed, gen::arbitrary<uint64_t>()));
 }
 
+constexpr int64_t kMaxDevices = 8;
+
+struct PlacedAxis {
+  const char* name;
+  int64_t size;
+  int role;
+};
+
+// The present slots in slot order (slot 0 alone when none is); a size that
+// would take the mesh past kMaxDevices is cut to the most that fits.
+std::vector<PlacedAxis> placed_axes(const Layout& l) {
+  const bool none = std::none_of(l.axes.begin(), l.axes.end(), [](const AxisDraw& a) { return a.present; });
+  std::vector<PlacedAxis> out;
+  int64_t devices = 1;
+  for (size_t slot = 0; slot < l.axes.size(); ++slot) {
+    const AxisDraw& a = l.axes[slot];
+    if (!a.present && !(none && slot == 0)) continue;
+    const int64_t size = std::min(a.size, kMaxDevices / devices);
+    devices *= size;
+    out.push_back(PlacedAxis{kAxisNames[slot], size, a.role});
+  }
+  return out;
+}
+
 Mesh mesh_of(const Layout& l) {
   Mesh mesh;
-  for (size_t a = 0; a < l.mesh_sizes.size(); ++a) mesh.axes.push_back(MeshAxis{kAxisNames[a], l.mesh_sizes[a]});
+  for (const PlacedAxis& a : placed_axes(l)) mesh.axes.push_back(MeshAxis{a.name, a.size});
   return mesh;
 }
 
 DimSharding axes_with_role(const Layout& l, int role) {
   DimSharding dim;
-  for (size_t a = 0; a < l.mesh_sizes.size(); ++a)
-    if (l.roles[a] == role) dim.push_back(kAxisNames[a]);
+  for (const PlacedAxis& a : placed_axes(l))
+    if (a.role == role) dim.push_back(a.name);
   if (l.reverse_tuples) std::reverse(dim.begin(), dim.end());
   return dim;
 }
 
 int64_t count_of(const Layout& l, int role) {
   int64_t n = 1;
-  for (size_t a = 0; a < l.mesh_sizes.size(); ++a)
-    if (l.roles[a] == role) n *= l.mesh_sizes[a];
+  for (const PlacedAxis& a : placed_axes(l))
+    if (a.role == role) n *= a.size;
   return n;
 }
 
@@ -195,8 +219,8 @@ enum class Mutation { v_differs, k_differs, kv_differ, kv_heads, unknown_axis, r
 
 // A spec that differs from q without being malformed: a sharded batch or
 // sequence dim cleared; else (when `heads_ok`) the heads cleared; else the batch
-// put on the first axis.
-PartitionSpec differing(const PartitionSpec& q, bool heads_ok) {
+// put on the mesh's first axis.
+PartitionSpec differing(const PartitionSpec& q, bool heads_ok, const std::string& first_axis) {
   PartitionSpec s = q;
   for (int64_t d : {kBatchDim, kSequenceDim})
     if (!s.dims[d].empty()) {
@@ -207,7 +231,7 @@ PartitionSpec differing(const PartitionSpec& q, bool heads_ok) {
     s.dims[kHeadsDim].clear();
     return s;
   }
-  return partition_spec({{kAxisNames[0]}, {}, {}, {}});
+  return partition_spec({{first_axis}, {}, {}, {}});
 }
 
 PartitionSpec& target_spec(Sharding& s, int which) {
@@ -224,9 +248,10 @@ ErrorCode mutate(Mutation m, int which, Built& b) {
   // Under the GQA/MQA exception K and V already lack Q's heads: clearing them
   // again would leave the call valid.
   const bool heads_ok = !uses_gqa_head_exception(s);
+  const std::string first = s.mesh.axes.front().name;  // every mesh has one
   switch (m) {
-    case Mutation::k_differs: s.k = differing(s.q, heads_ok); return ErrorCode::sharding_spec_mismatch;
-    case Mutation::kv_differ: s.k = s.v = differing(s.q, false); return ErrorCode::sharding_spec_mismatch;
+    case Mutation::k_differs: s.k = differing(s.q, heads_ok, first); return ErrorCode::sharding_spec_mismatch;
+    case Mutation::kv_differ: s.k = s.v = differing(s.q, false, first); return ErrorCode::sharding_spec_mismatch;
     case Mutation::kv_heads:
       if (count(kHeadsDim) < 2) break;
       s.k = s.v = s.q;
@@ -237,8 +262,8 @@ ErrorCode mutate(Mutation m, int which, Built& b) {
     case Mutation::unknown_axis: target_spec(s, which).dims[kBatchDim] = {"pipeline"}; return ErrorCode::sharding_unknown_axis;
     case Mutation::repeated_axis: {
       PartitionSpec& t = target_spec(s, which);
-      t.dims[kBatchDim] = {kAxisNames[0]};
-      t.dims[kSequenceDim] = {kAxisNames[0]};
+      t.dims[kBatchDim] = {first};
+      t.dims[kSequenceDim] = {first};
       return ErrorCode::sharding_repeated_axis;
     }
     case Mutation::not_divisible:
@@ -250,11 +275,11 @@ ErrorCode mutate(Mutation m, int which, Built& b) {
     case Mutation::segment_ids:
       if (!s.q.dims[kBatchDim].empty()) s.segment_ids.dims[kBatchDim].clear();
       else if (!s.q.dims[kSequenceDim].empty()) s.segment_ids.dims[kSequenceDim].clear();
-      else s.segment_ids.dims[kBatchDim] = {kAxisNames[0]};
+      else s.segment_ids.dims[kBatchDim] = {first};
       return ErrorCode::sharding_segment_ids_mismatch;
     case Mutation::v_differs: break;
   }
-  s.v = differing(s.q, heads_ok);
+  s.v = differing(s.q, heads_ok, first);
   return ErrorCode::sharding_spec_mismatch;
 }
 
@@ -272,9 +297,11 @@ rc::Gen<ShardingDraw> sharding_draw() {
 }
 
 rc::Gen<InvalidShardingDraw> invalid_sharding_draw() {
+  // kv_heads twice: it needs Q's heads sharded (about a third of layouts) and
+  // falls back otherwise, so once in eight would leave it rare within 100 cases.
   const auto mutation = pick<Mutation>({Mutation::v_differs, Mutation::k_differs, Mutation::kv_differ, Mutation::kv_heads,
-                                     Mutation::unknown_axis, Mutation::repeated_axis, Mutation::not_divisible,
-                                     Mutation::segment_ids});
+                                        Mutation::kv_heads, Mutation::unknown_axis, Mutation::repeated_axis, Mutation::not_divisible,
+                                        Mutation::segment_ids});
   return gen::map(gen::tuple(layout_gen(), mutation, pick<int>({0, 1, 2, 3})), [](const auto& t) {
     const auto& [layout, m, which] = t;
     Built b = specs_and_shapes(layout);

@@ -1,10 +1,12 @@
 // sharding_generators.hpp: RapidCheck generators of sharded attention calls
 // (DESIGN section 8), drawn as a small layout that shrinks towards fewer devices,
 // fewer rows and shorter sequences:
-//  - a mesh of 1..3 axes ('fsdp', 'context', 'tensor') and 1..8 devices, from a
-//    list ordered by device count (shrinks to the 1-device mesh);
-//  - a role per axis: unused, batch, sequence or heads (axes sharing a dim form a
-//    tuple, in mesh order or reversed), so every valid spec is well formed;
+//  - a mesh of 1..3 of the axes 'fsdp', 'context', 'tensor' (in that order) and
+//    1..8 devices; each axis draws its own size and a role: unused, batch,
+//    sequence or heads (axes sharing a dim form a tuple, in mesh order or
+//    reversed), so every valid spec is well formed. An axis shrinks alone
+//    (dropped, size towards 1, role towards unused), so a shard count another
+//    axis gives survives its shrinking;
 //  - sizes as multiples of the shard counts: rows and tokens per shard 1..3,
 //    kv heads per shard 1..2, GQA groups 1..2; K/V take the GQA/MQA head-dim
 //    exception (unsharded heads) sometimes when Q's heads are sharded;
