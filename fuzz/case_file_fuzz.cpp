@@ -4,22 +4,26 @@
 //  - reading never throws and never crashes, whatever the bytes;
 //  - a case that reads writes back to JSON that reads again to the same case;
 //  - evaluating it on the reference (metadata, attention with its inputs,
-//    small_seq) gives a result or an Error, never a crash or an exception, and
-//    never NaN in an output; a metadata case gets the same code or the same
-//    metadata from the production CPU twin.
+//    small_seq, kv_buffer, sharding) gives a result or an Error, never a crash
+//    or an exception, and never NaN in an output; a metadata case gets the
+//    same code or the same metadata from the production CPU twin.
 // The memory budget is set to 1 MiB so that a large but valid case is refused
 // quickly (over_memory_budget) rather than evaluated for seconds.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "attn_oracle/backend.hpp"
 #include "attn_oracle/case_file.hpp"
 #include "attn_oracle/gpu/metadata.hpp"
+#include "attn_oracle/kv_buffer_case.hpp"
 #include "attn_oracle/memory_budget.hpp"
 #include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/sharding_case.hpp"
 
 namespace attn_oracle::fuzz {
 namespace {
@@ -32,6 +36,11 @@ namespace {
 void expect_finite(const std::vector<double>& values, const char* name) {
   for (double x : values)
     if (std::isnan(x)) finding("NaN in a reference output", name);
+}
+
+Backend* reference() {
+  static const std::unique_ptr<Backend> backend = make_reference_backend();
+  return backend.get();
 }
 
 void evaluate_metadata(const Case& c) {
@@ -71,6 +80,8 @@ void run(const uint8_t* data, size_t size) {
   if (case_to_json(again.value()) != written) finding("a case changes on a round trip", written.dump());
   if (c->op == CaseOp::metadata) evaluate_metadata(c.value());
   if (c->op == CaseOp::attention || c->op == CaseOp::small_seq) evaluate_attention(c.value());
+  if (c->op == CaseOp::kv_buffer) (void)evaluate_kv_buffer_case(*reference()->kv_buffer(), c.value());
+  if (c->op == CaseOp::sharding) (void)evaluate_sharding_case(*reference()->sharding(), c.value());
 }
 
 }  // namespace

@@ -15,8 +15,10 @@
 #include "attn_oracle/kv_buffer.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
+#include "attn_oracle/memory_budget.hpp"
 #include "attn_oracle/reference_metadata.hpp"
 
 namespace attn_oracle {
@@ -50,6 +52,23 @@ std::string dims(std::initializer_list<int64_t> d) { return shape_to_string(Shap
 // Problem bookkeeping
 // ---------------------------------------------------------------------------
 
+// The sequence's tensors, the buffers and their gradients, and the explicit mask
+// (with scores and probabilities) of one micro-sequence against its narrowed
+// range; checked before N is summed into anything that could overflow.
+std::optional<Error> check_kv_buffer_memory(const KvBufferProblem& p) {
+  const AttentionShape& s = p.shape;
+  int64_t n = 0;
+  for (int64_t length : p.doc_lengths)
+    if (__builtin_add_overflow(n, length, &n)) n = -1;  // MemoryNeed reports -1 as an overflow
+  MemoryNeed need;
+  constexpr int64_t kBytes = sizeof(double);
+  need.add("q, o, do, dq [N, Hq, D] x 4", {n, s.heads_q, s.head_dim, 4, kBytes});
+  need.add("k, v, dk, dv and the two buffers [N, Hkv, D] x 8", {n, s.heads_kv, s.head_dim, 8, kBytes});
+  need.add("the mask, scores and probabilities of one micro-sequence",
+           {std::min(n, p.micro_seq_tokens), n, 3 * kBytes + 1});
+  return need.check("the shared K/V buffer");
+}
+
 Expected<KvBufferSizes> validate_kv_buffer(const KvBufferProblem& p, const AttentionInputs* in) {
   if (p.doc_lengths.empty())
     return Error{ErrorCode::kv_buffer_document_length, "doc_lengths is empty: the sequence needs a document"};
@@ -65,6 +84,7 @@ Expected<KvBufferSizes> validate_kv_buffer(const KvBufferProblem& p, const Atten
     return Error{ErrorCode::bad_heads, "heads_q = " + std::to_string(s.heads_q) + ", heads_kv = " +
                                            std::to_string(s.heads_kv) + ", head_dim = " + std::to_string(s.head_dim) +
                                            ": counts >= 1 and heads_q a multiple of heads_kv"};
+  if (auto e = check_kv_buffer_memory(p)) return *e;
   KvBufferSizes z;
   z.tokens = total_tokens(p);
   z.micro_sequences = (z.tokens + p.micro_seq_tokens - 1) / p.micro_seq_tokens;
