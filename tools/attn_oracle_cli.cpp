@@ -547,10 +547,14 @@ int promote_command(const std::vector<std::string>& argv) {
   auto loaded = load_case(args->positional[0]);
   if (!loaded) return usage_error("cannot read " + args->positional[0] + ": " + loaded.error().message);
   auto reference = make_reference_backend();
-  const Evaluation e = evaluate(*reference, loaded->c, loaded->inputs);
-  if (!e.skip.empty()) return usage_error(e.skip);
   Case promoted = loaded->c;
-  promoted.expected = e.to_json(attention_problem(promoted));
+  if (promoted.op == CaseOp::kv_buffer) {  // its own result format (kv_buffer_case.hpp)
+    promoted.expected = evaluate_kv_buffer_case(*reference->kv_buffer(), promoted);
+  } else {
+    const Evaluation e = evaluate(*reference, loaded->c, loaded->inputs);
+    if (!e.skip.empty()) return usage_error(e.skip);
+    promoted.expected = e.to_json(attention_problem(promoted));
+  }
   promoted.note = flag(*args, "--note", promoted.note);
   if (!write_case_file(args->positional[1], promoted)) return usage_error("cannot write " + args->positional[1]);
   std::cout << args->positional[1] << "\n";

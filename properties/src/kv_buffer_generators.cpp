@@ -1,7 +1,9 @@
 // kv_buffer_generators.cpp: see kv_buffer_generators.hpp.
-// Checked by tests/kv_buffer_reference_test.cpp (every draw validates).
+// Checked by tests/kv_buffer_generators_test.cpp (every draw validates; the mix).
 #include "attn_oracle/kv_buffer_generators.hpp"
 
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 namespace attn_oracle {
@@ -10,13 +12,54 @@ namespace {
 // Uniform in [lo, hi] whatever RapidCheck's size (inRange alone scales with it).
 rc::Gen<int64_t> uniform(int64_t lo, int64_t hi) { return rc::gen::resize(100, rc::gen::inRange<int64_t>(lo, hi + 1)); }
 
+// Uniform in [lo, hi], shrinking to every smaller value, smallest first: m and
+// k are small, and halving alone skips the one value that keeps a document
+// straddling a micro-sequence boundary (m = 6 -> 3 with documents [1, 3]).
+rc::Gen<int64_t> uniform_every_smaller(int64_t lo, int64_t hi) {
+  return rc::Gen<int64_t>([lo, hi](const rc::Random& random, int) {
+    rc::Random r = random;
+    const int64_t v = lo + static_cast<int64_t>(r.next() % static_cast<uint64_t>(hi - lo + 1));
+    return rc::shrinkable::shrinkRecur(v, [lo](int64_t x) { return rc::seq::range<int64_t>(lo, x); });
+  });
+}
+
 rc::Gen<int64_t> doc_length() {
   return rc::gen::weightedOneOf<int64_t>({{3, uniform(1, 40)}, {2, uniform(1, 6)}, {1, rc::gen::just<int64_t>(1)}});
 }
 
-rc::Gen<int64_t> micro_seq_tokens() {
-  return rc::gen::weightedOneOf<int64_t>({{5, uniform(1, 20)}, {1, rc::gen::element<int64_t>(15, 16, 17)},
-                                          {1, rc::gen::just<int64_t>(1000)}});
+// The token count is built from the micro-sequences, not summed from the
+// documents: k micro-sequences of m tokens, the last one filled to
+// ceil(m * fill / 20), so N = (k - 1) * m + that. An m drawn beside independent
+// document lengths stalls the shrink at pairs like N = 18, m = 17 (or N = 15,
+// m = 2), where shortening a document alone leaves one micro-sequence or an m
+// that divides N. Here every part shrinks on its own and keeps its meaning:
+// fewer micro-sequences, shorter ones, a shorter last one.
+struct MicroSequencing {
+  int64_t count = 1, tokens = 1, fill = 20;  // k, m, last one's fill in twentieths
+  int64_t total() const { return (count - 1) * tokens + (tokens * fill + 19) / 20; }
+};
+
+// Mostly up to 8 micro-sequences of up to 20 tokens (m in 15..17 straddles a
+// tile of 16); sometimes many short ones. The last one is full a third of the
+// time, otherwise 1..m tokens; with k = 1, m runs past N.
+rc::Gen<MicroSequencing> micro_sequencing() {
+  auto counts = rc::gen::weightedOneOf<std::pair<int64_t, int64_t>>(
+      {{4, rc::gen::pair(uniform_every_smaller(1, 8), uniform_every_smaller(1, 20))},
+       {1, rc::gen::pair(uniform_every_smaller(1, 40), uniform_every_smaller(1, 4))}});
+  auto fill = rc::gen::weightedOneOf<int64_t>({{2, uniform_every_smaller(1, 20)}, {1, rc::gen::just<int64_t>(20)}});
+  return rc::gen::map(rc::gen::pair(counts, fill), [](const auto& t) {
+    return MicroSequencing{t.first.first, t.first.second, t.second};
+  });
+}
+
+// The drawn lengths tile [0, n), repeated when they run short, the last cut at n.
+std::vector<int64_t> tile_documents(const std::vector<int64_t>& lengths, int64_t n) {
+  std::vector<int64_t> docs;
+  for (size_t i = 0; n > 0; i = (i + 1) % lengths.size()) {
+    docs.push_back(std::min(lengths[i], n));
+    n -= docs.back();
+  }
+  return docs;
 }
 
 rc::Gen<AttentionShape> kv_shape() {
@@ -34,14 +77,20 @@ rc::Gen<AttentionShape> kv_shape() {
 }  // namespace
 
 rc::Gen<KvBufferDraw> kv_buffer_draw() {
-  auto docs = rc::gen::mapcat(uniform(1, 4), [](int64_t n) {
-    return rc::gen::container<std::vector<int64_t>>(static_cast<size_t>(n), doc_length());
-  });
-  return rc::gen::map(rc::gen::tuple(docs, micro_seq_tokens(), kv_shape(), rc::gen::arbitrary<uint32_t>()),
+  // 1..4 lengths: 0..3 in a container (any of them can be dropped while
+  // shrinking, the first ones too) and one more at the end.
+  auto lengths = rc::gen::map(
+      rc::gen::pair(rc::gen::resize(3, rc::gen::container<std::vector<int64_t>>(doc_length())), doc_length()),
+      [](std::pair<std::vector<int64_t>, int64_t> t) {
+        t.first.push_back(t.second);
+        return t.first;
+      });
+  return rc::gen::map(rc::gen::tuple(lengths, micro_sequencing(), kv_shape(), rc::gen::arbitrary<uint32_t>()),
                       [](auto t) {
+                        const MicroSequencing& ms = std::get<1>(t);
                         KvBufferDraw d;
-                        d.problem.doc_lengths = std::get<0>(t);
-                        d.problem.micro_seq_tokens = std::get<1>(t);
+                        d.problem.doc_lengths = tile_documents(std::get<0>(t), ms.total());
+                        d.problem.micro_seq_tokens = ms.tokens;
                         d.problem.shape = std::get<2>(t);
                         d.seed = std::get<3>(t);
                         return d;

@@ -1,11 +1,15 @@
 // kv_buffer_generators.hpp: RapidCheck generators and checks of the shared K/V
-// buffer (DESIGN section 7), kept small so that ctest stays fast: 1..4 documents
-// of 1..40 tokens (short ones and length-1 documents weighted in), m in 1..20
-// (sometimes past N: one micro-sequence), heads_kv 1..2 with groups {1, 2}
+// buffer (DESIGN section 7), kept small so that ctest stays fast: 1..4 document
+// lengths of 1..40 tokens (short ones and length-1 documents weighted in)
+// tiling N = k - 1 micro-sequences of m tokens plus a last one of 1..m (k in
+// 1..8 with m in 1..20, or k in 1..40 with m in 1..4; k = 1 puts m past N),
+// heads_kv 1..2 with groups {1, 2}
 // (heads_q <= 4), head_dim {8, 16}, fp32, backward. Low precision is not drawn:
 // the stream adds one rounded dK/dV per micro-sequence into the gradient buffer,
 // which the single-pass naive budget of DESIGN section 5 does not allow for.
-// A failing draw shrinks by dropping and shortening documents and towards m = 1.
+// A failing draw shrinks by dropping and shortening documents and towards fewer,
+// shorter micro-sequences; N follows k and m down, so the pair shrinks together
+// (to N <= 3 with m <= 2 for every planted bug).
 #pragma once
 
 #include <cstdint>
