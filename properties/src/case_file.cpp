@@ -4,7 +4,8 @@
 // Reading is strict and never throws: every malformed field gives an Error whose
 // message names the field path ("q.segment_ids[1]", "tensors.k[0][2]"):
 //  - bad_case: not JSON, wrong schema or op, a missing or unknown field, a wrong
-//    type, a ragged nested array, a non-integer id, an integer outside int64;
+//    type, a ragged nested array, arrays nested deeper than 16 levels, a
+//    non-integer id, an integer outside int64, a number that is not finite;
 //  - bad_mask / bad_window: the mask and window of DESIGN section 2;
 //  - bad_tensor_shape: explicit tensors whose nested shape is not the problem's
 //    [extra.., B, T, H, D] (checked only when the problem itself is valid, so
@@ -313,7 +314,6 @@ CaseOp parse_op(const json& j) {
 
 // attention and small_seq share the attention fields.
 bool has_attention_fields(CaseOp op) { return op == CaseOp::attention || op == CaseOp::small_seq; }
-bool is_modelled(CaseOp op) { return op == CaseOp::metadata || has_attention_fields(op); }
 
 const std::set<std::string> kMetadataKeys = {"schema", "op",  "note", "mask",    "window",
                                              "max_segments", "q", "kv", "expected"};
@@ -361,10 +361,6 @@ Case parse_case(const json& j) {
   }
   if (c.op == CaseOp::sharding) {
     parse_sharding_fields(j, c);
-    return c;
-  }
-  if (!is_modelled(c.op)) {
-    c.raw = j;
     return c;
   }
   std::set<std::string> known = kMetadataKeys;
@@ -468,7 +464,6 @@ json case_to_json(const Case& c) {
     if (c.expected) j["expected"] = *c.expected;
     return j;
   }
-  if (!is_modelled(c.op) && c.op != CaseOp::sharding) return c.raw;
   const PackedBatch& b = c.batch;
   json j = {{"schema", kCaseSchema},
             {"op", std::string(to_string(c.op))},

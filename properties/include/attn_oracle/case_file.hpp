@@ -3,9 +3,9 @@
 // A case is one op and its inputs. `metadata`, `attention` and `small_seq` (the
 // attention fields, DESIGN section 6) are modelled here, `kv_buffer` in
 // kv_buffer_case.hpp, `sharding` (mesh, specs, then shapes or the attention
-// fields) in sharding_case.hpp; `raw` keeps the JSON of an op not modelled. An optional `expected`
-// field holds the result a fixture pins (metadata JSON or {"error": {...}});
-// `note` says where the case came from.
+// fields) in sharding_case.hpp. An optional `expected` field holds the result a
+// fixture pins (the result JSON or {"error": {...}}); `note` says where the case
+// came from.
 //
 // Reading never throws: malformed files give Error{bad_case | bad_mask | bad_window}
 // naming the field.
@@ -45,8 +45,6 @@ struct Case {
   // validates, else the batch and attention fields above give them.
   Sharding sharding;
   std::optional<ShardedShapes> sharding_shapes;
-  // ops not modelled yet: the whole JSON, written back as read.
-  nlohmann::json raw;
   std::optional<nlohmann::json> expected;
   std::string note;
 };
