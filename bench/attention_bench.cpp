@@ -276,14 +276,9 @@ int main(int argc, char** argv) {
     device.clear();
     lines.push_back("attention cuda: skipped (no CUDA device)");
   }
-  std::printf("\n");
-  for (const std::string& line : lines) std::printf("%s\n", line.c_str());
-  std::fflush(stdout);
-  if (!results_dir.empty()) {
-    const bench::ResultsFile file{kProgram, "attention",
-                                  "CPU inputs (bench/attention_bench.cpp, seed " + std::to_string(kSeed) +
-                                      "; per-document == dense checked)"};
-    bench::write_results(file, results_dir, device, input_lines, lines);
-  }
+  const bench::ResultsFile file{kProgram, "attention",
+                                "CPU inputs (bench/attention_bench.cpp, seed " + std::to_string(kSeed) +
+                                    "; per-document == dense checked)"};
+  bench::print_summary(file, results_dir, device, input_lines, lines);
   return 0;
 }

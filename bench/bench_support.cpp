@@ -136,4 +136,12 @@ AttentionProblem small_seq_problem(int64_t docs, int64_t docs_per_row, int64_t k
   return p;
 }
 
+void print_summary(const ResultsFile& file, const std::string& dir, const std::string& device,
+                   const std::vector<std::string>& input_lines, const std::vector<std::string>& lines) {
+  std::printf("\n");
+  for (const std::string& line : lines) std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+  if (!dir.empty()) write_results(file, dir, device, input_lines, lines);
+}
+
 }  // namespace attn_oracle::bench

@@ -57,6 +57,11 @@ struct ResultsFile {
 void write_results(const ResultsFile& file, const std::string& dir, const std::string& device,
                    const std::vector<std::string>& input_lines, const std::vector<std::string>& lines);
 
+// The end of every bench program: prints the summary lines and, when `dir` (from
+// --results) is set, writes them with write_results.
+void print_summary(const ResultsFile& file, const std::string& dir, const std::string& device,
+                   const std::vector<std::string>& input_lines, const std::vector<std::string>& lines);
+
 // `docs` documents of one query and `keys` keys each (docs a multiple of docs_per_row),
 // as rows of `docs_per_row` documents: q row docs_per_row tokens, each query at
 // position keys - 1; kv row docs_per_row * keys tokens. Mask `padding` (every key

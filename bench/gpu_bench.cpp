@@ -271,16 +271,11 @@ int main(int argc, char** argv) {
   benchmark::Shutdown();
   lines.push_back("times: medians of " + std::to_string(kReps) + " CUDA-event-timed passes after one checked pass, " +
                   "copies excluded, " + device);
-  std::printf("\n");
-  for (const std::string& line : lines) std::printf("%s\n", line.c_str());
-  std::fflush(stdout);
-  if (!results_dir.empty()) {
-    const bench::ResultsFile file{kProgram, "gpu", "inputs (bench/gpu_bench.cpp, seed " + std::to_string(kSeed) + ")"};
-    const std::vector<std::string> input_lines{
-        "attention: bf16, D=128, H=16, 16384 tokens in one row as documents of L = 512..8192, no_mask and causal",
-        "small_seq: 30720 documents x (1 query, 16 keys), H=1, D=128, bf16 forward",
-        "metadata: B=8, T=131072, 8 documents of 15000 tokens per row, padding_causal"};
-    bench::write_results(file, results_dir, device, input_lines, lines);
-  }
+  const bench::ResultsFile file{kProgram, "gpu", "inputs (bench/gpu_bench.cpp, seed " + std::to_string(kSeed) + ")"};
+  const std::vector<std::string> input_lines{
+      "attention: bf16, D=128, H=16, 16384 tokens in one row as documents of L = 512..8192, no_mask and causal",
+      "small_seq: 30720 documents x (1 query, 16 keys), H=1, D=128, bf16 forward",
+      "metadata: B=8, T=131072, 8 documents of 15000 tokens per row, padding_causal"};
+  bench::print_summary(file, results_dir, device, input_lines, lines);
   return 0;
 }

@@ -307,14 +307,9 @@ int main(int argc, char** argv) {
     device.clear();
     lines.push_back("metadata cuda: skipped (no CUDA device)");
   }
-  std::printf("\n");
-  for (const std::string& line : lines) std::printf("%s\n", line.c_str());
-  std::fflush(stdout);
-  if (!results_dir.empty()) {
-    const bench::ResultsFile file{kProgram, "metadata",
-                                  "inputs (bench/metadata_bench.cpp, seed " + std::to_string(kSeed) +
-                                      ", mask padding_causal_bottom_right)"};
-    bench::write_results(file, results_dir, device, input_lines, lines);
-  }
+  const bench::ResultsFile file{kProgram, "metadata",
+                                "inputs (bench/metadata_bench.cpp, seed " + std::to_string(kSeed) +
+                                    ", mask padding_causal_bottom_right)"};
+  bench::print_summary(file, results_dir, device, input_lines, lines);
   return 0;
 }

@@ -171,14 +171,9 @@ int main(int argc, char** argv) {
     device.clear();
     lines.push_back("small_seq cuda: skipped (no CUDA device)");
   }
-  std::printf("\n");
-  for (const std::string& line : lines) std::printf("%s\n", line.c_str());
-  std::fflush(stdout);
-  if (!results_dir.empty()) {
-    const bench::ResultsFile file{kProgram, "small_seq",
-                                  "inputs (bench/small_seq_bench.cpp, seed " + std::to_string(kSeed) +
-                                      "; the two twins' o agree)"};
-    bench::write_results(file, results_dir, device, input_lines, lines);
-  }
+  const bench::ResultsFile file{kProgram, "small_seq",
+                                "inputs (bench/small_seq_bench.cpp, seed " + std::to_string(kSeed) +
+                                    "; the two twins' o agree)"};
+  bench::print_summary(file, results_dir, device, input_lines, lines);
   return 0;
 }
