@@ -57,14 +57,6 @@ void widen(const std::vector<uint16_t>& bits, int dtype, double* to) {
   for (size_t i = 0; i < bits.size(); ++i) to[i] = from_storage_bits(bits[i], dtype);
 }
 
-// A caller buffer the problem needs is null (as the twin rules): nothing is written.
-std::optional<Error> missing_output(const AttentionOutputs& out, const Layout& z, bool backward) {
-  const bool q = z.q_elems() > 0, kv = z.kv_elems() > 0;
-  if ((q && (!out.o || !out.lse)) || (backward && ((q && !out.dq) || (kv && (!out.dk || !out.dv)))))
-    return Error{ErrorCode::bad_tensor_shape, "an output buffer the problem needs is null"};
-  return std::nullopt;
-}
-
 struct DeviceRun {
   Layout z;
   int dtype = kFp16;
@@ -93,7 +85,7 @@ Expected<DeviceRun> run_on_device(const AttentionProblem& problem, const Attenti
   if (auto e = check_tensor("v", inputs.v, z.kv_elems())) return *e;
   if (auto e = check_tensor("do", inputs.d_o, shape.backward ? z.q_elems() : 0)) return *e;
   if (caller)
-    if (auto e = missing_output(*caller, z, shape.backward)) return *e;
+    if (auto e = check_output_buffers(*caller, z.q_elems(), z.kv_elems(), shape.backward)) return *e;
   if (auto reason = attention_cuda_unsupported(problem)) return Error{ErrorCode::unsupported, *reason};
 
   run.dtype = device_dtype(shape.dtype);

@@ -291,13 +291,6 @@ void copy_lse_out(const std::vector<float>& lse, const TwinSizes& z, double* to)
       for (int64_t t = 0; t < z.tq; ++t) to[(r * z.hq + h) * z.tq + t] = lse[h * z.rows * z.tq + r * z.tq + t];
 }
 
-std::optional<Error> missing_output(const AttentionOutputs& out, const TwinSizes& z, bool backward) {
-  const bool q = z.q_elems() > 0, kv = z.kv_elems() > 0;
-  if ((q && (!out.o || !out.lse)) || (backward && ((q && !out.dq) || (kv && (!out.dk || !out.dv)))))
-    return Error{ErrorCode::bad_tensor_shape, "an output buffer the problem needs is null"};
-  return std::nullopt;
-}
-
 // A validated problem: its production metadata and tensor sizes.
 struct Prepared {
   Metadata md;
@@ -342,7 +335,7 @@ std::optional<Error> attention_twin_into(const AttentionProblem& problem, const 
                                          const AttentionOutputs& out) {
   auto prepared = prepare(problem, inputs);
   if (!prepared) return prepared.error();
-  if (auto e = missing_output(out, prepared->z, problem.shape.backward)) return e;
+  if (auto e = check_output_buffers(out, prepared->z.q_elems(), prepared->z.kv_elems(), problem.shape.backward)) return e;
   run(problem, inputs, prepared.value(), out);
   return std::nullopt;
 }

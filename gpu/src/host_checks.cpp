@@ -31,6 +31,14 @@ std::optional<Error> check_tensor_memory(const Shape& extra, int64_t batch, int6
   return need.check("attention");
 }
 
+std::optional<Error> check_output_buffers(const AttentionOutputs& out, int64_t q_elems, int64_t kv_elems,
+                                          bool backward) {
+  const bool q = q_elems > 0, kv = kv_elems > 0;
+  if ((q && (!out.o || !out.lse)) || (backward && ((q && !out.dq) || (kv && (!out.dk || !out.dv)))))
+    return Error{ErrorCode::bad_tensor_shape, "an output buffer the problem needs is null"};
+  return std::nullopt;
+}
+
 std::optional<Error> check_tensor_size(const char* name, const std::vector<double>& t, int64_t expected) {
   if (static_cast<int64_t>(t.size()) == expected) return std::nullopt;
   return Error{ErrorCode::bad_tensor_shape, std::string("tensor ") + name + " has " + std::to_string(t.size()) +

@@ -9,6 +9,7 @@
 
 #include "attn_oracle/attention.hpp"
 #include "attn_oracle/error.hpp"
+#include "attn_oracle/gpu/attention.hpp"
 
 namespace attn_oracle::gpu {
 
@@ -20,6 +21,11 @@ std::optional<Error> check_heads(const AttentionShape& shape);
 // `rows` = extra x B rows would not fit, checked before any size is multiplied out.
 std::optional<Error> check_tensor_memory(const Shape& extra, int64_t batch, int64_t q_len, int64_t kv_len,
                                          const AttentionShape& shape);
+
+// bad_tensor_shape when a caller buffer the problem needs is null (nothing is written
+// then): o and lse when there are query elements, dq / dk / dv with backward.
+std::optional<Error> check_output_buffers(const AttentionOutputs& out, int64_t q_elems, int64_t kv_elems,
+                                          bool backward);
 
 // bad_tensor_shape naming the tensor and both element counts.
 std::optional<Error> check_tensor_size(const char* name, const std::vector<double>& tensor, int64_t expected);
