@@ -210,6 +210,12 @@ TEST(AttentionTwin, RejectsBadTensorShapes) {
   short_q.q.pop_back();
   EXPECT_EQ(gpu::attention_twin_into(p, short_q, out)->code, ErrorCode::bad_tensor_shape);
   EXPECT_EQ(sentinel, 7.0);
+  // A backward problem whose dk buffer is null: refused before anything is written.
+  AttentionInputs with_grad = good;
+  with_grad.d_o = good.q;
+  const gpu::AttentionOutputs no_dk{&sentinel, &sentinel, &sentinel, nullptr, &sentinel};
+  EXPECT_EQ(gpu::attention_twin_into(bwd, with_grad, no_dk)->code, ErrorCode::bad_tensor_shape);
+  EXPECT_EQ(sentinel, 7.0);
 }
 
 TEST(AttentionTwin, BatchErrorsComeFromTheMetadataPathFirst) {
