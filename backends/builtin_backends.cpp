@@ -1,10 +1,11 @@
-// builtin_backends.cpp: the backends this build ships, behind the seam:
-//   reference  the float64 explicit-mask oracle (properties/)
+// builtin_backends.cpp: the production backends this build ships, behind the
+// seam (production_backends.hpp):
 //   cpu        the CPU twins of the production algorithms (gpu/, run on the host),
 //              small-seq included
 //   cuda       the CUDA kernels; registered only when a device is present
 //   cudnn      cuDNN SDPA (cudnn_backend.cpp); only in builds with cuDNN, with a device
 #include "attn_oracle/backend.hpp"
+#include "attn_oracle/production_backends.hpp"
 #include "attn_oracle/gpu/attention.hpp"
 #include "attn_oracle/gpu/kv_buffer.hpp"
 #include "attn_oracle/gpu/metadata.hpp"
@@ -119,10 +120,9 @@ class CudaBackend final : public Backend, MetadataCapability, AttentionCapabilit
 
 }  // namespace
 
-void register_builtin_backends() {
+void register_production_backends() {
   static const bool once = [] {
     BackendRegistry& r = BackendRegistry::instance();
-    r.add("reference", make_reference_backend);
     r.add("cpu", [] { return std::unique_ptr<Backend>(new CpuTwinBackend()); });
     if (gpu::cuda_available()) r.add("cuda", [] { return std::unique_ptr<Backend>(new CudaBackend()); });
     register_cudnn_backend(r);
@@ -131,11 +131,16 @@ void register_builtin_backends() {
   (void)once;
 }
 
-std::string builtin_backends_note() {
+std::string production_backends_note() {
   std::string note = gpu::cuda_available() ? "" : "cuda: not registered (no CUDA device on this machine, or a build without CUDA)";
   const std::string cudnn = cudnn_backend_note();
   if (!cudnn.empty()) note += (note.empty() ? "" : "; ") + cudnn;
   return note;
+}
+
+std::string production_device() {
+  std::string device;
+  return gpu::cuda_available(&device) ? device : "no device";
 }
 
 }  // namespace attn_oracle

@@ -38,7 +38,8 @@
 #if ATTN_ORACLE_BENCH_CUDA
 #include "attn_oracle/gpu/attention.hpp"
 #include "attn_oracle/gpu/attention_device.hpp"
-#include "attn_oracle/tolerance.hpp"
+#include "attn_oracle/reference/tolerance.hpp"
+#include "attn_oracle/reference/attention.hpp"
 #include "device_inputs.hpp"
 #endif
 

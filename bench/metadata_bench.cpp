@@ -35,7 +35,7 @@
 #include "attn_oracle/gpu/metadata.hpp"
 #include "attn_oracle/metadata.hpp"
 #include "attn_oracle/packed_batch.hpp"
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference/metadata.hpp"
 #include "bench_support.hpp"
 
 namespace {

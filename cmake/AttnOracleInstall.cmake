@@ -1,4 +1,4 @@
-# `cmake --install` of the vendoring package AttnOracle: the reference, the
+# `cmake --install` of the vendoring package AttnOracle: the data model, the reference, the seam, the
 # properties and the conformance suite (an object library: its objects are
 # installed and land in every executable that links it, so that its tests
 # register), their headers, and AttnOracleConfig.cmake with its version file.
@@ -7,17 +7,20 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(ATTN_ORACLE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/AttnOracle)
+set_target_properties(attn_oracle_model PROPERTIES EXPORT_NAME model)
 set_target_properties(attn_oracle_reference PROPERTIES EXPORT_NAME reference)
+set_target_properties(attn_oracle_seam PROPERTIES EXPORT_NAME seam)
 set_target_properties(attn_oracle_properties PROPERTIES EXPORT_NAME properties)
 set_target_properties(attn_oracle_conformance PROPERTIES EXPORT_NAME conformance)
 
-install(TARGETS attn_oracle_reference attn_oracle_properties attn_oracle_conformance
+install(TARGETS attn_oracle_model attn_oracle_reference attn_oracle_seam attn_oracle_properties attn_oracle_conformance
   EXPORT AttnOracleTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   OBJECTS DESTINATION ${CMAKE_INSTALL_LIBDIR}/attn_oracle/objects
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/reference/include/ ${PROJECT_SOURCE_DIR}/properties/include/
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/model/include/ ${PROJECT_SOURCE_DIR}/reference/include/
+        ${PROJECT_SOURCE_DIR}/seam/include/ ${PROJECT_SOURCE_DIR}/properties/include/
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT AttnOracleTargets NAMESPACE attn_oracle:: DESTINATION ${ATTN_ORACLE_CMAKE_DIR})
 

@@ -22,8 +22,11 @@
 #include "attn_oracle/gpu/metadata.hpp"
 #include "attn_oracle/kv_buffer_case.hpp"
 #include "attn_oracle/memory_budget.hpp"
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/sharding_case.hpp"
+#include "attn_oracle/reference/attention.hpp"
+#include "attn_oracle/reference/small_seq.hpp"
+#include "attn_oracle/reference_backend.hpp"
 
 namespace attn_oracle::fuzz {
 namespace {

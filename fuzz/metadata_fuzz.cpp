@@ -12,7 +12,7 @@
 #include <string>
 
 #include "attn_oracle/gpu/metadata.hpp"
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference/metadata.hpp"
 #include "fuzz_input.hpp"
 
 namespace attn_oracle::fuzz {

@@ -27,7 +27,7 @@
 
 #include "attn_oracle/gpu/attention/index_mask.hpp"
 #include "attn_oracle/gpu/attention/tile_range.hpp"
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference/metadata.hpp"
 
 namespace attn_oracle {
 namespace {

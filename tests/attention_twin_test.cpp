@@ -29,8 +29,9 @@
 
 #include "attn_oracle/attention.hpp"
 #include "attn_oracle/gpu/attention.hpp"
-#include "attn_oracle/reference_metadata.hpp"
-#include "attn_oracle/tolerance.hpp"
+#include "attn_oracle/reference/metadata.hpp"
+#include "attn_oracle/reference/tolerance.hpp"
+#include "attn_oracle/reference/attention.hpp"
 
 namespace attn_oracle {
 namespace {

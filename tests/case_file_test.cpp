@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "attn_oracle/case_file.hpp"
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference/metadata.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -14,6 +14,7 @@
 
 #include "check.hpp"
 #include "planted/planted_backends.hpp"
+#include "attn_oracle/reference_backend.hpp"
 
 namespace attn_oracle {
 namespace {

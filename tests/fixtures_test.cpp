@@ -30,11 +30,15 @@
 #include "attn_oracle/backend.hpp"
 #include "attn_oracle/case_file.hpp"
 #include "attn_oracle/kv_buffer_case.hpp"
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/sharded_execution.hpp"
 #include "attn_oracle/sharding_case.hpp"
 #include "attn_oracle/small_seq_checks.hpp"
-#include "attn_oracle/tolerance.hpp"
+#include "attn_oracle/reference/tolerance.hpp"
+#include "attn_oracle/reference/attention.hpp"
+#include "attn_oracle/reference/small_seq.hpp"
+#include "attn_oracle/reference/kv_buffer.hpp"
+#include "builtin_backends.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "attn_oracle/generators.hpp"
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/validate.hpp"
 
 namespace attn_oracle {

@@ -13,6 +13,7 @@
 #include "attn_oracle/property_runner.hpp"
 #include "planted/kv_buffer_bugs.hpp"
 #include "planted/planted_runner.hpp"
+#include "builtin_backends.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -11,7 +11,9 @@
 
 #include "attn_oracle/gpu/kv_buffer.hpp"
 #include "attn_oracle/kv_buffer_case.hpp"
-#include "attn_oracle/tolerance.hpp"
+#include "attn_oracle/reference/tolerance.hpp"
+#include "attn_oracle/reference/kv_buffer.hpp"
+#include "builtin_backends.hpp"
 
 namespace attn_oracle {
 namespace {

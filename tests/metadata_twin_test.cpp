@@ -7,7 +7,7 @@
 
 #include "attn_oracle/generators.hpp"
 #include "attn_oracle/gpu/metadata.hpp"
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference/metadata.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -11,7 +11,9 @@
 
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/small_seq_checks.hpp"
-#include "attn_oracle/tolerance.hpp"
+#include "attn_oracle/reference/tolerance.hpp"
+#include "attn_oracle/reference/attention.hpp"
+#include "attn_oracle/reference/small_seq.hpp"
 #include "planted/kv_buffer_bugs.hpp"
 #include "planted/planted_backends.hpp"
 #include "planted/planted_runner.hpp"

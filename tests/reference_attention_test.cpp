@@ -13,7 +13,8 @@
 #include <vector>
 
 #include "attn_oracle/attention.hpp"
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference/metadata.hpp"
+#include "attn_oracle/reference/attention.hpp"
 
 namespace attn_oracle {
 namespace {

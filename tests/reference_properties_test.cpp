@@ -9,7 +9,9 @@
 
 #include "attn_oracle/generators.hpp"
 #include "attn_oracle/property_runner.hpp"
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference/metadata.hpp"
+#include "attn_oracle/reference/attention.hpp"
+#include "attn_oracle/reference_backend.hpp"
 
 namespace attn_oracle {
 namespace {

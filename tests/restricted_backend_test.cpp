@@ -6,7 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "attn_oracle/property_runner.hpp"
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference/metadata.hpp"
+#include "attn_oracle/reference/attention.hpp"
 
 namespace attn_oracle {
 namespace {

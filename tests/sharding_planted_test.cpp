@@ -11,9 +11,10 @@
 
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/sharding_case.hpp"
-#include "attn_oracle/tolerance.hpp"
+#include "attn_oracle/reference/tolerance.hpp"
 #include "planted/planted_runner.hpp"
 #include "planted/sharding_bugs.hpp"
+#include "attn_oracle/reference_backend.hpp"
 
 namespace attn_oracle {
 namespace {

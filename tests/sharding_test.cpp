@@ -13,6 +13,8 @@
 #include "attn_oracle/sharded_execution.hpp"
 #include "attn_oracle/sharding_case.hpp"
 #include "attn_oracle/sharding_generators.hpp"
+#include "attn_oracle/reference/attention.hpp"
+#include "builtin_backends.hpp"
 
 namespace attn_oracle {
 namespace {

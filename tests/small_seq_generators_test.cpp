@@ -8,9 +8,10 @@
 #include <rapidcheck/gtest.h>
 
 #include "attn_oracle/generators.hpp"
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/small_seq.hpp"
 #include "attn_oracle/validate.hpp"
+#include "attn_oracle/reference/small_seq.hpp"
 
 namespace attn_oracle {
 namespace {

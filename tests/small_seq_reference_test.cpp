@@ -14,9 +14,11 @@
 #include <vector>
 
 #include "attn_oracle/attention.hpp"
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/small_seq.hpp"
 #include "attn_oracle/validate.hpp"
+#include "attn_oracle/reference/attention.hpp"
+#include "attn_oracle/reference/small_seq.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -26,7 +26,9 @@
 #include "attn_oracle/attention.hpp"
 #include "attn_oracle/gpu/small_seq.hpp"
 #include "attn_oracle/small_seq.hpp"
-#include "attn_oracle/tolerance.hpp"
+#include "attn_oracle/reference/tolerance.hpp"
+#include "attn_oracle/reference/attention.hpp"
+#include "attn_oracle/reference/small_seq.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -12,7 +12,8 @@
 #include <vector>
 
 #include "attn_oracle/attention.hpp"
-#include "attn_oracle/tolerance.hpp"
+#include "attn_oracle/reference/tolerance.hpp"
+#include "attn_oracle/reference/attention.hpp"
 
 namespace attn_oracle {
 namespace {

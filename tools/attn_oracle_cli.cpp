@@ -41,7 +41,8 @@
 #include "attn_oracle/kv_buffer_case.hpp"
 #include "attn_oracle/sharding_case.hpp"
 #include "attn_oracle/small_seq_checks.hpp"
-#include "attn_oracle/tolerance.hpp"
+#include "attn_oracle/reference/tolerance.hpp"
+#include "builtin_backends.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -16,10 +16,10 @@
 #include <iostream>
 #include <random>
 
-#include "attn_oracle/gpu/metadata.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "check_report.hpp"
 #include "test_id_list.hpp"
+#include "builtin_backends.hpp"
 
 #ifndef ATTN_ORACLE_CUDA_VERSION
 #define ATTN_ORACLE_CUDA_VERSION "none"
@@ -63,8 +63,7 @@ std::string compiler_version() {
 }
 
 std::vector<std::pair<std::string, std::string>> versions() {
-  std::string device;
-  if (!gpu::cuda_available(&device)) device = "no device";
+  const std::string device = production_device();
   return {{"attn-oracle", ATTN_ORACLE_VERSION}, {"compiler", compiler_version()},
           {"CUDA", ATTN_ORACLE_CUDA_VERSION},   {"cuDNN", ATTN_ORACLE_CUDNN_VERSION},
           {"device", device}};

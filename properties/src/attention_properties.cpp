@@ -11,9 +11,10 @@
 #include "attn_oracle/batch_transforms.hpp"
 #include "attn_oracle/generators.hpp"
 #include "attn_oracle/property_runner.hpp"
-#include "attn_oracle/reference_metadata.hpp"
-#include "attn_oracle/tolerance.hpp"
+#include "attn_oracle/reference/metadata.hpp"
+#include "attn_oracle/reference/tolerance.hpp"
 #include "attn_oracle/validate.hpp"
+#include "attn_oracle/reference/attention.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -10,7 +10,9 @@
 #include <set>
 #include <string>
 
-#include "attn_oracle/tolerance.hpp"
+#include "attn_oracle/reference/tolerance.hpp"
+#include "attn_oracle/reference/kv_buffer.hpp"
+#include "attn_oracle/reference_backend.hpp"
 
 namespace attn_oracle {
 namespace {

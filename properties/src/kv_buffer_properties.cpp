@@ -11,7 +11,8 @@
 
 #include "attn_oracle/kv_buffer_generators.hpp"
 #include "attn_oracle/property_runner.hpp"
-#include "attn_oracle/tolerance.hpp"
+#include "attn_oracle/reference/tolerance.hpp"
+#include "attn_oracle/reference/kv_buffer.hpp"
 
 namespace attn_oracle {
 namespace {

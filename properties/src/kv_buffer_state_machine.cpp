@@ -20,7 +20,8 @@
 #include <rapidcheck/state.h>
 
 #include "attn_oracle/kv_buffer_generators.hpp"
-#include "attn_oracle/tolerance.hpp"
+#include "attn_oracle/reference/tolerance.hpp"
+#include "attn_oracle/reference/kv_buffer.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -7,7 +7,7 @@
 
 #include <rapidcheck.h>
 
-#include "attn_oracle/tolerance.hpp"
+#include "attn_oracle/reference/tolerance.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -4,9 +4,11 @@
 // caller-owned buffers (compute, then copy), so the guard-band property runs on it.
 #include <algorithm>
 
-#include "attn_oracle/backend.hpp"
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference_backend.hpp"
+#include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/sharded_execution.hpp"
+#include "attn_oracle/reference/attention.hpp"
+#include "attn_oracle/reference/small_seq.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -57,5 +59,10 @@ class ReferenceBackend final : public Backend, MetadataCapability, AttentionCapa
 }  // namespace
 
 std::unique_ptr<Backend> make_reference_backend() { return std::make_unique<ReferenceBackend>(); }
+
+void register_reference_backend() {
+  static const bool once = BackendRegistry::instance().add("reference", make_reference_backend);
+  (void)once;
+}
 
 }  // namespace attn_oracle

@@ -2,7 +2,8 @@
 // section 7): the float64 steps of kv_buffer.hpp behind the seam. Its stream is
 // the reference's own micro-sequence streaming, so the properties that compare a
 // stream with the whole-sequence oracle check the reference against itself too.
-#include "attn_oracle/backend.hpp"
+#include "attn_oracle/reference_backend.hpp"
+#include "attn_oracle/reference/kv_buffer.hpp"
 
 namespace attn_oracle {
 namespace {

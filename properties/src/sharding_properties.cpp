@@ -14,10 +14,11 @@
 #include <string>
 
 #include "attn_oracle/property_runner.hpp"
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/sharded_execution.hpp"
 #include "attn_oracle/sharding_generators.hpp"
-#include "attn_oracle/tolerance.hpp"
+#include "attn_oracle/reference/tolerance.hpp"
+#include "attn_oracle/reference/attention.hpp"
 
 namespace attn_oracle {
 namespace {

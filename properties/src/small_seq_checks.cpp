@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/validate.hpp"
 
 namespace attn_oracle {

@@ -10,9 +10,10 @@
 
 #include "attn_oracle/generators.hpp"
 #include "attn_oracle/property_runner.hpp"
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/small_seq_checks.hpp"
 #include "attn_oracle/validate.hpp"
+#include "attn_oracle/reference/small_seq.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -24,7 +24,7 @@
 // per-document on representable batches (cross-attention, bottom-right with q
 // longer than kv, windows, GQA, extra dims), and the backward of both against
 // central finite differences of sum(O * dO) for every mask kind.
-#include "attn_oracle/attention.hpp"
+#include "attn_oracle/reference/attention.hpp"
 
 #include <Eigen/Dense>
 #include <algorithm>
@@ -33,7 +33,7 @@
 #include <utility>
 #include <vector>
 
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/validate.hpp"
 
 namespace attn_oracle::ref {

@@ -1,6 +1,6 @@
 // reference_metadata.cpp: explicit masks (DESIGN section 3) and the metadata read
 // off them (section 4). See reference_metadata.hpp for the contract.
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference/metadata.hpp"
 
 #include <sstream>
 

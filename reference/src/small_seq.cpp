@@ -23,7 +23,7 @@
 // equal keys, a window masking a key, all keys masked, GQA), every error path,
 // P rows summing to 1, agreement with ref::attention_dense_masked on o, dq, dk,
 // dv at 1e-12 relative, and the backward against central finite differences.
-#include "attn_oracle/small_seq.hpp"
+#include "attn_oracle/reference/small_seq.hpp"
 
 #include <Eigen/Dense>
 #include <algorithm>
@@ -32,8 +32,9 @@
 #include <string>
 #include <vector>
 
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/validate.hpp"
+#include "attn_oracle/reference/attention.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -46,53 +47,6 @@ using ConstVecMap = Eigen::Map<const Eigen::VectorXd>;
 using Slots = Eigen::Matrix<double, Eigen::Dynamic, 1, 0, kSmallSeqMaxKeys, 1>;
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-
-std::string where(int64_t row, int64_t token) {
-  return "row " + std::to_string(row) + ", token " + std::to_string(token);
-}
-
-// ---------------------------------------------------------------------------
-// Documents
-// ---------------------------------------------------------------------------
-
-// Every q run of every broadcast row, checked as a small-seq document.
-Expected<std::vector<SmallSeqDocument>> list_documents(const PackedBatch& batch,
-                                                       const BatchLayout& layout) {
-  std::vector<SmallSeqDocument> docs;
-  for (int64_t r = 0; r < layout.rows(); ++r) {
-    const RowView q = side_row(batch.q, layout.q_extra, layout, r);
-    const RowView kv = side_row(batch.kv, layout.kv_extra, layout, r);
-    for (int64_t t = 0; t < q.len;) {
-      const int64_t id = q.ids[t];
-      int64_t end = t + 1;
-      while (end < q.len && q.ids[end] == id) ++end;
-      if (id == 0) {
-        t = end;
-        continue;
-      }
-      if (end - t != 1)
-        return Error{ErrorCode::small_seq_query_count,
-                     where(r, t) + ": document id " + std::to_string(id) + " has " +
-                         std::to_string(end - t) + " query tokens, expected exactly 1"};
-      // Ids are contiguous runs on the kv side too (validated), so the first
-      // match and the count describe the document's keys.
-      int64_t first = -1, keys = 0;
-      for (int64_t j = 0; j < kv.len; ++j)
-        if (kv.ids[j] == id) {
-          if (first < 0) first = j;
-          ++keys;
-        }
-      if (keys == 0 || keys > kSmallSeqMaxKeys)
-        return Error{ErrorCode::small_seq_key_count,
-                     "row " + std::to_string(r) + ": document id " + std::to_string(id) + " has " +
-                         std::to_string(keys) + " kv tokens, expected 1.." +
-                         std::to_string(kSmallSeqMaxKeys)};
-      docs.push_back(SmallSeqDocument{r, t, first, keys});
-      t = end;
-    }
-  }
-  return docs;
-}
 
 // ---------------------------------------------------------------------------
 // Per-document attention
@@ -133,22 +87,7 @@ void small_seq_bwd(const double* p_slots, const ConstVecMap& q, const ConstKeyMa
 
 }  // namespace
 
-Expected<std::vector<SmallSeqDocument>> small_seq_documents(const AttentionProblem& problem,
-                                                            const AttentionInputs* inputs) {
-  auto heads = validate_attention(problem);  // batch, then heads
-  if (!heads) return heads.error();
-  const BatchLayout layout = validate_shapes(problem.batch).value();
-  auto docs = list_documents(problem.batch, layout);
-  if (!docs) return docs.error();
-  if (inputs != nullptr) {
-    auto sizes = validate_attention(problem, inputs);
-    if (!sizes) return sizes.error();
-  }
-  return docs;
-}
-
 namespace ref {
-
 Expected<SmallSeqResult> small_seq(const AttentionProblem& problem, const AttentionInputs& in) {
   auto listed = small_seq_documents(problem, &in);
   if (!listed) return listed.error();

@@ -12,7 +12,7 @@
 // A query that attends nothing gives o = 0, lse = -inf, dq = 0 here too.
 //
 // Tested by tests/tolerance_test.cpp.
-#include "attn_oracle/tolerance.hpp"
+#include "attn_oracle/reference/tolerance.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -21,7 +21,7 @@
 #include <string>
 #include <utility>
 
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/validate.hpp"
 
 namespace attn_oracle {

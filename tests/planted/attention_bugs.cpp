@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "attn_oracle/validate.hpp"
+#include "attn_oracle/reference/attention.hpp"
 #include "planted/planted_backends.hpp"
 #include "planted/tiled_attention.hpp"
 

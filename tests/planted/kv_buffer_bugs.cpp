@@ -8,6 +8,10 @@
 
 #include "planted/kv_buffer_bugs.hpp"
 
+#include "attn_oracle/reference/attention.hpp"
+#include "attn_oracle/reference/kv_buffer.hpp"
+#include "attn_oracle/reference_backend.hpp"
+
 namespace attn_oracle::planted {
 namespace {
 

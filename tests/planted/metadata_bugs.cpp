@@ -2,7 +2,7 @@
 // real-world mistake applied, so that exactly that mistake is under test.
 #include <algorithm>
 
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/validate.hpp"
 #include "planted/planted_backends.hpp"
 

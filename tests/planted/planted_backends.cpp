@@ -1,6 +1,8 @@
 // planted_backends.cpp: the wrapper backends every planted bug is built on.
 #include "planted/planted_backends.hpp"
 
+#include "attn_oracle/reference/attention.hpp"
+
 namespace attn_oracle::planted {
 namespace {
 

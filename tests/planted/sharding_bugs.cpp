@@ -9,6 +9,7 @@
 #include "planted/sharding_bugs.hpp"
 
 #include "attn_oracle/sharded_execution.hpp"
+#include "attn_oracle/reference/attention.hpp"
 
 namespace attn_oracle::planted {
 namespace {

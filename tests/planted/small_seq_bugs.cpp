@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "attn_oracle/validate.hpp"
+#include "attn_oracle/reference/small_seq.hpp"
 #include "planted/planted_backends.hpp"
 
 namespace attn_oracle::planted {

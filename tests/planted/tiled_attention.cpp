@@ -12,7 +12,8 @@
 #include "attn_oracle/gpu/attention/numeric.hpp"
 #include "attn_oracle/gpu/attention/online_softmax.hpp"
 #include "attn_oracle/gpu/attention/tile_range.hpp"
-#include "attn_oracle/reference_metadata.hpp"
+#include "attn_oracle/reference/metadata.hpp"
+#include "attn_oracle/reference/attention.hpp"
 
 namespace attn_oracle::planted {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "attn_oracle/small_seq.hpp"
-#include "attn_oracle/tolerance.hpp"
+#include "attn_oracle/reference/tolerance.hpp"
 
 namespace attn_oracle {
 

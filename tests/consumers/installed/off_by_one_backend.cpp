@@ -2,7 +2,7 @@
 // past the end of the last document whenever a batch holds two or more of them,
 // the kind of slip a hand-written prefix sum makes. The suite must catch it.
 #include <attn_oracle/backend.hpp>
-#include <attn_oracle/reference_metadata.hpp>
+#include <attn_oracle/reference/metadata.hpp>
 
 namespace {
 

@@ -3,7 +3,7 @@
 // the project's own segment scan) and builds the flat cumulative arrays itself,
 // which is where packed-attention glue code usually goes wrong.
 #include <attn_oracle/backend.hpp>
-#include <attn_oracle/reference_metadata.hpp>
+#include <attn_oracle/reference/metadata.hpp>
 
 namespace {
 

@@ -1,5 +1,5 @@
-// attention.hpp: the attention problem and tensors of DESIGN section 5, and the
-// float64 reference that computes it two independent ways.
+// attention.hpp: the attention problem and tensors of DESIGN section 5 (data
+// model only; the float64 references are attn_oracle/reference/attention.hpp).
 //
 // Tensors are float64 on the host, BSHD over *broadcast rows*: R = prod(extra) * B
 // rows, so [R, T, H, D] is also the THD tensor [R*T, H, D] that the compacted
@@ -11,14 +11,6 @@
 //    window or by bottom-right alignment) has o = 0, lse = -inf, dq = 0; kv tokens
 //    nobody attends get dk = dv = 0. No NaN anywhere.
 //  - lse is the natural log of the softmax denominator, [R, Hq, Tq].
-//
-// The two formulations (reference_attention.cpp):
-//  - attention_dense_masked: every row against the explicit [Tq, Tkv] mask of
-//    DESIGN section 3 (window included), on positions and ids.
-//  - attention_per_document: every compacted document (cu_seqlens/ragged_offsets)
-//    with the kernels' index rule on its trimmed runs.
-// They agree on representable inputs (checked by a property at 1e-12 relative).
-// Backward is checked against central finite differences in tests/.
 #pragma once
 
 #include <cstdint>
@@ -92,12 +84,4 @@ Expected<AttentionSizes> validate_attention(const AttentionProblem& problem,
 // rounded to the problem's dtype.
 AttentionInputs generate_inputs(const AttentionProblem& problem, uint64_t seed);
 
-namespace ref {
-
-Expected<AttentionResult> attention_dense_masked(const AttentionProblem& problem,
-                                                 const AttentionInputs& inputs);
-Expected<AttentionResult> attention_per_document(const AttentionProblem& problem,
-                                                 const AttentionInputs& inputs);
-
-}  // namespace ref
 }  // namespace attn_oracle

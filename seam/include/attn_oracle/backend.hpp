@@ -166,16 +166,6 @@ class GuardedAttentionBuffers {
   AttentionCapability::Buffers buffers_;
 };
 
-// The reference backend: the float64 oracle itself behind the seam.
-std::unique_ptr<Backend> make_reference_backend();
-// Its K/V buffer capability (stateless): the float64 steps of kv_buffer.hpp.
-KvBufferCapability& reference_kv_buffer();
-// Registers the backends this build ships: reference, cpu, and cuda when a device
-// is present (attn_oracle::backends). The check command calls it.
-void register_builtin_backends();
-// Why a built-in backend is absent on this machine, or "" (printed by `check`).
-std::string builtin_backends_note();
-
 }  // namespace attn_oracle
 
 #define ATTN_ORACLE_CONCAT_INNER(a, b) a##b

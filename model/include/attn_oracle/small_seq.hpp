@@ -1,5 +1,5 @@
-// small_seq.hpp: the small-sequence attention problem of DESIGN section 6 and its
-// float64 reference.
+// small_seq.hpp: the small-sequence attention problem of DESIGN section 6 (data
+// model and validation; the float64 reference is attn_oracle/reference/small_seq.hpp).
 //
 // A small-seq problem is an AttentionProblem whose every q document (a run of one
 // nonzero id on the q side of a broadcast row) has exactly one query token, and
@@ -46,11 +46,5 @@ struct SmallSeqDocument {
 // Validates the problem as a small-seq problem and lists its documents.
 Expected<std::vector<SmallSeqDocument>> small_seq_documents(const AttentionProblem& problem,
                                                             const AttentionInputs* inputs = nullptr);
-
-namespace ref {
-// Float64: scores against the document's keys with the explicit mask of DESIGN
-// section 3 (window included), softmax, P V; backward from P.
-Expected<SmallSeqResult> small_seq(const AttentionProblem& problem, const AttentionInputs& inputs);
-}  // namespace ref
 
 }  // namespace attn_oracle

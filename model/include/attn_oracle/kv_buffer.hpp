@@ -1,6 +1,6 @@
 // kv_buffer.hpp: the shared K/V buffer across micro-sequences (DESIGN section 7):
-// the problem, the canonical per-micro-sequence metadata, and the float64
-// references it is judged by.
+// the problem, its validation and the canonical per-micro-sequence metadata
+// (data model); the float64 references it is judged by are named below.
 //
 // A sequence of documents (lengths L1, L2, ..., total N) is processed in
 // micro-sequences of m tokens: micro-sequence i covers [i*m, min((i+1)*m, N)),
@@ -21,7 +21,7 @@
 // [N, Hq, D]; k, v, dk, dv [N, Hkv, D]; lse [Hq, N]. The buffer itself is
 // [N, 2, Hkv, D] (K then V per token), one per layer; its gradient likewise.
 //
-// References (kv_buffer.cpp):
+// References (attn_oracle/reference/kv_buffer.hpp):
 //  - kv_buffer_whole_sequence: per-document causal attention over the whole
 //    sequence, the dense masked reference on one packed row (the contract).
 //  - micro_sequence_metadata: read off ref::metadata of the micro-sequence's
@@ -34,7 +34,7 @@
 // (kv_buffer_micro_seq_tokens), heads (bad_heads), tensor sizes (bad_tensor_shape),
 // then a micro-sequence index or slice outside the buffer (kv_buffer_slice_out_of_bounds).
 //
-// Tested by tests/kv_buffer_reference_test.cpp and the kv_buffer properties.
+// Tested by tests/kv_buffer_test.cpp and the kv_buffer properties.
 #pragma once
 
 #include <cstdint>
@@ -82,6 +82,13 @@ Expected<KvBufferSizes> validate_kv_buffer(const KvBufferProblem& problem,
 // kv_buffer_slice_out_of_bounds unless 0 <= i < micro_sequences.
 std::optional<Error> check_micro_sequence_index(const KvBufferSizes& sizes, int64_t i);
 
+// The start of every document, then N: [docs + 1].
+std::vector<int64_t> document_starts(const KvBufferProblem& problem);
+
+// bad_tensor_shape unless `t` holds `tokens` rows of [2, Hkv, D] (a buffer or a slice).
+std::optional<Error> check_buffer_size(const char* name, const std::vector<double>& t, int64_t tokens,
+                                       const KvBufferSizes& sizes);
+
 // [begin, end) of micro-sequence i (no validation).
 struct TokenRange {
   int64_t begin = 0, end = 0;
@@ -104,29 +111,4 @@ std::vector<double> buffer_part(const std::vector<double>& buffer, int part, int
 // The slice micro-sequence i writes: [end - begin, 2, Hkv, D] from k and v [N, Hkv, D].
 std::vector<double> kv_slice_of(const KvBufferProblem& problem, int64_t i, const AttentionInputs& inputs);
 
-namespace ref {
-
-Expected<MicroSequenceMetadata> micro_sequence_metadata(const KvBufferProblem& problem, int64_t i);
-
-// The contract: o, lse and (backward) dq, dk, dv of the whole sequence.
-Expected<AttentionResult> kv_buffer_whole_sequence(const KvBufferProblem& problem,
-                                                   const AttentionInputs& inputs);
-
-// Writes micro-sequence i's slice [end - begin, 2, Hkv, D] into buffer[begin, end).
-std::optional<Error> kv_buffer_write_slice(const KvBufferProblem& problem, int64_t i,
-                                           const std::vector<double>& slice, std::vector<double>& buffer);
-
-// One micro-sequence against the buffer view [fdb, end): `micro` holds q and
-// (backward) d_o of its tokens, [end - begin, Hq, D]. Returns o, lse [Hq, end - begin]
-// and (backward) dq; dK, dV are added into grad_buffer [N, 2, Hkv, D] rows
-// [fdb, end) (grad_buffer may be null for a forward).
-Expected<AttentionResult> kv_buffer_attend(const KvBufferProblem& problem, int64_t i,
-                                           const AttentionInputs& micro, const std::vector<double>& buffer,
-                                           std::vector<double>* grad_buffer);
-
-// Every micro-sequence's slice written and attended in order, backward in
-// reverse; the result in the whole-sequence layouts (dk, dv read off the grad buffer).
-Expected<AttentionResult> kv_buffer_streaming(const KvBufferProblem& problem, const AttentionInputs& inputs);
-
-}  // namespace ref
 }  // namespace attn_oracle
