@@ -22,9 +22,19 @@ std::vector<int64_t> run_lengths(const RowView& row) {
   return rl;
 }
 
-bool window_allows(MaskKind mask, Window w, int64_t pos_q, int64_t pos_kv, int64_t rl_q,
-                   int64_t rl_kv) {
-  if (is_bottom_right(mask)) return w.left < 0 || (rl_q - pos_q) + w.left >= rl_kv - pos_kv;
+// The non-segment terms of DESIGN section 3 for one (query, key) pair: causal or
+// bottom-right alignment, then the window. The one place the reference spells
+// the rule: explicit_mask applies it to positions and run lengths, and the
+// kernels' index rule is the same predicate on indices inside trimmed runs
+// (kernel_rule_allows).
+bool pair_allowed(MaskKind mask, Window w, bool with_window, int64_t pos_q, int64_t pos_kv, int64_t rl_q,
+                  int64_t rl_kv) {
+  if (is_bottom_right(mask)) {
+    if (rl_q - pos_q > rl_kv - pos_kv) return false;
+    return !with_window || w.left < 0 || (rl_q - pos_q) + w.left >= rl_kv - pos_kv;
+  }
+  if ((mask == MaskKind::causal || mask == MaskKind::padding_causal) && pos_q < pos_kv) return false;
+  if (!with_window) return true;
   const bool left_ok = w.left < 0 || pos_kv >= pos_q - w.left;
   const bool right_ok = w.right < 0 || pos_kv <= pos_q + w.right;
   return left_ok && right_ok;
@@ -68,15 +78,9 @@ RowMask explicit_mask(const PackedBatch& batch, const BatchLayout& layout, int64
   RowMask m{q.len, kv.len, std::vector<char>(q.len * kv.len, 0)};
   for (int64_t i = 0; i < q.len; ++i) {
     for (int64_t j = 0; j < kv.len; ++j) {
-      bool allowed = q.ids[i] != 0 && q.ids[i] == kv.ids[j];
-      if (batch.mask == MaskKind::causal || batch.mask == MaskKind::padding_causal)
-        allowed = allowed && q.pos[i] >= kv.pos[j];
-      if (is_bottom_right(batch.mask))
-        allowed = allowed && rl_q[i] - q.pos[i] <= rl_kv[j] - kv.pos[j];
-      if (with_window)
-        allowed = allowed && window_allows(batch.mask, batch.window, q.pos[i], kv.pos[j], rl_q[i],
-                                           rl_kv[j]);
-      m.allowed[i * kv.len + j] = allowed;
+      m.allowed[i * kv.len + j] = q.ids[i] != 0 && q.ids[i] == kv.ids[j] &&
+                                  pair_allowed(batch.mask, batch.window, with_window, q.pos[i], kv.pos[j],
+                                               rl_q[i], rl_kv[j]);
     }
   }
   return m;
@@ -124,14 +128,10 @@ Expected<Metadata> metadata(const PackedBatch& batch) {
   return md;
 }
 
+// Indices as positions and the trimmed runs' lengths as run lengths: for
+// bottom-right, lq - a <= lkv - b is b <= a + (lkv - lq), the diagonal of DESIGN 4.
 bool kernel_rule_allows(MaskKind mask, Window w, int64_t a, int64_t b, int64_t lq, int64_t lkv) {
-  if (is_bottom_right(mask)) {
-    const int64_t diagonal = a + (lkv - lq);
-    return b <= diagonal && (w.left < 0 || b >= diagonal - w.left);
-  }
-  if (mask == MaskKind::causal || mask == MaskKind::padding_causal)
-    if (b > a) return false;
-  return (w.left < 0 || b >= a - w.left) && (w.right < 0 || b <= a + w.right);
+  return pair_allowed(mask, w, /*with_window=*/true, a, b, lq, lkv);
 }
 
 Representability representability(const PackedBatch& batch) {

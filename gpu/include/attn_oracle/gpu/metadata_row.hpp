@@ -19,20 +19,16 @@
 #include <cstdint>
 
 #include "attn_oracle/gpu/hd.hpp"
+#include "attn_oracle/gpu/mask_rule.hpp"
 #include "attn_oracle/gpu/metadata_params.hpp"
 
 namespace attn_oracle::gpu {
 
-// Mirrors attn_oracle::MaskKind and ErrorCode (checked by static_asserts in the twin).
-enum MaskCode : int { kNoMask, kPadding, kCausal, kPaddingCausal, kCausalBottomRight, kPaddingCausalBottomRight };
+// Mirrors attn_oracle::ErrorCode (checked by static_asserts in the twin).
 enum RowCode : int {
   kNegativeId = 6, kNoncontiguous, kTooManySegments, kIdsOutOfOrder, kPaddingWithNonPaddingMask,
   kPositionsNotIncreasing, kNegativePosition
 };
-
-ATTN_HD bool mask_allows_padding(int m) { return m == kPadding || m == kPaddingCausal || m == kPaddingCausalBottomRight; }
-ATTN_HD bool mask_top_left(int m) { return m == kCausal || m == kPaddingCausal; }
-ATTN_HD bool mask_bottom_right(int m) { return m == kCausalBottomRight || m == kPaddingCausalBottomRight; }
 
 // --------------------------------------------------------------- row addressing
 // The side row that broadcast row `row` reads: strides over the extra dims, then b.

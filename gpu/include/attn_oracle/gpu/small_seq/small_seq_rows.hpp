@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "attn_oracle/gpu/hd.hpp"
+#include "attn_oracle/gpu/mask_rule.hpp"
 #include "attn_oracle/gpu/small_seq/small_seq_params.hpp"
 
 namespace attn_oracle::gpu {
@@ -35,20 +36,10 @@ inline constexpr int kLanes = 32;
 ATTN_HD int lane_slots(int d) { return 2 * ((d + 2 * kLanes - 1) / (2 * kLanes)); }
 ATTN_HD int lane_column(int lane, int i) { return (i >> 1) * (2 * kLanes) + 2 * lane + (i & 1); }
 
-// DESIGN section 3 for one query (run length 1) and key j of a document of `keys`
-// kv tokens (mask codes as metadata_row.hpp: 2, 3 top-left; 4, 5 bottom-right):
-//   top-left causal:  pos_k <= pos_q             window: pos_q - left <= pos_k <= pos_q + right
-//   bottom-right:     pos_k <= pos_q + keys - 1  window: pos_k >= pos_q + keys - 1 - left
-//   no_mask, padding: every key                  window as top-left
+// DESIGN section 3 for one query and key j of a document of `keys` kv tokens:
+// mask_rule.hpp's rule on positions, the query's run of length 1.
 ATTN_HD bool small_seq_allowed(int mask, int64_t left, int64_t right, int64_t pos_q, int64_t pos_k, int64_t keys) {
-  if (mask == 4 || mask == 5) {
-    const int64_t diagonal = pos_q + (keys - 1);
-    return pos_k <= diagonal && (left < 0 || pos_k >= diagonal - left);
-  }
-  if ((mask == 2 || mask == 3) && pos_k > pos_q) return false;
-  if (left >= 0 && pos_k < pos_q - left) return false;
-  if (right >= 0 && pos_k > pos_q + right) return false;
-  return true;
+  return rule_allows(mask, left, right, pos_q, pos_k, 1, keys);
 }
 
 // Bit j set iff key j of document `doc` is attended (j < keys).
