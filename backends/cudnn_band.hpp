@@ -12,7 +12,7 @@
 // Causal kinds are right bound 0 on their alignment; a window's right side under a
 // causal kind is already implied (top-left) or ignored (bottom-right, DESIGN 3).
 //
-// Checked on the CPU by tests/cudnn_band_test.cpp: cudnn_band_keeps equals
+// Checked on the CPU by tests/cudnn_backend_rules_test.cpp: cudnn_band_keeps equals
 // gpu::index_allowed for every mask kind, window and (row, column) of small runs.
 #pragma once
 

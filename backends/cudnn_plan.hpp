@@ -1,6 +1,6 @@
 // cudnn_plan.hpp: how one attention problem is laid out for cuDNN SDPA, computed
 // on the host from the production metadata (DESIGN section 4) without touching
-// cuDNN, so that it is tested on the CPU (tests/cudnn_plan_test.cpp).
+// cuDNN, so that it is tested on the CPU (tests/cudnn_backend_rules_test.cpp).
 //
 // The seam's tensors are [R, T, H, D] = THD [R*T, H, D] with gaps. Two layouts:
 //  - bshd: every row holds exactly one document, starting at the row's first

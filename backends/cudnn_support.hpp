@@ -3,7 +3,7 @@
 // documented limits of cuDNN SDPA (fp16/bf16 only, head dims, ragged offsets from
 // Hopper on, versions with known bugs); whatever passes is then built as a graph,
 // and the frontend's own verdict on that graph is final (cudnn_sdpa.hpp).
-// Pure functions of their arguments: tested on the CPU by tests/cudnn_support_test.cpp.
+// Pure functions of their arguments: tested on the CPU by tests/cudnn_backend_rules_test.cpp.
 #pragma once
 
 #include <cstdint>

@@ -11,7 +11,7 @@
 // (not from the token ids) is what the kernels do, so a non-canonical plan
 // (cu_seqlens_k[0] != 0) cannot go unnoticed: the runs no longer tile the view.
 //
-// Tested by tests/kv_buffer_twin_test.cpp and the kv_buffer properties.
+// Tested by tests/kv_buffer_test.cpp and the kv_buffer properties.
 #include <string>
 
 #include "attn_oracle/gpu/attention.hpp"

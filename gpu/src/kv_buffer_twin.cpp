@@ -3,7 +3,7 @@
 // kernels of kv_buffer_kernels.cu run one thread per item. The token -> document
 // table is one pass over the documents (O(N)); a micro-sequence's plan is then
 // O(end - fdb + documents). Integer results are identical to the kernels'.
-// Tested by tests/kv_buffer_twin_test.cpp and the kv_buffer properties (`cpu`).
+// Tested by tests/kv_buffer_test.cpp and the kv_buffer properties (`cpu`).
 #include <vector>
 
 #include "attn_oracle/gpu/kv_buffer.hpp"

@@ -2,7 +2,7 @@
 // files; see kv_buffer_case.hpp. Reading never throws: a malformed field gives
 // bad_case naming it. Values are not validated here (an empty doc_lengths or
 // m < 1 is the validator's code, which a fixture may pin).
-// Tested by tests/kv_buffer_case_test.cpp and the kv_buffer fixtures (fixtures_test).
+// Tested by tests/kv_buffer_test.cpp and the kv_buffer fixtures (tests/fixtures_test.cpp).
 #include "attn_oracle/kv_buffer_case.hpp"
 
 #include <algorithm>

@@ -1,6 +1,7 @@
 // batch_transforms.hpp: the input transformations the metamorphic properties
 // apply (take one row, take one extra-dims slice, insert padding). Each returns a
-// valid batch when given one; tested by tests/batch_transforms_test.cpp.
+// valid batch when given one; exercised by the metadata
+// properties that use them (their planted bugs: tests/planted_bugs_test.cpp).
 #pragma once
 
 #include <cstdint>

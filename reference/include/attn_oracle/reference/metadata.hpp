@@ -10,7 +10,7 @@
 // and apply a rule by index. `representability` rebuilds the mask from that rule
 // and compares it with the explicit mask, naming the first pair that differs.
 //
-// Tested by tests/reference_metadata_test.cpp (the worked examples of section 10,
+// Tested by the fixtures of DESIGN section 10 (tests/fixtures_test.cpp: the worked examples,
 // hand-computed cases) and by the metadata properties.
 #pragma once
 
