@@ -45,7 +45,7 @@ TEST_P(Property, Check) {
   if (o.status == PropertyOutcome::Status::skipped) GTEST_SKIP() << o.message;
   EXPECT_EQ(o.status, PropertyOutcome::Status::passed)
       << o.message << "\ncounterexample: " << o.case_path << "\nreplay: " << o.replay_command
-      << "\nrerun: " << o.reproduce_params;
+      << "\nrerun: " << o.rerun_command;
   RecordProperty("cases", o.cases);
 }
 

@@ -1,8 +1,10 @@
-// case_file_test.cpp: the `attn-oracle.case/1` reader and writer (case_file.hpp).
+// case_file_test.cpp: the case-file reader and writer (case_file.hpp, one
+// CaseOp per op).
 //
 // Round trips (metadata, attention with a seed, attention with explicit tensors,
-// ops kept verbatim), every reading error path with the field named in the
-// message, defaults, and the shapes of the JSON that eval prints.
+// sharding, a counterexample's property record), schema 1 files still read,
+// every reading error path with the field named in the message, defaults, the
+// op table, and the shapes of the JSON that eval prints.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "attn_oracle/case_file.hpp"
+#include "attn_oracle/case_op.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 
 namespace attn_oracle {
@@ -51,13 +54,21 @@ Case read_back(const Case& c, const std::string& name) {
 }
 
 void expect_same(const Case& a, const Case& b) {
-  EXPECT_EQ(a.op, b.op);
-  EXPECT_EQ(a.batch, b.batch);
-  EXPECT_EQ(a.attention, b.attention);
-  EXPECT_EQ(a.data_seed, b.data_seed);
-  EXPECT_EQ(a.tensors, b.tensors);
+  EXPECT_EQ(op_of(a).name(), op_of(b).name());
+  EXPECT_TRUE(a.payload == b.payload);
   EXPECT_EQ(a.expected, b.expected);
   EXPECT_EQ(a.note, b.note);
+  EXPECT_EQ(a.property, b.property);
+}
+
+const PackedBatch& batch(const Case& c) { return c.as<MetadataCase>()->batch; }
+const AttentionCase& attention(const Case& c) { return *attention_fields(c.payload); }
+AttentionCase& attention(Case& c) { return *attention_fields(c.payload); }
+
+// The same JSON with the schema a writer gives it today.
+json as_written(json j) {
+  j["schema"] = kCaseSchema;
+  return j;
 }
 
 // Reading `j` fails with `code` and a message that names `field`.
@@ -76,32 +87,73 @@ void expect_error(const json& j, ErrorCode code, const std::string& field) {
 TEST(CaseFile, MetadataRoundTrip) {
   auto c = case_from_json(base_case());
   ASSERT_TRUE(c.ok()) << c.error().message;
-  EXPECT_EQ(c->batch.q.segment_ids.shape, (Shape{1, 2, 4}));
-  EXPECT_EQ(c->batch.kv.segment_pos.shape, (Shape{2, 4}));
-  EXPECT_EQ(c->batch.window, (Window{2, -1}));
-  EXPECT_EQ(c->batch.mask, MaskKind::padding_causal);
+  EXPECT_EQ(op_of(c.value()).name(), "metadata");
+  EXPECT_EQ(batch(c.value()).q.segment_ids.shape, (Shape{1, 2, 4}));
+  EXPECT_EQ(batch(c.value()).kv.segment_pos.shape, (Shape{2, 4}));
+  EXPECT_EQ(batch(c.value()).window, (Window{2, -1}));
+  EXPECT_EQ(batch(c.value()).mask, MaskKind::padding_causal);
   expect_same(c.value(), read_back(c.value(), "metadata.case.json"));
-  EXPECT_EQ(case_to_json(c.value()), base_case());
+  EXPECT_EQ(case_to_json(c.value()), as_written(base_case()));
+}
+
+// A counterexample's record (property, backend, seed, drawn values) round-trips;
+// schema 1 files read as before but cannot hold one.
+TEST(CaseFile, PropertyRecordRoundTripsAndSchemaOneStillReads) {
+  json j = as_written(base_case());
+  j["property"] = json::parse(R"({"id": "metadata/trailingPaddingChangesNothing", "backend": "cpu",
+      "backend_version": "v1", "seed": 18446744073709551615, "drawn": {"side": "kv", "pads": 3}})");
+  auto c = case_from_json(j);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  ASSERT_TRUE(c->property.has_value());
+  EXPECT_EQ(c->property->id, "metadata/trailingPaddingChangesNothing");
+  EXPECT_EQ(c->property->seed, UINT64_MAX);
+  EXPECT_EQ(c->property->drawn["pads"], 3);
+  expect_same(c.value(), read_back(c.value(), "property.case.json"));
+  EXPECT_EQ(case_to_json(c.value()), j);
+  json v1 = j;
+  v1["schema"] = kCaseSchemaV1;
+  expect_error(v1, ErrorCode::bad_case, "property");
+  v1.erase("property");
+  EXPECT_TRUE(case_from_json(v1).ok());
+  j["property"].erase("id");
+  expect_error(j, ErrorCode::bad_case, "property.id");
+  j["property"]["id"] = "x";
+  j["property"]["drawn"] = 5;
+  expect_error(j, ErrorCode::bad_case, "property.drawn");
+}
+
+// One CaseOp per payload alternative, in the variant's order, found by name and by payload.
+TEST(CaseFile, EveryOpHasItsHome) {
+  ASSERT_EQ(case_ops().size(), std::variant_size_v<CasePayload>);
+  const auto op_at = [](auto index) { return &op_of(Case{CasePayload(std::in_place_index<index()>), {}, {}, {}}); };
+  const std::vector<const CaseOp*> by_payload = [&]<size_t... I>(std::index_sequence<I...>) {
+    return std::vector<const CaseOp*>{op_at(std::integral_constant<size_t, I>{})...};
+  }(std::make_index_sequence<std::variant_size_v<CasePayload>>{});
+  EXPECT_EQ(by_payload, case_ops());
+  for (const CaseOp* op : case_ops()) EXPECT_EQ(find_case_op(op->name()), op);
+  EXPECT_EQ(find_case_op("matmul"), nullptr);
 }
 
 TEST(CaseFile, AttentionSeedRoundTrip) {
   auto c = case_from_json(attention_case());
   ASSERT_TRUE(c.ok()) << c.error().message;
-  EXPECT_EQ(c->data_seed, std::optional<uint64_t>(7));
-  EXPECT_EQ(c->attention.dtype, Dtype::bf16);
-  EXPECT_EQ(c->attention.scale, std::optional<double>(0.25));
-  EXPECT_TRUE(c->attention.backward);
+  const AttentionCase& a = attention(c.value());
+  EXPECT_EQ(a.data_seed, std::optional<uint64_t>(7));
+  EXPECT_EQ(a.problem.shape.dtype, Dtype::bf16);
+  EXPECT_EQ(a.problem.shape.scale, std::optional<double>(0.25));
+  EXPECT_TRUE(a.problem.shape.backward);
   expect_same(c.value(), read_back(c.value(), "seed.case.json"));
-  auto inputs = attention_inputs(c.value());
+  auto inputs = attention_inputs(a);
   ASSERT_TRUE(inputs.ok());
-  EXPECT_EQ(inputs.value(), generate_inputs(attention_problem(c.value()), 7));
+  EXPECT_EQ(inputs.value(), generate_inputs(a.problem, 7));
 }
 
 TEST(CaseFile, AttentionTensorsRoundTripWithRealShapes) {
   Case c = case_from_json(attention_case()).value();
-  c.data_seed.reset();
-  c.tensors = generate_inputs(attention_problem(c), 3);
-  c.tensors->q[0] = 0.1;  // not a bf16 value: kept in the file, rounded for evaluation
+  AttentionCase& a = attention(c);
+  a.data_seed.reset();
+  a.tensors = generate_inputs(a.problem, 3);
+  a.tensors->q[0] = 0.1;  // not a bf16 value: kept in the file, rounded for evaluation
   const json j = case_to_json(c);
   // [extra=1][B=2][Tq=4][Hq=2][D=3] and [1][2][Tkv=4][Hkv=1][3].
   EXPECT_EQ(j["tensors"]["q"].size(), 1u);
@@ -111,8 +163,8 @@ TEST(CaseFile, AttentionTensorsRoundTripWithRealShapes) {
   EXPECT_FALSE(j.contains("data"));
   const Case back = read_back(c, "tensors.case.json");
   expect_same(c, back);
-  EXPECT_EQ(back.tensors->q[0], 0.1);
-  EXPECT_EQ(attention_inputs(back).value().q[0], round_to_dtype(0.1, Dtype::bf16));
+  EXPECT_EQ(attention(back).tensors->q[0], 0.1);
+  EXPECT_EQ(attention_inputs(attention(back)).value().q[0], round_to_dtype(0.1, Dtype::bf16));
 }
 
 // Sharding cases (sharding_case.hpp) round-trip; a malformed mesh names the field.
@@ -124,9 +176,9 @@ TEST(CaseFile, ShardingCasesRoundTrip) {
       "shapes": {"batch": 2, "q_len": 4, "kv_len": 4, "heads_q": 2, "heads_kv": 1, "head_dim": 8}})");
   auto c = case_from_json(j);
   ASSERT_TRUE(c.ok()) << c.error().message;
-  EXPECT_EQ(c->op, CaseOp::sharding);
-  EXPECT_EQ(case_to_json(c.value()), j);
-  EXPECT_EQ(case_to_json(read_back(c.value(), "sharding.case.json")), j);
+  EXPECT_EQ(op_of(c.value()).name(), "sharding");
+  EXPECT_EQ(case_to_json(c.value()), as_written(j));
+  EXPECT_EQ(case_to_json(read_back(c.value(), "sharding.case.json")), as_written(j));
   json bad = j;
   bad["mesh"] = {{"fsdp", 2}};
   const auto e = case_from_json(bad);
@@ -143,16 +195,16 @@ TEST(CaseFile, DefaultsAndDeferredValidation) {
   j["max_segments"] = 0;
   auto c = case_from_json(j);
   ASSERT_TRUE(c.ok()) << c.error().message;
-  EXPECT_EQ(c->batch.window, (Window{-1, -1}));
+  EXPECT_EQ(batch(c.value()).window, (Window{-1, -1}));
   EXPECT_FALSE(c->expected.has_value());
-  EXPECT_EQ(ref::metadata(c->batch).error().code, ErrorCode::bad_max_segments);
+  EXPECT_EQ(ref::metadata(batch(c.value())).error().code, ErrorCode::bad_max_segments);
   // A scalar reads as rank 0; the validator names the problem.
   j["max_segments"] = 2;
   j["q"]["segment_ids"] = 5;
   c = case_from_json(j);
   ASSERT_TRUE(c.ok()) << c.error().message;
-  EXPECT_EQ(c->batch.q.segment_ids.shape, Shape{});
-  EXPECT_EQ(ref::metadata(c->batch).error().code, ErrorCode::rank_mismatch);
+  EXPECT_EQ(batch(c.value()).q.segment_ids.shape, Shape{});
+  EXPECT_EQ(ref::metadata(batch(c.value())).error().code, ErrorCode::rank_mismatch);
 }
 
 TEST(CaseFile, WriteFailsOnBadPath) {
@@ -169,7 +221,7 @@ TEST(CaseFile, WriteFailsOnBadPath) {
 TEST(CaseFile, BadCaseErrorsNameTheField) {
   expect_error(json::array(), ErrorCode::bad_case, "case");
   json j = base_case();
-  j["schema"] = "attn-oracle.case/2";
+  j["schema"] = "attn-oracle.case/3";
   expect_error(j, ErrorCode::bad_case, "schema");
   j = base_case();
   j["op"] = "matmul";
@@ -242,8 +294,8 @@ TEST(CaseFile, AttentionFieldErrors) {
 
 TEST(CaseFile, TensorErrors) {
   Case c = case_from_json(attention_case()).value();
-  c.data_seed.reset();
-  c.tensors = generate_inputs(attention_problem(c), 1);
+  attention(c).data_seed.reset();
+  attention(c).tensors = generate_inputs(attention(c).problem, 1);
   const json good = case_to_json(c);
   json j = good;
   j["data"] = {{"seed", 1}};
@@ -280,7 +332,7 @@ TEST(CaseFile, FileErrors) {
 
 TEST(CaseFile, MetadataJsonHasBroadcastShapes) {
   auto c = case_from_json(base_case());
-  auto md = ref::metadata(c->batch);
+  auto md = ref::metadata(batch(c.value()));
   ASSERT_TRUE(md.ok()) << md.error().message;
   const json j = metadata_to_json(md.value());
   EXPECT_EQ(j["q_seqlens"].size(), 1u);
@@ -293,7 +345,7 @@ TEST(CaseFile, MetadataJsonHasBroadcastShapes) {
 
 TEST(CaseFile, AttentionJsonShapesAndNullLse) {
   Case c = case_from_json(attention_case()).value();
-  const AttentionProblem p = attention_problem(c);
+  const AttentionProblem p = attention(c).problem;
   AttentionResult r;
   r.o.assign(1 * 2 * 4 * 2 * 3, 0.5);
   r.lse.assign(1 * 2 * 2 * 4, 1.0);

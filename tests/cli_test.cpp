@@ -1,7 +1,8 @@
 // cli_test.cpp: runs the built `attn-oracle` binary (ATTN_ORACLE_CLI) through
 // popen on fixtures and checks exit codes and stdout: eval prints parseable JSON
 // (exit 0), a rejected input prints only {"error": {...}} (exit 2), replay prints
-// PASS (exit 0) or FAIL (exit 3), usage errors and unknown backends exit 1.
+// PASS (exit 0), FAIL (exit 3) or SKIP (exit 4), re-running the property a
+// counterexample records; usage errors and unknown backends exit 1.
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -101,6 +102,51 @@ TEST(Cli, ReplayFailsWhenExpectedDisagrees) {
   EXPECT_EQ(r.status, 3) << r.out;
   EXPECT_EQ(r.out.substr(0, 5), "FAIL\n");
   EXPECT_NE(r.out.find("expected"), std::string::npos) << r.out;
+}
+
+json read_fixture(const std::string& relative) {
+  std::ifstream in(std::string(ATTN_ORACLE_FIXTURES_DIR) + "/" + relative);
+  return json::parse(in);
+}
+
+// A counterexample re-runs the property it records, with the values it drew:
+// here the code the generator planted. On the reference it holds; with the
+// drawn code changed it fails with the property's id and its message.
+TEST(Cli, ReplayReRunsTheRecordedProperty) {
+  json c = read_fixture("regressions/reappear_after_padding_accepted.case.json");
+  ASSERT_EQ(c["property"]["id"], "metadata/rejectsInvalidInputsWithTheirCode");
+  CliRun r = run_cli("replay --backend reference " + temp_case("recorded.case.json", c));
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("metadata/rejectsInvalidInputsWithTheirCode holds on this case"), std::string::npos) << r.out;
+  c["property"]["drawn"]["expected_code"] = "too_many_segments";
+  r = run_cli("replay --backend reference " + temp_case("recorded_wrong_code.case.json", c));
+  EXPECT_EQ(r.status, 3) << r.out;
+  EXPECT_EQ(r.out.substr(0, 5), "FAIL\n") << r.out;
+  EXPECT_NE(r.out.find("\n  metadata/rejectsInvalidInputsWithTheirCode: gave noncontiguous_segment"), std::string::npos)
+      << r.out;
+}
+
+// Without --backend, replay uses the backend the case records when this build has it.
+TEST(Cli, ReplayDefaultsToTheRecordedBackend) {
+  json c = read_fixture("regressions/reappear_after_padding_accepted.case.json");
+  c["property"]["backend"] = "cpu";
+  const CliRun r = run_cli("replay " + temp_case("recorded_cpu.case.json", c));
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("on backend cpu"), std::string::npos) << r.out;
+}
+
+// Nothing judged is not a pass: an attention case the kernels' index rule cannot
+// represent (a causal query at position 1 of a run that starts there) is SKIP on cpu.
+TEST(Cli, ReplayOfAnUnjudgeableCaseExitsFour) {
+  const json c = json::parse(R"({"schema": "attn-oracle.case/2", "op": "attention", "mask": "causal",
+      "max_segments": 1, "q": {"segment_ids": [[1]], "segment_pos": [[1]]},
+      "kv": {"segment_ids": [[1, 1]], "segment_pos": [[0, 1]]},
+      "heads_q": 1, "heads_kv": 1, "head_dim": 2, "dtype": "fp32", "data": {"seed": 1}})");
+  const CliRun r = run_cli("replay --backend cpu " + temp_case("not_representable.case.json", c));
+  EXPECT_EQ(r.status, 4) << r.out;
+  EXPECT_EQ(r.out.substr(0, 5), "SKIP\n") << r.out;
+  EXPECT_NE(r.out.find("not representable"), std::string::npos) << r.out;
+  EXPECT_EQ(run_cli("replay --backend reference " + temp_case("not_representable.case.json", c)).status, 0);
 }
 
 TEST(Cli, UsageErrorsExitOne) {

@@ -41,7 +41,6 @@ TEST(Determinism, SameSeedWritesByteIdenticalCounterexamples) {
     for (int run = 0; run < 2; ++run) {
       RunSettings settings = default_run_settings(20261122);
       settings.seed = 20261122;
-      settings.quiet = true;
       settings.failures_dir = fresh_dir(bug.name + "_" + std::to_string(run)).string();
       auto backend = bug.make();
       const PropertyOutcome o = run_property(*find_property(bug.property), *backend, settings);

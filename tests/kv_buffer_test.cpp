@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "attn_oracle/gpu/kv_buffer.hpp"
-#include "attn_oracle/kv_buffer_case.hpp"
+#include "attn_oracle/case_file.hpp"
 #include "attn_oracle/reference/tolerance.hpp"
 #include "attn_oracle/reference/kv_buffer.hpp"
 #include "builtin_backends.hpp"
@@ -113,8 +113,8 @@ TEST(KvBuffer, StreamingEqualsWholeSequence) {
 TEST(KvBufferFixture, FirstDocumentBegin7EqualsActiveDocumentsAlone) {
   auto c = read_case_file(std::string(ATTN_ORACLE_FIXTURES_DIR) + "/design/kv_buffer_first_document_begin_7.case.json");
   ASSERT_TRUE(c.ok()) << c.error().message;
-  const KvBufferProblem& p = c->kv_buffer;
-  const AttentionInputs in = kv_buffer_inputs(c.value()).value();
+  const KvBufferProblem& p = c->as<KvBufferCase>()->problem;
+  const AttentionInputs in = kv_buffer_inputs(*c->as<KvBufferCase>());
   const int64_t hq = p.shape.heads_q, hkv = p.shape.heads_kv, d = p.shape.head_dim, n = 22, fdb = 7;
   ASSERT_EQ(ref::micro_sequence_metadata(p, 1)->first_document_begin, fdb);
   KvBufferProblem alone = p;

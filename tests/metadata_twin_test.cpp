@@ -7,7 +7,9 @@
 
 #include "attn_oracle/generators.hpp"
 #include "attn_oracle/gpu/metadata.hpp"
+#include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/reference/metadata.hpp"
+#include "attn_oracle/reference_backend.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -81,20 +83,23 @@ class CudaMatchesTwin : public testing::Test {
   }
 };
 
-void expect_same(const PackedBatch& b) {
+void expect_same(Backend&, const Case& c) {
+  const PackedBatch& b = c.as<MetadataCase>()->batch;
   const auto twin = gpu::metadata_twin(b), cuda = gpu::metadata_cuda(b);
-  RC_ASSERT(twin.ok() == cuda.ok());
-  if (twin.ok()) RC_ASSERT(twin.value() == cuda.value());
-  else RC_ASSERT(twin.error().code == cuda.error().code);
+  require(twin.ok() == cuda.ok(), "the twin and the kernel disagree on accepting the input");
+  if (twin.ok()) require(twin.value() == cuda.value(), "the twin's and the kernel's metadata differ");
+  else require(twin.error().code == cuda.error().code, "the twin and the kernel give different codes");
 }
 
 TEST_F(CudaMatchesTwin, OnTenThousandStructuredAndArbitraryInputs) {
-  rc::detail::TestParams params;
-  params.maxSuccess = 5000;
+  RunSettings settings = default_run_settings(20261122);
+  settings.max_success = 5000;
+  const auto reference = make_reference_backend();
   for (auto gen : {packed_batch(), arbitrary_batch()}) {
-    const auto result = rc::detail::checkProperty(rc::detail::toProperty([gen] { expect_same(*gen); }),
-                                                  rc::detail::TestMetadata{}, params);
-    EXPECT_TRUE(result.template is<rc::detail::SuccessResult>());
+    const PropertyDef twin_equals_kernel{"metadata/cudaEqualsTwin", Capability::metadata, "the kernels equal the twin",
+                                         [gen](Backend&) { return Case{MetadataCase{*gen}, {}, {}, {}}; }, expect_same};
+    const PropertyOutcome o = run_property(twin_equals_kernel, *reference, settings);
+    EXPECT_EQ(o.status, PropertyOutcome::Status::passed) << o.message << "\n" << o.case_path;
   }
 }
 

@@ -94,11 +94,12 @@ const json& at_path(const json& j, const std::string& dotted) {
 // The case as the exporter must have seen it: data-seed tensors generated.
 json case_json_with_tensors(const fs::path& path) {
   attn_oracle::Case c = attn_oracle::read_case_file(path.string()).value();
-  if (c.data_seed) {
-    auto inputs = attn_oracle::attention_inputs(c);
+  attn_oracle::AttentionCase* a = attn_oracle::attention_fields(c.payload);
+  if (a && a->data_seed) {
+    auto inputs = attn_oracle::attention_inputs(*a);
     if (inputs) {  // an invalid problem keeps its seed: there is nothing to generate
-      c.tensors = inputs.value();
-      c.data_seed.reset();
+      a->tensors = inputs.value();
+      a->data_seed.reset();
     }
   }
   return attn_oracle::case_to_json(c);

@@ -1,23 +1,26 @@
-// planted_bugs_test.cpp: every property is seen to fail. Each planted bug
-// (tests/planted/) must be caught by its property within the default case count
-// and shrunk to a small counterexample (B <= 2, T <= 8), which is written as a
-// case file that reads back to the same case. The seed is 20261122 unless
-// RC_PARAMS names one (RapidCheck alone would draw a random seed every run).
-// The planted tiled forward without a bug must pass every attention property.
+// planted_bugs_test.cpp: every property is seen to fail, and every failure
+// replays. For each planted bug (tests/planted/, one or more per property):
+//  - its property catches it within the default case count and shrinks it small
+//    (at most 2 rows, 8 tokens a side and 4 devices; a K/V-buffer sequence at most
+//    12 tokens);
+//  - the counterexample file reads back to the same case, property record
+//    included, and replaying it on the planted backend (replay.hpp, what
+//    `attn-oracle replay` runs) fails with the same property id and the same
+//    first-mismatch message; replaying it on the reference passes;
+//  - fixtures/regressions/<bug>.case.json, its promoted counterexample, still
+//    catches it (the fixture test replays it on every built-in backend).
+// The seed is 20261122 unless RC_PARAMS names one (planted_runner.hpp). With
+// ATTN_ORACLE_WRITE_REGRESSIONS=1 the test (re)writes those fixtures.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <set>
 
 #include "attn_oracle/property_runner.hpp"
-#include "attn_oracle/small_seq_checks.hpp"
-#include "attn_oracle/reference/tolerance.hpp"
-#include "attn_oracle/reference/attention.hpp"
-#include "attn_oracle/reference/small_seq.hpp"
-#include "planted/kv_buffer_bugs.hpp"
+#include "attn_oracle/replay.hpp"
+#include "attn_oracle/reference_backend.hpp"
 #include "planted/planted_backends.hpp"
 #include "planted/planted_runner.hpp"
-#include "planted/sharding_bugs.hpp"
 #include "planted/tiled_attention.hpp"
 
 namespace attn_oracle {
@@ -27,81 +30,69 @@ using planted::PlantedBug;
 using planted::planted_settings;
 
 std::vector<PlantedBug> all_bugs() {
-  std::vector<PlantedBug> bugs = planted::metadata_bugs();
-  for (PlantedBug& b : planted::attention_bugs()) bugs.push_back(std::move(b));
-  for (PlantedBug& b : planted::small_seq_bugs()) bugs.push_back(std::move(b));
+  std::vector<PlantedBug> bugs;
+  for (auto* group : {planted::metadata_bugs, planted::attention_bugs, planted::small_seq_bugs,
+                      planted::kv_buffer_bugs, planted::sharding_bugs})
+    for (PlantedBug& b : group()) bugs.push_back(std::move(b));
   return bugs;
 }
 
-int64_t rows_of(const PackedSide& s) { return s.segment_ids.shape[s.segment_ids.shape.size() - 2]; }
+std::string regression_path(const PlantedBug& bug) {
+  return std::string(ATTN_ORACLE_FIXTURES_DIR) + "/regressions/" + bug.name + ".case.json";
+}
+
+// The counterexample promoted to its regression fixture, with a note on where it came from.
+void write_regression(const PlantedBug& bug, const PropertyOutcome& o) {
+  const std::string note = "Shrunk counterexample of the planted bug '" + bug.name + "' (tests/planted/): " +
+                           bug.what + ". Caught by " + bug.property + " (seed " +
+                           std::to_string(o.counterexample->property->seed) + ", " + std::to_string(o.cases) +
+                           " cases, " + std::to_string(o.shrinks) + " shrinks): " + o.message +
+                           ". Regenerate with ATTN_ORACLE_WRITE_REGRESSIONS=1 ctest -R PlantedBug.";
+  ASSERT_TRUE(write_case_file(regression_path(bug), promote_case(*o.counterexample, note)));
+}
 
 class PlantedBugTest : public testing::TestWithParam<PlantedBug> {};
 
-TEST_P(PlantedBugTest, IsCaughtAndShrunkSmall) {
+TEST_P(PlantedBugTest, IsCaughtShrunkSmallAndReplaysTheSameFailure) {
   const PlantedBug& bug = GetParam();
   PropertyOutcome o;
   ASSERT_TRUE(planted::caught(bug, o));
-  const PackedBatch& b = o.counterexample->batch;
-  const int64_t t = std::max(b.q.segment_ids.shape.back(), b.kv.segment_ids.shape.back());
-  std::cout << "[ planted  ] " << bug.name << " caught by " << bug.property << " after " << o.cases
-            << " cases; shrunk to B=" << rows_of(b.q) << " T=" << t << "\n";
-  EXPECT_LE(rows_of(b.q), 2) << o.message;
-  EXPECT_LE(t, 8) << o.message;
+  EXPECT_EQ(o.message.find("generator bug"), std::string::npos) << o.message;
+  const Case& c = *o.counterexample;
+  const CaseSize size = op_of(c).size(c.payload);
+  std::cout << "[ planted  ] " << bug.name << " caught by " << bug.property << " after " << o.cases << " cases, "
+            << o.shrinks << " shrinks; " << op_of(c).name() << " rows=" << size.rows << " tokens=" << size.tokens
+            << " devices=" << size.devices << ": " << o.message << "\n";
+  const bool sequence = c.as<KvBufferCase>() != nullptr;
+  EXPECT_LE(size.rows, 2) << o.message;
+  EXPECT_LE(size.tokens, sequence ? 12 : 8) << o.message;
+  EXPECT_LE(size.devices, 4) << o.message;
+
   ASSERT_FALSE(o.case_path.empty());
-  auto reread = read_case_file(o.case_path);
+  const Expected<Case> reread = read_case_file(o.case_path);
   ASSERT_TRUE(reread.ok()) << reread.error().message;
-  EXPECT_EQ(reread->batch, b);
+  EXPECT_TRUE(reread.value() == c) << "the file does not read back to the counterexample";
+  ASSERT_TRUE(reread->property.has_value());
+  EXPECT_EQ(reread->property->id, bug.property);
   EXPECT_NE(o.replay_command.find(o.case_path), std::string::npos);
-  EXPECT_NE(o.reproduce_params.find("reproduce="), std::string::npos);
+
+  const Judgement replayed = replay_case(*bug.make(), reread.value());
+  ASSERT_EQ(replayed.status, Judgement::Status::fail) << "the counterexample replays as " << to_string(replayed.status);
+  EXPECT_EQ(replayed.lines.at(0), bug.property + ": " + o.message);
+  const Judgement on_reference = replay_case(*make_reference_backend(), reread.value());
+  EXPECT_EQ(on_reference.status, Judgement::Status::pass) << (on_reference.lines.empty() ? "" : on_reference.lines[0]);
+
+  if (const char* write = std::getenv("ATTN_ORACLE_WRITE_REGRESSIONS"); write && std::string(write) == "1")
+    write_regression(bug, o);
 }
 
-// fixtures/regressions/<bug>.case.json pins the bug: the planted backend still
-// disagrees with the reference on it. A bug of attention_into (the guard-band
-// property) is pinned by the same case run into guard-banded buffers instead:
-// its attention() is the reference's own.
+// fixtures/regressions/<bug>.case.json pins the bug: replayed on the planted
+// backend it fails (its property record re-runs the property that caught it).
 TEST_P(PlantedBugTest, ItsRegressionFixtureStillCatchesIt) {
   const PlantedBug& bug = GetParam();
-  const std::string path = std::string(ATTN_ORACLE_FIXTURES_DIR) + "/regressions/" + bug.name + ".case.json";
-  auto c = read_case_file(path);
-  ASSERT_TRUE(c.ok()) << path << ": " << c.error().message;
-  auto backend = bug.make();
-  if (c->op == CaseOp::metadata) {
-    const auto got = backend->metadata()->metadata(c->batch);
-    const nlohmann::json got_json = got ? metadata_to_json(got.value()) : error_to_json(got.error());
-    const bool same = c->expected->contains("error") ? got_json.contains("error") && got_json["error"]["code"] == (*c->expected)["error"]["code"]
-                                                     : got_json == *c->expected;
-    EXPECT_FALSE(same) << bug.name << " agrees with " << path;
-    return;
-  }
-  const AttentionProblem problem = attention_problem(*c);
-  const AttentionInputs inputs = attention_inputs(*c).value();
-  if (c->op == CaseOp::small_seq) {
-    // An invalid case pins its code; a valid one the float64 small-seq result.
-    const auto got = backend->small_seq()->small_seq(problem, inputs);
-    const auto want = ref::small_seq(problem, inputs);
-    if (!want.ok()) {
-      EXPECT_TRUE(got.ok() || got.error().code != want.error().code) << bug.name << " rejects " << path << " with its code";
-      return;
-    }
-    ASSERT_TRUE(got.ok()) << got.error().message;
-    bool all_pass = true;
-    for (const ToleranceCheck& check : check_small_seq_tolerance(problem, inputs, got.value(), want.value()))
-      all_pass = all_pass && check.pass;
-    EXPECT_FALSE(all_pass) << bug.name << " passes " << path;
-    return;
-  }
-  if (bug.property == "attention/guardBandsStayPoisoned") {
-    GuardedAttentionBuffers buffers(problem);
-    ASSERT_FALSE(backend->attention()->attention_into(problem, inputs, buffers.buffers()).has_value());
-    EXPECT_TRUE(buffers.first_violation().has_value()) << bug.name << " keeps the guard bands of " << path;
-    return;
-  }
-  const auto got = backend->attention()->attention(problem, inputs);
-  ASSERT_TRUE(got.ok());
-  bool all_pass = true;
-  for (const ToleranceCheck& check : check_attention_tolerance(problem, inputs, got.value(), ref::attention_dense_masked(problem, inputs).value()))
-    all_pass = all_pass && check.pass;
-  EXPECT_FALSE(all_pass) << bug.name << " passes " << path;
+  const Expected<Judgement> j = replay_file(*bug.make(), regression_path(bug));
+  ASSERT_TRUE(j.ok()) << j.error().message;
+  EXPECT_EQ(j->status, Judgement::Status::fail) << bug.name << " passes " << regression_path(bug);
 }
 
 INSTANTIATE_TEST_SUITE_P(Planted, PlantedBugTest, testing::ValuesIn(all_bugs()),
@@ -127,8 +118,6 @@ TEST(PlantedTiledForward, WithoutABugPassesEveryAttentionProperty) {
 TEST(PlantedBugs, CoverEveryProperty) {
   std::set<std::string> covered;
   for (const PlantedBug& b : all_bugs()) covered.insert(b.property);
-  for (const PlantedBug& b : planted::kv_buffer_bugs()) covered.insert(b.property);  // kv_buffer_planted_test.cpp
-  for (const PlantedBug& b : planted::sharding_bugs()) covered.insert(b.property);  // sharding_planted_test.cpp
   for (const PropertyDef& p : all_properties()) EXPECT_TRUE(covered.count(p.id)) << p.id << " has no planted bug";
 }
 

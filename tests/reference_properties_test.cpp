@@ -33,30 +33,32 @@ double relative_error(const std::vector<double>& a, const std::vector<double>& b
   return diff / scale;
 }
 
+void require_close(const char* name, const std::vector<double>& per_document, const std::vector<double>& dense) {
+  const double e = relative_error(per_document, dense);
+  require(e <= 1e-12, std::string(name) + ": per-document vs dense relative error " + std::to_string(e));
+}
+
 PropertyDef dense_equals_per_document(AttentionFn per_document) {
-  auto body = [per_document](Backend&, CaseRecorder& recorder) {
+  auto draw = [](Backend&) {
     const AttentionDraw d = *attention_draw();
-    RC_PRE(ref::representability(d.problem.batch).representable);
-    Case c;
-    c.op = CaseOp::attention;
-    c.batch = d.problem.batch;
-    c.attention = d.problem.shape;
-    c.data_seed = d.seed;
-    recorder.current(c);
-    const AttentionInputs in = generate_inputs(d.problem, d.seed);
-    const AttentionResult dense = ref::attention_dense_masked(d.problem, in).value();
-    const AttentionResult docs = per_document(d.problem, in).value();
-    RC_ASSERT(relative_error(docs.o, dense.o) <= 1e-12);
-    RC_ASSERT(relative_error(docs.lse, dense.lse) <= 1e-12);
-    if (dense.grads) {
-      RC_ASSERT(docs.grads.has_value());
-      RC_ASSERT(relative_error(docs.grads->dq, dense.grads->dq) <= 1e-12);
-      RC_ASSERT(relative_error(docs.grads->dk, dense.grads->dk) <= 1e-12);
-      RC_ASSERT(relative_error(docs.grads->dv, dense.grads->dv) <= 1e-12);
-    }
+    if (!ref::representability(d.problem.batch).representable) decline_case("not representable");
+    return Case{AttentionCase{d.problem, d.seed, std::nullopt}, {}, {}, {}};
+  };
+  auto check = [per_document](Backend&, const Case& c) {
+    const AttentionCase& a = payload_of<AttentionCase>(c);
+    const AttentionInputs in = attention_inputs(a).value();
+    const AttentionResult dense = ref::attention_dense_masked(a.problem, in).value();
+    const AttentionResult docs = per_document(a.problem, in).value();
+    require_close("o", docs.o, dense.o);
+    require_close("lse", docs.lse, dense.lse);
+    if (!dense.grads) return;
+    require(docs.grads.has_value(), "per-document has no gradients");
+    require_close("dq", docs.grads->dq, dense.grads->dq);
+    require_close("dk", docs.grads->dk, dense.grads->dk);
+    require_close("dv", docs.grads->dv, dense.grads->dv);
   };
   return {"reference/denseEqualsPerDocument", Capability::attention,
-          "dense explicit-mask attention equals per-document attention on representable inputs", body};
+          "dense explicit-mask attention equals per-document attention on representable inputs", draw, check};
 }
 
 // Planted: per-document attention that anchors bottom-right documents top-left.
@@ -83,11 +85,11 @@ TEST(ReferenceSelfCheck, CatchesPerDocumentBottomRightAnchoredTopLeft) {
       run_property(dense_equals_per_document(per_document_anchored_top_left), *reference, settings);
   ASSERT_EQ(o.status, PropertyOutcome::Status::failed);
   ASSERT_TRUE(o.counterexample.has_value());
-  const IntArray& ids = o.counterexample->batch.q.segment_ids;
+  const PackedBatch& b = o.counterexample->as<AttentionCase>()->problem.batch;
   std::cout << "[ planted  ] per-document top-left anchoring caught after " << o.cases
-            << " cases; shrunk to q ids " << shape_to_string(ids.shape) << "\n";
-  EXPECT_LE(ids.shape[0], 2);
-  EXPECT_LE(std::max(ids.shape[1], o.counterexample->batch.kv.segment_ids.shape[1]), 8);
+            << " cases; shrunk to q ids " << shape_to_string(b.q.segment_ids.shape) << ": " << o.message << "\n";
+  EXPECT_LE(b.q.segment_ids.shape[0], 2);
+  EXPECT_LE(std::max(b.q.segment_ids.shape[1], b.kv.segment_ids.shape[1]), 8);
 }
 
 }  // namespace

@@ -4,7 +4,10 @@
 //                                   the backend's result as JSON (exit 0), or
 //                                   {"error": {"code", "message"}} (exit 2), also
 //                                   for a problem the backend does not support
-//   replay  [--backend NAME] CASE   the backend against the reference: PASS (0) / FAIL (3)
+//   replay  [--backend NAME] CASE   a counterexample: the property check it records; any
+//                                   other case: the backend against the reference. PASS (0),
+//                                   FAIL (3) or SKIP (4: nothing judged); default backend:
+//                                   the one the case records, else reference
 //   check   [--backend NAME|all] [--cases N] [--seed S] [--filter PREFIX] [--deep]
 //           [--skips FILE] [--xfails FILE] [--report DIR]
 //   backends                        registered backends, versions, capabilities
@@ -12,15 +15,10 @@
 //   export --npy DIR [--fixtures D] fixtures as .npy files + index.json (npy_export.hpp)
 //   coverage [--markdown]           what the properties exercise (coverage.hpp)
 //
-// Exit 1 is for usage errors, unknown backends and missing capabilities; nothing
-// but the final JSON is ever printed on stdout by eval, so scripts can parse it.
-// Metadata is compared exactly (error codes too); attention goes through the
-// tolerance rule of DESIGN section 5, small_seq through the same rule per output
-// (o, p, dq, dk, dv) against ref::small_seq. A case's `expected` field is compared
-// with the reference's own result (errors by code; attention and small_seq values
-// to 1e-12 relative). Sharding cases: {"ok": true} when a shapes-only case is
-// accepted, else the sharded attention judged like attention; their error
-// messages are compared exactly (DESIGN section 8 pins them).
+// Exit 1 is for usage errors, unknown backends, missing capabilities and
+// unreadable files; nothing but the final JSON is ever printed on stdout by eval,
+// so scripts can parse it. What eval prints, how replay judges and what promote
+// pins are the library's (replay.hpp, one CaseOp per op), shared with the tests.
 //
 // Tested by tests/cli_test.cpp (runs the built binary on fixtures) and, for the
 // evaluation semantics, tests/fixtures_test.cpp.
@@ -35,14 +33,11 @@
 #include "attn_oracle/backend.hpp"
 #include "attn_oracle/case_file.hpp"
 #include "attn_oracle/memory_budget.hpp"
+#include "attn_oracle/replay.hpp"
+#include "builtin_backends.hpp"
 #include "check.hpp"
 #include "coverage.hpp"
 #include "npy_export.hpp"
-#include "attn_oracle/kv_buffer_case.hpp"
-#include "attn_oracle/sharding_case.hpp"
-#include "attn_oracle/small_seq_checks.hpp"
-#include "attn_oracle/reference/tolerance.hpp"
-#include "builtin_backends.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -58,8 +53,11 @@ commands:
                                   {"error": {"code", "message"}} when the input is rejected
                                   or the backend does not support it; BYTES (K, M, G
                                   suffixes) overrides ATTN_ORACLE_MEMORY_BUDGET (4G)
-  replay [--backend NAME] CASE    compare the backend with the reference on a case file;
-                                  prints PASS (exit 0) or FAIL (exit 3) and the first differences
+  replay [--backend NAME] CASE    re-run a counterexample's property check, or compare the
+                                  backend with the reference on any other case file; prints
+                                  PASS (exit 0), FAIL (exit 3) or SKIP (exit 4: nothing was
+                                  judged) and the first differences; default backend: the one
+                                  the case records, else reference
   check [--backend NAME|all] [--cases N] [--seed S] [--filter PREFIX] [--deep]
         [--skips FILE] [--xfails FILE] [--report DIR]
                                   run every property on the chosen backends and write
@@ -141,104 +139,6 @@ void print_json(const json& j) {
   std::cout << "}\n";
 }
 
-// ---------------------------------------------------------------------------
-// One backend on one case
-// ---------------------------------------------------------------------------
-
-// A result, the input's rejection, or (skip non-empty) a missing capability.
-struct Evaluation {
-  std::optional<Metadata> metadata;
-  std::optional<AttentionResult> attention;
-  std::optional<SmallSeqResult> small_seq;
-  std::optional<Error> error;
-  std::string skip;
-  bool unsupported = false;  // skip: the backend has the capability but not for this problem
-  bool sharding_ok = false;  // a shapes-only sharding case the backend accepts
-  json to_json(const AttentionProblem& problem) const {
-    if (error) return error_to_json(*error);
-    if (sharding_ok) return {{"ok", true}};
-    if (metadata) return metadata_to_json(*metadata);
-    if (small_seq) return small_seq_result_to_json(problem, *small_seq);
-    return attention_result_to_json(problem, *attention);
-  }
-};
-
-// small_seq on `backend`.
-Evaluation evaluate_small_seq(Backend& backend, const Case& c, const AttentionInputs& inputs) {
-  Evaluation e;
-  const AttentionProblem problem = attention_problem(c);
-  Expected<SmallSeqResult> r = Error{ErrorCode::unsupported, ""};
-  if (backend.small_seq()) {
-    if (validate_attention(problem, &inputs) && small_seq_documents(problem, &inputs))
-      if (auto reason = backend.small_seq()->unsupported(problem))
-        return e.unsupported = true, e.skip = "backend " + backend.name() + " does not support this problem: " + *reason, e;
-    r = backend.small_seq()->small_seq(problem, inputs);
-  } else {
-    return e.skip = "backend " + backend.name() + " lacks the small_seq capability", e;
-  }
-  if (r) e.small_seq = r.value();
-  else e.error = r.error();
-  return e;
-}
-
-// op sharding (sharding_case.hpp): {"ok": true} for a shapes-only case the
-// backend accepts, else its sharded attention, or the error.
-Evaluation evaluate_sharding(Backend& backend, const Case& c) {
-  Evaluation e;
-  if (!backend.sharding()) return e.skip = "backend " + backend.name() + " lacks the sharding capability", e;
-  auto r = evaluate_sharding_case(*backend.sharding(), c);
-  if (!r) e.error = r.error();
-  else if (r.value()) e.attention = *r.value();
-  else e.sharding_ok = true;
-  return e;
-}
-
-Evaluation evaluate(Backend& backend, const Case& c, const AttentionInputs& inputs) {
-  Evaluation e;
-  const std::string who = "backend " + backend.name();
-  if (c.op == CaseOp::metadata) {
-    if (!backend.metadata()) return e.skip = who + " lacks the metadata capability", e;
-    auto md = backend.metadata()->metadata(c.batch);
-    if (md) e.metadata = md.value();
-    else e.error = md.error();
-    return e;
-  }
-  if (c.op == CaseOp::small_seq) return evaluate_small_seq(backend, c, inputs);
-  if (c.op == CaseOp::sharding) return evaluate_sharding(backend, c);
-  if (c.op != CaseOp::attention)
-    return e.skip = "op " + std::string(to_string(c.op)) + " is not supported by this tool yet", e;
-  if (!backend.attention()) return e.skip = who + " lacks the attention capability", e;
-  const AttentionProblem problem = attention_problem(c);
-  // unsupported() may assume a valid problem; an invalid one goes straight to
-  // attention(), which must reject it with the code of DESIGN section 2.
-  if (validate_attention(problem, &inputs))
-    if (auto reason = backend.attention()->unsupported(problem))
-      return e.unsupported = true, e.skip = who + " does not support this problem: " + *reason, e;
-  auto r = backend.attention()->attention(problem, inputs);
-  if (r) e.attention = r.value();
-  else e.error = r.error();
-  return e;
-}
-
-// The case file and, for attention, its inputs; prints and returns the error otherwise.
-struct LoadedCase {
-  Case c;
-  AttentionInputs inputs;
-};
-
-Expected<LoadedCase> load_case(const std::string& path) {
-  auto c = read_case_file(path);
-  if (!c) return c.error();
-  LoadedCase loaded{c.value(), {}};
-  if (loaded.c.op == CaseOp::attention || loaded.c.op == CaseOp::small_seq ||
-      (loaded.c.op == CaseOp::sharding && !loaded.c.sharding_shapes)) {
-    auto in = attention_inputs(loaded.c);
-    if (!in) return in.error();
-    loaded.inputs = in.value();
-  }
-  return loaded;
-}
-
 // --memory-budget BYTES (K, M, G suffixes): false after a usage error.
 bool apply_memory_budget(const Args& args) {
   auto it = args.flags.find("--memory-budget");
@@ -249,9 +149,9 @@ bool apply_memory_budget(const Args& args) {
   return true;
 }
 
-// The backend named by --backend (default reference); nullptr after a usage error.
-std::unique_ptr<Backend> backend_from(const Args& args) {
-  const std::string name = flag(args, "--backend", "reference");
+// The backend named by --backend (default `fallback`); nullptr after a usage error.
+std::unique_ptr<Backend> backend_from(const Args& args, const std::string& fallback = "reference") {
+  const std::string name = flag(args, "--backend", fallback);
   auto backend = BackendRegistry::instance().make(name);
   if (!backend) usage_error("unknown backend " + name + " (registered: " + registered_names() + ")");
   return backend;
@@ -269,215 +169,57 @@ int eval_command(const std::vector<std::string>& argv) {
   if (!apply_memory_budget(*args)) return 1;
   auto backend = backend_from(*args);
   if (!backend) return 1;
-  auto loaded = load_case(args->positional[0]);
-  if (!loaded) {
-    print_json(error_to_json(loaded.error()));
+  const Expected<Case> c = read_case_file(args->positional[0]);
+  if (!c) {
+    print_json(error_to_json(c.error()));
     return 2;
   }
-  if (loaded->c.op == CaseOp::kv_buffer) {  // kv_buffer_case.hpp
-    if (!backend->kv_buffer()) {
-      std::cerr << "attn-oracle eval: backend " << backend->name() << " lacks the kv_buffer capability\n";
-      return 1;
-    }
-    const json out = evaluate_kv_buffer_case(*backend->kv_buffer(), loaded->c);
-    print_json(out);
-    return out.contains("error") ? 2 : 0;
-  }
-  const Evaluation e = evaluate(*backend, loaded->c, loaded->inputs);
-  if (e.unsupported) {
-    print_json(error_to_json(Error{ErrorCode::unsupported, e.skip}));
-    return 2;
-  }
-  if (!e.skip.empty()) {
-    std::cerr << "attn-oracle eval: " << e.skip << "\n";
+  const Evaluation e = evaluate_case(*backend, c.value());
+  if (e.kind == Evaluation::Kind::missing_capability) {
+    std::cerr << "attn-oracle eval: " << e.reason << "\n";
     return 1;
   }
-  print_json(e.to_json(attention_problem(loaded->c)));
-  return e.error ? 2 : 0;
-}
-
-// ---------------------------------------------------------------------------
-// replay: comparisons
-// ---------------------------------------------------------------------------
-
-struct Verdict {
-  bool pass = true;
-  std::vector<std::string> lines;
-  void fail(const std::string& line) {
-    pass = false;
-    lines.push_back(line);
-  }
-};
-
-std::string index_string(int64_t flat, const Shape& shape) {
-  Shape index(shape.size());
-  for (size_t k = shape.size(); k-- > 0;) {
-    index[k] = shape[k] > 0 ? flat % shape[k] : 0;
-    flat = shape[k] > 0 ? flat / shape[k] : 0;
-  }
-  return shape_to_string(index);
-}
-
-void compare_field(const char* name, const std::vector<int64_t>& got,
-                   const std::vector<int64_t>& want, const Shape& shape, Verdict& v) {
-  if (got.size() != want.size())
-    return v.fail(std::string(name) + ": backend has " + std::to_string(got.size()) +
-                  " entries, reference " + std::to_string(want.size()));
-  for (size_t i = 0; i < got.size(); ++i)
-    if (got[i] != want[i])
-      v.fail(std::string(name) + index_string(int64_t(i), shape) + ": backend " +
-             std::to_string(got[i]) + ", reference " + std::to_string(want[i]));
-}
-
-void compare_metadata(const Metadata& got, const Metadata& want, Verdict& v) {
-  if (got.extra != want.extra || got.batch != want.batch || got.max_segments != want.max_segments)
-    v.fail("shape (extra, B, M): backend " + shape_to_string(got.extra) + ", " +
-           std::to_string(got.batch) + ", " + std::to_string(got.max_segments) + "; reference " +
-           shape_to_string(want.extra) + ", " + std::to_string(want.batch) + ", " +
-           std::to_string(want.max_segments));
-  Shape seqlens = want.extra, offsets = want.extra;
-  seqlens.insert(seqlens.end(), {want.batch, want.max_segments});
-  offsets.insert(offsets.end(), {want.batch, want.max_segments + 1});
-  const Shape flat = {int64_t(want.cu_seqlens_q.size())};
-  compare_field("q_seqlens", got.q_seqlens, want.q_seqlens, seqlens, v);
-  compare_field("kv_seqlens", got.kv_seqlens, want.kv_seqlens, seqlens, v);
-  compare_field("q_offsets", got.q_offsets, want.q_offsets, offsets, v);
-  compare_field("kv_offsets", got.kv_offsets, want.kv_offsets, offsets, v);
-  compare_field("cu_seqlens_q", got.cu_seqlens_q, want.cu_seqlens_q, flat, v);
-  compare_field("cu_seqlens_kv", got.cu_seqlens_kv, want.cu_seqlens_kv, flat, v);
-  compare_field("ragged_offsets_q", got.ragged_offsets_q, want.ragged_offsets_q, flat, v);
-  compare_field("ragged_offsets_kv", got.ragged_offsets_kv, want.ragged_offsets_kv, flat, v);
-  if (v.pass) v.lines.push_back("metadata: every field equal");
-}
-
-void compare_attention(const LoadedCase& lc, const AttentionResult& got,
-                       const AttentionResult& want, Verdict& v) {
-  if (got.o.size() != want.o.size() || got.lse.size() != want.lse.size() ||
-      got.grads.has_value() != want.grads.has_value())
-    return v.fail("result sizes: backend o " + std::to_string(got.o.size()) + ", lse " +
-                  std::to_string(got.lse.size()) + (got.grads ? ", grads" : ", no grads") +
-                  "; reference o " + std::to_string(want.o.size()) + ", lse " +
-                  std::to_string(want.lse.size()) + (want.grads ? ", grads" : ", no grads"));
-  std::vector<std::string> passed;
-  for (const ToleranceCheck& t :
-       check_attention_tolerance(attention_problem(lc.c), lc.inputs, got, want))
-    t.pass ? passed.push_back(t.describe()) : v.fail(t.describe());
-  v.lines.insert(v.lines.end(), passed.begin(), passed.end());  // failures first
-}
-
-// Per output (o, p, dq, dk, dv) by the tolerance rule against ref::small_seq.
-void compare_small_seq(const LoadedCase& lc, const SmallSeqResult& got, const SmallSeqResult& want, Verdict& v) {
-  std::vector<std::string> passed;
-  for (const ToleranceCheck& t : check_small_seq_tolerance(attention_problem(lc.c), lc.inputs, got, want))
-    t.pass ? passed.push_back(t.describe()) : v.fail(t.describe());
-  v.lines.insert(v.lines.end(), passed.begin(), passed.end());  // failures first
-}
-
-void compare(const LoadedCase& lc, const Evaluation& got, const Evaluation& want, Verdict& v) {
-  if (got.error && want.error) {
-    if (got.error->code == want.error->code && lc.c.op == CaseOp::sharding && got.error->message != want.error->message)
-      return v.fail("error message (DESIGN section 8 pins it): backend \"" + got.error->message + "\", reference \"" +
-                    want.error->message + "\"");
-    if (got.error->code == want.error->code)
-      return v.lines.push_back("both reject the input with " + std::string(to_string(got.error->code)));
-    return v.fail("error code: backend " + std::string(to_string(got.error->code)) +
-                  ", reference " + std::string(to_string(want.error->code)) + " (" +
-                  want.error->message + ")");
-  }
-  if (got.error) return v.fail("backend rejects a valid input: " + got.error->message);
-  if (want.error)
-    return v.fail("backend accepts an invalid input; reference: " +
-                  std::string(to_string(want.error->code)) + " (" + want.error->message + ")");
-  if (got.metadata) return compare_metadata(*got.metadata, *want.metadata, v);
-  if (got.small_seq) return compare_small_seq(lc, *got.small_seq, *want.small_seq, v);
-  if (got.sharding_ok) return v.lines.push_back("both accept the sharding");
-  compare_attention(lc, *got.attention, *want.attention, v);
-}
-
-// Differences between the reference's JSON and the case's `expected` (numbers to
-// `rel` relative; an expected error compares by code only).
-void diff_json(const json& got, const json& want, const std::string& path, double rel,
-               Verdict& v) {
-  if (got.is_number_integer() && want.is_number_integer()) {
-    if (got == want) return;
-  } else if (got.is_number() && want.is_number()) {
-    const double a = got.get<double>(), b = want.get<double>();
-    if (std::fabs(a - b) <= rel * std::max(1.0, std::fabs(b))) return;
-  } else if (got.is_array() && want.is_array() && got.size() == want.size()) {
-    for (size_t i = 0; i < got.size(); ++i)
-      diff_json(got[i], want[i], path + "[" + std::to_string(i) + "]", rel, v);
-    return;
-  } else if (got.is_object() && want.is_object()) {
-    for (auto it = want.begin(); it != want.end(); ++it)
-      diff_json(got.contains(it.key()) ? got[it.key()] : json(), it.value(),
-                path + (path.empty() ? "" : ".") + it.key(), rel, v);
-    for (auto it = got.begin(); it != got.end(); ++it)
-      if (!want.contains(it.key()))
-        v.fail("reference disagrees with the case's expected result: " + path +
-               (path.empty() ? "" : ".") + it.key() + ": not in expected");
-    return;
-  } else if (got == want) {
-    return;
-  }
-  v.fail("reference disagrees with the case's expected result: " + path + ": reference " +
-         got.dump() + ", expected " + want.dump());
-}
-
-void compare_expected(const LoadedCase& lc, const Evaluation& ref, const json& expected,
-                      Verdict& v) {
-  if (expected.is_object() && expected.contains("error")) {
-    const json& want = expected["error"];
-    const json code = want.is_object() && want.contains("code") ? want["code"] : json();
-    if (!ref.error)
-      return v.fail("reference disagrees with the case's expected result: it accepts the input, "
-                    "expected error " + code.dump());
-    if (lc.c.op == CaseOp::sharding && want.is_object() && want.contains("message"))  // DESIGN 8 pins the message
-      diff_json(ref.error->message, want["message"], "error.message", 0.0, v);
-    return diff_json(std::string(to_string(ref.error->code)), code, "error.code", 0.0, v);
-  }
-  const double rel = lc.c.op == CaseOp::attention || lc.c.op == CaseOp::small_seq || lc.c.op == CaseOp::sharding ? 1e-12 : 0.0;
-  diff_json(ref.to_json(attention_problem(lc.c)), expected, "", rel, v);
+  print_json(e.output);
+  return e.kind == Evaluation::Kind::result ? 0 : 2;
 }
 
 // ---------------------------------------------------------------------------
 // replay
 // ---------------------------------------------------------------------------
 
+// The backend a counterexample recorded, when this build has it; else the reference.
+std::string default_replay_backend(const std::string& path) {
+  const Expected<Case> c = read_case_file(path);
+  if (c && c->property && !c->property->backend.empty() && BackendRegistry::instance().make(c->property->backend))
+    return c->property->backend;
+  return "reference";
+}
+
 int replay_command(const std::vector<std::string>& argv) {
   std::string error;
   auto args = parse_args(argv, {"--backend"}, error);
   if (!args) return usage_error(error);
   if (args->positional.size() != 1) return usage_error("replay takes exactly one case file");
-  auto backend = backend_from(*args);
+  const std::string& path = args->positional[0];
+  auto backend = backend_from(*args, default_replay_backend(path));
   if (!backend) return 1;
-  auto loaded = load_case(args->positional[0]);
-  if (!loaded) {
-    std::cerr << "attn-oracle replay: cannot read the case: " << to_string(loaded.error().code)
-              << ": " << loaded.error().message << "\n";
+  const Expected<Judgement> j = replay_file(*backend, path);
+  if (!j) {
+    std::cerr << "attn-oracle replay: cannot read the case: " << to_string(j.error().code) << ": "
+              << j.error().message << "\n";
     return 1;
   }
-  if (loaded->c.op == CaseOp::kv_buffer) return replay_kv_buffer_case(*backend, loaded->c, std::cout);
-  auto reference = make_reference_backend();
-  const Evaluation want = evaluate(*reference, loaded->c, loaded->inputs);
-  const Evaluation got = evaluate(*backend, loaded->c, loaded->inputs);
-  for (const Evaluation* e : {&got, &want})
-    if (!e->skip.empty()) {
-      std::cerr << "attn-oracle replay: " << e->skip << "\n";
-      return 1;
-    }
-  Verdict v;
-  compare(*loaded, got, want, v);
-  if (loaded->c.expected) {
-    const size_t before = v.lines.size();
-    compare_expected(*loaded, want, *loaded->c.expected, v);
-    if (v.lines.size() == before) v.lines.push_back("reference matches the case's expected result");
+  std::cout << to_string(j->status) << "\n";
+  std::cout << "  on backend " << backend->name() << " (" << backend->version() << ")\n";
+  for (size_t i = 0; i < j->lines.size() && i < kMaxDifferenceLines; ++i) std::cout << "  " << j->lines[i] << "\n";
+  if (j->lines.size() > kMaxDifferenceLines)
+    std::cout << "  ... and " << j->lines.size() - kMaxDifferenceLines << " more\n";
+  switch (j->status) {
+    case Judgement::Status::pass: return 0;
+    case Judgement::Status::fail: return 3;
+    case Judgement::Status::skip: return 4;
   }
-  std::cout << (v.pass ? "PASS" : "FAIL") << "\n";
-  for (size_t i = 0; i < v.lines.size() && i < kMaxDifferenceLines; ++i)
-    std::cout << "  " << v.lines[i] << "\n";
-  if (v.lines.size() > kMaxDifferenceLines)
-    std::cout << "  ... and " << v.lines.size() - kMaxDifferenceLines << " more\n";
-  return v.pass ? 0 : 3;
+  return 1;
 }
 
 // ---------------------------------------------------------------------------
@@ -545,18 +287,9 @@ int promote_command(const std::vector<std::string>& argv) {
   auto args = parse_args(argv, {"--note"}, error);
   if (!args) return usage_error(error);
   if (args->positional.size() != 2) return usage_error("promote takes a case file and an output path");
-  auto loaded = load_case(args->positional[0]);
-  if (!loaded) return usage_error("cannot read " + args->positional[0] + ": " + loaded.error().message);
-  auto reference = make_reference_backend();
-  Case promoted = loaded->c;
-  if (promoted.op == CaseOp::kv_buffer) {  // its own result format (kv_buffer_case.hpp)
-    promoted.expected = evaluate_kv_buffer_case(*reference->kv_buffer(), promoted);
-  } else {
-    const Evaluation e = evaluate(*reference, loaded->c, loaded->inputs);
-    if (!e.skip.empty()) return usage_error(e.skip);
-    promoted.expected = e.to_json(attention_problem(promoted));
-  }
-  promoted.note = flag(*args, "--note", promoted.note);
+  const Expected<Case> c = read_case_file(args->positional[0]);
+  if (!c) return usage_error("cannot read " + args->positional[0] + ": " + c.error().message);
+  const Case promoted = promote_case(c.value(), flag(*args, "--note", c->note));
   if (!write_case_file(args->positional[1], promoted)) return usage_error("cannot write " + args->positional[1]);
   std::cout << args->positional[1] << "\n";
   return 0;

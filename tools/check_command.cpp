@@ -15,6 +15,7 @@
 #include <iomanip>
 #include <iostream>
 #include <random>
+#include <sstream>
 
 #include "attn_oracle/property_runner.hpp"
 #include "check_report.hpp"
@@ -130,9 +131,10 @@ void print_result(const CheckResult& r, double seconds) {
               << std::fixed << std::setprecision(1) << seconds << " s)";
   std::cout << "\n";
   if (r.verdict == Verdict::skipped || r.verdict == Verdict::passed) return;
-  if (!r.message.empty()) std::cout << r.message << (r.message.back() == '\n' ? "" : "\n");
+  std::istringstream lines(r.message);
+  for (std::string line; std::getline(lines, line);) std::cout << "    " << line << "\n";
   if (!r.counterexample.empty()) std::cout << "    counterexample: " << r.counterexample << "\n    replay: " << r.replay << "\n";
-  if (!r.rerun.empty()) std::cout << "    rerun: " << r.rerun << " attn-oracle check --backend " << r.backend << " --filter " << r.property << "\n";
+  if (!r.rerun.empty()) std::cout << "    rerun: " << r.rerun << "\n";
 }
 
 CheckResult to_result(const PropertyOutcome& o) {
@@ -144,7 +146,7 @@ CheckResult to_result(const PropertyOutcome& o) {
   r.message = o.message;
   r.counterexample = o.case_path;
   r.replay = o.replay_command;
-  r.rerun = o.reproduce_params;
+  r.rerun = o.rerun_command;
   switch (o.status) {
     case PropertyOutcome::Status::passed: r.verdict = Verdict::passed; break;
     case PropertyOutcome::Status::failed: r.verdict = Verdict::failed; break;
@@ -218,7 +220,6 @@ RunSettings check_settings(const CheckOptions& options) {
   if (options.deep) settings.max_size = 100;
   if (options.seed) settings.seed = *options.seed;
   if (settings.seed == 0) settings.seed = std::random_device{}();
-  settings.quiet = true;
   return settings;
 }
 

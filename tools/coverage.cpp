@@ -4,34 +4,36 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <tuple>
 #include <sstream>
 
+#include "attn_oracle/case_op.hpp"
 #include "attn_oracle/property_runner.hpp"
 
 namespace attn_oracle {
 namespace {
 
-// Layout words in the order the table prints them.
+// Layout words of the packed-batch ops in the order the table prints them; an
+// op's other words follow in alphabetical order.
 constexpr const char* kLayouts[] = {"B=1", "B>1", "extra dims", "Tq!=Tkv", "window", "GQA"};
 
 struct Cell {
   std::set<std::string> properties, layouts, dtypes;
 };
-using Tally = std::map<std::pair<int, int>, Cell>;  // (op, mask kind) -> what was seen
+// (op in table order, mask kinds in DESIGN's order then other rows, row) -> what was seen
+using Tally = std::map<std::tuple<size_t, int, std::string>, Cell>;
+
+int row_rank(const std::string& row) {
+  const auto kind = mask_kind_from_string(row);
+  return kind ? static_cast<int>(*kind) : 100;
+}
 
 void tally(const Case& c, const std::string& property, Tally& t) {
-  Cell& cell = t[{static_cast<int>(c.op), static_cast<int>(c.batch.mask)}];
+  const CoverageCell seen = op_of(c).coverage(c.payload);
+  Cell& cell = t[{c.payload.index(), row_rank(seen.row), seen.row}];
   cell.properties.insert(property);
-  const Shape& ids = c.batch.q.segment_ids.shape;
-  if (ids.size() >= 2) cell.layouts.insert(ids[ids.size() - 2] == 1 ? "B=1" : "B>1");
-  if (ids.size() > 2 || c.batch.kv.segment_ids.shape.size() > 2) cell.layouts.insert("extra dims");
-  if (!ids.empty() && !c.batch.kv.segment_ids.shape.empty() && ids.back() != c.batch.kv.segment_ids.shape.back())
-    cell.layouts.insert("Tq!=Tkv");
-  if (c.batch.window.left >= 0 || c.batch.window.right >= 0) cell.layouts.insert("window");
-  if (c.op == CaseOp::attention || c.op == CaseOp::small_seq) {
-    if (c.attention.heads_q != c.attention.heads_kv) cell.layouts.insert("GQA");
-    cell.dtypes.insert(std::string(to_string(c.attention.dtype)) + (c.attention.backward ? " fwd+bwd" : " fwd"));
-  }
+  cell.layouts.insert(seen.layouts.begin(), seen.layouts.end());
+  cell.dtypes.insert(seen.dtypes.begin(), seen.dtypes.end());
 }
 
 // The first registered backend with every capability `p` needs.
@@ -49,10 +51,11 @@ std::string joined(const std::set<std::string>& s, const char* sep) {
   return out.empty() ? "-" : out;
 }
 
-std::string ordered_layouts(const std::set<std::string>& seen) {
+std::string ordered_layouts(std::set<std::string> seen) {
   std::string out;
   for (const char* l : kLayouts)
-    if (seen.count(l)) out += (out.empty() ? "" : ", ") + std::string(l);
+    if (seen.erase(l)) out += (out.empty() ? "" : ", ") + std::string(l);
+  for (const std::string& l : seen) out += (out.empty() ? "" : ", ") + l;
   return out.empty() ? "-" : out;
 }
 
@@ -63,7 +66,6 @@ std::string coverage_table(bool markdown) {
   RunSettings settings;
   settings.max_success = kCoverageCasesPerProperty;
   settings.seed = kCoverageSeed;
-  settings.quiet = true;
   settings.failures_dir = (std::filesystem::temp_directory_path() / "attn-oracle-coverage").string();
   std::string current;
   settings.on_case_passed = [&](const Case& c) { tally(c, current, t); };
@@ -76,8 +78,8 @@ std::string coverage_table(bool markdown) {
   std::ostringstream os;
   if (markdown) os << "| op | mask | layouts | dtypes | properties |\n|---|---|---|---|---|\n";
   for (const auto& [key, cell] : t) {
-    const std::string op(to_string(static_cast<CaseOp>(key.first)));
-    const std::string mask(to_string(static_cast<MaskKind>(key.second)));
+    const std::string op(case_ops()[std::get<0>(key)]->name());
+    const std::string& mask = std::get<2>(key);
     if (markdown)
       os << "| " << op << " | " << mask << " | " << ordered_layouts(cell.layouts) << " | "
          << joined(cell.dtypes, ", ") << " | " << cell.properties.size() << " |\n";

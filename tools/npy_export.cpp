@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "attn_oracle/case_file.hpp"
+#include "attn_oracle/case_op.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -82,13 +83,19 @@ void collect_arrays(const json& j, const std::string& path, std::vector<std::pai
 // The case as JSON, with generated tensors in place of a data seed.
 json case_with_tensors(const Case& c) {
   Case filled = c;
-  if (c.data_seed) {
-    if (auto inputs = attention_inputs(c)) {
-      filled.tensors = inputs.value();
-      filled.data_seed.reset();
+  if (AttentionCase* a = attention_fields(filled.payload); a && a->data_seed) {
+    if (auto inputs = attention_inputs(*a)) {
+      a->tensors = inputs.value();
+      a->data_seed.reset();
     }
   }
   return case_to_json(filled);
+}
+
+std::optional<uint64_t> data_seed(const Case& c) {
+  if (const AttentionCase* a = attention_fields(c.payload)) return a->data_seed;
+  if (const auto* k = c.as<KvBufferCase>()) return k->data_seed;
+  return std::nullopt;
 }
 
 ojson export_fixture(const fs::path& case_path, const std::string& name, const fs::path& out_root) {
@@ -100,9 +107,9 @@ ojson export_fixture(const fs::path& case_path, const std::string& name, const f
     return entry;
   }
   json j = case_with_tensors(c.value());
-  entry["op"] = std::string(to_string(c->op));
+  entry["op"] = std::string(op_of(c.value()).name());
   entry["note"] = c->note;
-  if (c->data_seed) entry["data_seed"] = *c->data_seed;
+  if (auto seed = data_seed(c.value())) entry["data_seed"] = *seed;
   ojson attributes = ojson::object(), inputs = ojson::object(), expected = ojson::object();
   for (auto it = j.begin(); it != j.end(); ++it)
     if (!it.value().is_object() && (!it.value().is_array() || it.key() == "window") && it.key() != "note" &&
@@ -113,6 +120,7 @@ ojson export_fixture(const fs::path& case_path, const std::string& name, const f
   const json expected_json = j.contains("expected") ? j["expected"] : json();
   j.erase("expected");
   j.erase("window");
+  j.erase("property");  // a counterexample's record: not an input
   std::vector<std::pair<std::string, NumericArray>> arrays, results;
   collect_arrays(j, "", arrays);
   collect_arrays(expected_json, "expected", results);

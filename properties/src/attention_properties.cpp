@@ -4,7 +4,10 @@
 // same-precision naive computation + eps. The metamorphic ones (permutation,
 // GQA, causal window) compare a backend with itself on a transformed problem,
 // with the same rule and the transformed run in the reference's seat. Each
-// property has a planted-bug backend in tests/planted/ that it must catch.
+// property is a draw (an attention case the backend supports, plus a drawn
+// permutation where one is used) and a check on the case, so a counterexample
+// replays the exact check. Each property has a planted-bug backend in
+// tests/planted/ that it must catch.
 #include <cmath>
 #include <sstream>
 
@@ -19,68 +22,93 @@
 namespace attn_oracle {
 namespace {
 
-Case attention_case(const AttentionDraw& d) { return draw_case(CaseOp::attention, d); }
+using nlohmann::json;
 
-AttentionDraw nearest_supported(Backend& backend, AttentionDraw d) {
+std::string describe(const Error& e) { return std::string(to_string(e.code)) + ": " + e.message; }
+
+Case attention_case(const AttentionProblem& problem, uint64_t seed) {
+  return Case{AttentionCase{problem, seed, std::nullopt}, {}, {}, {}};
+}
+
+// Draws a problem the backend supports (moved to the nearest supported shape).
+Case draw_supported(Backend& backend, const AttentionOptions& options = {}) {
+  AttentionDraw d = *attention_draw(options);
   d.problem.shape = nearest_supported_shape(
       d.problem, [&](const AttentionProblem& p) { return !backend.attention()->unsupported(p).has_value(); });
-  return d;
+  if (auto reason = backend.attention()->unsupported(d.problem)) decline_case("unsupported: " + *reason);
+  return attention_case(d.problem, d.seed);
 }
 
-// Draws a problem the backend supports, records it, and returns it with its inputs.
-std::pair<AttentionDraw, AttentionInputs> draw_supported(Backend& backend, CaseRecorder& recorder,
-                                                         const AttentionOptions& options = {}) {
-  const AttentionDraw d = nearest_supported(backend, *attention_draw(options));
-  const auto reason = backend.attention()->unsupported(d.problem);
-  RC_PRE(!reason.has_value());
-  recorder.current(attention_case(d));
-  return {d, generate_inputs(d.problem, d.seed)};
-}
+Case draw_any(Backend& backend) { return draw_supported(backend); }
+Case draw_gqa(Backend& backend) { return draw_supported(backend, AttentionOptions{.gqa = true}); }
 
-AttentionResult run_or_fail(Backend& backend, const AttentionProblem& p, const AttentionInputs& in) {
-  Expected<AttentionResult> r = backend.attention()->attention(p, in);
-  if (!r) RC_FAIL("backend rejected a valid input: " + std::string(to_string(r.error().code)) + ": " + r.error().message);
-  return std::move(r).value();
-}
+// The case's problem, if valid and supported, and its inputs.
+struct Drawn {
+  AttentionProblem problem;
+  AttentionInputs inputs;
+};
 
-void assert_within_tolerance(const AttentionProblem& p, const AttentionInputs& in,
-                             const AttentionResult& got, const AttentionResult& want) {
-  for (const ToleranceCheck& check : check_attention_tolerance(p, in, got, want))
-    if (!check.pass) RC_FAIL(check.describe());
+Drawn supported_case(Backend& backend, const Case& c) {
+  const AttentionCase& a = payload_of<AttentionCase>(c);
+  const Expected<AttentionInputs> inputs = attention_inputs(a);
+  if (!inputs) fail_case("the case has no inputs: " + describe(inputs.error()));
+  if (auto e = validate_attention(a.problem, &inputs.value()); !e) decline_case("not a valid problem: " + describe(e.error()));
+  if (auto reason = backend.attention()->unsupported(a.problem)) decline_case("unsupported: " + *reason);
+  return Drawn{a.problem, inputs.value()};
 }
 
 // Kernels see each document as trimmed runs and apply the index rule, which is
 // the token-level mask exactly on representable inputs (DESIGN section 4); the
 // others are the representability diagnostic's business, not a kernel bug.
-void matches_reference(Backend& backend, CaseRecorder& recorder) {
-  const auto [d, inputs] = draw_supported(backend, recorder);
-  RC_PRE(ref::representability(d.problem.batch).representable);
-  const AttentionResult want = ref::attention_dense_masked(d.problem, inputs).value();
-  assert_within_tolerance(d.problem, inputs, run_or_fail(backend, d.problem, inputs), want);
+void decline_unrepresentable(const AttentionProblem& p) {
+  if (const auto r = ref::representability(p.batch); !r.representable) decline_case("not representable: " + r.first_difference);
+}
+
+AttentionResult run_or_fail(Backend& backend, const AttentionProblem& p, const AttentionInputs& in) {
+  Expected<AttentionResult> r = backend.attention()->attention(p, in);
+  if (!r) fail_case("backend rejected a valid input: " + describe(r.error()));
+  return std::move(r).value();
+}
+
+void assert_within_tolerance(const AttentionProblem& p, const AttentionInputs& in, const AttentionResult& got,
+                             const AttentionResult& want) {
+  for (const ToleranceCheck& check : check_attention_tolerance(p, in, got, want))
+    if (!check.pass) fail_case(check.describe());
+}
+
+void matches_reference(Backend& backend, const Case& c) {
+  const Drawn d = supported_case(backend, c);
+  decline_unrepresentable(d.problem);
+  const AttentionResult want = ref::attention_dense_masked(d.problem, d.inputs).value();
+  assert_within_tolerance(d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs), want);
 }
 
 // On representable inputs the kernels' per-document view is the whole truth.
-void matches_per_document_reference(Backend& backend, CaseRecorder& recorder) {
-  const auto [d, inputs] = draw_supported(backend, recorder);
-  RC_PRE(ref::representability(d.problem.batch).representable);
-  const AttentionResult want = ref::attention_per_document(d.problem, inputs).value();
-  assert_within_tolerance(d.problem, inputs, run_or_fail(backend, d.problem, inputs), want);
+void matches_per_document_reference(Backend& backend, const Case& c) {
+  const Drawn d = supported_case(backend, c);
+  decline_unrepresentable(d.problem);
+  const AttentionResult want = ref::attention_per_document(d.problem, d.inputs).value();
+  assert_within_tolerance(d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs), want);
 }
 
-bool any_nan(const std::vector<double>& v) {
-  for (double x : v)
-    if (std::isnan(x)) return true;
-  return false;
+// "o[3]" of a tensor: the first NaN, or "".
+std::string first_nan(const char* name, const std::vector<double>& v) {
+  for (size_t i = 0; i < v.size(); ++i)
+    if (std::isnan(v[i])) return std::string(name) + "[" + std::to_string(i) + "] is NaN";
+  return "";
 }
 
 // Queries that attend nothing give exactly o = 0, lse = -inf, dq = 0; keys that
 // nobody attends get dk = dv = 0; nothing is NaN.
-void unattended_tokens_are_exactly_zero(Backend& backend, CaseRecorder& recorder) {
-  const auto [d, inputs] = draw_supported(backend, recorder);
-  RC_PRE(ref::representability(d.problem.batch).representable);  // the mask is token-level
-  const AttentionResult got = run_or_fail(backend, d.problem, inputs);
-  RC_ASSERT(!any_nan(got.o) && !any_nan(got.lse));
-  if (got.grads) RC_ASSERT(!any_nan(got.grads->dq) && !any_nan(got.grads->dk) && !any_nan(got.grads->dv));
+void unattended_tokens_are_exactly_zero(Backend& backend, const Case& c) {
+  const Drawn d = supported_case(backend, c);
+  decline_unrepresentable(d.problem);  // the mask is token-level
+  const AttentionResult got = run_or_fail(backend, d.problem, d.inputs);
+  for (auto [name, t] : {std::pair{"o", &got.o}, std::pair{"lse", &got.lse}})
+    if (auto nan = first_nan(name, *t); !nan.empty()) fail_case(nan);
+  if (got.grads)
+    for (auto [name, t] : {std::pair{"dq", &got.grads->dq}, std::pair{"dk", &got.grads->dk}, std::pair{"dv", &got.grads->dv}})
+      if (auto nan = first_nan(name, *t); !nan.empty()) fail_case(nan);
   const BatchLayout l = validate_shapes(d.problem.batch).value();
   const AttentionShape& s = d.problem.shape;
   for (int64_t r = 0; r < l.rows(); ++r) {
@@ -89,12 +117,14 @@ void unattended_tokens_are_exactly_zero(Backend& backend, CaseRecorder& recorder
       bool attends = false;
       for (int64_t j = 0; j < l.kv_len; ++j) attends = attends || m(i, j);
       if (attends) continue;
+      const std::string query = "row " + std::to_string(r) + " query " + std::to_string(i) + " attends nothing but ";
       for (int64_t h = 0; h < s.heads_q; ++h) {
-        RC_ASSERT(std::isinf(got.lse[(r * s.heads_q + h) * l.q_len + i]));
-        for (int64_t c = 0; c < s.head_dim; ++c) {
-          const int64_t at = ((r * l.q_len + i) * s.heads_q + h) * s.head_dim + c;
-          if (got.o[at] != 0.0) RC_FAIL("row " + std::to_string(r) + " query " + std::to_string(i) + " attends nothing but o = " + std::to_string(got.o[at]));
-          if (got.grads) RC_ASSERT(got.grads->dq[at] == 0.0);
+        const double lse = got.lse[(r * s.heads_q + h) * l.q_len + i];
+        require(std::isinf(lse) && lse < 0, query + "lse[head " + std::to_string(h) + "] = " + std::to_string(lse));
+        for (int64_t k = 0; k < s.head_dim; ++k) {
+          const int64_t at = ((r * l.q_len + i) * s.heads_q + h) * s.head_dim + k;
+          require(got.o[at] == 0.0, query + "o = " + std::to_string(got.o[at]));
+          if (got.grads) require(got.grads->dq[at] == 0.0, query + "dq = " + std::to_string(got.grads->dq[at]));
         }
       }
     }
@@ -102,30 +132,39 @@ void unattended_tokens_are_exactly_zero(Backend& backend, CaseRecorder& recorder
       bool attended = false;
       for (int64_t i = 0; i < l.q_len; ++i) attended = attended || m(i, j);
       if (attended) continue;
-      for (int64_t c = 0; c < s.heads_kv * s.head_dim; ++c) {
-        RC_ASSERT(got.grads->dk[(r * l.kv_len + j) * s.heads_kv * s.head_dim + c] == 0.0);
-        RC_ASSERT(got.grads->dv[(r * l.kv_len + j) * s.heads_kv * s.head_dim + c] == 0.0);
+      const std::string key = "row " + std::to_string(r) + " key " + std::to_string(j) + " is attended by nobody but ";
+      for (int64_t k = 0; k < s.heads_kv * s.head_dim; ++k) {
+        const int64_t at = (r * l.kv_len + j) * s.heads_kv * s.head_dim + k;
+        require(got.grads->dk[at] == 0.0, key + "dk = " + std::to_string(got.grads->dk[at]));
+        require(got.grads->dv[at] == 0.0, key + "dv = " + std::to_string(got.grads->dv[at]));
       }
     }
   }
 }
 
+// The permutation of the documents is drawn after the case and recorded with it.
+Case draw_permutation(Backend& backend) {
+  Case c = draw_supported(backend);
+  return with_drawn(std::move(c), {{"permutation_seed", *rc::gen::inRange<uint64_t>(0, 1000)}});
+}
+
 // Reordering the documents of a row reorders the outputs and changes nothing else.
-void document_permutation_invariance(Backend& backend, CaseRecorder& recorder) {
-  const auto [d, inputs] = draw_supported(backend, recorder);
-  const PermutedBatch perm = permute_documents(d.problem.batch, *rc::gen::inRange<uint64_t>(0, 1000));
+void document_permutation_invariance(Backend& backend, const Case& c) {
+  const Drawn d = supported_case(backend, c);
+  const PermutedBatch perm = permute_documents(d.problem.batch, drawn_value<uint64_t>(c, "permutation_seed", 0));
   AttentionProblem p2 = d.problem;
   p2.batch = perm.batch;
   const AttentionShape& s = d.problem.shape;
   const int64_t wq = s.heads_q * s.head_dim, wkv = s.heads_kv * s.head_dim;
-  AttentionInputs in2{gather_tokens(inputs.q, perm.q_from, wq), gather_tokens(inputs.k, perm.kv_from, wkv),
-                      gather_tokens(inputs.v, perm.kv_from, wkv), {}};
-  if (s.backward) in2.d_o = gather_tokens(inputs.d_o, perm.q_from, wq);
-  const AttentionResult before = run_or_fail(backend, d.problem, inputs);
+  AttentionInputs in2{gather_tokens(d.inputs.q, perm.q_from, wq), gather_tokens(d.inputs.k, perm.kv_from, wkv),
+                      gather_tokens(d.inputs.v, perm.kv_from, wkv), {}};
+  if (s.backward) in2.d_o = gather_tokens(d.inputs.d_o, perm.q_from, wq);
+  const AttentionResult before = run_or_fail(backend, d.problem, d.inputs);
   // The original outputs moved to the new token order are the expectation.
   AttentionResult moved;
   moved.o = gather_tokens(before.o, perm.q_from, wq);
-  const int64_t rows = d.problem.batch.q.segment_ids.shape[0], tq = d.problem.batch.q.segment_ids.shape[1];
+  const BatchLayout l = validate_shapes(d.problem.batch).value();
+  const int64_t rows = l.rows(), tq = l.q_len;
   moved.lse.assign(before.lse.size(), -INFINITY);
   for (int64_t t = 0; t < rows * tq; ++t)
     if (perm.q_from[t] >= 0)
@@ -143,87 +182,107 @@ void document_permutation_invariance(Backend& backend, CaseRecorder& recorder) {
 // Query head h reads kv head h / (Hq / Hkv): running the GQA problem equals
 // running it with every kv head repeated for the query heads that read it. The
 // repeated run's dk and dv are summed back over each group of query heads.
-void gqa_equals_repeated_kv_heads(Backend& backend, CaseRecorder& recorder) {
-  const auto [d, inputs] = draw_supported(backend, recorder, AttentionOptions{.gqa = true});
+void gqa_equals_repeated_kv_heads(Backend& backend, const Case& c) {
+  const Drawn d = supported_case(backend, c);
   const AttentionShape& s = d.problem.shape;
+  if (s.heads_q == s.heads_kv) decline_case("not a GQA problem");
   AttentionProblem repeated = d.problem;
   repeated.shape.heads_kv = s.heads_q;
-  RC_PRE(!backend.attention()->unsupported(repeated).has_value());
+  if (auto reason = backend.attention()->unsupported(repeated)) decline_case("repeated heads unsupported: " + *reason);
   const int64_t group = s.heads_q / s.heads_kv, dim = s.head_dim;
-  const int64_t kv_tokens = static_cast<int64_t>(inputs.k.size()) / (s.heads_kv * dim);
+  const int64_t kv_tokens = static_cast<int64_t>(d.inputs.k.size()) / (s.heads_kv * dim);
   auto wide_at = [&](int64_t t, int64_t h) { return (t * s.heads_q + h) * dim; };
   auto narrow_at = [&](int64_t t, int64_t h) { return (t * s.heads_kv + h / group) * dim; };
   auto repeat = [&](const std::vector<double>& narrow) {
     std::vector<double> wide(kv_tokens * s.heads_q * dim);
     for (int64_t t = 0; t < kv_tokens; ++t)
       for (int64_t h = 0; h < s.heads_q; ++h)
-        for (int64_t c = 0; c < dim; ++c) wide[wide_at(t, h) + c] = narrow[narrow_at(t, h) + c];
+        for (int64_t k = 0; k < dim; ++k) wide[wide_at(t, h) + k] = narrow[narrow_at(t, h) + k];
     return wide;
   };
   auto sum_back = [&](const std::vector<double>& wide) {
     std::vector<double> narrow(kv_tokens * s.heads_kv * dim, 0.0);
     for (int64_t t = 0; t < kv_tokens; ++t)
       for (int64_t h = 0; h < s.heads_q; ++h)
-        for (int64_t c = 0; c < dim; ++c) narrow[narrow_at(t, h) + c] += wide[wide_at(t, h) + c];
+        for (int64_t k = 0; k < dim; ++k) narrow[narrow_at(t, h) + k] += wide[wide_at(t, h) + k];
     return narrow;
   };
-  const AttentionInputs repeated_inputs{inputs.q, repeat(inputs.k), repeat(inputs.v), inputs.d_o};
+  const AttentionInputs repeated_inputs{d.inputs.q, repeat(d.inputs.k), repeat(d.inputs.v), d.inputs.d_o};
   const AttentionResult wide = run_or_fail(backend, repeated, repeated_inputs);
   AttentionResult want{wide.o, wide.lse, std::nullopt};
-  if (wide.grads)
-    want.grads = AttentionGradients{wide.grads->dq, sum_back(wide.grads->dk), sum_back(wide.grads->dv)};
-  RC_CLASSIFY(s.heads_kv == 1, "MQA");
-  assert_within_tolerance(d.problem, inputs, run_or_fail(backend, d.problem, inputs), want);
+  if (wide.grads) want.grads = AttentionGradients{wide.grads->dq, sum_back(wide.grads->dk), sum_back(wide.grads->dv)};
+  classify(s.heads_kv == 1, "MQA");
+  assert_within_tolerance(d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs), want);
+}
+
+// The windowed problem of a draw: its left bound with right bound 0, on padding
+// or no_mask (the recorded case: it is the one a window bug gets wrong).
+Case draw_windowed(Backend& backend) {
+  Case c = draw_supported(backend);
+  AttentionProblem& p = std::get<AttentionCase>(c.payload).problem;
+  p.batch.mask = allows_padding(p.batch.mask) ? MaskKind::padding : MaskKind::no_mask;
+  p.batch.window = Window{p.batch.window.left, 0};
+  return c;
 }
 
 // A window (left, 0) on a padding (no_mask) input is top-left causal by
 // positions: it equals padding_causal (causal) with window (left, -1). Left is
 // the drawn one, so mostly -1: the plain causal mask. Both problems must be
 // representable (DESIGN section 4: kernels realise the token-level mask only
-// there; matchesReference is where the rest is judged). The windowed problem is
-// the recorded case (it is the one a window bug gets wrong).
-void causal_window_equals_top_left_causal(Backend& backend, CaseRecorder& recorder) {
-  const auto [d, inputs] = draw_supported(backend, recorder);
-  const bool padding = allows_padding(d.problem.batch.mask);
-  const int64_t left = d.problem.batch.window.left;
-  AttentionProblem windowed = d.problem, causal = d.problem;
-  windowed.batch.mask = padding ? MaskKind::padding : MaskKind::no_mask;
-  windowed.batch.window = Window{left, 0};
-  causal.batch.mask = padding ? MaskKind::padding_causal : MaskKind::causal;
-  causal.batch.window = Window{left, -1};
-  RC_PRE(!backend.attention()->unsupported(windowed).has_value());
-  RC_PRE(!backend.attention()->unsupported(causal).has_value());
-  RC_PRE(ref::representability(windowed.batch).representable && ref::representability(causal.batch).representable);
-  recorder.current(attention_case(AttentionDraw{windowed, d.seed}));
-  RC_CLASSIFY(left >= 0, "left bounded");
-  const AttentionResult want = run_or_fail(backend, causal, inputs);
-  assert_within_tolerance(windowed, inputs, run_or_fail(backend, windowed, inputs), want);
+// there; matchesReference is where the rest is judged).
+void causal_window_equals_top_left_causal(Backend& backend, const Case& c) {
+  const Drawn d = supported_case(backend, c);
+  const AttentionProblem& windowed = d.problem;
+  const MaskKind mask = windowed.batch.mask;
+  if ((mask != MaskKind::padding && mask != MaskKind::no_mask) || windowed.batch.window.right != 0)
+    decline_case("not a (left, 0) window on padding or no_mask");
+  AttentionProblem causal = windowed;
+  causal.batch.mask = mask == MaskKind::padding ? MaskKind::padding_causal : MaskKind::causal;
+  causal.batch.window = Window{windowed.batch.window.left, -1};
+  if (auto reason = backend.attention()->unsupported(causal)) decline_case("unsupported: " + *reason);
+  decline_unrepresentable(windowed);
+  decline_unrepresentable(causal);
+  classify(windowed.batch.window.left >= 0, "left bounded");
+  const AttentionResult want = run_or_fail(backend, causal, d.inputs);
+  assert_within_tolerance(windowed, d.inputs, run_or_fail(backend, windowed, d.inputs), want);
 }
 
 // attention_into writes every logical output (tokens that attend nothing too)
 // and nothing else: o, lse, dq, dk, dv each sit between 64 NaN guard elements,
 // with the interior pre-filled with the same NaN; afterwards every guard holds
 // that exact bit pattern and no interior element is NaN.
-void guard_bands_stay_poisoned(Backend& backend, CaseRecorder& recorder) {
-  const auto [d, inputs] = draw_supported(backend, recorder);
+void guard_bands_stay_poisoned(Backend& backend, const Case& c) {
+  const Drawn d = supported_case(backend, c);
   GuardedAttentionBuffers buffers(d.problem);
-  if (auto e = backend.attention()->attention_into(d.problem, inputs, buffers.buffers()))
-    RC_FAIL("attention_into rejected a valid input: " + std::string(to_string(e->code)) + ": " + e->message);
-  if (auto violation = buffers.first_violation()) RC_FAIL(*violation);
+  if (auto e = backend.attention()->attention_into(d.problem, d.inputs, buffers.buffers()))
+    fail_case("attention_into rejected a valid input: " + describe(*e));
+  if (auto violation = buffers.first_violation()) fail_case(*violation);
 }
 
 }  // namespace
 
 std::vector<PropertyDef> attention_properties() {
-  const Capability c = Capability::attention;
+  const Capability a = Capability::attention;
   return {
-      {"attention/matchesReference", c, "outputs and gradients match the float64 dense-mask reference within tolerance", matches_reference},
-      {"attention/matchesPerDocumentReference", c, "on representable inputs, match the per-document reference", matches_per_document_reference},
-      {"attention/unattendedTokensAreExactlyZero", c, "queries that attend nothing give o = 0, lse = -inf; unattended keys get zero gradients; no NaN", unattended_tokens_are_exactly_zero},
-      {"attention/documentPermutationInvariance", c, "reordering documents reorders outputs and nothing else", document_permutation_invariance},
-      {"attention/gqaEqualsRepeatedKvHeads", c, "GQA/MQA equals the same backend with kv heads repeated (query head h reads kv head h / group); dk, dv summed back per group", gqa_equals_repeated_kv_heads},
-      {"attention/causalWindowEqualsTopLeftCausal", c, "window (left, 0) on padding / no_mask equals padding_causal / causal with window (left, -1) on the same backend", causal_window_equals_top_left_causal},
-      {"attention/guardBandsStayPoisoned", Capability::attention_buffers, "attention_into leaves NaN guard bands around o, lse, dq, dk, dv untouched and writes every logical output", guard_bands_stay_poisoned},
+      {"attention/matchesReference", a, "outputs and gradients match the float64 dense-mask reference within tolerance",
+       draw_any, matches_reference},
+      {"attention/matchesPerDocumentReference", a, "on representable inputs, match the per-document reference",
+       draw_any, matches_per_document_reference},
+      {"attention/unattendedTokensAreExactlyZero", a,
+       "queries that attend nothing give o = 0, lse = -inf; unattended keys get zero gradients; no NaN", draw_any,
+       unattended_tokens_are_exactly_zero},
+      {"attention/documentPermutationInvariance", a, "reordering documents reorders outputs and nothing else",
+       draw_permutation, document_permutation_invariance},
+      {"attention/gqaEqualsRepeatedKvHeads", a,
+       "GQA/MQA equals the same backend with kv heads repeated (query head h reads kv head h / group); dk, dv summed "
+       "back per group",
+       draw_gqa, gqa_equals_repeated_kv_heads},
+      {"attention/causalWindowEqualsTopLeftCausal", a,
+       "window (left, 0) on padding / no_mask equals padding_causal / causal with window (left, -1) on the same backend",
+       draw_windowed, causal_window_equals_top_left_causal},
+      {"attention/guardBandsStayPoisoned", Capability::attention_buffers,
+       "attention_into leaves NaN guard bands around o, lse, dq, dk, dv untouched and writes every logical output",
+       draw_any, guard_bands_stay_poisoned},
   };
 }
 

@@ -344,13 +344,4 @@ AttentionShape nearest_supported_shape(const AttentionProblem& problem,
   return problem.shape;
 }
 
-Case draw_case(CaseOp op, const AttentionDraw& draw) {
-  Case c;
-  c.op = op;
-  c.batch = draw.problem.batch;
-  c.attention = draw.problem.shape;
-  c.data_seed = draw.seed;
-  return c;
-}
-
 }  // namespace attn_oracle

@@ -106,12 +106,4 @@ void showValue(const KvBufferDraw& d, std::ostream& os) {
      << ", head_dim " << p.shape.head_dim << ", " << to_string(p.shape.dtype) << ", seed " << d.seed;
 }
 
-Case kv_buffer_case(const KvBufferDraw& d) {
-  Case c;
-  c.op = CaseOp::kv_buffer;
-  c.kv_buffer = d.problem;
-  c.data_seed = d.seed;
-  return c;
-}
-
 }  // namespace attn_oracle

@@ -27,15 +27,19 @@ std::string vec(const std::vector<int64_t>& v) {
 
 KvBufferCapability& capability(Backend& backend) { return *backend.kv_buffer(); }
 
-// The draw's inputs; skips problems the backend does not support.
+void decline_unsupported(Backend& backend, const KvBufferDraw& d) {
+  if (auto reason = capability(backend).unsupported(d.problem)) decline_case("unsupported: " + *reason);
+}
+
+// The draw's inputs; declines problems the backend does not support.
 AttentionInputs inputs_of(Backend& backend, const KvBufferDraw& d) {
-  RC_PRE(!capability(backend).unsupported(d.problem).has_value());
+  decline_unsupported(backend, d);
   return generate_kv_buffer_inputs(d.problem, d.seed);
 }
 
 KvBufferSizes sizes_of(const KvBufferDraw& d) {
   auto z = validate_kv_buffer(d.problem);
-  if (!z) RC_FAIL("generator bug: " + std::string(to_string(z.error().code)) + ": " + z.error().message);
+  if (!z) decline_case("not a valid problem: " + std::string(to_string(z.error().code)) + ": " + z.error().message);
   return z.value();
 }
 
@@ -57,7 +61,7 @@ AttentionInputs micro_inputs(const KvBufferDraw& d, const AttentionInputs& in, i
 AttentionResult attend_or_fail(Backend& backend, const KvBufferDraw& d, int64_t i, const AttentionInputs& micro,
                                const std::vector<double>& buffer, std::vector<double>* grad) {
   auto r = capability(backend).attend(d.problem, i, micro, buffer, grad);
-  if (!r) RC_FAIL("micro-sequence " + str(i) + " rejected: " + std::string(to_string(r.error().code)) + ": " + r.error().message);
+  if (!r) fail_case("micro-sequence " + str(i) + " rejected: " + std::string(to_string(r.error().code)) + ": " + r.error().message);
   return std::move(r).value();
 }
 
@@ -75,30 +79,30 @@ std::string buffer_element(const KvBufferProblem& p, int64_t e) {
 void streaming_matches_whole_sequence(Backend& backend, const KvBufferDraw& d) {
   const AttentionInputs in = inputs_of(backend, d);
   auto got = capability(backend).stream(d.problem, in);
-  if (!got) RC_FAIL("stream rejected a valid problem: " + std::string(to_string(got.error().code)) + ": " + got.error().message);
+  if (!got) fail_case("stream rejected a valid problem: " + std::string(to_string(got.error().code)) + ": " + got.error().message);
   const AttentionResult want = ref::kv_buffer_whole_sequence(d.problem, in).value();
   for (const ToleranceCheck& c : check_attention_tolerance(whole_sequence_problem(d.problem), in, got.value(), want))
-    if (!c.pass) RC_FAIL(c.describe());
+    if (!c.pass) fail_case(c.describe());
 }
 
 void metadata_is_canonical(Backend& backend, const KvBufferDraw& d) {
-  RC_PRE(!capability(backend).unsupported(d.problem).has_value());
+  decline_unsupported(backend, d);
   for (int64_t i = 0; i < sizes_of(d).micro_sequences; ++i) {
     auto got = capability(backend).micro_sequence(d.problem, i);
-    if (!got) RC_FAIL("micro-sequence " + str(i) + " rejected: " + got.error().message);
+    if (!got) fail_case("micro-sequence " + str(i) + " rejected: " + got.error().message);
     const MicroSequenceMetadata want = ref::micro_sequence_metadata(d.problem, i).value();
     const MicroSequenceMetadata& g = got.value();
     const std::string at = "micro-sequence " + str(i) + " (first_document_begin " + str(want.first_document_begin) + "): ";
     if (g.cu_seqlens_k.empty() || g.cu_seqlens_k.front() != 0)
-      RC_FAIL(at + "cu_seqlens_k = " + vec(g.cu_seqlens_k) + ", must start at 0");
+      fail_case(at + "cu_seqlens_k = " + vec(g.cu_seqlens_k) + ", must start at 0");
     if (g.cu_seqlens_k.back() != want.end - want.first_document_begin)
-      RC_FAIL(at + "cu_seqlens_k = " + vec(g.cu_seqlens_k) + ", must end at the narrowed length " +
+      fail_case(at + "cu_seqlens_k = " + vec(g.cu_seqlens_k) + ", must end at the narrowed length " +
               str(want.end - want.first_document_begin));
     const auto field = [&](const char* name, const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
-      if (a != b) RC_FAIL(at + name + " = " + vec(a) + ", reference " + vec(b));
+      if (a != b) fail_case(at + name + " = " + vec(a) + ", reference " + vec(b));
     };
     if (g.begin != want.begin || g.end != want.end || g.first_document_begin != want.first_document_begin)
-      RC_FAIL(at + "range [" + str(g.begin) + ", " + str(g.end) + ") from " + str(g.first_document_begin) +
+      fail_case(at + "range [" + str(g.begin) + ", " + str(g.end) + ") from " + str(g.first_document_begin) +
               ", reference [" + str(want.begin) + ", " + str(want.end) + ") from " + str(want.first_document_begin));
     field("cu_seqlens_q", g.cu_seqlens_q, want.cu_seqlens_q);
     field("cu_seqlens_k", g.cu_seqlens_k, want.cu_seqlens_k);
@@ -123,10 +127,10 @@ void inactive_prefix_receives_exactly_zero(Backend& backend, const KvBufferDraw&
     attend_or_fail(backend, d, i, micro_inputs(d, in, i), buffer, &grad);
     for (int64_t e = 0; e < fdb * row; ++e)
       if (!bits_equal(grad[e], 0.0))
-        RC_FAIL("micro-sequence " + str(i) + " (first_document_begin " + str(fdb) + ") put " + std::to_string(grad[e]) +
+        fail_case("micro-sequence " + str(i) + " (first_document_begin " + str(fdb) + ") put " + std::to_string(grad[e]) +
                 " into grad_buffer " + buffer_element(d.problem, e) + " of the inactive prefix; must be exactly 0");
   }
-  RC_CLASSIFY(any_prefix, "some micro-sequence has an inactive prefix");
+  classify(any_prefix, "some micro-sequence has an inactive prefix");
 }
 
 // Documents entirely before fdb are NaN in a second copy of the buffer: every
@@ -145,10 +149,10 @@ void earlier_documents_do_not_influence(Backend& backend, const KvBufferDraw& d)
     const AttentionResult a = attend_or_fail(backend, d, i, micro, clean, &grad_clean);
     const AttentionResult b = attend_or_fail(backend, d, i, micro, poisoned, &grad_poisoned);
     const auto same = [&](const char* name, const std::vector<double>& x, const std::vector<double>& y) {
-      if (x.size() != y.size()) RC_FAIL(std::string(name) + ": sizes differ with the poisoned prefix");
+      if (x.size() != y.size()) fail_case(std::string(name) + ": sizes differ with the poisoned prefix");
       for (size_t e = 0; e < x.size(); ++e)
         if (!bits_equal(x[e], y[e]))
-          RC_FAIL("micro-sequence " + str(i) + " (first_document_begin " + str(fdb) + "): " + name + "[" + str(e) +
+          fail_case("micro-sequence " + str(i) + " (first_document_begin " + str(fdb) + "): " + name + "[" + str(e) +
                   "] is " + std::to_string(y[e]) + " with documents before " + str(fdb) + " poisoned by NaN, " +
                   std::to_string(x[e]) + " without");
     };
@@ -161,56 +165,56 @@ void earlier_documents_do_not_influence(Backend& backend, const KvBufferDraw& d)
 
 using Check = void (*)(Backend&, const KvBufferDraw&);
 
-struct KvProperty {
-  const char* id;
-  const char* summary;
-  Check check;
-};
+// The case's problem and seed, validated.
+KvBufferDraw draw_of(const Case& c) {
+  const KvBufferCase& k = payload_of<KvBufferCase>(c);
+  const KvBufferDraw d{k.problem, k.data_seed};
+  sizes_of(d);
+  return d;
+}
 
-const KvProperty kProperties[] = {
-    {"kv_buffer/streamingMatchesWholeSequence",
-     "streaming o, lse, dq and the final dK/dV buffer equal whole-sequence per-document causal attention within tolerance",
-     streaming_matches_whole_sequence},
-    {"kv_buffer/metadataIsCanonical",
-     "every micro-sequence's cu_seqlens start at 0 and end at the narrowed lengths; documents and positions equal the reference",
-     metadata_is_canonical},
-    {"kv_buffer/inactivePrefixReceivesExactlyZero",
-     "a micro-sequence's backward leaves grad_buffer[0, first_document_begin) bitwise 0",
-     inactive_prefix_receives_exactly_zero},
-    {"kv_buffer/earlierDocumentsDoNotInfluence",
-     "NaN in the documents before first_document_begin changes no output or gradient bit of the micro-sequence",
-     earlier_documents_do_not_influence},
-    {"kv_buffer/stepsMatchModel",
-     "state machine: slices written in any order, attended in order, backward in reverse, match a model buffer and the oracle",
-     kv_buffer_state_machine},
-};
+Case kv_case(const KvBufferDraw& d) { return Case{KvBufferCase{d.problem, d.seed}, {}, {}, {}}; }
+
+PropertyDef kv_property(const char* id, const char* summary, Check check) {
+  return PropertyDef{id, Capability::kv_buffer, summary, [](Backend&) { return kv_case(*kv_buffer_draw()); },
+                     [check](Backend& backend, const Case& c) { check(backend, draw_of(c)); }};
+}
+
+// The state machine: its command sequence is drawn with the problem and recorded.
+Case draw_steps(Backend& backend) {
+  const KvBufferDraw d = *kv_buffer_draw();
+  return with_drawn(kv_case(d), {{"commands", draw_kv_buffer_steps(backend, d)}});
+}
+
+void steps_match_model(Backend& backend, const Case& c) {
+  const nlohmann::json* steps = c.property && c.property->drawn.contains("commands") ? &c.property->drawn["commands"] : nullptr;
+  check_kv_buffer_steps(backend, draw_of(c), steps);
+}
 
 }  // namespace
 
-std::optional<std::string> check_kv_buffer_property(const std::string& id, Backend& backend, const KvBufferDraw& d) {
-  for (const KvProperty& p : kProperties) {
-    if (id != p.id) continue;
-    try {
-      (id == "kv_buffer/stepsMatchModel" ? kv_buffer_canonical_schedule : p.check)(backend, d);
-    } catch (const rc::detail::CaseResult& r) {
-      return r.description;
-    }
-    return std::nullopt;
-  }
-  return "no kv_buffer property " + id;
-}
-
 std::vector<PropertyDef> kv_buffer_properties() {
-  std::vector<PropertyDef> out;
-  for (const KvProperty& p : kProperties) {
-    const Check check = p.check;
-    out.push_back(PropertyDef{p.id, Capability::kv_buffer, p.summary, [check](Backend& backend, CaseRecorder& recorder) {
-                                const KvBufferDraw d = *kv_buffer_draw();
-                                recorder.current(kv_buffer_case(d));
-                                check(backend, d);
-                              }});
-  }
-  return out;
+  return {
+      kv_property("kv_buffer/streamingMatchesWholeSequence",
+                  "streaming o, lse, dq and the final dK/dV buffer equal whole-sequence per-document causal attention "
+                  "within tolerance",
+                  streaming_matches_whole_sequence),
+      kv_property("kv_buffer/metadataIsCanonical",
+                  "every micro-sequence's cu_seqlens start at 0 and end at the narrowed lengths; documents and "
+                  "positions equal the reference",
+                  metadata_is_canonical),
+      kv_property("kv_buffer/inactivePrefixReceivesExactlyZero",
+                  "a micro-sequence's backward leaves grad_buffer[0, first_document_begin) bitwise 0",
+                  inactive_prefix_receives_exactly_zero),
+      kv_property("kv_buffer/earlierDocumentsDoNotInfluence",
+                  "NaN in the documents before first_document_begin changes no output or gradient bit of the "
+                  "micro-sequence",
+                  earlier_documents_do_not_influence),
+      PropertyDef{"kv_buffer/stepsMatchModel", Capability::kv_buffer,
+                  "state machine: slices written in any order, attended in order, backward in reverse, match a model "
+                  "buffer and the oracle",
+                  draw_steps, steps_match_model},
+  };
 }
 
 }  // namespace attn_oracle

@@ -13,13 +13,22 @@
 //    after the last one the whole gradient buffer against the oracle's dK, dV.
 // Floats use the tolerance rule of DESIGN section 5 with the whole-sequence
 // naive budget, restricted to the rows compared.
+//
+// The property's draw records the command sequence ("WriteSlice(2)", "Attend",
+// ...) with the case, so that a counterexample replays the same steps; a case
+// without one (a fixture) runs the canonical schedule: every slice written, one
+// write past the end, forward in order, backward in reverse.
 #include <bit>
+#include <cinttypes>
+#include <cstdio>
+#include <sstream>
 #include <memory>
 #include <string>
 
 #include <rapidcheck/state.h>
 
 #include "attn_oracle/kv_buffer_generators.hpp"
+#include "attn_oracle/property_check.hpp"
 #include "attn_oracle/reference/tolerance.hpp"
 #include "attn_oracle/reference/kv_buffer.hpp"
 
@@ -62,7 +71,7 @@ std::vector<double> lse_rows(const std::vector<double>& lse, int64_t heads, int6
 void within_tolerance(const std::string& what, const std::vector<double>& got, const std::vector<double>& want,
                       const std::vector<double>& naive, double k, Dtype dtype) {
   const ToleranceCheck c = check_tolerance(what, got, want, naive, k, dtype);
-  if (!c.pass) RC_FAIL(c.describe());
+  if (!c.pass) fail_case(c.describe());
 }
 
 struct WriteSlice : Command {
@@ -82,12 +91,12 @@ struct WriteSlice : Command {
   void run(const KvModel& m, KvSut& s) const override {
     const std::vector<double> slice = kv_slice_of(s.problem(), i, s.inputs);
     if (auto e = s.cap().write_slice(s.problem(), i, slice, s.buffer))
-      RC_FAIL("write_slice(" + str(i) + ") rejected: " + e->message);
+      fail_case("write_slice(" + str(i) + ") rejected: " + e->message);
     std::vector<double> want = m.buffer;
     ref::kv_buffer_write_slice(s.problem(), i, slice, want);
     for (size_t e = 0; e < want.size(); ++e)
       if (std::bit_cast<uint64_t>(want[e]) != std::bit_cast<uint64_t>(s.buffer[e]))
-        RC_FAIL("after write_slice(" + str(i) + ") buffer element " + str(static_cast<int64_t>(e)) + " is " +
+        fail_case("after write_slice(" + str(i) + ") buffer element " + str(static_cast<int64_t>(e)) + " is " +
                 std::to_string(s.buffer[e]) + ", the model holds " + std::to_string(want[e]));
   }
   void show(std::ostream& os) const override { os << "WriteSlice(" << i << ")"; }
@@ -99,9 +108,9 @@ struct WriteOutside : Command {
     const std::vector<double> slice = kv_slice_of(s.problem(), m.micro_sequences - 1, s.inputs);
     auto e = s.cap().write_slice(s.problem(), m.micro_sequences, slice, s.buffer);
     if (!e || e->code != ErrorCode::kv_buffer_slice_out_of_bounds)
-      RC_FAIL("write_slice(" + str(m.micro_sequences) + ") past the last micro-sequence gave " +
+      fail_case("write_slice(" + str(m.micro_sequences) + ") past the last micro-sequence gave " +
               (e ? std::string(to_string(e->code)) : std::string("no error")) + ", expected kv_buffer_slice_out_of_bounds");
-    if (before != s.buffer) RC_FAIL("a rejected write_slice changed the buffer");
+    if (before != s.buffer) fail_case("a rejected write_slice changed the buffer");
   }
   void show(std::ostream& os) const override { os << "WriteOutside"; }
 };
@@ -131,7 +140,7 @@ struct Attend : Command {
     forward.shape.backward = false;
     const AttentionInputs micro{token_rows(s.inputs.q, r.begin, r.end, sh.heads_q, sh.head_dim), {}, {}, {}};
     auto got = s.cap().attend(forward, i, micro, s.buffer, nullptr);
-    if (!got) RC_FAIL("attend(" + str(i) + ") rejected: " + got.error().message);
+    if (!got) fail_case("attend(" + str(i) + ") rejected: " + got.error().message);
     const int64_t n = static_cast<int64_t>(s.inputs.q.size()) / (sh.heads_q * sh.head_dim);
     auto rows = [&](const std::vector<double>& t) { return token_rows(t, r.begin, r.end, sh.heads_q, sh.head_dim); };
     within_tolerance("o of micro-sequence " + str(i), got->o, rows(s.oracle.o), rows(s.naive.o), kOutputToleranceFactor,
@@ -157,12 +166,12 @@ struct Backward : Command {
     const AttentionInputs micro{rows(s.inputs.q), {}, {}, rows(s.inputs.d_o)};
     const std::vector<double> prefix(s.grad.begin(), s.grad.begin() + fdb * row);
     auto got = s.cap().attend(s.problem(), i, micro, s.buffer, &s.grad);
-    if (!got || !got->grads) RC_FAIL("backward of micro-sequence " + str(i) + " failed" + (got ? "" : ": " + got.error().message));
+    if (!got || !got->grads) fail_case("backward of micro-sequence " + str(i) + " failed" + (got ? "" : ": " + got.error().message));
     within_tolerance("dq of micro-sequence " + str(i), got->grads->dq, rows(s.oracle.grads->dq), rows(s.naive.grads->dq),
                      kGradientToleranceFactor, sh.dtype);
     for (int64_t e = 0; e < fdb * row; ++e)
       if (std::bit_cast<uint64_t>(prefix[e]) != std::bit_cast<uint64_t>(s.grad[e]))
-        RC_FAIL("backward of micro-sequence " + str(i) + " changed grad_buffer element " + str(e) +
+        fail_case("backward of micro-sequence " + str(i) + " changed grad_buffer element " + str(e) +
                 " before first_document_begin " + str(fdb));
     if (i != 0) return;
     const int64_t n = static_cast<int64_t>(s.grad.size()) / row;
@@ -177,7 +186,7 @@ struct Backward : Command {
 };
 
 std::unique_ptr<KvSut> make_sut(Backend& backend, const KvBufferDraw& d) {
-  RC_PRE(!backend.kv_buffer()->unsupported(d.problem).has_value());
+  if (auto reason = backend.kv_buffer()->unsupported(d.problem)) decline_case("unsupported: " + *reason);
   auto s = std::make_unique<KvSut>();
   s->backend = &backend;
   s->draw = d;
@@ -190,39 +199,67 @@ std::unique_ptr<KvSut> make_sut(Backend& backend, const KvBufferDraw& d) {
   return s;
 }
 
-KvModel initial_model(const KvBufferDraw& d, const KvSut& sut) {
+KvModel initial_model(const KvBufferDraw& d, const AttentionInputs& inputs) {
   const KvBufferSizes z = validate_kv_buffer(d.problem).value();
   KvModel m;
   m.problem = std::make_shared<const KvBufferProblem>(d.problem);
-  m.inputs = std::make_shared<const AttentionInputs>(sut.inputs);
+  m.inputs = std::make_shared<const AttentionInputs>(inputs);
   m.micro_sequences = z.micro_sequences;
   m.written.assign(z.micro_sequences, false);
   m.buffer.assign(z.buffer_elems(), 0.0);
   return m;
 }
 
-}  // namespace
-
-void kv_buffer_state_machine(Backend& backend, const KvBufferDraw& d) {
-  auto sut = make_sut(backend, d);
-  KvModel model = initial_model(d, *sut);
-  rc::state::check(model, *sut, rc::state::gen::execOneOfWithArgs<WriteSlice, WriteOutside, Attend, Backward>());
+std::string shown(const Command& c) {
+  std::ostringstream os;
+  c.show(os);
+  return os.str();
 }
 
-void kv_buffer_canonical_schedule(Backend& backend, const KvBufferDraw& d) {
+// A recorded step back into a command; fails naming a step it cannot read.
+std::shared_ptr<const Command> parse_step(const nlohmann::json& step) {
+  const std::string text = step.is_string() ? step.get<std::string>() : step.dump();
+  if (text == "WriteOutside") return std::make_shared<WriteOutside>();
+  if (text == "Attend") return std::make_shared<Attend>();
+  if (text == "Backward") return std::make_shared<Backward>();
+  int64_t i = -1;
+  if (std::sscanf(text.c_str(), "WriteSlice(%" SCNd64 ")", &i) == 1 && i >= 0) return std::make_shared<WriteSlice>(i);
+  fail_case("property.drawn.commands: cannot read the step " + text);
+}
+
+std::vector<std::shared_ptr<const Command>> canonical_schedule(int64_t micro_sequences) {
+  std::vector<std::shared_ptr<const Command>> steps;
+  for (int64_t i = 0; i < micro_sequences; ++i) steps.push_back(std::make_shared<WriteSlice>(i));
+  steps.push_back(std::make_shared<WriteOutside>());
+  for (int64_t i = 0; i < micro_sequences; ++i) steps.push_back(std::make_shared<Attend>());
+  for (int64_t i = 0; i < micro_sequences; ++i) steps.push_back(std::make_shared<Backward>());
+  return steps;
+}
+
+}  // namespace
+
+nlohmann::json draw_kv_buffer_steps(Backend& backend, const KvBufferDraw& d) {
+  if (auto reason = backend.kv_buffer()->unsupported(d.problem)) decline_case("unsupported: " + *reason);
+  const KvModel model = initial_model(d, generate_kv_buffer_inputs(d.problem, d.seed));
+  const auto commands =
+      *rc::state::gen::commands(model, rc::state::gen::execOneOfWithArgs<WriteSlice, WriteOutside, Attend, Backward>());
+  nlohmann::json steps = nlohmann::json::array();
+  for (const auto& c : commands) steps.push_back(shown(*c));
+  return steps;
+}
+
+void check_kv_buffer_steps(Backend& backend, const KvBufferDraw& d, const nlohmann::json* steps) {
   auto sut = make_sut(backend, d);
-  KvModel m = initial_model(d, *sut);
-  auto step = [&](const Command& c) {
-    c.checkPreconditions(m);
-    c.run(m, *sut);
-    c.apply(m);
-  };
-  for (int64_t i = 0; i < m.micro_sequences; ++i) {
-    step(WriteSlice(i));
+  KvModel m = initial_model(d, sut->inputs);
+  std::vector<std::shared_ptr<const Command>> commands;
+  if (steps && steps->is_array())
+    for (const nlohmann::json& step : *steps) commands.push_back(parse_step(step));
+  else
+    commands = canonical_schedule(m.micro_sequences);
+  for (const auto& c : commands) {
+    c->run(m, *sut);
+    c->apply(m);
   }
-  step(WriteOutside());
-  for (int64_t i = 0; i < m.micro_sequences; ++i) step(Attend());
-  for (int64_t i = 0; i < m.micro_sequences; ++i) step(Backward());
 }
 
 }  // namespace attn_oracle

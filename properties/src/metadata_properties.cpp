@@ -1,7 +1,9 @@
 // metadata_properties.cpp: the properties of DESIGN section 4, written once
 // against the metadata capability and run on every backend. Integers are compared
-// exactly. Each property has a planted-bug backend in tests/planted/ that it must
-// catch (tests/planted_bugs_test.cpp).
+// exactly. Each property is a draw (a metadata case, plus the side and padding a
+// metamorphic property adds, recorded in the case) and a check on the case, so
+// a counterexample replays the exact check. Each has a planted-bug backend in
+// tests/planted/ that it must catch (tests/planted_bugs_test.cpp).
 #include <sstream>
 #include <tuple>
 
@@ -14,20 +16,28 @@
 namespace attn_oracle {
 namespace {
 
-Case metadata_case(const PackedBatch& batch) {
-  Case c;
-  c.op = CaseOp::metadata;
-  c.batch = batch;
-  return c;
-}
+using nlohmann::json;
+
+Case metadata_case(const PackedBatch& batch) { return Case{MetadataCase{batch}, {}, {}, {}}; }
+
+const PackedBatch& batch_of(const Case& c) { return payload_of<MetadataCase>(c).batch; }
+
+std::string describe(const Error& e) { return std::string(to_string(e.code)) + " (" + e.message + ")"; }
 
 Metadata metadata_or_fail(Backend& backend, const PackedBatch& batch) {
   Expected<Metadata> md = backend.metadata()->metadata(batch);
-  if (!md) RC_FAIL("backend rejected a valid input: " + std::string(to_string(md.error().code)) + ": " + md.error().message);
+  if (!md) fail_case("backend rejected a valid input: " + describe(md.error()));
   return md.value();
 }
 
-// "q_offsets[5]: backend 3, reference 4" for the first differing field, or "".
+// A drawn case is valid; a replayed one may not be, and only the code properties judge those.
+BatchLayout valid_layout_or_decline(const PackedBatch& batch) {
+  const Expected<BatchLayout> l = validate(batch);
+  if (!l) decline_case("not a valid input (" + describe(l.error()) + "); rejectsInvalidInputsWithTheirCode judges those");
+  return l.value();
+}
+
+// "q_offsets[5]: backend 3, expected 4" for the first differing field, or "".
 std::string first_difference(const Metadata& got, const Metadata& want) {
   if (got.extra != want.extra || got.batch != want.batch || got.max_segments != want.max_segments)
     return "shapes differ: extra " + shape_to_string(got.extra) + " vs " + shape_to_string(want.extra);
@@ -53,92 +63,142 @@ std::string first_difference(const Metadata& got, const Metadata& want) {
   return "";
 }
 
-void matches_reference(Backend& backend, CaseRecorder& recorder) {
-  const PackedBatch batch = *packed_batch();
-  recorder.current(metadata_case(batch));
-  const Metadata want = ref::metadata(batch).value();
-  const std::string diff = first_difference(metadata_or_fail(backend, batch), want);
-  if (!diff.empty()) RC_FAIL(diff);
+std::string vec(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
 }
 
-void rejects_invalid_inputs(Backend& backend, CaseRecorder& recorder) {
+// `what` of row r, two ways: equal, or a failure naming both.
+void require_same_row(const std::string& what, const std::vector<int64_t>& got, const std::vector<int64_t>& want,
+                      const std::string& got_name, const std::string& want_name) {
+  if (got != want) fail_case(what + ": " + got_name + " " + vec(got) + ", " + want_name + " " + vec(want));
+}
+
+// The four per-row fields of row `r_got` of `got` and row `r_want` of `want`.
+void require_same_rows(const std::string& where, const Metadata& got, int64_t r_got, const Metadata& want,
+                       int64_t r_want, const std::string& got_name, const std::string& want_name) {
+  const int64_t M = want.max_segments;
+  require_same_row("q_seqlens of " + where, row_slice(got.q_seqlens, M, r_got), row_slice(want.q_seqlens, M, r_want),
+                   got_name, want_name);
+  require_same_row("kv_seqlens of " + where, row_slice(got.kv_seqlens, M, r_got),
+                   row_slice(want.kv_seqlens, M, r_want), got_name, want_name);
+  require_same_row("q_offsets of " + where, row_slice(got.q_offsets, M + 1, r_got),
+                   row_slice(want.q_offsets, M + 1, r_want), got_name, want_name);
+  require_same_row("kv_offsets of " + where, row_slice(got.kv_offsets, M + 1, r_got),
+                   row_slice(want.kv_offsets, M + 1, r_want), got_name, want_name);
+}
+
+Side side_of(const Case& c) { return drawn_value<std::string>(c, "side", "q") == "kv" ? Side::kv : Side::q; }
+const char* side_name(Side s) { return s == Side::q ? "q" : "kv"; }
+
+// ---------------------------------------------------------------- the properties
+
+void matches_reference(Backend& backend, const Case& c) {
+  const PackedBatch& batch = batch_of(c);
+  valid_layout_or_decline(batch);
+  const std::string diff = first_difference(metadata_or_fail(backend, batch), ref::metadata(batch).value());
+  if (!diff.empty()) fail_case(diff);
+}
+
+Case draw_invalid(Backend&) {
   const InvalidBatch draw = *invalid_batch();
-  recorder.current(metadata_case(draw.batch));
-  const Expected<Metadata> got = backend.metadata()->metadata(draw.batch);
-  if (got) RC_FAIL("accepted an input that must give " + std::string(to_string(draw.expected)));
-  if (got.error().code != draw.expected)
-    RC_FAIL("gave " + std::string(to_string(got.error().code)) + " (" + got.error().message +
-            ") where " + std::string(to_string(draw.expected)) + " was due");
+  return with_drawn(metadata_case(draw.batch), {{"expected_code", std::string(to_string(draw.expected))}});
+}
+
+// The code is the one the generator planted (drawn); a replayed case without one
+// is held to the reference's code.
+void rejects_invalid_inputs(Backend& backend, const Case& c) {
+  const PackedBatch& batch = batch_of(c);
+  const Expected<Metadata> want = ref::metadata(batch);
+  const std::string fallback = want ? "" : std::string(to_string(want.error().code));
+  const std::string expected = drawn_value<std::string>(c, "expected_code", fallback);
+  if (expected.empty()) decline_case("a valid input: matchesReference judges those");
+  const Expected<Metadata> got = backend.metadata()->metadata(batch);
+  if (got) fail_case("accepted an input that must give " + expected);
+  if (to_string(got.error().code) != expected)
+    fail_case("gave " + describe(got.error()) + " where " + expected + " was due");
 }
 
 // Small arbitrary inputs, valid or not: the same metadata, or the same code.
-void arbitrary_inputs_match_reference(Backend& backend, CaseRecorder& recorder) {
-  const PackedBatch batch = *arbitrary_batch();
-  recorder.current(metadata_case(batch));
+void arbitrary_inputs_match_reference(Backend& backend, const Case& c) {
+  const PackedBatch& batch = batch_of(c);
   const Expected<Metadata> want = ref::metadata(batch), got = backend.metadata()->metadata(batch);
-  RC_TAG(want ? std::string("valid") : std::string(to_string(want.error().code)));
-  if (want && !got) RC_FAIL("rejected with " + std::string(to_string(got.error().code)) + " (" + got.error().message + "); the reference accepts it");
-  if (!want && got) RC_FAIL("accepted; the reference gives " + std::string(to_string(want.error().code)) + " (" + want.error().message + ")");
+  classify(true, want ? std::string("valid") : std::string(to_string(want.error().code)));
+  if (want && !got) fail_case("rejected with " + describe(got.error()) + "; the reference accepts it");
+  if (!want && got) fail_case("accepted; the reference gives " + describe(want.error()));
   if (!want && got.error().code != want.error().code)
-    RC_FAIL("gave " + std::string(to_string(got.error().code)) + " (" + got.error().message + "); the reference gives " +
-            std::string(to_string(want.error().code)) + " (" + want.error().message + ")");
+    fail_case("gave " + describe(got.error()) + "; the reference gives " + describe(want.error()));
   if (want) {
     const std::string diff = first_difference(got.value(), want.value());
-    if (!diff.empty()) RC_FAIL(diff);
+    if (!diff.empty()) fail_case(diff);
   }
 }
 
 // Pairing: the s-th compacted entries of both sides are the same document of the
 // same row; lengths agree with the per-slot seqlens; offsets stay inside rows.
-void compacted_form_pairs_documents(Backend& backend, CaseRecorder& recorder) {
-  const PackedBatch batch = *packed_batch();
-  recorder.current(metadata_case(batch));
+void compacted_form_pairs_documents(Backend& backend, const Case& c) {
+  const PackedBatch& batch = batch_of(c);
+  const BatchLayout l = valid_layout_or_decline(batch);
   const Metadata md = metadata_or_fail(backend, batch);
-  const BatchLayout l = validate_shapes(batch).value();
-  const int64_t M = l.max_segments, S = md.documents();
-  RC_ASSERT(md.cu_seqlens_kv.size() == md.cu_seqlens_q.size());
-  RC_ASSERT(md.ragged_offsets_q.size() == md.cu_seqlens_q.size());
-  RC_ASSERT(md.ragged_offsets_kv.size() == md.cu_seqlens_q.size());
-  RC_ASSERT(md.cu_seqlens_q.front() == 0 && md.cu_seqlens_kv.front() == 0);
-  RC_ASSERT(md.ragged_offsets_q.back() == l.rows() * l.q_len);
-  RC_ASSERT(md.ragged_offsets_kv.back() == l.rows() * l.kv_len);
+  const int64_t M = l.max_segments, S = md.documents(), rows = l.rows();
+  const size_t entries = md.cu_seqlens_q.size();
+  require(md.cu_seqlens_kv.size() == entries && md.ragged_offsets_q.size() == entries &&
+              md.ragged_offsets_kv.size() == entries,
+          "cu_seqlens_q " + vec(md.cu_seqlens_q) + ", cu_seqlens_kv " + vec(md.cu_seqlens_kv) +
+              ", ragged_offsets_q " + vec(md.ragged_offsets_q) + ", ragged_offsets_kv " +
+              vec(md.ragged_offsets_kv) + " differ in length");
+  require(md.cu_seqlens_q.front() == 0 && md.cu_seqlens_kv.front() == 0,
+          "cu_seqlens_q " + vec(md.cu_seqlens_q) + ", cu_seqlens_kv " + vec(md.cu_seqlens_kv) + ": must start at 0");
+  require(md.ragged_offsets_q.back() == rows * l.q_len && md.ragged_offsets_kv.back() == rows * l.kv_len,
+          "ragged_offsets_q " + vec(md.ragged_offsets_q) + ", ragged_offsets_kv " + vec(md.ragged_offsets_kv) +
+              ": must end at the token counts " + std::to_string(rows * l.q_len) + " and " +
+              std::to_string(rows * l.kv_len));
   for (int64_t s = 0; s < S; ++s) {
+    const std::string at = "compacted entry " + std::to_string(s) + ": ";
     const int64_t gq = md.ragged_offsets_q[s], gkv = md.ragged_offsets_kv[s];
-    RC_ASSERT(gq >= 0 && gq < l.rows() * l.q_len && gkv >= 0 && gkv < l.rows() * l.kv_len);
+    require(gq >= 0 && gq < rows * l.q_len && gkv >= 0 && gkv < rows * l.kv_len,
+            at + "ragged offsets " + std::to_string(gq) + ", " + std::to_string(gkv) + " outside the tokens");
     const int64_t row = gq / l.q_len;
-    RC_ASSERT(gkv / l.kv_len == row);
+    require(gkv / l.kv_len == row, at + "q token " + std::to_string(gq) + " is in row " + std::to_string(row) +
+                                       ", kv token " + std::to_string(gkv) + " in row " + std::to_string(gkv / l.kv_len));
     const RowView q = side_row(batch.q, l.q_extra, l, row), kv = side_row(batch.kv, l.kv_extra, l, row);
     const int64_t id = q.ids[gq % l.q_len];
-    RC_ASSERT(id > 0 && kv.ids[gkv % l.kv_len] == id);
-    RC_ASSERT(md.cu_seqlens_q[s + 1] - md.cu_seqlens_q[s] == md.q_seqlens[row * M + id - 1]);
-    RC_ASSERT(md.cu_seqlens_kv[s + 1] - md.cu_seqlens_kv[s] == md.kv_seqlens[row * M + id - 1]);
+    require(id > 0 && kv.ids[gkv % l.kv_len] == id, at + "q token " + std::to_string(gq) + " has id " +
+                                                        std::to_string(id) + ", kv token " + std::to_string(gkv) +
+                                                        " id " + std::to_string(kv.ids[gkv % l.kv_len]));
+    const int64_t lq = md.cu_seqlens_q[s + 1] - md.cu_seqlens_q[s], lkv = md.cu_seqlens_kv[s + 1] - md.cu_seqlens_kv[s];
+    require(lq == md.q_seqlens[row * M + id - 1] && lkv == md.kv_seqlens[row * M + id - 1],
+            at + "lengths " + std::to_string(lq) + ", " + std::to_string(lkv) + " from cu_seqlens, but q_seqlens " +
+                std::to_string(md.q_seqlens[row * M + id - 1]) + ", kv_seqlens " +
+                std::to_string(md.kv_seqlens[row * M + id - 1]) + " for document " + std::to_string(id) + " of row " +
+                std::to_string(row));
   }
-  for (auto [offsets, len] : {std::pair{&md.q_offsets, l.q_len}, std::pair{&md.kv_offsets, l.kv_len}})
-    for (int64_t r = 0; r < l.rows(); ++r) {
+  for (auto [name, offsets, len] : {std::tuple{"q_offsets", &md.q_offsets, l.q_len},
+                                    std::tuple{"kv_offsets", &md.kv_offsets, l.kv_len}})
+    for (int64_t r = 0; r < rows; ++r) {
       bool unused_seen = false;
       for (int64_t k = 0; k <= M; ++k) {
         const int64_t o = (*offsets)[r * (M + 1) + k];
-        RC_ASSERT(o == -1 || (o >= 0 && o < len && !unused_seen));
+        require(o == -1 || (o >= 0 && o < len && !unused_seen),
+                std::string(name) + " of row " + std::to_string(r) + " " + vec(row_slice(*offsets, M + 1, r)) +
+                    ": starts inside the row, then -1 only");
         unused_seen = unused_seen || o == -1;
       }
     }
 }
 
 // Row b computed alone equals row b of the batch.
-void rows_are_independent(Backend& backend, CaseRecorder& recorder) {
-  const PackedBatch batch = *packed_batch();
-  recorder.current(metadata_case(batch));
+void rows_are_independent(Backend& backend, const Case& c) {
+  const PackedBatch& batch = batch_of(c);
+  valid_layout_or_decline(batch);
   const Metadata whole = metadata_or_fail(backend, batch);
-  const int64_t B = whole.batch, M = whole.max_segments, slices = shape_product(whole.extra);
+  const int64_t B = whole.batch, slices = shape_product(whole.extra);
   for (int64_t b = 0; b < B; ++b) {
     const Metadata alone = metadata_or_fail(backend, keep_row(batch, b));
-    for (int64_t e = 0; e < slices; ++e) {
-      const int64_t r = e * B + b;
-      RC_ASSERT(row_slice(alone.q_seqlens, M, e) == row_slice(whole.q_seqlens, M, r));
-      RC_ASSERT(row_slice(alone.kv_seqlens, M, e) == row_slice(whole.kv_seqlens, M, r));
-      RC_ASSERT(row_slice(alone.q_offsets, M + 1, e) == row_slice(whole.q_offsets, M + 1, r));
-      RC_ASSERT(row_slice(alone.kv_offsets, M + 1, e) == row_slice(whole.kv_offsets, M + 1, r));
-    }
+    for (int64_t e = 0; e < slices; ++e)
+      require_same_rows("row " + std::to_string(b) + " (slice " + std::to_string(e) + ")", alone, e, whole,
+                        e * B + b, "computed alone", "in the batch");
   }
 }
 
@@ -147,79 +207,113 @@ PackedBatch padding_kind(PackedBatch batch) {
   return batch;
 }
 
+// A padding-kind batch (the transformations insert padding), or a decline.
+const PackedBatch& padding_batch_of(const Case& c) {
+  const PackedBatch& batch = batch_of(c);
+  valid_layout_or_decline(batch);
+  if (!allows_padding(batch.mask)) decline_case("mask " + std::string(to_string(batch.mask)) + " allows no padding");
+  return batch;
+}
+
+Case draw_padding_batch(json drawn) { return with_drawn(metadata_case(padding_kind(*packed_batch())), std::move(drawn)); }
+
 // Appending padding at the end of every row changes no length and no offset.
-void trailing_padding_changes_nothing(Backend& backend, CaseRecorder& recorder) {
-  const PackedBatch batch = padding_kind(*packed_batch());
-  const Side side = *rc::gen::element(Side::q, Side::kv);
-  const int64_t pads = *rc::gen::inRange<int64_t>(1, 5);
-  const PackedBatch padded = pad_side(batch, side, {}, pads);
-  recorder.current(metadata_case(padded));
-  const Metadata before = metadata_or_fail(backend, batch), after = metadata_or_fail(backend, padded);
-  RC_ASSERT(after.q_seqlens == before.q_seqlens);
-  RC_ASSERT(after.kv_seqlens == before.kv_seqlens);
-  RC_ASSERT(after.q_offsets == before.q_offsets);
-  RC_ASSERT(after.kv_offsets == before.kv_offsets);
-  RC_ASSERT(after.cu_seqlens_q == before.cu_seqlens_q);
-  RC_ASSERT(after.cu_seqlens_kv == before.cu_seqlens_kv);
+void trailing_padding_changes_nothing(Backend& backend, const Case& c) {
+  const PackedBatch& batch = padding_batch_of(c);
+  const Side side = side_of(c);
+  const int64_t pads = drawn_value<int64_t>(c, "pads", 1);
+  const Metadata before = metadata_or_fail(backend, batch);
+  const Metadata after = metadata_or_fail(backend, pad_side(batch, side, {}, pads));
+  const std::string what = std::to_string(pads) + " trailing pads on the " + side_name(side) + " side";
+  for (auto [name, a, b] : {std::tuple{"q_seqlens", &after.q_seqlens, &before.q_seqlens},
+                            std::tuple{"kv_seqlens", &after.kv_seqlens, &before.kv_seqlens},
+                            std::tuple{"q_offsets", &after.q_offsets, &before.q_offsets},
+                            std::tuple{"kv_offsets", &after.kv_offsets, &before.kv_offsets},
+                            std::tuple{"cu_seqlens_q", &after.cu_seqlens_q, &before.cu_seqlens_q},
+                            std::tuple{"cu_seqlens_kv", &after.cu_seqlens_kv, &before.cu_seqlens_kv}})
+    require_same_row(std::string(name) + " with " + what, *a, *b, "padded", "unpadded");
 }
 
 // Shifting row b of one side right by k padding tokens adds k to its offsets.
-void shifting_a_row_shifts_its_offsets(Backend& backend, CaseRecorder& recorder) {
-  const PackedBatch batch = padding_kind(*packed_batch());
-  const Side side = *rc::gen::element(Side::q, Side::kv);
+void shifting_a_row_shifts_its_offsets(Backend& backend, const Case& c) {
+  const PackedBatch& batch = padding_batch_of(c);
+  const Side side = side_of(c);
   const BatchLayout l = validate_shapes(batch).value();
-  const int64_t b = *rc::gen::inRange<int64_t>(0, l.batch), k = *rc::gen::inRange<int64_t>(1, 4);
+  const int64_t b = drawn_value<int64_t>(c, "row", 0), k = drawn_value<int64_t>(c, "shift", 1);
+  if (b < 0 || b >= l.batch || k < 0) decline_case("row " + std::to_string(b) + " shifted by " + std::to_string(k));
   std::vector<int64_t> leading(l.batch, 0);
   leading[b] = k;
-  const PackedBatch shifted = pad_side(batch, side, leading, 0);
-  recorder.current(metadata_case(shifted));
-  const Metadata before = metadata_or_fail(backend, batch), after = metadata_or_fail(backend, shifted);
-  RC_ASSERT(after.q_seqlens == before.q_seqlens);
-  RC_ASSERT(after.kv_seqlens == before.kv_seqlens);
+  const Metadata before = metadata_or_fail(backend, batch);
+  const Metadata after = metadata_or_fail(backend, pad_side(batch, side, leading, 0));
+  const std::string what = "row " + std::to_string(b) + " of the " + side_name(side) + " side shifted by " + std::to_string(k);
+  require_same_row("q_seqlens with " + what, after.q_seqlens, before.q_seqlens, "shifted", "unshifted");
+  require_same_row("kv_seqlens with " + what, after.kv_seqlens, before.kv_seqlens, "shifted", "unshifted");
   const int64_t M = l.max_segments;
-  for (int64_t r = 0; r < l.rows(); ++r) {
-    for (auto [which, off_before, off_after] :
-         {std::tuple{Side::q, &before.q_offsets, &after.q_offsets}, std::tuple{Side::kv, &before.kv_offsets, &after.kv_offsets}}) {
+  for (int64_t r = 0; r < l.rows(); ++r)
+    for (auto [which, off_before, off_after] : {std::tuple{Side::q, &before.q_offsets, &after.q_offsets},
+                                                std::tuple{Side::kv, &before.kv_offsets, &after.kv_offsets}}) {
       std::vector<int64_t> want = row_slice(*off_before, M + 1, r);
       if (which == side && r % l.batch == b)
         for (int64_t& o : want) o = o < 0 ? o : o + k;
-      RC_ASSERT(row_slice(*off_after, M + 1, r) == want);
+      require_same_row(std::string(side_name(which)) + "_offsets of broadcast row " + std::to_string(r) + " with " + what,
+                       row_slice(*off_after, M + 1, r), want, "backend", "expected");
     }
-  }
 }
 
 // Batched over extra dims == every slice computed on its own.
-void extra_dims_equal_slice_by_slice(Backend& backend, CaseRecorder& recorder) {
-  const PackedBatch batch = *packed_batch();
-  recorder.current(metadata_case(batch));
-  const BatchLayout l = validate_shapes(batch).value();
-  RC_CLASSIFY(!l.extra.empty(), "extra dims");
+void extra_dims_equal_slice_by_slice(Backend& backend, const Case& c) {
+  const PackedBatch& batch = batch_of(c);
+  const BatchLayout l = valid_layout_or_decline(batch);
+  classify(!l.extra.empty(), "extra dims");
   const Metadata whole = metadata_or_fail(backend, batch);
-  const int64_t B = l.batch, M = l.max_segments;
   for (int64_t e = 0; e < shape_product(l.extra); ++e) {
     const Metadata slice = metadata_or_fail(backend, extra_slice(batch, l, e));
-    for (int64_t b = 0; b < B; ++b) {
-      RC_ASSERT(row_slice(slice.q_seqlens, M, b) == row_slice(whole.q_seqlens, M, e * B + b));
-      RC_ASSERT(row_slice(slice.kv_seqlens, M, b) == row_slice(whole.kv_seqlens, M, e * B + b));
-      RC_ASSERT(row_slice(slice.q_offsets, M + 1, b) == row_slice(whole.q_offsets, M + 1, e * B + b));
-      RC_ASSERT(row_slice(slice.kv_offsets, M + 1, b) == row_slice(whole.kv_offsets, M + 1, e * B + b));
-    }
+    for (int64_t b = 0; b < l.batch; ++b)
+      require_same_rows("slice " + std::to_string(e) + ", row " + std::to_string(b), slice, b, whole, e * l.batch + b,
+                        "the slice alone", "batched");
   }
+}
+
+Case draw_valid(Backend&) { return metadata_case(*packed_batch()); }
+Case draw_arbitrary(Backend&) { return metadata_case(*arbitrary_batch()); }
+
+Case draw_trailing_padding(Backend&) {
+  Case c = draw_padding_batch(json::object());
+  const std::string side = *rc::gen::element<std::string>("q", "kv");
+  const int64_t pads = *rc::gen::inRange<int64_t>(1, 5);
+  return with_drawn(std::move(c), {{"side", side}, {"pads", pads}});
+}
+
+Case draw_row_shift(Backend&) {
+  Case c = draw_padding_batch(json::object());
+  const BatchLayout l = validate_shapes(batch_of(c)).value();
+  const std::string side = *rc::gen::element<std::string>("q", "kv");
+  const int64_t row = *rc::gen::inRange<int64_t>(0, l.batch), shift = *rc::gen::inRange<int64_t>(1, 4);
+  return with_drawn(std::move(c), {{"side", side}, {"row", row}, {"shift", shift}});
 }
 
 }  // namespace
 
 std::vector<PropertyDef> metadata_properties() {
-  const Capability c = Capability::metadata;
+  const Capability m = Capability::metadata;
   return {
-      {"metadata/matchesReference", c, "every metadata integer equals the explicit-mask reference", matches_reference},
-      {"metadata/rejectsInvalidInputsWithTheirCode", c, "an input with one violation gives exactly its error code", rejects_invalid_inputs},
-      {"metadata/arbitraryInputsMatchReference", c, "small arbitrary inputs, valid or not, give the reference's metadata or error code", arbitrary_inputs_match_reference},
-      {"metadata/compactedFormPairsDocuments", c, "the s-th compacted q and kv entries are the same document", compacted_form_pairs_documents},
-      {"metadata/rowsAreIndependent", c, "a row computed alone equals that row of the batch", rows_are_independent},
-      {"metadata/trailingPaddingChangesNothing", c, "appending padding changes no length or offset", trailing_padding_changes_nothing},
-      {"metadata/shiftingARowShiftsItsOffsets", c, "k leading pads in a row add k to its offsets", shifting_a_row_shifts_its_offsets},
-      {"metadata/extraDimsEqualSliceBySlice", c, "batched over extra dims equals slice by slice", extra_dims_equal_slice_by_slice},
+      {"metadata/matchesReference", m, "every metadata integer equals the explicit-mask reference", draw_valid,
+       matches_reference},
+      {"metadata/rejectsInvalidInputsWithTheirCode", m, "an input with one violation gives exactly its error code",
+       draw_invalid, rejects_invalid_inputs},
+      {"metadata/arbitraryInputsMatchReference", m,
+       "small arbitrary inputs, valid or not, give the reference's metadata or error code", draw_arbitrary,
+       arbitrary_inputs_match_reference},
+      {"metadata/compactedFormPairsDocuments", m, "the s-th compacted q and kv entries are the same document",
+       draw_valid, compacted_form_pairs_documents},
+      {"metadata/rowsAreIndependent", m, "a row computed alone equals that row of the batch", draw_valid,
+       rows_are_independent},
+      {"metadata/trailingPaddingChangesNothing", m, "appending padding changes no length or offset",
+       draw_trailing_padding, trailing_padding_changes_nothing},
+      {"metadata/shiftingARowShiftsItsOffsets", m, "k leading pads in a row add k to its offsets", draw_row_shift,
+       shifting_a_row_shifts_its_offsets},
+      {"metadata/extraDimsEqualSliceBySlice", m, "batched over extra dims equals slice by slice", draw_valid,
+       extra_dims_equal_slice_by_slice},
   };
 }
 

@@ -28,6 +28,7 @@ class ReferenceBackend final : public Backend, MetadataCapability, AttentionCapa
                                       const AttentionInputs& inputs) override {
     return ref::attention_dense_masked(problem, inputs);
   }
+  bool token_level_mask() const override { return true; }
 
   Expected<SmallSeqResult> small_seq(const AttentionProblem& problem, const AttentionInputs& inputs) override {
     return ref::small_seq(problem, inputs);
@@ -53,7 +54,7 @@ class ReferenceBackend final : public Backend, MetadataCapability, AttentionCapa
 
  private:
   // Devices run the dense reference, which realises the token-level mask on any input.
-  SimulatedSharding sharding_{static_cast<AttentionCapability&>(*this), /*token_level_mask=*/true};
+  SimulatedSharding sharding_{static_cast<AttentionCapability&>(*this)};
 };
 
 }  // namespace

@@ -311,9 +311,7 @@ rc::Gen<InvalidShardingDraw> invalid_sharding_draw() {
 }
 
 Case sharding_case(const ShardingDraw& d) {
-  Case c = draw_case(CaseOp::sharding, AttentionDraw{d.problem, d.seed});
-  c.sharding = d.sharding;
-  return c;
+  return Case{ShardingCase{d.sharding, AttentionCase{d.problem, d.seed, std::nullopt}}, {}, {}, {}};
 }
 
 void showValue(const ShardingDraw& d, std::ostream& os) {

@@ -2,6 +2,9 @@
 // against the sharding capability. Each has a planted-bug backend in
 // tests/planted/sharding_bugs.cpp that it must catch (tests/sharding_planted_test.cpp).
 //
+// Each property is a draw (a sharding case; the code an invalid one must give)
+// and a check on the case, so a counterexample replays the exact check.
+//
 // Representability: a backend whose devices run kernels (token_level_mask() is
 // false) realises the token-level mask only on representable per-device
 // problems (DESIGN 4), and a context-parallel query chunk that starts inside a
@@ -40,59 +43,92 @@ ShardingDraw nearest_representable(ShardingDraw d) {
   return d;
 }
 
-void classify(const ShardingDraw& d) {
+void classify_draw(const ShardingDraw& d) {
   const Sharding& s = d.sharding;
-  RC_CLASSIFY(s.mesh.device_count() > 1, "several devices");
-  RC_CLASSIFY(shard_count(s.mesh, s.q.dims[kSequenceDim]) > 1, "context parallel");
-  RC_CLASSIFY(shard_count(s.mesh, s.q.dims[kBatchDim]) > 1, "batch sharded");
-  RC_CLASSIFY(shard_count(s.mesh, s.q.dims[kHeadsDim]) > 1, "heads sharded");
-  RC_CLASSIFY(uses_gqa_head_exception(s), "GQA head exception");
-  RC_CLASSIFY(d.problem.shape.heads_q > d.problem.shape.heads_kv, "GQA");
+  classify(s.mesh.device_count() > 1, "several devices");
+  classify(shard_count(s.mesh, s.q.dims[kSequenceDim]) > 1, "context parallel");
+  classify(shard_count(s.mesh, s.q.dims[kBatchDim]) > 1, "batch sharded");
+  classify(shard_count(s.mesh, s.q.dims[kHeadsDim]) > 1, "heads sharded");
+  classify(uses_gqa_head_exception(s), "GQA head exception");
+  classify(d.problem.shape.heads_q > d.problem.shape.heads_kv, "GQA");
+}
+
+// The case's sharding, problem and inputs (a sharding case that runs).
+struct Drawn {
+  ShardingDraw draw;
+  AttentionInputs inputs;
+};
+
+Drawn drawn_of(const Case& c) {
+  const ShardingCase& s = payload_of<ShardingCase>(c);
+  const AttentionCase* run = std::get_if<AttentionCase>(&s.call);
+  if (!run) decline_case("a shapes-only sharding case: no call to run");
+  const Expected<AttentionInputs> inputs = attention_inputs(*run);
+  if (!inputs) fail_case("the case has no inputs: " + describe(inputs.error()));
+  return Drawn{ShardingDraw{s.sharding, run->problem, run->data_seed.value_or(0)}, inputs.value()};
+}
+
+ShardedShapes shapes_or_decline(const AttentionProblem& problem) {
+  const Expected<ShardedShapes> shapes = sharded_shapes(problem);
+  if (!shapes) decline_case("not a valid problem: " + describe(shapes.error()));
+  return shapes.value();
+}
+
+Case draw_valid(Backend& backend) {
+  ShardingCapability& cap = *backend.sharding();
+  ShardingDraw d = *sharding_draw();
+  if (!cap.token_level_mask()) d = nearest_representable(d);
+  if (!cap.token_level_mask() && !every_device_representable(d)) decline_case("a device's problem is not representable");
+  return sharding_case(d);
 }
 
 // Any valid spec triple gives the unsharded float64 result (outputs and
 // gradients) within the backend's tolerance.
-void valid_triples_match_unsharded_run(Backend& backend, CaseRecorder& recorder) {
+void valid_triples_match_unsharded_run(Backend& backend, const Case& c) {
   ShardingCapability& cap = *backend.sharding();
-  ShardingDraw d = *sharding_draw();
-  if (!cap.token_level_mask()) d = nearest_representable(d);
-  RC_PRE(cap.token_level_mask() || every_device_representable(d));
-  recorder.current(sharding_case(d));
-  classify(d);
-  const AttentionInputs inputs = generate_inputs(d.problem, d.seed);
-  const ShardedShapes shapes = sharded_shapes(d.problem).value();
-  if (auto e = cap.validate_sharding(d.sharding, shapes)) RC_FAIL("rejected a valid sharding: " + describe(*e));
-  const Expected<AttentionResult> got = cap.sharded_attention(d.sharding, d.problem, inputs);
-  if (!got) RC_FAIL("the sharded run rejected a valid call: " + describe(got.error()));
-  const Expected<AttentionResult> want = ref::attention_dense_masked(d.problem, inputs);
-  if (!want) RC_FAIL("generator bug: the reference rejects the unsharded problem: " + describe(want.error()));
-  for (const ToleranceCheck& check : check_attention_tolerance(d.problem, inputs, got.value(), want.value()))
-    if (!check.pass) RC_FAIL("sharded vs unsharded: " + check.describe());
+  const Drawn d = drawn_of(c);
+  if (!cap.token_level_mask() && !every_device_representable(d.draw))
+    decline_case("a device's problem is not representable");
+  const ShardedShapes shapes = shapes_or_decline(d.draw.problem);
+  if (auto e = validate_sharding(d.draw.sharding, shapes)) decline_case("an invalid sharding: " + describe(*e));
+  classify_draw(d.draw);
+  if (auto e = cap.validate_sharding(d.draw.sharding, shapes)) fail_case("rejected a valid sharding: " + describe(*e));
+  const Expected<AttentionResult> got = cap.sharded_attention(d.draw.sharding, d.draw.problem, d.inputs);
+  if (!got) fail_case("the sharded run rejected a valid call: " + describe(got.error()));
+  const Expected<AttentionResult> want = ref::attention_dense_masked(d.draw.problem, d.inputs);
+  if (!want) fail_case("generator bug: the reference rejects the unsharded problem: " + describe(want.error()));
+  for (const ToleranceCheck& check : check_attention_tolerance(d.draw.problem, d.inputs, got.value(), want.value()))
+    if (!check.pass) fail_case("sharded vs unsharded: " + check.describe());
+}
+
+Case draw_invalid(Backend&) {
+  const InvalidShardingDraw d = *invalid_sharding_draw();
+  return with_drawn(sharding_case(d.draw), {{"expected_code", std::string(to_string(d.expected))}});
 }
 
 // Any invalid triple is rejected, by validation and by the run alike, with the
 // reference validator's code and exact message (for Q/K/V specs that differ,
 // the message of DESIGN section 8), and no result is computed.
-void invalid_triples_are_rejected_exactly(Backend& backend, CaseRecorder& recorder) {
+void invalid_triples_are_rejected_exactly(Backend& backend, const Case& c) {
   ShardingCapability& cap = *backend.sharding();
-  const InvalidShardingDraw d = *invalid_sharding_draw();
-  recorder.current(sharding_case(d.draw));
-  RC_TAG(std::string(to_string(d.expected)));
-  const ShardedShapes shapes = sharded_shapes(d.draw.problem).value();
+  const Drawn d = drawn_of(c);
+  const ShardedShapes shapes = shapes_or_decline(d.draw.problem);
   const std::optional<Error> want = validate_sharding(d.draw.sharding, shapes);
-  if (!want || want->code != d.expected)
-    RC_FAIL("generator bug: the reference validator gives " + (want ? describe(*want) : std::string("no error")) +
-            " where " + std::string(to_string(d.expected)) + " was due");
+  if (!want) decline_case("a valid sharding: validTriplesMatchTheUnshardedRun judges those");
+  const std::string expected = drawn_value<std::string>(c, "expected_code", std::string(to_string(want->code)));
+  classify(true, expected);
+  if (to_string(want->code) != expected)
+    fail_case("generator bug: the reference validator gives " + describe(*want) + " where " + expected + " was due");
   if (want->code == ErrorCode::sharding_spec_mismatch)
-    RC_ASSERT(want->message == spec_mismatch_message(d.draw.sharding.q, d.draw.sharding.k, d.draw.sharding.v));
+    require(want->message == spec_mismatch_message(d.draw.sharding.q, d.draw.sharding.k, d.draw.sharding.v),
+            "the reference's message is not DESIGN section 8's: " + want->message);
   auto judge = [&](const std::string& who, const std::optional<Error>& got) {
-    if (!got) RC_FAIL(who + " accepted an invalid call that must give " + describe(*want));
+    if (!got) fail_case(who + " accepted an invalid call that must give " + describe(*want));
     if (got->code != want->code || got->message != want->message)
-      RC_FAIL(who + " gave " + describe(*got) + "\n  where the reference gives " + describe(*want));
+      fail_case(who + " gave " + describe(*got) + " where the reference gives " + describe(*want));
   };
   judge("validate_sharding", cap.validate_sharding(d.draw.sharding, shapes));
-  const Expected<AttentionResult> run = cap.sharded_attention(d.draw.sharding, d.draw.problem,
-                                                              generate_inputs(d.draw.problem, d.draw.seed));
+  const Expected<AttentionResult> run = cap.sharded_attention(d.draw.sharding, d.draw.problem, d.inputs);
   judge("sharded_attention", run ? std::nullopt : std::optional<Error>(run.error()));
 }
 
@@ -102,11 +138,13 @@ std::vector<PropertyDef> sharding_properties() {
   const Capability c = Capability::sharding;
   return {
       {"sharding/validTriplesMatchTheUnshardedRun", c,
-       "a valid mesh and Q/K/V/segment-id specs (batch, heads, context parallel, GQA) give the unsharded outputs and gradients within tolerance",
-       valid_triples_match_unsharded_run},
+       "a valid mesh and Q/K/V/segment-id specs (batch, heads, context parallel, GQA) give the unsharded outputs and "
+       "gradients within tolerance",
+       draw_valid, valid_triples_match_unsharded_run},
       {"sharding/invalidTriplesAreRejectedWithTheExactMessage", c,
-       "mismatched Q/K/V specs, unknown or repeated axes, indivisible dims, segment ids sharded unlike Q and indivisible kv heads give the reference's code and exact message, and no result",
-       invalid_triples_are_rejected_exactly},
+       "mismatched Q/K/V specs, unknown or repeated axes, indivisible dims, segment ids sharded unlike Q and "
+       "indivisible kv heads give the reference's code and exact message, and no result",
+       draw_invalid, invalid_triples_are_rejected_exactly},
   };
 }
 

@@ -43,13 +43,4 @@ void showValue(const AttentionDraw& d, std::ostream& os) {
   showValue(d.problem.batch, os);
 }
 
-std::string describe_mix(const PackedBatch& b) {
-  std::ostringstream os;
-  os << to_string(b.mask);
-  if (b.q.segment_ids.shape.size() > 2 || b.kv.segment_ids.shape.size() > 2) os << "+extra_dims";
-  if (b.q.segment_ids.shape.back() != b.kv.segment_ids.shape.back()) os << "+cross";
-  if (b.window.left >= 0 || b.window.right >= 0) os << "+window";
-  return os.str();
-}
-
 }  // namespace attn_oracle

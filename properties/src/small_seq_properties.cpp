@@ -3,8 +3,9 @@
 // (small_seq_checks.hpp): o and P like outputs (k = 2), gradients k = 3, against
 // the float64 ref::small_seq; error codes exactly. matchesGeneralAttention puts
 // the same backend's general attention in the reference's seat. Each property
-// has a planted-bug backend in tests/planted/small_seq_bugs.cpp that it must
-// catch (tests/planted_bugs_test.cpp).
+// is a draw (a small_seq case the backend supports; the code an invalid draw
+// must give) and a check on the case. Each has a planted-bug backend in
+// tests/planted/small_seq_bugs.cpp that it must catch (tests/planted_bugs_test.cpp).
 #include <cmath>
 #include <string>
 
@@ -18,97 +19,111 @@
 namespace attn_oracle {
 namespace {
 
-Case small_seq_case(const AttentionDraw& d) { return draw_case(CaseOp::small_seq, d); }
+std::string describe(const Error& e) { return std::string(to_string(e.code)) + ": " + e.message; }
+
+Case small_seq_case(const AttentionDraw& d) {
+  return Case{SmallSeqCase{AttentionCase{d.problem, d.seed, std::nullopt}}, {}, {}, {}};
+}
 
 AttentionShape nearest_supported(SmallSeqCapability& cap, const AttentionProblem& problem) {
   return nearest_supported_shape(problem, [&](const AttentionProblem& p) { return !cap.unsupported(p).has_value(); });
 }
 
-// Draws a small-seq problem the backend supports, records it, and returns it with its inputs.
-std::pair<AttentionDraw, AttentionInputs> draw_supported(Backend& backend, CaseRecorder& recorder) {
+// Draws a small-seq problem the backend supports.
+Case draw_supported(Backend& backend) {
   AttentionDraw d = *small_seq_draw();
   d.problem.shape = nearest_supported(*backend.small_seq(), d.problem);
-  RC_PRE(!backend.small_seq()->unsupported(d.problem).has_value());
-  recorder.current(small_seq_case(d));
-  RC_CLASSIFY(d.problem.shape.heads_q > d.problem.shape.heads_kv, "GQA");
-  RC_CLASSIFY(d.problem.batch.window.left >= 0 || d.problem.batch.window.right >= 0, "window");
-  return {d, generate_inputs(d.problem, d.seed)};
+  if (auto reason = backend.small_seq()->unsupported(d.problem)) decline_case("unsupported: " + *reason);
+  return small_seq_case(d);
+}
+
+struct Drawn {
+  AttentionProblem problem;
+  AttentionInputs inputs;
+};
+
+// A valid, supported small-seq case and its inputs.
+Drawn supported_case(Backend& backend, const Case& c) {
+  const SmallSeqCase& s = payload_of<SmallSeqCase>(c);
+  const Expected<AttentionInputs> inputs = attention_inputs(s);
+  if (!inputs) fail_case("the case has no inputs: " + describe(inputs.error()));
+  if (auto docs = small_seq_documents(s.problem, &inputs.value()); !docs)
+    decline_case("not a valid small-seq problem (" + describe(docs.error()) + "); rejectsInvalidInputsWithTheirCode judges those");
+  if (auto reason = backend.small_seq()->unsupported(s.problem)) decline_case("unsupported: " + *reason);
+  classify(s.problem.shape.heads_q > s.problem.shape.heads_kv, "GQA");
+  classify(s.problem.batch.window.left >= 0 || s.problem.batch.window.right >= 0, "window");
+  return Drawn{s.problem, inputs.value()};
 }
 
 SmallSeqResult run_or_fail(Backend& backend, const AttentionProblem& p, const AttentionInputs& in) {
   Expected<SmallSeqResult> r = backend.small_seq()->small_seq(p, in);
-  if (!r) RC_FAIL("backend rejected a valid small-seq input: " + std::string(to_string(r.error().code)) + ": " + r.error().message);
-  return std::move(r).value();
-}
-
-SmallSeqResult reference_or_fail(const AttentionProblem& p, const AttentionInputs& in) {
-  Expected<SmallSeqResult> r = ref::small_seq(p, in);
-  if (!r) RC_FAIL("generator bug: the reference rejects a drawn small-seq problem: " + std::string(to_string(r.error().code)) + ": " + r.error().message);
+  if (!r) fail_case("backend rejected a valid small-seq input: " + describe(r.error()));
   return std::move(r).value();
 }
 
 void assert_within_tolerance(const std::vector<ToleranceCheck>& checks) {
   for (const ToleranceCheck& check : checks)
-    if (!check.pass) RC_FAIL(check.describe());
+    if (!check.pass) fail_case(check.describe());
 }
 
 // o, P and the gradients against the float64 reference.
-void matches_reference(Backend& backend, CaseRecorder& recorder) {
-  const auto [d, inputs] = draw_supported(backend, recorder);
-  const SmallSeqResult want = reference_or_fail(d.problem, inputs);
-  assert_within_tolerance(check_small_seq_tolerance(d.problem, inputs, run_or_fail(backend, d.problem, inputs), want));
+void matches_reference(Backend& backend, const Case& c) {
+  const Drawn d = supported_case(backend, c);
+  const SmallSeqResult want = ref::small_seq(d.problem, d.inputs).value();
+  assert_within_tolerance(check_small_seq_tolerance(d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs), want));
 }
 
 // The small-seq path and the same backend's general fused attention agree on o
 // and the gradients. Kernels realise the token-level mask only on representable
-// inputs (DESIGN section 4), so the others are skipped; decode-like documents
+// inputs (DESIGN section 4), so the others are declined; decode-like documents
 // under top-left causal never are (the query is past its keys), which is why the
 // generator also puts queries at position 0.
-void matches_general_attention(Backend& backend, CaseRecorder& recorder) {
-  const auto [d, inputs] = draw_supported(backend, recorder);
-  RC_PRE(!backend.attention()->unsupported(d.problem).has_value());
-  RC_PRE(ref::representability(d.problem.batch).representable);
-  const SmallSeqResult small = run_or_fail(backend, d.problem, inputs);
-  Expected<AttentionResult> general = backend.attention()->attention(d.problem, inputs);
-  if (!general) RC_FAIL("the backend's attention rejected a valid input: " + std::string(to_string(general.error().code)) + ": " + general.error().message);
+void matches_general_attention(Backend& backend, const Case& c) {
+  const Drawn d = supported_case(backend, c);
+  if (auto reason = backend.attention()->unsupported(d.problem)) decline_case("general attention unsupported: " + *reason);
+  if (const auto r = ref::representability(d.problem.batch); !r.representable)
+    decline_case("not representable: " + r.first_difference);
+  const SmallSeqResult small = run_or_fail(backend, d.problem, d.inputs);
+  Expected<AttentionResult> general = backend.attention()->attention(d.problem, d.inputs);
+  if (!general) fail_case("the backend's attention rejected a valid input: " + describe(general.error()));
   const SmallSeqResult want{general->o, small.p, general->grads};
-  assert_within_tolerance(check_small_seq_tolerance(d.problem, inputs, small, want, /*with_p=*/false));
+  assert_within_tolerance(check_small_seq_tolerance(d.problem, d.inputs, small, want, /*with_p=*/false));
 }
 
 // P [docs, Hq, 16]: a query that attends some key has a row summing to 1 over
 // its document's unmasked keys (within the dtype's floor); masked slots and
 // slots past the keys are exactly 0; a query that attends nothing has a zero row.
-void probability_rows_sum_to_one(Backend& backend, CaseRecorder& recorder) {
-  const auto [d, inputs] = draw_supported(backend, recorder);
-  const auto docs = small_seq_documents(d.problem, &inputs);
-  if (!docs) RC_FAIL("generator bug: " + std::string(to_string(docs.error().code)) + ": " + docs.error().message);
-  const SmallSeqResult got = run_or_fail(backend, d.problem, inputs);
+void probability_rows_sum_to_one(Backend& backend, const Case& c) {
+  const Drawn d = supported_case(backend, c);
+  const std::vector<SmallSeqDocument> docs = small_seq_documents(d.problem, &d.inputs).value();
+  const SmallSeqResult got = run_or_fail(backend, d.problem, d.inputs);
   const int64_t Hq = d.problem.shape.heads_q, width = kSmallSeqMaxKeys;
-  if (got.p.size() != docs->size() * Hq * width)
-    RC_FAIL("P has " + std::to_string(got.p.size()) + " elements, expected [" + std::to_string(docs->size()) + ", " +
-            std::to_string(Hq) + ", 16]");
+  if (got.p.size() != docs.size() * Hq * width)
+    fail_case("P has " + std::to_string(got.p.size()) + " elements, expected [" + std::to_string(docs.size()) + ", " +
+              std::to_string(Hq) + ", 16]");
   const BatchLayout l = validate_shapes(d.problem.batch).value();
   const double eps = tolerance_floor(d.problem.shape.dtype);
-  for (size_t k = 0; k < docs->size(); ++k) {
-    const SmallSeqDocument& doc = (*docs)[k];
+  for (size_t k = 0; k < docs.size(); ++k) {
+    const SmallSeqDocument& doc = docs[k];
     const ref::RowMask mask = ref::explicit_mask(d.problem.batch, l, doc.row, /*with_window=*/true);
     bool attends = false;
     for (int64_t j = 0; j < doc.keys; ++j) attends = attends || mask(doc.query, doc.first_key + j);
-    RC_CLASSIFY(!attends, "fully masked query");
+    classify(!attends, "fully masked query");
     for (int64_t h = 0; h < Hq; ++h) {
       const double* row = &got.p[(k * Hq + h) * width];
       const std::string at = "P[doc " + std::to_string(k) + ", head " + std::to_string(h) + "]";
       double sum = 0.0;
       for (int64_t j = 0; j < width; ++j) {
         const bool live = j < doc.keys && mask(doc.query, doc.first_key + j);
-        if (std::isnan(row[j])) RC_FAIL(at + " slot " + std::to_string(j) + " is NaN");
+        if (std::isnan(row[j])) fail_case(at + " slot " + std::to_string(j) + " is NaN");
         if (!live && row[j] != 0.0)
-          RC_FAIL(at + " slot " + std::to_string(j) + " is " + std::to_string(row[j]) + ", expected exactly 0 (" +
-                  (j >= doc.keys ? "past the document's " + std::to_string(doc.keys) + " keys" : std::string("a masked key")) + ")");
+          fail_case(at + " slot " + std::to_string(j) + " is " + std::to_string(row[j]) + ", expected exactly 0 (" +
+                    (j >= doc.keys ? "past the document's " + std::to_string(doc.keys) + " keys" : std::string("a masked key")) + ")");
         sum += row[j];
       }
       if (attends && std::fabs(sum - 1.0) > eps)
-        RC_FAIL(at + " sums to " + std::to_string(sum) + " over " + std::to_string(doc.keys) + " keys, expected 1 within " + std::to_string(eps));
+        fail_case(at + " sums to " + std::to_string(sum) + " over " + std::to_string(doc.keys) +
+                  " keys, expected 1 within " + std::to_string(eps));
     }
   }
 }
@@ -132,17 +147,26 @@ AttentionShape supported_shape(SmallSeqCapability& cap, const AttentionShape& sh
   return out;
 }
 
-void rejects_invalid_inputs(Backend& backend, CaseRecorder& recorder) {
+Case draw_invalid(Backend& backend) {
   InvalidSmallSeq draw = *invalid_small_seq();
   draw.draw.problem.shape = supported_shape(*backend.small_seq(), draw.draw.problem.shape);
-  recorder.current(small_seq_case(draw.draw));
-  RC_TAG(std::string(to_string(draw.expected)));
-  const AttentionInputs inputs = generate_inputs(draw.draw.problem, draw.draw.seed);
-  const Expected<SmallSeqResult> got = backend.small_seq()->small_seq(draw.draw.problem, inputs);
-  if (got) RC_FAIL("accepted an input that must give " + std::string(to_string(draw.expected)));
-  if (got.error().code != draw.expected)
-    RC_FAIL("gave " + std::string(to_string(got.error().code)) + " (" + got.error().message + ") where " +
-            std::string(to_string(draw.expected)) + " was due");
+  return with_drawn(small_seq_case(draw.draw), {{"expected_code", std::string(to_string(draw.expected))}});
+}
+
+// The code the generator planted (drawn); a replayed case without one is held to the reference's.
+void rejects_invalid_inputs(Backend& backend, const Case& c) {
+  const SmallSeqCase& s = payload_of<SmallSeqCase>(c);
+  const Expected<AttentionInputs> inputs = attention_inputs(s);
+  if (!inputs) fail_case("the case has no inputs: " + describe(inputs.error()));
+  const Expected<SmallSeqResult> want = ref::small_seq(s.problem, inputs.value());
+  const std::string expected =
+      drawn_value<std::string>(c, "expected_code", want ? "" : std::string(to_string(want.error().code)));
+  if (expected.empty()) decline_case("a valid input: matchesReference judges those");
+  classify(true, expected);
+  const Expected<SmallSeqResult> got = backend.small_seq()->small_seq(s.problem, inputs.value());
+  if (got) fail_case("accepted an input that must give " + expected);
+  if (to_string(got.error().code) != expected)
+    fail_case("gave " + describe(got.error()) + " where " + expected + " was due");
 }
 
 }  // namespace
@@ -150,10 +174,19 @@ void rejects_invalid_inputs(Backend& backend, CaseRecorder& recorder) {
 std::vector<PropertyDef> small_seq_properties() {
   const Capability c = Capability::small_seq;
   return {
-      {"small_seq/matchesReference", c, "o, P and gradients match the float64 small-seq reference within tolerance (P judged like o)", matches_reference},
-      {"small_seq/matchesGeneralAttention", c, "on representable inputs, o and gradients equal the same backend's general attention within tolerance", matches_general_attention, Capability::attention},
-      {"small_seq/probabilityRowsSumToOneAndZeroPastKeys", c, "P rows sum to 1 over the document's unmasked keys; masked slots, slots past the keys and rows of queries that attend nothing are exactly 0", probability_rows_sum_to_one},
-      {"small_seq/rejectsInvalidInputsWithTheirCode", c, "two queries in a document, 0 or 17+ keys, heads_q % heads_kv != 0 give exactly their code", rejects_invalid_inputs},
+      {"small_seq/matchesReference", c,
+       "o, P and gradients match the float64 small-seq reference within tolerance (P judged like o)", draw_supported,
+       matches_reference},
+      {"small_seq/matchesGeneralAttention", c,
+       "on representable inputs, o and gradients equal the same backend's general attention within tolerance",
+       draw_supported, matches_general_attention, Capability::attention},
+      {"small_seq/probabilityRowsSumToOneAndZeroPastKeys", c,
+       "P rows sum to 1 over the document's unmasked keys; masked slots, slots past the keys and rows of queries that "
+       "attend nothing are exactly 0",
+       draw_supported, probability_rows_sum_to_one},
+      {"small_seq/rejectsInvalidInputsWithTheirCode", c,
+       "two queries in a document, 0 or 17+ keys, heads_q % heads_kv != 0 give exactly their code", draw_invalid,
+       rejects_invalid_inputs},
   };
 }
 

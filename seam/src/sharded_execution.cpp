@@ -191,9 +191,8 @@ Expected<ShardedShapes> sharded_shapes(const AttentionProblem& problem) {
 // The simulation
 // ---------------------------------------------------------------------------
 
-SimulatedSharding::SimulatedSharding(AttentionCapability& attention, bool token_level_mask)
-    : own_runner_(std::make_unique<HostDeviceRunner>(attention)), runner_(own_runner_.get()),
-      token_level_mask_(token_level_mask) {}
+SimulatedSharding::SimulatedSharding(AttentionCapability& attention)
+    : own_runner_(std::make_unique<HostDeviceRunner>(attention)), runner_(own_runner_.get()), attention_(&attention) {}
 
 SimulatedSharding::SimulatedSharding(DeviceRunner& runner, bool token_level_mask)
     : runner_(&runner), token_level_mask_(token_level_mask) {}

@@ -177,29 +177,30 @@ void unattended_rows_left_unwritten(const AttentionProblem& problem, const Atten
 
 std::vector<PlantedBug> attention_bugs() {
   using Fn = Expected<AttentionResult> (*)(const AttentionProblem&, const AttentionInputs&);
-  auto bug = [](std::string name, std::string property, Fn f) {
-    return PlantedBug{name, property, [name, f] { return attention_backend("planted-" + name, f); }};
+  auto bug = [](std::string name, std::string what, std::string property, Fn f) {
+    return PlantedBug{name, property, what, [name, f] { return attention_backend("planted-" + name, f); }};
   };
   // Tiled-forward bugs: caught against the reference on representable inputs.
-  auto tiled = [](std::string name, TiledBugs bugs) {
-    return PlantedBug{name, "attention/matchesReference", [name, bugs] { return tiled_backend("planted-" + name, bugs); }};
+  auto tiled = [](std::string name, std::string what, TiledBugs bugs) {
+    return PlantedBug{name, "attention/matchesReference", what,
+                      [name, bugs] { return tiled_backend("planted-" + name, bugs); }};
   };
-  auto into = [](std::string name, Store store) {
-    return PlantedBug{name, "attention/guardBandsStayPoisoned",
+  auto into = [](std::string name, std::string what, Store store) {
+    return PlantedBug{name, "attention/guardBandsStayPoisoned", what,
                       [name, store] { return std::unique_ptr<Backend>(new IntoBackend("planted-" + name, store)); }};
   };
   return {
-      bug("top_left_for_bottom_right", "attention/matchesReference", top_left_for_bottom_right),
-      bug("exclusive_left_window", "attention/matchesPerDocumentReference", exclusive_left_window),
-      bug("nan_for_empty_rows", "attention/unattendedTokensAreExactlyZero", nan_for_empty_rows),
-      bug("softmax_state_leaks", "attention/documentPermutationInvariance", softmax_state_leaks),
-      bug("kv_head_modulo", "attention/gqaEqualsRepeatedKvHeads", kv_head_modulo),
-      bug("zero_right_window_unbounded", "attention/causalWindowEqualsTopLeftCausal", zero_right_window_unbounded),
-      tiled("bottom_right_anchored_at_row", {.bottom_right_anchored_at_row = true}),
-      tiled("rescale_skipped", {.rescale_skipped = true}),
-      tiled("last_partial_kv_tile_skipped", {.last_partial_kv_tile_skipped = true}),
-      into("o_zeroed_one_past_end", o_zeroed_one_past_end),
-      into("unattended_rows_left_unwritten", unattended_rows_left_unwritten),
+      bug("top_left_for_bottom_right", "bottom-right causal computed as top-left", "attention/matchesReference", top_left_for_bottom_right),
+      bug("exclusive_left_window", "sliding window left bound exclusive instead of inclusive", "attention/matchesPerDocumentReference", exclusive_left_window),
+      bug("nan_for_empty_rows", "softmax of an empty key set computed as 0/0: NaN", "attention/unattendedTokensAreExactlyZero", nan_for_empty_rows),
+      bug("softmax_state_leaks", "online-softmax state carried from one document into the next of the same row", "attention/documentPermutationInvariance", softmax_state_leaks),
+      bug("kv_head_modulo", "GQA query head h reads kv head h % Hkv instead of h / (Hq / Hkv)", "attention/gqaEqualsRepeatedKvHeads", kv_head_modulo),
+      bug("zero_right_window_unbounded", "a window right bound of 0 treated as unbounded, so the causal window (-1, 0) attends the whole document", "attention/causalWindowEqualsTopLeftCausal", zero_right_window_unbounded),
+      tiled("bottom_right_anchored_at_row", "bottom-right causal diagonal anchored at the row's valid token counts instead of the document's (planted tiled forward)", {.bottom_right_anchored_at_row = true}),
+      tiled("rescale_skipped", "online softmax: the accumulated output not rescaled by exp(m_old - m_new) when the running max moves to a later kv tile (planted tiled forward, 4 x 2 tiles)", {.rescale_skipped = true}),
+      tiled("last_partial_kv_tile_skipped", "kv tile loop bound lkv / tile rounded down, so the last partial kv tile of a document is never visited (planted tiled forward, 4 x 2 tiles)", {.last_partial_kv_tile_skipped = true}),
+      into("o_zeroed_one_past_end", "attention_into clears o with an inclusive bound and zeroes one element past its end", o_zeroed_one_past_end),
+      into("unattended_rows_left_unwritten", "attention_into stores only queries that attend something, leaving o, lse and dq of the others unwritten", unattended_rows_left_unwritten),
   };
 }
 

@@ -6,7 +6,7 @@
 #include <functional>
 #include <memory>
 
-#include "planted/kv_buffer_bugs.hpp"
+#include "planted/planted_backends.hpp"
 
 #include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/reference/kv_buffer.hpp"
@@ -84,8 +84,8 @@ class PlantedKvBackend final : public Backend {
 };
 
 template <class Setup>
-PlantedBug bug(const char* name, const char* property, Setup setup) {
-  return PlantedBug{name, property, [name, setup] {
+PlantedBug bug(const char* name, const char* what, const char* property, Setup setup) {
+  return PlantedBug{name, property, what, [name, setup] {
                       auto b = std::make_unique<PlantedKvBackend>(name);
                       setup(b->kv_);
                       return std::unique_ptr<Backend>(std::move(b));
@@ -213,11 +213,11 @@ void prefix_masked_by_zero_weight(PlantedKvBuffer& kv) {
 
 std::vector<PlantedBug> kv_buffer_bugs() {
   return {
-      bug("cu_seqlens_k_from_first_document_begin", "kv_buffer/metadataIsCanonical", cu_seqlens_k_from_first_document_begin),
-      bug("inactive_prefix_grads_accumulated", "kv_buffer/inactivePrefixReceivesExactlyZero", inactive_prefix_grads_accumulated),
-      bug("slice_written_at_wrong_frontier", "kv_buffer/stepsMatchModel", slice_written_at_wrong_frontier),
-      bug("top_left_for_straddling_document", "kv_buffer/streamingMatchesWholeSequence", top_left_for_straddling_document),
-      bug("prefix_masked_by_zero_weight", "kv_buffer/earlierDocumentsDoNotInfluence", prefix_masked_by_zero_weight),
+      bug("cu_seqlens_k_from_first_document_begin", "a micro-sequence's cu_seqlens_k starts at first_document_begin instead of 0 (a real pipeline's bug)", "kv_buffer/metadataIsCanonical", cu_seqlens_k_from_first_document_begin),
+      bug("inactive_prefix_grads_accumulated", "a micro-sequence's backward adds dK/dV into the inactive prefix [0, first_document_begin)", "kv_buffer/inactivePrefixReceivesExactlyZero", inactive_prefix_grads_accumulated),
+      bug("slice_written_at_wrong_frontier", "the slice goes to i x (its own length): right for full micro-sequences, but the shorter last one lands before its frontier", "kv_buffer/stepsMatchModel", slice_written_at_wrong_frontier),
+      bug("top_left_for_straddling_document", "a document that began in an earlier micro-sequence aligned top-left instead of bottom-right", "kv_buffer/streamingMatchesWholeSequence", top_left_for_straddling_document),
+      bug("prefix_masked_by_zero_weight", "documents before first_document_begin masked by a zero weight instead of being left out, so NaN there leaks", "kv_buffer/earlierDocumentsDoNotInfluence", prefix_masked_by_zero_weight),
   };
 }
 

@@ -198,21 +198,21 @@ Expected<Metadata> too_many_before_noncontiguous(const PackedBatch& batch) {
 }  // namespace
 
 std::vector<PlantedBug> metadata_bugs() {
-  auto bug = [](std::string name, std::string property, Expected<Metadata> (*f)(const PackedBatch&)) {
-    return PlantedBug{name, property, [name, f] { return metadata_backend("planted-" + name, f); }};
+  auto bug = [](std::string name, std::string what, std::string property, Expected<Metadata> (*f)(const PackedBatch&)) {
+    return PlantedBug{name, property, what, [name, f] { return metadata_backend("planted-" + name, f); }};
   };
   return {
-      bug("offsets_from_seqlens", "metadata/shiftingARowShiftsItsOffsets", offsets_from_seqlens),
-      bug("row0_positions", "metadata/rowsAreIndependent", row0_positions),
-      bug("last_document_to_row_end", "metadata/trailingPaddingChangesNothing", last_document_to_row_end),
-      bug("kv_ragged_with_q_stride", "metadata/compactedFormPairsDocuments", kv_ragged_with_q_stride),
-      bug("reappear_after_padding_accepted", "metadata/rejectsInvalidInputsWithTheirCode", reappear_after_padding_accepted),
-      bug("no_trimming", "metadata/matchesReference", no_trimming),
-      bug("last_doc_end_wraps_to_batch_end", "metadata/matchesReference", last_doc_end_wraps_to_batch_end),
-      bug("bottom_right_off_by_one", "metadata/matchesReference", bottom_right_off_by_one),
-      bug("non_broadcasting_extra_dims_accepted", "metadata/rejectsInvalidInputsWithTheirCode", non_broadcasting_extra_dims_accepted),
-      bug("too_many_before_noncontiguous", "metadata/arbitraryInputsMatchReference", too_many_before_noncontiguous),
-      bug("kv_extra_dims_ignored", "metadata/extraDimsEqualSliceBySlice", kv_extra_dims_ignored),
+      bug("offsets_from_seqlens", "offsets taken as the running sum of lengths, ignoring leading padding and gaps", "metadata/shiftingARowShiftsItsOffsets", offsets_from_seqlens),
+      bug("row0_positions", "flattened indexing: every row read the positions of row 0", "metadata/rowsAreIndependent", row0_positions),
+      bug("last_document_to_row_end", "lengths from next-start minus start with the last document ending at T: trailing padding counted", "metadata/trailingPaddingChangesNothing", last_document_to_row_end),
+      bug("kv_ragged_with_q_stride", "cross-attention compaction strided kv rows by Tq", "metadata/compactedFormPairsDocuments", kv_ragged_with_q_stride),
+      bug("reappear_after_padding_accepted", "an id reappearing after padding was accepted as a new document instead of noncontiguous_segment", "metadata/rejectsInvalidInputsWithTheirCode", reappear_after_padding_accepted),
+      bug("no_trimming", "every token of a document counted: no causal / bottom-right trimming", "metadata/matchesReference", no_trimming),
+      bug("last_doc_end_wraps_to_batch_end", "the end of the last document read at index -1 of the flattened batch", "metadata/matchesReference", last_doc_end_wraps_to_batch_end),
+      bug("bottom_right_off_by_one", "bottom-right trimming compared with < instead of <=: one query too many", "metadata/matchesReference", bottom_right_off_by_one),
+      bug("non_broadcasting_extra_dims_accepted", "q and kv extra dims that do not broadcast accepted silently", "metadata/rejectsInvalidInputsWithTheirCode", non_broadcasting_extra_dims_accepted),
+      bug("too_many_before_noncontiguous", "validation order wrong: too_many_segments reported before noncontiguous_segment", "metadata/arbitraryInputsMatchReference", too_many_before_noncontiguous),
+      bug("kv_extra_dims_ignored", "kv extra dims product taken as 1: every broadcast slice read kv slice 0", "metadata/extraDimsEqualSliceBySlice", kv_extra_dims_ignored),
   };
 }
 

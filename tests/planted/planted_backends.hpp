@@ -15,8 +15,9 @@
 namespace attn_oracle::planted {
 
 struct PlantedBug {
-  std::string name;      // what is broken
+  std::string name;      // fixtures/regressions/<name>.case.json pins it
   std::string property;  // the property that must catch it
+  std::string what;      // what is broken, one line
   std::function<std::unique_ptr<Backend>()> make;
 };
 
@@ -25,6 +26,8 @@ inline void PrintTo(const PlantedBug& b, std::ostream* os) { *os << b.name << " 
 std::vector<PlantedBug> metadata_bugs();
 std::vector<PlantedBug> attention_bugs();
 std::vector<PlantedBug> small_seq_bugs();
+std::vector<PlantedBug> kv_buffer_bugs();
+std::vector<PlantedBug> sharding_bugs();
 
 // A backend whose metadata is the reference's passed through `transform`.
 std::unique_ptr<Backend> metadata_backend(

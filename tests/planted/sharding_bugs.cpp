@@ -6,7 +6,7 @@
 //    accepted beside sharded Q heads whatever heads_kv is;
 //  - gather_drops_last_shard_keys: the context-parallel all-gather of K/V
 //    stops one shard short, so every query misses the last shard's keys.
-#include "planted/sharding_bugs.hpp"
+#include "planted/planted_backends.hpp"
 
 #include "attn_oracle/sharded_execution.hpp"
 #include "attn_oracle/reference/attention.hpp"
@@ -53,16 +53,17 @@ class ShardingBugBackend final : public Backend, AttentionCapability {
   Expected<AttentionResult> attention(const AttentionProblem& p, const AttentionInputs& in) override {
     return ref::attention_dense_masked(p, in);
   }
+  bool token_level_mask() const override { return true; }
   ShardingCapability* sharding() override { return &sharding_; }
 
  private:
   std::string name_;
-  Simulation sharding_{static_cast<AttentionCapability&>(*this), /*token_level_mask=*/true};
+  Simulation sharding_{static_cast<AttentionCapability&>(*this)};
 };
 
 template <class Simulation>
-PlantedBug bug(const std::string& name, const std::string& property) {
-  return {name, property, [name] { return std::unique_ptr<Backend>(new ShardingBugBackend<Simulation>(name)); }};
+PlantedBug bug(const std::string& name, const std::string& what, const std::string& property) {
+  return {name, property, what, [name] { return std::unique_ptr<Backend>(new ShardingBugBackend<Simulation>(name)); }};
 }
 
 }  // namespace
@@ -70,9 +71,9 @@ PlantedBug bug(const std::string& name, const std::string& property) {
 std::vector<PlantedBug> sharding_bugs() {
   const std::string rejects = "sharding/invalidTriplesAreRejectedWithTheExactMessage";
   return {
-      bug<ValidatorComparesOnlyQWithK>("validator_compares_only_q_with_k", rejects),
-      bug<GqaExceptionWithoutDivisibility>("gqa_exception_without_kv_head_divisibility", rejects),
-      bug<GatherDropsLastShard>("gather_drops_last_shard_keys", "sharding/validTriplesMatchTheUnshardedRun"),
+      bug<ValidatorComparesOnlyQWithK>("validator_compares_only_q_with_k", "the spec check compares Q with K only, so a V sharded unlike them passes", rejects),
+      bug<GqaExceptionWithoutDivisibility>("gqa_exception_without_kv_head_divisibility", "unsharded K/V heads accepted beside Q heads sharded over more devices than heads_kv can split", rejects),
+      bug<GatherDropsLastShard>("gather_drops_last_shard_keys", "the context-parallel all-gather of K/V stops one shard short", "sharding/validTriplesMatchTheUnshardedRun"),
   };
 }
 

@@ -132,20 +132,20 @@ Expected<SmallSeqResult> zero_keys_accepted(const AttentionProblem& problem, con
   return ref::small_seq(p, in);
 }
 
-PlantedBug bug(const char* name, const char* property,
+PlantedBug bug(const char* name, const char* what, const char* property,
                Expected<SmallSeqResult> (*f)(const AttentionProblem&, const AttentionInputs&)) {
-  return PlantedBug{name, property, [name, f] { return small_seq_backend(name, f); }};
+  return PlantedBug{name, property, what, [name, f] { return small_seq_backend(name, f); }};
 }
 
 }  // namespace
 
 std::vector<PlantedBug> small_seq_bugs() {
   return {
-      bug("small_seq_kv_head_is_query_head", "small_seq/matchesReference", kv_head_is_query_head),
-      bug("small_seq_p_stride_is_keys", "small_seq/matchesReference", p_stride_is_keys),
-      bug("small_seq_window_ignored", "small_seq/matchesGeneralAttention", window_ignored),
-      bug("small_seq_softmax_over_padded_slots", "small_seq/probabilityRowsSumToOneAndZeroPastKeys", softmax_over_padded_slots),
-      bug("small_seq_zero_keys_accepted", "small_seq/rejectsInvalidInputsWithTheirCode", zero_keys_accepted),
+      bug("small_seq_kv_head_is_query_head", "the kv head taken as the query head: K/V read at [t * Hkv + h] instead of [t * Hkv + h / (Hq / Hkv)]", "small_seq/matchesReference", kv_head_is_query_head),
+      bug("small_seq_p_stride_is_keys", "P stored with the document's key count as the head stride instead of 16", "small_seq/matchesReference", p_stride_is_keys),
+      bug("small_seq_window_ignored", "the window never reaches the small-seq kernel's mask", "small_seq/matchesGeneralAttention", window_ignored),
+      bug("small_seq_softmax_over_padded_slots", "softmax taken over all 16 slots of the padded key tile: slots past the keys enter with score 0", "small_seq/probabilityRowsSumToOneAndZeroPastKeys", softmax_over_padded_slots),
+      bug("small_seq_zero_keys_accepted", "the key count checked only from above (keys > 16): a document with 0 keys is accepted", "small_seq/rejectsInvalidInputsWithTheirCode", zero_keys_accepted),
   };
 }
 

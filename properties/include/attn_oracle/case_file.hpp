@@ -1,68 +1,78 @@
-// case_file.hpp: `attn-oracle.case/1` JSON case files (DESIGN section 9).
+// case_file.hpp: case files (DESIGN section 9), `attn-oracle.case/2`.
 //
-// A case is one op and its inputs. `metadata`, `attention` and `small_seq` (the
-// attention fields, DESIGN section 6) are modelled here, `kv_buffer` in
-// kv_buffer_case.hpp, `sharding` (mesh, specs, then shapes or the attention
-// fields) in sharding_case.hpp. An optional `expected` field holds the result a
-// fixture pins (the result JSON or {"error": {...}}); `note` says where the case
-// came from.
+// A case is an envelope and one op's payload:
+//   {"schema": "attn-oracle.case/2", "op": "<op>", "note": "...",
+//    <the op's fields>,
+//    "property": {"id": ..., "backend": ..., "backend_version": ..., "seed": N, "drawn": {...}},
+//    "expected": <what eval prints on the reference, or {"error": {"code": ...}}>}
+// `property` is written with a counterexample: the check that failed, on which
+// backend, from which seed, and every value the property drew besides the case
+// (a document permutation, padding, a command sequence); `attn-oracle replay`
+// re-runs exactly that check. A case without one (a hand-written fixture) is
+// replayed as the backend against the reference. Files of schema
+// `attn-oracle.case/1` (no `property`) read the same way.
 //
-// Reading never throws: malformed files give Error{bad_case | bad_mask | bad_window}
-// naming the field.
+// Each op's fields, evaluation, judgement and coverage live in one place (its
+// CaseOp, case_op.hpp): metadata_case, attention_case (attention and small_seq),
+// kv_buffer_case, sharding_case.
+//
+// Reading never throws: a malformed file gives Error{bad_case | bad_mask |
+// bad_window | bad_tensor_shape} naming the field.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <variant>
 
 #include <nlohmann/json.hpp>
 
-#include "attn_oracle/attention.hpp"
+#include "attn_oracle/attention_case.hpp"
 #include "attn_oracle/error.hpp"
-#include "attn_oracle/kv_buffer.hpp"
-#include "attn_oracle/metadata.hpp"
-#include "attn_oracle/packed_batch.hpp"
-#include "attn_oracle/sharding.hpp"
-#include "attn_oracle/small_seq.hpp"
+#include "attn_oracle/kv_buffer_case.hpp"
+#include "attn_oracle/metadata_case.hpp"
+#include "attn_oracle/sharding_case.hpp"
 
 namespace attn_oracle {
 
-inline constexpr const char* kCaseSchema = "attn-oracle.case/1";
+inline constexpr const char* kCaseSchema = "attn-oracle.case/2";
+inline constexpr const char* kCaseSchemaV1 = "attn-oracle.case/1";  // read, never written
 
-enum class CaseOp { metadata, attention, small_seq, kv_buffer, sharding };
-std::string_view to_string(CaseOp op);
+using CasePayload = std::variant<MetadataCase, AttentionCase, SmallSeqCase, KvBufferCase, ShardingCase>;
+
+// What a counterexample needs to re-run the check that failed.
+struct PropertyRecord {
+  std::string id;                                    // "attention/documentPermutationInvariance"
+  std::string backend, backend_version;              // where it failed
+  uint64_t seed = 0;                                 // the run's seed
+  nlohmann::json drawn = nlohmann::json::object();   // values drawn besides the case
+  bool operator==(const PropertyRecord&) const = default;
+};
 
 struct Case {
-  CaseOp op = CaseOp::metadata;
-  PackedBatch batch;
-  // attention and small_seq only:
-  AttentionShape attention;
-  std::optional<uint64_t> data_seed;       // data: {"seed": N}
-  std::optional<AttentionInputs> tensors;  // tensors: {q, k, v, do}
-  // kv_buffer only (kv_buffer_case.hpp): the sequence, m and the attention shape;
-  // its data is `data: {"seed": N}` (data_seed).
-  KvBufferProblem kv_buffer;
-  // sharding only (sharding_case.hpp): mesh and specs; shapes when the case only
-  // validates, else the batch and attention fields above give them.
-  Sharding sharding;
-  std::optional<ShardedShapes> sharding_shapes;
-  std::optional<nlohmann::json> expected;
+  CasePayload payload;
   std::string note;
+  std::optional<PropertyRecord> property;
+  std::optional<nlohmann::json> expected;
+
+  template <class Payload>
+  const Payload* as() const { return std::get_if<Payload>(&payload); }
+  bool operator==(const Case&) const = default;
 };
+
+class CaseOp;
+const CaseOp& op_of(const Case& c);  // case_op.hpp
 
 Expected<Case> case_from_json(const nlohmann::json& j);
 Expected<Case> read_case_file(const std::string& path);
 nlohmann::json case_to_json(const Case& c);
+// One key per line in a fixed order, arrays of numbers on one line.
 bool write_case_file(const std::string& path, const Case& c);
 
-// The attention problem and inputs of an attention or small_seq case (tensors or seeded data).
-AttentionProblem attention_problem(const Case& c);
-Expected<AttentionInputs> attention_inputs(const Case& c);
+// The attention fields of a payload that has them (attention, small_seq, a
+// sharding case that runs); nullptr otherwise.
+const AttentionCase* attention_fields(const CasePayload& payload);
+AttentionCase* attention_fields(CasePayload& payload);
 
-// Results as `attn-oracle eval` prints them.
-nlohmann::json metadata_to_json(const Metadata& md);
-nlohmann::json attention_result_to_json(const AttentionProblem& problem, const AttentionResult& r);
-// o [..][B][Tq][Hq][D], p [docs][Hq][16] and, with backward, dq, dk, dv.
-nlohmann::json small_seq_result_to_json(const AttentionProblem& problem, const SmallSeqResult& r);
 nlohmann::json error_to_json(const Error& e);  // {"error": {"code", "message"}}
 
 }  // namespace attn_oracle

@@ -25,7 +25,6 @@
 #include <rapidcheck.h>
 
 #include "attn_oracle/attention.hpp"
-#include "attn_oracle/case_file.hpp"
 #include "attn_oracle/error.hpp"
 #include "attn_oracle/packed_batch.hpp"
 
@@ -102,9 +101,6 @@ rc::Gen<AttentionDraw> attention_draw(AttentionOptions options = {});
 AttentionShape nearest_supported_shape(const AttentionProblem& problem,
                                        const std::function<bool(const AttentionProblem&)>& supported);
 
-// The case file of an attention or small_seq draw (data by seed).
-Case draw_case(CaseOp op, const AttentionDraw& draw);
-
 // ------------------------------------------------------------------- small-seq
 // Small-seq problems of DESIGN section 6 (small_seq_generators.cpp): per row a
 // list of documents, each with exactly one query token and 1..16 keys, drawn as a
@@ -164,9 +160,6 @@ void showValue(const PackedBatch& batch, std::ostream& os);
 void showValue(const InvalidBatch& draw, std::ostream& os);
 void showValue(const AttentionDraw& draw, std::ostream& os);
 void showValue(const InvalidSmallSeq& draw, std::ostream& os);
-
-// Short classification labels for RC_CLASSIFY / RC_TAG.
-std::string describe_mix(const PackedBatch& batch);
 
 }  // namespace attn_oracle
 

@@ -17,10 +17,10 @@
 #include <ostream>
 #include <string>
 
+#include <nlohmann/json.hpp>
 #include <rapidcheck.h>
 
 #include "attn_oracle/backend.hpp"
-#include "attn_oracle/case_file.hpp"
 #include "attn_oracle/kv_buffer.hpp"
 
 namespace attn_oracle {
@@ -32,18 +32,12 @@ struct KvBufferDraw {
 
 rc::Gen<KvBufferDraw> kv_buffer_draw();
 void showValue(const KvBufferDraw& draw, std::ostream& os);
-Case kv_buffer_case(const KvBufferDraw& draw);  // data by seed
-
-// One kv_buffer property's check on one problem, outside RapidCheck (regression
-// fixtures): the failure message, or nullopt when it holds. The state machine
-// runs its canonical schedule (every slice written, forward in order, backward
-// in reverse). Unknown ids give a message.
-std::optional<std::string> check_kv_buffer_property(const std::string& property_id, Backend& backend,
-                                                    const KvBufferDraw& draw);
-
-// The state-machine property (kv_buffer_state_machine.cpp): the body, and the
-// canonical schedule of check_kv_buffer_property.
-void kv_buffer_state_machine(Backend& backend, const KvBufferDraw& draw);
-void kv_buffer_canonical_schedule(Backend& backend, const KvBufferDraw& draw);
+// The state machine of kv_buffer/stepsMatchModel (kv_buffer_state_machine.cpp):
+// a command sequence drawn for the problem, recorded as strings ("WriteSlice(2)",
+// "WriteOutside", "Attend", "Backward"); and the check that runs one (the
+// canonical schedule when `steps` is null: every slice written, a write past the
+// end, forward in order, backward in reverse).
+nlohmann::json draw_kv_buffer_steps(Backend& backend, const KvBufferDraw& draw);
+void check_kv_buffer_steps(Backend& backend, const KvBufferDraw& draw, const nlohmann::json* steps);
 
 }  // namespace attn_oracle

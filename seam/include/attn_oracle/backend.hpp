@@ -44,6 +44,11 @@ class AttentionCapability {
   // to problem.shape.dtype; outputs are returned widened to double.
   virtual Expected<AttentionResult> attention(const AttentionProblem& problem,
                                               const AttentionInputs& inputs) = 0;
+  // True when this backend computes DESIGN section 3's token-level mask on any
+  // input (the reference). Kernels apply the index rule to trimmed runs, which is
+  // that mask only on representable inputs (DESIGN 4): for them, judging a case
+  // against the reference is skipped when it is not representable.
+  virtual bool token_level_mask() const { return false; }
 
   // Optional: the same computation written into caller-owned buffers in the
   // AttentionResult layouts (grads only when backward), so that a property can

@@ -90,16 +90,16 @@ KvShard concat_sequence(const std::vector<KvShard>& shards);
 
 class SimulatedSharding : public ShardingCapability {
  public:
-  // `token_level_mask`: the attention realises the token-level mask on any
-  // input (the reference); false for kernels and their CPU twins.
-  explicit SimulatedSharding(AttentionCapability& attention, bool token_level_mask = false);
-  // A runner of the caller's (a real device, a recording one in tests).
+  // Every device runs `attention`; token_level_mask() is that capability's.
+  explicit SimulatedSharding(AttentionCapability& attention);
+  // A runner of the caller's (a real device, a recording one in tests);
+  // `token_level_mask`: whether its devices realise the token-level mask on any input.
   SimulatedSharding(DeviceRunner& runner, bool token_level_mask);
 
   std::optional<Error> validate_sharding(const Sharding& sharding, const ShardedShapes& shapes) override;
   Expected<AttentionResult> sharded_attention(const Sharding& sharding, const AttentionProblem& problem,
                                               const AttentionInputs& inputs) override;
-  bool token_level_mask() const override { return token_level_mask_; }
+  bool token_level_mask() const override { return attention_ ? attention_->token_level_mask() : token_level_mask_; }
 
   // The context-parallel all-gather: one sequence group's shards, in sequence
   // order, to the whole sequence (gathered token t is unsharded kv token t).
@@ -108,7 +108,8 @@ class SimulatedSharding : public ShardingCapability {
  private:
   std::unique_ptr<HostDeviceRunner> own_runner_;
   DeviceRunner* runner_;
-  bool token_level_mask_;
+  AttentionCapability* attention_ = nullptr;
+  bool token_level_mask_ = false;
 };
 
 // The unsharded sizes of a validated problem with [B, T] ids and positions;
