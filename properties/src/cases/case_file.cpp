@@ -32,19 +32,18 @@ const CaseOp& parse_op(const json& j) {
   fail("op: unknown op " + op.dump() + " (expected " + names + ")");
 }
 
+std::string string_field(const json& v, const std::string& path) {
+  if (!v.is_string()) fail(path + ": expected a string, found " + v.dump());
+  return v.get<std::string>();
+}
+
 PropertyRecord parse_property(const json& j) {
   if (!j.is_object()) fail("property: expected an object with id, backend, seed and drawn");
   case_json::reject_unknown_keys(j, {"id", "backend", "backend_version", "seed", "drawn"}, "property.");
   PropertyRecord p;
-  const auto text = [&](const char* key, bool needed) {
-    auto it = j.find(key);
-    if (it == j.end()) return needed ? (fail(std::string("property.") + key + ": missing"), std::string()) : std::string();
-    if (!it->is_string()) fail(std::string("property.") + key + ": expected a string, found " + it->dump());
-    return it->get<std::string>();
-  };
-  p.id = text("id", true);
-  p.backend = text("backend", false);
-  p.backend_version = text("backend_version", false);
+  p.id = string_field(required(j, "id", "property."), "property.id");
+  if (auto it = j.find("backend"); it != j.end()) p.backend = string_field(*it, "property.backend");
+  if (auto it = j.find("backend_version"); it != j.end()) p.backend_version = string_field(*it, "property.backend_version");
   if (auto it = j.find("seed"); it != j.end()) p.seed = case_json::seed_field(*it, "property.seed");
   if (auto it = j.find("drawn"); it != j.end()) {
     if (!it->is_object()) fail("property.drawn: expected an object, found " + it->dump());
@@ -67,10 +66,7 @@ Case parse_case(const json& j) {
     fail("schema: expected \"" + std::string(kCaseSchema) + "\" (or \"" + kCaseSchemaV1 + "\"), found " + schema.dump());
   const CaseOp& op = parse_op(j);
   Case c{op.read(j), {}, {}, {}};
-  if (auto it = j.find("note"); it != j.end()) {
-    if (!it->is_string()) fail("note: expected a string, found " + it->dump());
-    c.note = it->get<std::string>();
-  }
+  if (auto it = j.find("note"); it != j.end()) c.note = string_field(*it, "note");
   if (auto it = j.find("property"); it != j.end()) {
     if (schema == kCaseSchemaV1) fail("property: not part of " + std::string(kCaseSchemaV1));
     c.property = parse_property(*it);
