@@ -29,6 +29,7 @@
 
 #include "attn_oracle/attention.hpp"
 #include "attn_oracle/gpu/attention.hpp"
+#include "attn_oracle/gpu/host_checks.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/reference/tolerance.hpp"
 #include "attn_oracle/reference/attention.hpp"
@@ -330,6 +331,36 @@ TEST(AttentionTwin, TwoRunsAreBitwiseIdentical) {
     EXPECT_TRUE(bitwise_equal(a.grads->dk, b.grads->dk)) << c.name;
     EXPECT_TRUE(bitwise_equal(a.grads->dv, b.grads->dv)) << c.name;
   }
+}
+
+// The entry points read nothing outside a tensor, whatever metadata they get:
+// spans that leave their row, run past the rows or go backwards are bad_metadata.
+TEST(DocumentSpans, OnlyMetadataInsideItsTensorsPasses) {
+  Metadata md;
+  md.cu_seqlens_q = {0, 2, 3};
+  md.cu_seqlens_kv = {0, 1, 3};
+  md.ragged_offsets_q = {0, 4, 8};  // row 0 tokens [0, 2), row 1 tokens [0, 1); 2 rows of 4
+  md.ragged_offsets_kv = {1, 6, 8};
+  EXPECT_FALSE(gpu::check_document_spans(md, 2, 4, 4).has_value());
+  auto code = [](const Metadata& m) {
+    const auto e = gpu::check_document_spans(m, 2, 4, 4);
+    return e ? std::string(to_string(e->code)) + ": " + e->message : std::string("accepted");
+  };
+  Metadata past_row = md;
+  past_row.ragged_offsets_kv[1] = 7;  // [7, 9) crosses into row 2
+  EXPECT_EQ(code(past_row).rfind("bad_metadata: kv document 1", 0), 0u) << code(past_row);
+  Metadata past_rows = md;
+  past_rows.ragged_offsets_q[1] = 8;
+  EXPECT_EQ(code(past_rows).rfind("bad_metadata", 0), 0u) << code(past_rows);
+  Metadata backwards = md;
+  backwards.cu_seqlens_q = {0, 3, 2};
+  EXPECT_EQ(code(backwards).rfind("bad_metadata", 0), 0u) << code(backwards);
+  Metadata not_from_zero = md;
+  not_from_zero.cu_seqlens_kv = {1, 2, 3};
+  EXPECT_EQ(code(not_from_zero).rfind("bad_metadata: cu_seqlens_kv does not start at 0", 0), 0u) << code(not_from_zero);
+  Metadata unpaired = md;
+  unpaired.cu_seqlens_kv = {0, 3};
+  EXPECT_EQ(code(unpaired).rfind("bad_metadata", 0), 0u) << code(unpaired);
 }
 
 }  // namespace

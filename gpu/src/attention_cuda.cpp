@@ -86,6 +86,7 @@ Expected<DeviceRun> run_on_device(const AttentionProblem& problem, const Attenti
   if (auto e = check_tensor("do", inputs.d_o, shape.backward ? z.q_elems() : 0)) return *e;
   if (caller)
     if (auto e = check_output_buffers(*caller, z.q_elems(), z.kv_elems(), shape.backward)) return *e;
+  if (auto e = check_document_spans(md.value(), z.rows, z.q_len, z.kv_len)) return *e;
   if (auto reason = attention_cuda_unsupported(problem)) return Error{ErrorCode::unsupported, *reason};
 
   run.dtype = device_dtype(shape.dtype);

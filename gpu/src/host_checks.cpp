@@ -45,4 +45,35 @@ std::optional<Error> check_tensor_size(const char* name, const std::vector<doubl
                                                 " elements, expected " + std::to_string(expected)};
 }
 
+namespace {
+
+std::optional<Error> bad_metadata(const std::string& message) { return Error{ErrorCode::bad_metadata, message}; }
+
+std::optional<Error> check_side_spans(const char* side, const std::vector<int64_t>& cu,
+                                      const std::vector<int64_t>& ragged, int64_t rows, int64_t len) {
+  if (cu.empty() || cu.front() != 0) return bad_metadata(std::string("cu_seqlens_") + side + " does not start at 0");
+  if (ragged.size() != cu.size())
+    return bad_metadata(std::string("ragged_offsets_") + side + " has " + std::to_string(ragged.size()) +
+                        " entries, cu_seqlens_" + side + " " + std::to_string(cu.size()));
+  for (size_t s = 0; s + 1 < cu.size(); ++s) {
+    const int64_t start = ragged[s], length = cu[s + 1] - cu[s];
+    const std::string doc = std::string(side) + " document " + std::to_string(s) + ": ";
+    if (length < 0) return bad_metadata(doc + "cu_seqlens decreases (" + std::to_string(cu[s]) + " then " + std::to_string(cu[s + 1]) + ")");
+    if (start < 0 || len <= 0 || start / len >= rows || start % len + length > len)
+      return bad_metadata(doc + "span [" + std::to_string(start) + ", " + std::to_string(start + length) +
+                          ") is not inside one row of " + std::to_string(len) + " tokens (" + std::to_string(rows) + " rows)");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<Error> check_document_spans(const Metadata& md, int64_t rows, int64_t q_len, int64_t kv_len) {
+  if (md.cu_seqlens_q.size() != md.cu_seqlens_kv.size())
+    return bad_metadata("cu_seqlens_q has " + std::to_string(md.cu_seqlens_q.size()) + " entries, cu_seqlens_kv " +
+                        std::to_string(md.cu_seqlens_kv.size()));
+  if (auto e = check_side_spans("q", md.cu_seqlens_q, md.ragged_offsets_q, rows, q_len)) return e;
+  return check_side_spans("kv", md.cu_seqlens_kv, md.ragged_offsets_kv, rows, kv_len);
+}
+
 }  // namespace attn_oracle::gpu

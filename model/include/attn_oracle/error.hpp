@@ -60,6 +60,7 @@ enum class ErrorCode {
   sharding_not_divisible,
   sharding_kv_heads_not_divisible,
   over_memory_budget,
+  bad_metadata,  // metadata handed to a kernel entry point: a document span outside its tensor
 };
 
 std::string_view to_string(ErrorCode code);

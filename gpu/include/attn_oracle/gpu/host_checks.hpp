@@ -10,6 +10,7 @@
 #include "attn_oracle/attention.hpp"
 #include "attn_oracle/error.hpp"
 #include "attn_oracle/gpu/attention.hpp"
+#include "attn_oracle/metadata.hpp"
 
 namespace attn_oracle::gpu {
 
@@ -26,6 +27,13 @@ std::optional<Error> check_tensor_memory(const Shape& extra, int64_t batch, int6
 // then): o and lse when there are query elements, dq / dk / dv with backward.
 std::optional<Error> check_output_buffers(const AttentionOutputs& out, int64_t q_elems, int64_t kv_elems,
                                           bool backward);
+
+// bad_metadata unless the compacted form is one a kernel can read without going
+// out of bounds: cu_seqlens start at 0 and never decrease, both sides list the
+// same number of documents, and every document's span [ragged_offset, + length)
+// lies inside one row of its [rows, len] tensor. Kernels trust the metadata they
+// are handed (FlashAttention checks none of this); the entry points check it.
+std::optional<Error> check_document_spans(const Metadata& md, int64_t rows, int64_t q_len, int64_t kv_len);
 
 // bad_tensor_shape naming the tensor and both element counts.
 std::optional<Error> check_tensor_size(const char* name, const std::vector<double>& tensor, int64_t expected);
