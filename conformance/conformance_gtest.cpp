@@ -4,12 +4,31 @@
 // Linked as an object library (attn_oracle::conformance) so that a vendoring
 // project gets these tests by linking it and registering its backends with
 // ATTN_ORACLE_REGISTER_BACKEND; the parameters are read from the registry when
-// GoogleTest initialises, after every static registration has run.
-// A missing capability is a skip with the reason; a failure prints the shrunk
-// counterexample, its case file and the replay command.
+// GoogleTest initialises, after every static registration has run. Each test:
+//  - runs its property in a child process (isolation.hpp) unless
+//    ATTN_ORACLE_ISOLATE=0, so that a backend that crashes or hangs fails this
+//    test with the case it crashed on, and the other tests still run;
+//  - honours the skip and expected-failure lists named by ATTN_ORACLE_SKIPS and
+//    ATTN_ORACLE_XFAILS (test_lists.hpp; attn_oracle_add_conformance sets them):
+//    an expected failure that fails passes, one that passes fails (XPASS);
+//  - fails with every distinct failure's one-line mismatch, its counterexample
+//    file and the replay line (this binary, so it runs as printed);
+//  - is skipped, with the reasons, when the backend lacks the capability or
+//    declined every draw; declines of whole classes are printed;
+//  - writes its result to ATTN_ORACLE_RESULTS_DIR (when set) for `report merge`.
 #include <gtest/gtest.h>
 
-#include "attn_oracle/property_runner.hpp"
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "attn_oracle/harness/isolation.hpp"
+#include "attn_oracle/harness/program.hpp"
+#include "attn_oracle/harness/report.hpp"
+#include "attn_oracle/harness/test_lists.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -34,6 +53,51 @@ std::string test_name(const testing::TestParamInfo<ConformanceParam>& info) {
 
 void PrintTo(const ConformanceParam& p, std::ostream* os) { *os << p.property << " on " << p.backend; }
 
+// The list a variable names, read once; a list that cannot be read fails every test.
+const std::optional<TestIdList>& list_from(const char* variable, std::string& error) {
+  static std::map<std::string, std::pair<std::optional<TestIdList>, std::string>> lists;
+  auto [it, inserted] = lists.try_emplace(variable);
+  if (inserted)
+    if (const char* path = std::getenv(variable); path && *path) it->second.first = TestIdList::read(path, it->second.second);
+  error = it->second.second;
+  return it->second.first;
+}
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_result(const CheckResult& r, const RunSettings& s) {
+  const char* dir = std::getenv("ATTN_ORACLE_RESULTS_DIR");
+  if (!dir || !*dir) return;
+  CheckReport report;
+  report.versions = suite_versions();
+  report.seed = s.seed, report.cases = s.cases, report.max_size = s.max_size, report.max_failures = s.max_failures;
+  report.shards = {std::to_string(s.shard_index + 1) + "/" + std::to_string(s.shard_count)};
+  report.failures_dir = std::filesystem::absolute(s.failures_dir).string();
+  auto backend = BackendRegistry::instance().make(r.outcome.backend);
+  BackendInfo info{backend->name(), backend->version(), {}};
+  for (Capability c : backend->capabilities()) info.capabilities.emplace_back(to_string(c));
+  report.backends = {info};
+  report.results = {r};
+  std::string stem = r.id() + ".shard-" + std::to_string(s.shard_index + 1) + "-of-" + std::to_string(s.shard_count);
+  for (char& c : stem)
+    if (c == '/') c = '.';
+  std::filesystem::create_directories(dir);
+  std::ofstream(std::filesystem::path(dir) / (stem + ".json")) << report_json(report);
+}
+
+std::string failures_text(const CheckResult& r) {
+  std::ostringstream os;
+  for (const PropertyFailure& f : r.outcome.failures)
+    os << f.message << "\ncounterexample (draw " << f.draw << ", " << f.shrinks << " shrinks): " << f.case_path << "\n"
+       << file_text(f.case_path) << "replay: " << f.replay_command << "\nrerun: " << f.rerun_command << "\n";
+  return os.str();
+}
+
 class Property : public testing::TestWithParam<ConformanceParam> {};
 
 TEST_P(Property, Check) {
@@ -41,12 +105,33 @@ TEST_P(Property, Check) {
   ASSERT_NE(backend, nullptr);
   const PropertyDef* property = find_property(GetParam().property);
   ASSERT_NE(property, nullptr);
-  const PropertyOutcome o = run_property(*property, *backend, default_run_settings());
-  if (o.status == PropertyOutcome::Status::skipped) GTEST_SKIP() << o.message;
-  EXPECT_EQ(o.status, PropertyOutcome::Status::passed)
-      << o.message << "\ncounterexample: " << o.case_path << "\nreplay: " << o.replay_command
-      << "\nrerun: " << o.rerun_command;
-  RecordProperty("cases", o.cases);
+  std::string error;
+  const auto& skips = list_from("ATTN_ORACLE_SKIPS", error);
+  ASSERT_TRUE(error.empty()) << error;
+  const auto& xfails = list_from("ATTN_ORACLE_XFAILS", error);
+  ASSERT_TRUE(error.empty()) << error;
+  RunSettings settings = default_run_settings();
+  settings.program = this_program();
+  if (skips && skips->match(backend->name(), backend->version(), property->id)) {
+    write_result(listed_skip(property->id, *backend, *skips), settings);
+    GTEST_SKIP() << listed_skip(property->id, *backend, *skips).note;
+  }
+  const char* isolate = std::getenv("ATTN_ORACLE_ISOLATE");
+  const PropertyOutcome o = isolate && std::string(isolate) == "0"
+                                ? run_property(*property, *backend, settings)
+                                : run_property_isolated(*property, *backend, settings, IsolationSettings{settings.program});
+  const CheckResult r = verdict_of(o, xfails ? &*xfails : nullptr);
+  write_result(r, settings);
+  RecordProperty("draws", o.drawn);
+  RecordProperty("declined", o.declined);
+  for (const std::string& line : wholly_declined_classes(o)) std::cout << "[ note     ] " << line << "\n";
+  switch (r.verdict) {
+    case Verdict::passed: return;
+    case Verdict::xfail: std::cout << "[ xfail    ] " << r.note << "\n" << failures_text(r); return;
+    case Verdict::skipped: GTEST_SKIP() << o.message;
+    case Verdict::xpass: FAIL() << r.note;
+    case Verdict::failed: FAIL() << failures_text(r);
+  }
 }
 
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Property);

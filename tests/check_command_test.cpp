@@ -1,20 +1,26 @@
-// check_command_test.cpp: `attn-oracle check` in process (tools/check.hpp) on the
-// reference and on a planted metadata bug: the report files are byte-identical
-// for the same seed, an unexpected failure exits 1, the skips and xfails lists
-// turn failures into skipped / xfail and a listed pass into XPASS (exit 0),
-// entries that match nothing are warned about, and SIGINT stops after the
-// running property with a partial report marked interrupted (exit 130).
+// check_command_test.cpp: `check` in process (harness/check.hpp) on the
+// reference and on planted backends: report files identical for the same seed
+// (times aside), a failure exits 1 with its counterexample, the skips and
+// expected-failure lists (a listed failure is xfail, a listed pass is XPASS and
+// fails the run), a filter that matches nothing is an error, two shards merged
+// give the totals of one unsharded run, a backend whose answers alternate is
+// reported as nondeterministic, several distinct bugs of one property are all
+// reported, a property whose every draw is declined is skipped with the
+// reason, and SIGINT stops after the running property with a partial report.
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "check.hpp"
-#include "planted/planted_backends.hpp"
+#include "attn_oracle/harness/check.hpp"
+#include "attn_oracle/harness/cli.hpp"
 #include "attn_oracle/reference_backend.hpp"
+#include "builtin_backends.hpp"
+#include "planted/planted_backends.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -37,93 +43,212 @@ fs::path write_list(const std::string& name, const std::string& text) {
   return kDir / name;
 }
 
-// The first planted metadata bug, registered under its backend's name.
-const planted::PlantedBug& planted_bug() {
-  static const planted::PlantedBug bug = [] {
-    for (planted::PlantedBug& b : planted::metadata_bugs())
-      if (b.property.rfind("metadata/", 0) == 0) {
-        BackendRegistry::instance().add(b.make()->name(), b.make);
-        return b;
-      }
-    return planted::PlantedBug{};
-  }();
-  return bug;
+// The planted metadata bug of `property`, registered under its backend's name.
+std::string planted(const std::string& bug_name) {
+  for (planted::PlantedBug& b : planted::metadata_bugs())
+    if (b.name == bug_name) {
+      const std::string name = b.make()->name();
+      BackendRegistry::instance().add(name, b.make);
+      return name;
+    }
+  return "";
 }
 
-std::string planted_name() { return planted_bug().make()->name(); }
+const bool kBuiltinsRegistered = (register_builtin_backends(), true);
 
-CheckOptions options(const std::string& backend, const std::string& report) {
+CheckOptions options(const std::string& backend, const std::string& report, const std::string& filter = "metadata/") {
   CheckOptions o;
   o.backend = backend;
-  o.filter = "metadata/";
-  o.cases = 10;
+  o.filter = filter;
+  o.cases = 20;
   o.seed = 7;
+  o.isolate = false;  // this test binary does not speak the child verbs (tests/isolation_test.cpp does)
   o.report_dir = (kDir / report).string();
   return o;
 }
 
+int check(const CheckOptions& o) { return run_check_command(o, CheckEnvironment{}); }
+
 json report_json(const std::string& report) { return json::parse(slurp(kDir / report / "conformance.json")); }
 
-TEST(CheckCommand, ReportsAreByteIdenticalForTheSameSeed) {
-  ASSERT_FALSE(planted_bug().property.empty());
-  for (const std::string& backend : {std::string("reference"), planted_name()}) {
-    run_check_command(options(backend, "a"));
-    run_check_command(options(backend, "b"));
+const json* result(const json& report, const std::string& id) {
+  for (const json& r : report["results"])
+    if (r["id"] == id) return &r;
+  return nullptr;
+}
+
+// The report without what depends on the clock.
+std::string timeless(std::string text) {
+  text = std::regex_replace(text, std::regex("\"seconds\": [0-9.e-]+"), "\"seconds\": 0");
+  return std::regex_replace(text, std::regex("[0-9]+\\.[0-9]+ s\\b"), "T s");
+}
+
+TEST(CheckCommand, ReportsAreTheSameForTheSameSeed) {
+  for (const std::string& backend : {std::string("reference"), planted("offsets_from_seqlens")}) {
+    check(options(backend, "a"));
+    check(options(backend, "b"));
     for (const char* file : {"conformance.md", "conformance.json"})
-      EXPECT_EQ(slurp(kDir / "a" / file), slurp(kDir / "b" / file)) << backend << " " << file;
+      EXPECT_EQ(timeless(slurp(kDir / "a" / file)), timeless(slurp(kDir / "b" / file))) << backend << " " << file;
   }
 }
 
-TEST(CheckCommand, ReportHoldsVersionsSettingsAndResults) {
-  EXPECT_EQ(run_check_command(options("reference", "ref")), 0);
+TEST(CheckCommand, ReportHoldsVersionsSettingsAndPerPropertyCounts) {
+  EXPECT_EQ(check(options("reference", "ref")), 0);
   const json j = report_json("ref");
-  EXPECT_EQ(j["schema"], "attn-oracle.conformance/1");
-  for (const char* k : {"attn-oracle", "compiler", "CUDA", "cuDNN", "device"}) EXPECT_TRUE(j["versions"].contains(k)) << k;
+  EXPECT_EQ(j["schema"], "attn-oracle.conformance/2");
+  for (const char* k : {"attn-oracle", "commit", "compiler"}) EXPECT_TRUE(j["versions"].contains(k)) << k;
   EXPECT_EQ(j["settings"]["seed"], 7);
-  EXPECT_EQ(j["settings"]["max_success"], 10);
+  EXPECT_EQ(j["settings"]["cases"], 20);
   ASSERT_FALSE(j["results"].empty());
-  for (const json& r : j["results"]) EXPECT_EQ(r["status"], "passed") << r["id"];
+  for (const json& r : j["results"]) {
+    EXPECT_EQ(r["verdict"], "passed") << r["id"];
+    EXPECT_EQ(r["draws"]["total"], 20) << r["id"];
+    EXPECT_EQ(r["backend_version"], "float64 explicit-mask oracle");
+    EXPECT_GT(r["mix"].size(), 0u) << r["id"];
+    EXPECT_TRUE(r.contains("seconds"));
+  }
   EXPECT_FALSE(j["interrupted"]);
 }
 
-TEST(CheckCommand, UnexpectedFailureExitsOneWithItsCounterexample) {
-  const std::string property = planted_bug().property;
-  EXPECT_EQ(run_check_command(options(planted_name(), "fail")), 1);
-  bool found = false;
+TEST(CheckCommand, AFailureExitsOneWithItsCounterexample) {
+  const std::string backend = planted("offsets_from_seqlens");
+  EXPECT_EQ(check(options(backend, "fail")), 1);
   const json report = report_json("fail");
-  for (const json& r : report["results"])
-    if (r["property"] == property) {
-      found = true;
-      EXPECT_EQ(r["status"], "FAILED");
-      EXPECT_TRUE(fs::exists(r["counterexample"].get<std::string>()));
-      EXPECT_NE(r["replay"].get<std::string>().find("attn-oracle replay --backend " + planted_name()), std::string::npos);
-    }
-  EXPECT_TRUE(found) << property;
+  const json* r = result(report, backend + "/metadata/shiftingARowShiftsItsOffsets");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ((*r)["verdict"], "FAILED");
+  ASSERT_FALSE((*r)["failures"].empty());
+  const json& f = (*r)["failures"][0];
+  EXPECT_TRUE(fs::exists(f["counterexample"].get<std::string>()));
+  EXPECT_NE(f["replay"].get<std::string>().find("attn-oracle replay --backend " + backend), std::string::npos);
+  EXPECT_NE(f["rerun"].get<std::string>().find("--seed 7"), std::string::npos);
 }
 
 TEST(CheckCommand, ListsSkipExpectFailuresAndWarn) {
-  const std::string property = planted_bug().property;
+  const std::string backend = planted("offsets_from_seqlens");
   CheckOptions o = options("all", "lists");
-  o.xfails_file =
-      write_list("xfails.txt", "# known bugs\n" + planted_name() + "/metadata/\nreference/" + property + "  # a pass\n").string();
-  o.skips_file = write_list("skips.txt", "cpu/\nnosuch/backend\n").string();
-  EXPECT_EQ(run_check_command(o), 0);
+  o.xfails_file = write_list("xfails.txt", "# known bugs\n" + backend + "/metadata/shiftingARowShiftsItsOffsets  # offsets from seqlens\n").string();
+  o.skips_file = write_list("skips.txt", "cpu/\nnosuch/backend\nmetadata/extraDimsEqualSliceBySlice  # not ours\n").string();
+  const int status = check(o);
   const json j = report_json("lists");
-  int xfail = 0;
   for (const json& r : j["results"]) {
     const std::string id = r["id"];
-    if (id.rfind("cpu/", 0) == 0) {
-      EXPECT_EQ(r["status"], "skipped") << id;
-    } else if (id == "reference/" + property) {
-      EXPECT_EQ(r["status"], "XPASS") << id;
-    } else if (id == planted_name() + "/" + property) {
-      EXPECT_EQ(r["status"], "xfail") << id;
+    if (id.rfind("cpu/", 0) == 0 || id.ends_with("/metadata/extraDimsEqualSliceBySlice")) {
+      EXPECT_EQ(r["verdict"], "skipped") << id;
     }
-    xfail += r["status"] == "xfail";
+    if (id == backend + "/metadata/shiftingARowShiftsItsOffsets") {
+      EXPECT_EQ(r["verdict"], "xfail") << id;
+      EXPECT_NE(r["note"].get<std::string>().find("offsets from seqlens"), std::string::npos);
+    }
   }
-  EXPECT_GE(xfail, 1);
   ASSERT_EQ(j["warnings"].size(), 1u) << j["warnings"].dump();
   EXPECT_NE(j["warnings"][0].get<std::string>().find("nosuch/backend matches no test"), std::string::npos);
+  // The planted backend fails other metadata properties too: those still fail the run.
+  EXPECT_EQ(status, j["summary"]["FAILED"].get<int>() > 0 ? 1 : 0);
+}
+
+// A listed expected failure that passes fails the run (strict), so the list cannot rot.
+TEST(CheckCommand, AnExpectedFailureThatPassesFailsTheRun) {
+  CheckOptions o = options("reference", "xpass", "metadata/matchesReference");
+  o.xfails_file = write_list("xpass.txt", "metadata/matchesReference  # fixed long ago\n").string();
+  EXPECT_EQ(check(o), 1);
+  const json report = report_json("xpass");
+  const json* r = result(report, "reference/metadata/matchesReference");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ((*r)["verdict"], "XPASS");
+  // version= limits an entry to the backend versions it names.
+  o.xfails_file = write_list("xpass_version.txt", "metadata/matchesReference version=9.99  # another release\n").string();
+  EXPECT_EQ(check(o), 0);
+}
+
+TEST(CheckCommand, AFilterThatMatchesNothingIsAnError) {
+  EXPECT_EQ(check(options("reference", "nothing", "nosuchproperty")), 1);
+}
+
+// Two shards, each with its report, merged: the same per-property totals as one
+// unsharded run of the same seed and case count.
+TEST(CheckCommand, TwoShardsMergedEqualOneRun) {
+  const std::string backend = planted("offsets_from_seqlens");
+  CheckOptions whole = options("all", "whole");
+  whole.backend = backend;
+  check(whole);
+  for (int i = 0; i < 2; ++i) {
+    CheckOptions part = whole;
+    part.report_dir = (kDir / ("shard" + std::to_string(i))).string();
+    part.shard = std::pair{i, 2};
+    check(part);
+  }
+  const CheckEnvironment env;
+  ASSERT_EQ(run_cli({"report", "merge", "--out", (kDir / "merged").string(), (kDir / "shard0" / "conformance.json").string(),
+                     (kDir / "shard1" / "conformance.json").string()},
+                    env),
+            0);
+  const json one = report_json("whole"), merged = report_json("merged");
+  EXPECT_EQ(merged["summary"], one["summary"]);
+  EXPECT_EQ(merged["settings"]["shards"], json::array({"1/2", "2/2"}));
+  ASSERT_EQ(merged["results"].size(), one["results"].size());
+  for (size_t i = 0; i < one["results"].size(); ++i) {
+    const json &a = one["results"][i], &b = merged["results"][i];
+    EXPECT_EQ(a["id"], b["id"]);
+    EXPECT_EQ(a["verdict"], b["verdict"]) << a["id"];
+    EXPECT_EQ(a["draws"], b["draws"]) << a["id"];
+    EXPECT_EQ(a["decline_reasons"], b["decline_reasons"]) << a["id"];
+    EXPECT_EQ(a["mix"], b["mix"]) << a["id"];
+  }
+}
+
+// A metadata backend whose every other answer is the reference's with one
+// cu_seqlens_kv entry off: two identical calls disagree.
+class AlternatingBackend final : public Backend, MetadataCapability {
+ public:
+  std::string name() const override { return "alternating"; }
+  MetadataCapability* metadata() override { return this; }
+  Expected<Metadata> metadata(const PackedBatch& batch) override {
+    auto md = make_reference_backend()->metadata()->metadata(batch);
+    if (md && (calls_++ % 2 == 1)) {
+      Metadata wrong = md.value();
+      wrong.cu_seqlens_kv.back() += 1;
+      return wrong;
+    }
+    return md;
+  }
+
+ private:
+  int calls_ = 0;
+};
+
+TEST(CheckCommand, AlternatingResultsAreReportedAsNondeterministic) {
+  BackendRegistry::instance().add("alternating", [] { return std::make_unique<AlternatingBackend>(); });
+  EXPECT_EQ(check(options("alternating", "alternating", "metadata/matchesReference")), 1);
+  const json report = report_json("alternating");
+  const json* r = result(report, "alternating/metadata/matchesReference");
+  ASSERT_NE(r, nullptr);
+  ASSERT_FALSE((*r)["failures"].empty());
+  const json& f = (*r)["failures"][0];
+  EXPECT_TRUE(f["nondeterministic"].get<bool>()) << f.dump();
+  EXPECT_NE(f["message"].get<std::string>().find("nondeterministic backend: cu_seqlens_kv["), std::string::npos) << f.dump();
+  EXPECT_NE(f["message"].get<std::string>().find("differs between two identical calls"), std::string::npos) << f.dump();
+}
+
+// A backend that declines every input: the property is skipped with the reason, never passed.
+class DecliningBackend final : public Backend, MetadataCapability {
+ public:
+  std::string name() const override { return "declining"; }
+  MetadataCapability* metadata() override { return this; }
+  std::optional<std::string> unsupported(const PackedBatch&) override { return "we only take B = 0"; }
+  Expected<Metadata> metadata(const PackedBatch& batch) override { return make_reference_backend()->metadata()->metadata(batch); }
+};
+
+TEST(CheckCommand, AWhollyDeclinedPropertyIsSkippedWithItsReason) {
+  BackendRegistry::instance().add("declining", [] { return std::make_unique<DecliningBackend>(); });
+  EXPECT_EQ(check(options("declining", "declining", "metadata/matchesReference")), 0);
+  const json report = report_json("declining");
+  const json* r = result(report, "declining/metadata/matchesReference");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ((*r)["verdict"], "skipped");
+  EXPECT_EQ((*r)["draws"]["declined"], 20);
+  EXPECT_NE((*r)["message"].get<std::string>().find("we only take B = #"), std::string::npos) << r->dump();
+  EXPECT_FALSE((*r)["wholly_declined"].empty());
 }
 
 // A metadata backend that presses Ctrl-C once, during its first case.
@@ -143,7 +268,7 @@ class InterruptingBackend final : public Backend, MetadataCapability {
 
 TEST(CheckCommand, SigintStopsAfterTheRunningPropertyAndWritesAPartialReport) {
   BackendRegistry::instance().add("interrupting", [] { return std::make_unique<InterruptingBackend>(); });
-  EXPECT_EQ(run_check_command(options("interrupting", "interrupted")), 130);
+  EXPECT_EQ(check(options("interrupting", "interrupted")), 130);
   const json j = report_json("interrupted");
   EXPECT_TRUE(j["interrupted"]);
   EXPECT_EQ(j["results"].size(), 1u);

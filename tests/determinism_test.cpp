@@ -39,13 +39,13 @@ TEST(Determinism, SameSeedWritesByteIdenticalCounterexamples) {
     const planted::PlantedBug& bug = bugs.front();
     std::string files[2];
     for (int run = 0; run < 2; ++run) {
-      RunSettings settings = default_run_settings(20261122);
+      RunSettings settings = default_run_settings();
       settings.seed = 20261122;
       settings.failures_dir = fresh_dir(bug.name + "_" + std::to_string(run)).string();
       auto backend = bug.make();
       const PropertyOutcome o = run_property(*find_property(bug.property), *backend, settings);
       ASSERT_EQ(o.status, PropertyOutcome::Status::failed) << bug.name;
-      files[run] = slurp(o.case_path);
+      files[run] = slurp(o.failures.at(0).case_path);
     }
     EXPECT_FALSE(files[0].empty());
     EXPECT_EQ(files[0], files[1]) << bug.name;

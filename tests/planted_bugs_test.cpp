@@ -1,15 +1,15 @@
 // planted_bugs_test.cpp: every property is seen to fail, and every failure
 // replays. For each planted bug (tests/planted/, one or more per property):
 //  - its property catches it within the default case count and shrinks it small
-//    (at most 2 rows, 8 tokens a side and 4 devices; a K/V-buffer sequence at most
-//    12 tokens);
+//    (at most 2 rows, 8 tokens a side and 4 devices, a K/V-buffer sequence at
+//    most 8 tokens, no extra dims unless the bug lives in them);
 //  - the counterexample file reads back to the same case, property record
 //    included, and replaying it on the planted backend (replay.hpp, what
 //    `attn-oracle replay` runs) fails with the same property id and the same
 //    first-mismatch message; replaying it on the reference passes;
 //  - fixtures/regressions/<bug>.case.json, its promoted counterexample, still
 //    catches it (the fixture test replays it on every built-in backend).
-// The seed is 20261122 unless RC_PARAMS names one (planted_runner.hpp). With
+// The seed is the default one unless RC_PARAMS names another (planted_runner.hpp). With
 // ATTN_ORACLE_WRITE_REGRESSIONS=1 the test (re)writes those fixtures.
 #include <gtest/gtest.h>
 
@@ -37,18 +37,25 @@ std::vector<PlantedBug> all_bugs() {
   return bugs;
 }
 
+// The segment-id arrays of a case's packed batch (none for a K/V-buffer sequence).
+std::vector<const IntArray*> batch_ids(const Case& c) {
+  const PackedBatch* b = c.as<MetadataCase>() ? &c.as<MetadataCase>()->batch : nullptr;
+  if (const AttentionCase* a = attention_fields(c.payload)) b = &a->problem.batch;
+  return b ? std::vector<const IntArray*>{&b->q.segment_ids, &b->kv.segment_ids} : std::vector<const IntArray*>{};
+}
+
 std::string regression_path(const PlantedBug& bug) {
   return std::string(ATTN_ORACLE_FIXTURES_DIR) + "/regressions/" + bug.name + ".case.json";
 }
 
 // The counterexample promoted to its regression fixture, with a note on where it came from.
-void write_regression(const PlantedBug& bug, const PropertyOutcome& o) {
+void write_regression(const PlantedBug& bug, const PropertyFailure& f) {
   const std::string note = "Shrunk counterexample of the planted bug '" + bug.name + "' (tests/planted/): " +
                            bug.what + ". Caught by " + bug.property + " (seed " +
-                           std::to_string(o.counterexample->property->seed) + ", " + std::to_string(o.cases) +
-                           " cases, " + std::to_string(o.shrinks) + " shrinks): " + o.message +
+                           std::to_string(f.counterexample.property->seed) + ", draw " + std::to_string(f.draw) + ", " +
+                           std::to_string(f.shrinks) + " shrinks): " + f.message +
                            ". Regenerate with ATTN_ORACLE_WRITE_REGRESSIONS=1 ctest -R PlantedBug.";
-  ASSERT_TRUE(write_case_file(regression_path(bug), promote_case(*o.counterexample, note)));
+  ASSERT_TRUE(write_case_file(regression_path(bug), promote_case(f.counterexample, note)));
 }
 
 class PlantedBugTest : public testing::TestWithParam<PlantedBug> {};
@@ -57,33 +64,37 @@ TEST_P(PlantedBugTest, IsCaughtShrunkSmallAndReplaysTheSameFailure) {
   const PlantedBug& bug = GetParam();
   PropertyOutcome o;
   ASSERT_TRUE(planted::caught(bug, o));
-  EXPECT_EQ(o.message.find("generator bug"), std::string::npos) << o.message;
-  const Case& c = *o.counterexample;
+  const PropertyFailure& f = o.failures.front();
+  EXPECT_EQ(f.message.find("generator bug"), std::string::npos) << f.message;
+  EXPECT_FALSE(f.nondeterministic) << f.message;
+  const Case& c = f.counterexample;
   const CaseSize size = op_of(c).size(c.payload);
-  std::cout << "[ planted  ] " << bug.name << " caught by " << bug.property << " after " << o.cases << " cases, "
-            << o.shrinks << " shrinks; " << op_of(c).name() << " rows=" << size.rows << " tokens=" << size.tokens
-            << " devices=" << size.devices << ": " << o.message << "\n";
-  const bool sequence = c.as<KvBufferCase>() != nullptr;
-  EXPECT_LE(size.rows, 2) << o.message;
-  EXPECT_LE(size.tokens, sequence ? 12 : 8) << o.message;
-  EXPECT_LE(size.devices, 4) << o.message;
+  std::cout << "[ planted  ] " << bug.name << " caught by " << bug.property << " at draw " << f.draw << ", "
+            << f.shrinks << " shrinks; " << op_of(c).name() << " rows=" << size.rows << " tokens=" << size.tokens
+            << " devices=" << size.devices << ": " << f.message << "\n";
+  EXPECT_LE(size.rows, 2) << f.message;
+  EXPECT_LE(size.tokens, 8) << f.message;
+  EXPECT_LE(size.devices, 4) << f.message;
+  if (!bug.needs_extra_dims) {
+    for (const IntArray* ids : batch_ids(c)) EXPECT_EQ(ids->shape.size(), 2u) << "extra dims the bug does not need";
+  }
 
-  ASSERT_FALSE(o.case_path.empty());
-  const Expected<Case> reread = read_case_file(o.case_path);
+  ASSERT_FALSE(f.case_path.empty());
+  const Expected<Case> reread = read_case_file(f.case_path);
   ASSERT_TRUE(reread.ok()) << reread.error().message;
   EXPECT_TRUE(reread.value() == c) << "the file does not read back to the counterexample";
   ASSERT_TRUE(reread->property.has_value());
   EXPECT_EQ(reread->property->id, bug.property);
-  EXPECT_NE(o.replay_command.find(o.case_path), std::string::npos);
+  EXPECT_NE(f.replay_command.find(f.case_path), std::string::npos);
 
   const Judgement replayed = replay_case(*bug.make(), reread.value());
   ASSERT_EQ(replayed.status, Judgement::Status::fail) << "the counterexample replays as " << to_string(replayed.status);
-  EXPECT_EQ(replayed.lines.at(0), bug.property + ": " + o.message);
+  EXPECT_EQ(replayed.lines.at(0), bug.property + ": " + f.message);
   const Judgement on_reference = replay_case(*make_reference_backend(), reread.value());
   EXPECT_EQ(on_reference.status, Judgement::Status::pass) << (on_reference.lines.empty() ? "" : on_reference.lines[0]);
 
   if (const char* write = std::getenv("ATTN_ORACLE_WRITE_REGRESSIONS"); write && std::string(write) == "1")
-    write_regression(bug, o);
+    write_regression(bug, f);
 }
 
 // fixtures/regressions/<bug>.case.json pins the bug: replayed on the planted

@@ -74,20 +74,19 @@ TEST(ReferenceSelfCheck, DenseEqualsPerDocumentOnRepresentableInputs) {
   auto reference = make_reference_backend();
   const PropertyOutcome o = run_property(dense_equals_per_document(ref::attention_per_document),
                                          *reference, default_run_settings());
-  EXPECT_EQ(o.status, PropertyOutcome::Status::passed) << o.message << "\n" << o.case_path;
-  EXPECT_GE(o.cases, 100);
+  EXPECT_EQ(o.status, PropertyOutcome::Status::passed) << (o.failures.empty() ? o.message : o.failures[0].message);
+  EXPECT_GE(o.passed, 60);  // the draws that are representable
 }
 
 TEST(ReferenceSelfCheck, CatchesPerDocumentBottomRightAnchoredTopLeft) {
   auto reference = make_reference_backend();
-  const RunSettings settings = default_run_settings(20261122);
   const PropertyOutcome o =
-      run_property(dense_equals_per_document(per_document_anchored_top_left), *reference, settings);
+      run_property(dense_equals_per_document(per_document_anchored_top_left), *reference, default_run_settings());
   ASSERT_EQ(o.status, PropertyOutcome::Status::failed);
-  ASSERT_TRUE(o.counterexample.has_value());
-  const PackedBatch& b = o.counterexample->as<AttentionCase>()->problem.batch;
-  std::cout << "[ planted  ] per-document top-left anchoring caught after " << o.cases
-            << " cases; shrunk to q ids " << shape_to_string(b.q.segment_ids.shape) << ": " << o.message << "\n";
+  const PropertyFailure& f = o.failures.at(0);
+  const PackedBatch& b = f.counterexample.as<AttentionCase>()->problem.batch;
+  std::cout << "[ planted  ] per-document top-left anchoring caught at draw " << f.draw << "; shrunk to q ids "
+            << shape_to_string(b.q.segment_ids.shape) << ": " << f.message << "\n";
   EXPECT_LE(b.q.segment_ids.shape[0], 2);
   EXPECT_LE(std::max(b.q.segment_ids.shape[1], b.kv.segment_ids.shape[1]), 8);
 }

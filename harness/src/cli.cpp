@@ -23,6 +23,8 @@
 // Tested by tests/cli_test.cpp (runs the built binary on fixtures) and, for the
 // evaluation semantics, tests/fixtures_test.cpp.
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <charconv>
 #include <cmath>
 #include <iostream>
@@ -33,18 +35,20 @@
 #include "attn_oracle/backend.hpp"
 #include "attn_oracle/case_file.hpp"
 #include "attn_oracle/memory_budget.hpp"
+#include "attn_oracle/harness/check.hpp"
+#include "attn_oracle/harness/cli.hpp"
+#include "attn_oracle/harness/coverage.hpp"
+#include "attn_oracle/harness/isolation.hpp"
+#include "attn_oracle/harness/npy_export.hpp"
+#include "attn_oracle/harness/report.hpp"
 #include "attn_oracle/replay.hpp"
-#include "builtin_backends.hpp"
-#include "check.hpp"
-#include "coverage.hpp"
-#include "npy_export.hpp"
 
 namespace attn_oracle {
 namespace {
 
 using nlohmann::json;
 
-constexpr const char* kUsage = R"(usage: attn-oracle COMMAND [OPTIONS]
+constexpr const char* kUsage = R"(usage: PROGRAM COMMAND [OPTIONS]   (attn-oracle, or a conformance binary)
 
 commands:
   eval [--backend NAME] [--memory-budget BYTES] CASE
@@ -58,13 +62,24 @@ commands:
                                   PASS (exit 0), FAIL (exit 3) or SKIP (exit 4: nothing was
                                   judged) and the first differences; default backend: the one
                                   the case records, else reference
-  check [--backend NAME|all] [--cases N] [--seed S] [--filter PREFIX] [--deep]
-        [--skips FILE] [--xfails FILE] [--report DIR]
-                                  run every property on the chosen backends and write
+  check [--backend NAME|all] [--cases N] [--seed S|random] [--filter PREFIX] [--deep]
+        [--skips FILE] [--xfails FILE] [--report DIR] [--shard I/N] [--max-failures K]
+        [--case-timeout SECONDS] [--no-isolation]
+                                  run every property (N draws each, default 100, seed
+                                  20261122) on the chosen backends, each property in a
+                                  child process so that a crash or a hang is reported
+                                  and the run goes on; up to K (3) distinct failures a
+                                  property, each shrunk and written; write
                                   DIR/conformance.{md,json} (default DIR: report);
-                                  FILEs list test-id prefixes (BACKEND/PROPERTY) one a
-                                  line; --deep: 10x the cases; exit 1 on an unexpected
-                                  failure, 130 when interrupted
+                                  FILEs: skip and expected-failure lists (a test-id or
+                                  property prefix a line, `version=V`, `# reason`);
+                                  --deep: 10x the draws; --shard I/N: the draws k with
+                                  k mod N = I - 1 (also GTEST_SHARD_INDEX/TOTAL_SHARDS);
+                                  exit 1 on a failure or an expected failure that
+                                  passes, 130 when interrupted
+  report merge --out DIR REPORT.json|DIR...
+                                  one report from the reports of a run's shards (a
+                                  directory: every *.json in it)
   backends                        list the registered backends
   promote CASE OUT --note TEXT    write CASE with the reference's result as `expected`
                                   (how a counterexample becomes a fixture)
@@ -223,7 +238,7 @@ int replay_command(const std::vector<std::string>& argv) {
 }
 
 // ---------------------------------------------------------------------------
-// check, backends
+// check, report, backends
 // ---------------------------------------------------------------------------
 
 template <class T>
@@ -232,12 +247,32 @@ bool parse_number(const std::string& text, T& out) {
   return ec == std::errc() && end == text.data() + text.size();
 }
 
-int check_command(std::vector<std::string> argv) {
+// "I/N" with 1 <= I <= N, as 0-based (index, count).
+std::optional<std::pair<int, int>> parse_shard(const std::string& text) {
+  const size_t slash = text.find('/');
+  int i = 0, n = 0;
+  if (slash == std::string::npos || !parse_number(text.substr(0, slash), i) || !parse_number(text.substr(slash + 1), n) ||
+      n < 1 || i < 1 || i > n)
+    return std::nullopt;
+  return std::pair{i - 1, n};
+}
+
+// Removes the value-less flag `name` from argv; true when it was there.
+bool take_switch(std::vector<std::string>& argv, const std::string& name) {
+  const auto it = std::find(argv.begin(), argv.end(), name);
+  if (it == argv.end()) return false;
+  argv.erase(it);
+  return true;
+}
+
+int check_command(std::vector<std::string> argv, const CheckEnvironment& env) {
   CheckOptions options;
-  const auto deep = std::find(argv.begin(), argv.end(), "--deep");  // the one flag without a value
-  if (deep != argv.end()) options.deep = true, argv.erase(deep);
+  options.deep = take_switch(argv, "--deep");
+  options.isolate = !take_switch(argv, "--no-isolation");
   std::string error;
-  auto args = parse_args(argv, {"--backend", "--cases", "--seed", "--filter", "--skips", "--xfails", "--report"}, error);
+  auto args = parse_args(argv, {"--backend", "--cases", "--seed", "--filter", "--skips", "--xfails", "--report",
+                                "--shard", "--max-failures", "--case-timeout"},
+                         error);
   if (!args) return usage_error(error);
   if (!args->positional.empty()) return usage_error("check takes no positional arguments");
   options.backend = flag(*args, "--backend", "all");
@@ -246,33 +281,92 @@ int check_command(std::vector<std::string> argv) {
   options.xfails_file = flag(*args, "--xfails", "");
   options.report_dir = flag(*args, "--report", options.report_dir);
   if (options.backend != "all" && !BackendRegistry::instance().make(options.backend))
-    return usage_error("unknown backend " + options.backend + " (registered: " +
-                       registered_names() + ")");
+    return usage_error("unknown backend " + options.backend + " (registered: " + registered_names() + ")");
   if (args->flags.count("--cases")) {
     int cases = 0;
-    if (!parse_number(args->flags["--cases"], cases) || cases < 1)
-      return usage_error("--cases needs a positive integer");
+    if (!parse_number(args->flags["--cases"], cases) || cases < 1) return usage_error("--cases needs a positive integer");
     options.cases = cases;
   }
   if (args->flags.count("--seed")) {
     uint64_t seed = 0;
-    if (!parse_number(args->flags["--seed"], seed))
-      return usage_error("--seed needs an unsigned 64-bit integer");
-    options.seed = seed;
+    if (args->flags["--seed"] == "random") options.random_seed = true;
+    else if (parse_number(args->flags["--seed"], seed)) options.seed = seed;
+    else return usage_error("--seed needs an unsigned 64-bit integer or `random`");
   }
-  return run_check_command(options);
+  if (args->flags.count("--shard")) {
+    options.shard = parse_shard(args->flags["--shard"]);
+    if (!options.shard) return usage_error("--shard needs I/N with 1 <= I <= N");
+  }
+  if (args->flags.count("--max-failures") &&
+      (!parse_number(args->flags["--max-failures"], options.max_failures) || options.max_failures < 1))
+    return usage_error("--max-failures needs a positive integer");
+  if (args->flags.count("--case-timeout")) {
+    int seconds = 0;
+    if (!parse_number(args->flags["--case-timeout"], seconds) || seconds < 1)
+      return usage_error("--case-timeout needs a positive number of seconds");
+    options.case_timeout_seconds = seconds;
+  }
+  return run_check_command(options, env);
 }
 
-int backends_command(const std::vector<std::string>& argv) {
+// The reports named: files, and every *.json in a directory (sorted).
+std::vector<std::string> report_paths(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  for (const std::string& name : names) {
+    if (!std::filesystem::exists(name)) continue;  // a results directory no test wrote to
+    if (!std::filesystem::is_directory(name)) {
+      out.push_back(name);
+      continue;
+    }
+    std::vector<std::string> inside;
+    for (const auto& e : std::filesystem::directory_iterator(name))
+      if (e.path().extension() == ".json") inside.push_back(e.path().string());
+    std::sort(inside.begin(), inside.end());
+    out.insert(out.end(), inside.begin(), inside.end());
+  }
+  return out;
+}
+
+// report merge --out DIR REPORT.json|DIR...: one report from shard reports (or
+// the per-test reports of a conformance binary). Exit 0 once it is written.
+int report_command(const std::vector<std::string>& argv) {
+  if (argv.empty() || argv[0] != "merge") return usage_error("report takes `merge --out DIR REPORT.json...`");
+  std::string error;
+  auto args = parse_args(std::vector<std::string>(argv.begin() + 1, argv.end()), {"--out"}, error);
+  if (!args) return usage_error(error);
+  if (args->positional.empty() || !args->flags.count("--out"))
+    return usage_error("report merge needs --out DIR and at least one report");
+  std::vector<CheckReport> shards;
+  for (const std::string& path : report_paths(args->positional)) {
+    std::ifstream in(path);
+    const json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+    const Expected<CheckReport> r = report_from_json(j);
+    if (!r) return usage_error(path + ": " + r.error().message);
+    shards.push_back(r.value());
+  }
+  const Expected<CheckReport> merged = merge_reports(shards);
+  if (!merged) return usage_error(merged.error().message);
+  if (!write_report_files(merged.value(), args->flags["--out"], error)) return usage_error(error);
+  std::cout << merged->count(Verdict::passed) << " passed, " << merged->count(Verdict::failed) << " failed, "
+            << merged->count(Verdict::skipped) << " skipped, " << merged->count(Verdict::xfail)
+            << " expected failures, " << merged->count(Verdict::xpass) << " unexpected passes\nreport: "
+            << args->flags["--out"] << "/conformance.md, " << args->flags["--out"] << "/conformance.json\n";
+  return 0;
+}
+
+int backends_command(const std::vector<std::string>& argv, const CheckEnvironment& env) {
   if (!argv.empty()) return usage_error("backends takes no arguments");
   for (const std::string& name : BackendRegistry::instance().names()) {
     auto backend = BackendRegistry::instance().make(name);
     std::string caps;
-    for (Capability c : backend->capabilities()) caps += (caps.empty() ? "" : ",") + std::string(to_string(c));
+    for (Capability c : backend->capabilities()) {
+      if (!caps.empty()) caps += ',';
+      caps += to_string(c);
+    }
     std::cout << name << "\t" << backend->version() << "\t" << (caps.empty() ? "-" : caps) << "\n";
   }
-  // Absent built-in backends, one "# name: why" line each (after the tab-separated rows).
-  std::string note = builtin_backends_note();
+  // Absent backends, one "# name: why" line each (after the tab-separated rows).
+  std::string note = env.backends_note;
   for (size_t at = 0; !note.empty(); note = at == std::string::npos ? "" : note.substr(at + 2)) {
     at = note.find("; ");
     std::cout << "# " << note.substr(0, at) << "\n";
@@ -295,12 +389,14 @@ int promote_command(const std::vector<std::string>& argv) {
   return 0;
 }
 
-int export_command(const std::vector<std::string>& argv) {
+int export_command(const std::vector<std::string>& argv, const CheckEnvironment& env) {
   std::string error;
   auto args = parse_args(argv, {"--npy", "--fixtures"}, error);
   if (!args) return usage_error(error);
-  if (!args->positional.empty() || !args->flags.count("--npy")) return usage_error("export needs --npy DIR");
-  return export_npy(flag(*args, "--fixtures", ATTN_ORACLE_FIXTURES_DIR), args->flags["--npy"]);
+  const std::string fixtures = flag(*args, "--fixtures", env.fixtures_dir);
+  if (!args->positional.empty() || !args->flags.count("--npy") || fixtures.empty())
+    return usage_error("export needs --npy DIR (and --fixtures DIR)");
+  return export_npy(fixtures, args->flags["--npy"]);
 }
 
 int coverage_command(const std::vector<std::string>& argv) {
@@ -310,36 +406,37 @@ int coverage_command(const std::vector<std::string>& argv) {
   return 0;
 }
 
-int run(const std::vector<std::string>& argv) {
+}  // namespace
+
+bool is_cli_verb(const std::string& word) {
+  static const std::set<std::string> verbs = {"eval",   "replay", "check",    "backends", "promote",
+                                              "export", "report", "coverage", "help",     "--help"};
+  return verbs.count(word) || is_isolation_child_verb(word);
+}
+
+int run_cli(const std::vector<std::string>& argv, const CheckEnvironment& env) {
   if (argv.empty()) {
     std::cout << kUsage;
     return 1;
   }
   const std::string& command = argv[0];
   const std::vector<std::string> rest(argv.begin() + 1, argv.end());
-  if (command == "--help" || command == "-h" || command == "help") {
-    std::cout << kUsage;
-    return 0;
-  }
-  register_builtin_backends();
-  if (command == "eval") return eval_command(rest);
-  if (command == "replay") return replay_command(rest);
-  if (command == "check") return check_command(rest);
-  if (command == "backends") return backends_command(rest);
-  if (command == "promote") return promote_command(rest);
-  if (command == "export") return export_command(rest);
-  if (command == "coverage") return coverage_command(rest);
-  return usage_error("unknown command " + command);
-}
-
-}  // namespace
-}  // namespace attn_oracle
-
-int main(int argc, char** argv) {
   try {
-    return attn_oracle::run(std::vector<std::string>(argv + 1, argv + argc));
+    if (command == "--help" || command == "-h" || command == "help") return std::cout << kUsage, 0;
+    if (is_isolation_child_verb(command)) return run_isolation_child(argv);
+    if (command == "eval") return eval_command(rest);
+    if (command == "replay") return replay_command(rest);
+    if (command == "check") return check_command(rest, env);
+    if (command == "report") return report_command(rest);
+    if (command == "backends") return backends_command(rest, env);
+    if (command == "promote") return promote_command(rest);
+    if (command == "export") return export_command(rest, env);
+    if (command == "coverage") return coverage_command(rest);
   } catch (const std::exception& e) {
     std::cerr << "attn-oracle: internal error: " << e.what() << "\n";
     return 1;
   }
+  return usage_error("unknown command " + command);
 }
+
+}  // namespace attn_oracle

@@ -1,5 +1,5 @@
 // coverage.cpp: tallies the cases the properties pass (coverage.hpp).
-#include "coverage.hpp"
+#include "attn_oracle/harness/coverage.hpp"
 
 #include <filesystem>
 #include <map>
@@ -64,7 +64,7 @@ std::string ordered_layouts(std::set<std::string> seen) {
 std::string coverage_table(bool markdown) {
   Tally t;
   RunSettings settings;
-  settings.max_success = kCoverageCasesPerProperty;
+  settings.cases = kCoverageCasesPerProperty;
   settings.seed = kCoverageSeed;
   settings.failures_dir = (std::filesystem::temp_directory_path() / "attn-oracle-coverage").string();
   std::string current;

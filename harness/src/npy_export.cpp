@@ -1,5 +1,5 @@
 // npy_export.cpp: fixtures as .npy files plus an index (npy_export.hpp).
-#include "npy_export.hpp"
+#include "attn_oracle/harness/npy_export.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,17 +1,21 @@
-// check_report.cpp: the JSON and Markdown forms of a CheckReport.
-#include "check_report.hpp"
+// report.cpp: the JSON and Markdown forms of a CheckReport, reading one back,
+// and merging shard reports (report.hpp). Tested by tests/check_command_test.cpp.
+#include "attn_oracle/harness/report.hpp"
 
+#include "attn_oracle/harness/test_lists.hpp"
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 namespace attn_oracle {
 namespace {
 
+using nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
 ojson ratio_json(const std::optional<double>& ratio) {
@@ -20,38 +24,87 @@ ojson ratio_json(const std::optional<double>& ratio) {
   return *ratio;
 }
 
+std::optional<double> ratio_from(const json& j) {
+  if (j.is_number()) return j.get<double>();
+  if (j == "inf") return INFINITY;
+  if (j == "nan") return NAN;
+  return std::nullopt;
+}
+
+}  // namespace
+
+ojson failure_to_json(const PropertyFailure& f) {
+  ojson j;
+  j["message"] = f.message;
+  j["signature"] = f.signature;
+  j["draw"] = f.draw;
+  j["shrinks"] = f.shrinks;
+  j["nondeterministic"] = f.nondeterministic;
+  j["counterexample"] = f.case_path;
+  j["replay"] = f.replay_command;
+  j["rerun"] = f.rerun_command;
+  return j;
+}
+
+PropertyFailure failure_from_json(const json& j) {
+  PropertyFailure f;
+  f.message = j.value("message", "");
+  f.signature = j.value("signature", "");
+  f.draw = j.value("draw", 0);
+  f.shrinks = j.value("shrinks", 0);
+  f.nondeterministic = j.value("nondeterministic", false);
+  f.case_path = j.value("counterexample", "");
+  f.replay_command = j.value("replay", "");
+  f.rerun_command = j.value("rerun", "");
+  return f;
+}
+
+namespace {
+
 ojson result_json(const CheckResult& r) {
   ojson j;
   j["id"] = r.id();
-  j["property"] = r.property;
-  j["backend"] = r.backend;
-  j["status"] = std::string(to_string(r.verdict));
-  j["cases"] = r.cases;
-  j["worst_error_to_budget"] = ratio_json(r.worst_ratio);
-  if (!r.message.empty()) j["message"] = r.message;
-  if (!r.counterexample.empty()) j["counterexample"] = r.counterexample;
-  if (!r.replay.empty()) j["replay"] = r.replay;
-  if (!r.rerun.empty()) j["rerun"] = r.rerun;
+  j["verdict"] = std::string(to_string(r.verdict));
+  if (!r.note.empty()) j["note"] = r.note;
+  const ojson outcome = outcome_to_json(r.outcome);
+  for (auto it = outcome.begin(); it != outcome.end(); ++it) j[it.key()] = it.value();
   return j;
+}
+
+Verdict verdict_from(const std::string& s) {
+  for (Verdict v : {Verdict::passed, Verdict::failed, Verdict::skipped, Verdict::xfail, Verdict::xpass})
+    if (s == to_string(v)) return v;
+  return Verdict::failed;
 }
 
 // Property ids in first-seen order: the rows of the table.
 std::vector<std::string> property_rows(const CheckReport& report) {
   std::vector<std::string> rows;
   for (const CheckResult& r : report.results)
-    if (rows.empty() || rows.back() != r.property) rows.push_back(r.property);
+    if (std::find(rows.begin(), rows.end(), r.outcome.property) == rows.end()) rows.push_back(r.outcome.property);
   return rows;
 }
 
-const CheckResult* find_result(const CheckReport& report, const std::string& property,
-                               const std::string& backend) {
+const CheckResult* find_result(const CheckReport& report, const std::string& property, const std::string& backend) {
   for (const CheckResult& r : report.results)
-    if (r.property == property && r.backend == backend) return &r;
+    if (r.outcome.property == property && r.outcome.backend == backend) return &r;
   return nullptr;
 }
 
+std::string joined(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (const std::string& s : v) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f s", s);
+  return buf;
+}
+
 void markdown_table(const CheckReport& report, std::ostream& os) {
-  os << "| property |";
+  os << "\n## Results\n\nEach cell: verdict, draws passed, worst error / tolerance budget.\n\n| property |";
   for (const BackendInfo& b : report.backends) os << " " << b.name << " |";
   os << "\n|---|";
   for (size_t i = 0; i < report.backends.size(); ++i) os << "---|";
@@ -66,40 +119,127 @@ void markdown_table(const CheckReport& report, std::ostream& os) {
   }
 }
 
-void markdown_details(const CheckReport& report, std::ostream& os) {
-  bool header = false;
-  for (const CheckResult& r : report.results) {
-    if (r.verdict == Verdict::passed || r.verdict == Verdict::skipped) continue;
-    if (!header) os << "\n## Failures, expected failures and unexpected passes\n";
-    header = true;
-    os << "\n### `" << r.id() << "`: " << to_string(r.verdict) << "\n\n";
-    if (!r.message.empty()) os << "```\n" << r.message << (r.message.back() == '\n' ? "" : "\n") << "```\n\n";
-    if (!r.counterexample.empty()) os << "- counterexample: `" << r.counterexample << "`\n";
-    if (!r.replay.empty()) os << "- replay: `" << r.replay << "`\n";
-    if (!r.rerun.empty()) os << "- rerun: `" << r.rerun << " attn-oracle check --backend " << r.backend
-                             << " --filter " << r.property << "`\n";
+// The mix a property drew: "mask causal 12, mask padding 30, ...".
+std::string mix_line(const std::map<std::string, int>& mix, const std::string& kind) {
+  std::vector<std::string> parts;
+  for (const auto& [k, n] : mix)
+    if (k.rfind(kind + " ", 0) == 0) parts.push_back(k.substr(kind.size() + 1) + " " + std::to_string(n));
+  return joined(parts, ", ");
+}
+
+void markdown_property(const CheckResult& r, std::ostream& os) {
+  const PropertyOutcome& o = r.outcome;
+  os << "\n### `" << r.id() << "`: " << to_string(r.verdict) << "\n\n";
+  if (!r.note.empty()) os << "- " << r.note << "\n";
+  if (!o.message.empty()) os << "- " << o.message << "\n";
+  os << "- draws: " << o.drawn << " (passed " << o.passed << ", declined " << o.declined << ", failed " << o.failed
+     << "), seed " << o.seed << ", " << seconds(o.seconds) << ", worst error / budget " << format_ratio(o.worst_ratio)
+     << "\n";
+  os << "- backend version: " << o.backend_version << "\n";
+  for (const std::string& line : wholly_declined_classes(o)) os << "- **" << line << "**\n";
+  for (const auto& [reason, n] : o.decline_reasons) os << "- declined " << n << "x: " << reason << "\n";
+  for (const char* kind : {"op", "mask", "dtype", "layout", "label"})
+    if (auto line = mix_line(o.mix, kind); !line.empty()) os << "- drawn " << kind << ": " << line << "\n";
+  if (o.drawn > 0)
+    os << "- largest draw: " << o.largest.rows << " rows, " << o.largest.tokens << " tokens, " << o.largest.devices
+       << " devices\n";
+  for (const PropertyFailure& f : o.failures) {
+    os << "\n```\n" << f.message << "\n```\n\n";
+    os << "- counterexample (draw " << f.draw << ", " << f.shrinks << " shrinks): `" << f.case_path << "`\n";
+    os << "- replay: `" << f.replay_command << "`\n- rerun: `" << f.rerun_command << "`\n";
   }
-  header = false;
-  for (const CheckResult& r : report.results) {
-    if (r.verdict != Verdict::skipped) continue;
-    if (!header) os << "\n## Skipped\n\n";
-    header = true;
-    os << "- `" << r.id() << "`: " << r.message << "\n";
+}
+
+
+// A merged outcome's status and verdict from its counts and the list note it carries.
+void settle(CheckResult& r) {
+  PropertyOutcome& o = r.outcome;
+  if (!o.failures.empty()) o.status = PropertyOutcome::Status::failed;
+  else if (o.passed > 0) o.status = PropertyOutcome::Status::passed;
+  else if (o.drawn > 0 || !o.message.empty()) o.status = PropertyOutcome::Status::skipped;
+  if (o.status != PropertyOutcome::Status::skipped) o.message.clear();
+  const bool expected_failure = r.verdict == Verdict::xfail || r.verdict == Verdict::xpass;
+  if (r.verdict == Verdict::skipped && o.drawn == 0) return;  // a listed skip
+  switch (o.status) {
+    case PropertyOutcome::Status::failed: r.verdict = expected_failure ? Verdict::xfail : Verdict::failed; break;
+    case PropertyOutcome::Status::passed: r.verdict = expected_failure ? Verdict::xpass : Verdict::passed; break;
+    case PropertyOutcome::Status::skipped: r.verdict = Verdict::skipped; break;
   }
 }
 
 }  // namespace
 
+void merge_outcome(PropertyOutcome& into, const PropertyOutcome& add) {
+  into.drawn += add.drawn, into.passed += add.passed, into.declined += add.declined, into.failed += add.failed;
+  for (const auto& [k, n] : add.decline_reasons) into.decline_reasons[k] += n;
+  for (const auto& [k, c] : add.classes) into.classes[k].first += c.first, into.classes[k].second += c.second;
+  for (const auto& [k, n] : add.mix) into.mix[k] += n;
+  for (const PropertyFailure& f : add.failures)
+    if (std::none_of(into.failures.begin(), into.failures.end(),
+                     [&](const PropertyFailure& g) { return g.signature == f.signature; }))
+      into.failures.push_back(f);
+  if (add.worst_ratio) into.worst_ratio = std::max(into.worst_ratio.value_or(0.0), *add.worst_ratio);
+  into.largest.rows = std::max(into.largest.rows, add.largest.rows);
+  into.largest.tokens = std::max(into.largest.tokens, add.largest.tokens);
+  into.largest.devices = std::max(into.largest.devices, add.largest.devices);
+  into.seconds += add.seconds;
+  if (into.message.empty()) into.message = add.message;
+}
+
+namespace {
+
+std::string compiler_version() {
+#if defined(__clang__)
+  return "Clang " __clang_version__;
+#elif defined(__GNUC__)
+  return "GCC " __VERSION__;
+#else
+  return "unknown";
+#endif
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> suite_versions() {
+  return {{"attn-oracle", ATTN_ORACLE_VERSION}, {"commit", ATTN_ORACLE_COMMIT}, {"compiler", compiler_version()}};
+}
+
 std::string_view to_string(Verdict verdict) {
   switch (verdict) {
     case Verdict::passed: return "passed";
     case Verdict::failed: return "FAILED";
-    case Verdict::gave_up: return "gave up";
     case Verdict::skipped: return "skipped";
     case Verdict::xfail: return "xfail";
     case Verdict::xpass: return "XPASS";
   }
   return "?";
+}
+
+CheckResult verdict_of(PropertyOutcome outcome, const TestIdList* xfails) {
+  CheckResult r{std::move(outcome), Verdict::passed, ""};
+  const PropertyOutcome& o = r.outcome;
+  r.verdict = o.status == PropertyOutcome::Status::failed    ? Verdict::failed
+              : o.status == PropertyOutcome::Status::skipped ? Verdict::skipped
+                                                             : Verdict::passed;
+  const TestIdList::Entry* e = xfails ? xfails->match(o.backend, o.backend_version, o.property) : nullptr;
+  if (!e || r.verdict == Verdict::skipped) return r;
+  r.verdict = r.verdict == Verdict::failed ? Verdict::xfail : Verdict::xpass;
+  r.note = r.verdict == Verdict::xfail ? "expected failure (" + xfails->where(*e) + ")"
+                                       : "listed as an expected failure (" + xfails->where(*e) +
+                                             ") but passed: remove it from the list once the bug is fixed";
+  return r;
+}
+
+CheckResult listed_skip(const std::string& property, const Backend& backend, const TestIdList& skips) {
+  CheckResult r;
+  r.outcome.property = property;
+  r.outcome.backend = backend.name();
+  r.outcome.backend_version = backend.version();
+  r.outcome.status = PropertyOutcome::Status::skipped;
+  r.verdict = Verdict::skipped;
+  const TestIdList::Entry* e = skips.match(backend.name(), backend.version(), property);
+  r.note = "listed in " + (e ? skips.where(*e) : skips.path());
+  return r;
 }
 
 int CheckReport::count(Verdict v) const {
@@ -108,7 +248,7 @@ int CheckReport::count(Verdict v) const {
   return n;
 }
 
-int CheckReport::unexpected_failures() const { return count(Verdict::failed) + count(Verdict::gave_up); }
+int CheckReport::failures() const { return count(Verdict::failed) + count(Verdict::xpass); }
 
 std::string format_ratio(const std::optional<double>& ratio) {
   if (!ratio) return "-";
@@ -121,27 +261,77 @@ std::string format_ratio(const std::optional<double>& ratio) {
 
 std::string table_cell(const CheckResult& r) {
   if (r.verdict == Verdict::skipped) return "skipped";
-  return std::string(to_string(r.verdict)) + " " + std::to_string(r.cases) + " " + format_ratio(r.worst_ratio);
+  return std::string(to_string(r.verdict)) + " " + std::to_string(r.outcome.passed) + " " +
+         format_ratio(r.outcome.worst_ratio);
+}
+
+ojson outcome_to_json(const PropertyOutcome& o) {
+  ojson j;
+  j["property"] = o.property;
+  j["backend"] = o.backend;
+  j["backend_version"] = o.backend_version;
+  j["status"] = std::string(to_string(o.status));
+  j["seed"] = o.seed;
+  j["draws"] = {{"total", o.drawn}, {"passed", o.passed}, {"declined", o.declined}, {"failed", o.failed}};
+  if (!o.message.empty()) j["message"] = o.message;
+  j["decline_reasons"] = ojson(o.decline_reasons);
+  ojson classes = ojson::object();
+  for (const auto& [k, c] : o.classes) classes[k] = {{"drawn", c.first}, {"declined", c.second}};
+  j["classes"] = classes;
+  j["wholly_declined"] = wholly_declined_classes(o);
+  j["worst_error_to_budget"] = ratio_json(o.worst_ratio);
+  j["mix"] = ojson(o.mix);
+  j["largest"] = {{"rows", o.largest.rows}, {"tokens", o.largest.tokens}, {"devices", o.largest.devices}};
+  j["seconds"] = std::round(o.seconds * 1000.0) / 1000.0;
+  j["failures"] = ojson::array();
+  for (const PropertyFailure& f : o.failures) j["failures"].push_back(failure_to_json(f));
+  return j;
+}
+
+PropertyOutcome outcome_from_json(const json& j) {
+  PropertyOutcome o;
+  o.property = j.value("property", "");
+  o.backend = j.value("backend", "");
+  o.backend_version = j.value("backend_version", "");
+  const std::string status = j.value("status", "passed");
+  o.status = status == "FAILED" ? PropertyOutcome::Status::failed
+             : status == "skipped" ? PropertyOutcome::Status::skipped
+                                   : PropertyOutcome::Status::passed;
+  o.seed = j.value("seed", uint64_t{0});
+  const json draws = j.value("draws", json::object());
+  o.drawn = draws.value("total", 0), o.passed = draws.value("passed", 0);
+  o.declined = draws.value("declined", 0), o.failed = draws.value("failed", 0);
+  o.message = j.value("message", "");
+  o.decline_reasons = j.value("decline_reasons", std::map<std::string, int>{});
+  const json classes = j.value("classes", json::object());
+  for (auto it = classes.begin(); it != classes.end(); ++it)
+    o.classes[it.key()] = {it.value().value("drawn", 0), it.value().value("declined", 0)};
+  o.worst_ratio = ratio_from(j.value("worst_error_to_budget", json()));
+  o.mix = j.value("mix", std::map<std::string, int>{});
+  const json largest = j.value("largest", json::object());
+  o.largest = CaseSize{largest.value("rows", int64_t{0}), largest.value("tokens", int64_t{0}),
+                       largest.value("devices", int64_t{1})};
+  o.seconds = j.value("seconds", 0.0);
+  for (const json& f : j.value("failures", json::array())) o.failures.push_back(failure_from_json(f));
+  return o;
 }
 
 std::string report_json(const CheckReport& report) {
   ojson j;
-  j["schema"] = "attn-oracle.conformance/1";
+  j["schema"] = "attn-oracle.conformance/2";
   j["interrupted"] = report.interrupted;
   ojson versions = ojson::object();
   for (const auto& [k, v] : report.versions) versions[k] = v;
   j["versions"] = versions;
-  j["settings"] = {{"seed", report.seed},           {"max_success", report.max_success},
-                   {"max_size", report.max_size},   {"deep", report.deep},
-                   {"rc_params", report.rc_params}, {"filter", report.filter},
-                   {"skips", report.skips_file},    {"xfails", report.xfails_file},
-                   {"failures_dir", report.failures_dir}};
+  j["settings"] = {{"seed", report.seed},          {"cases", report.cases},         {"max_size", report.max_size},
+                   {"max_failures", report.max_failures}, {"shards", report.shards}, {"filter", report.filter},
+                   {"skips", report.skips_file},   {"xfails", report.xfails_file},  {"failures_dir", report.failures_dir}};
   j["backends"] = ojson::array();
   for (const BackendInfo& b : report.backends)
     j["backends"].push_back({{"name", b.name}, {"version", b.version}, {"capabilities", b.capabilities}});
   j["warnings"] = report.warnings;
   ojson summary;
-  for (Verdict v : {Verdict::passed, Verdict::failed, Verdict::gave_up, Verdict::skipped, Verdict::xfail, Verdict::xpass})
+  for (Verdict v : {Verdict::passed, Verdict::failed, Verdict::skipped, Verdict::xfail, Verdict::xpass})
     summary[std::string(to_string(v))] = report.count(v);
   j["summary"] = summary;
   j["results"] = ojson::array();
@@ -149,49 +339,102 @@ std::string report_json(const CheckReport& report) {
   return j.dump(2) + "\n";
 }
 
+Expected<CheckReport> report_from_json(const json& j) {
+  if (!j.is_object() || j.value("schema", "") != "attn-oracle.conformance/2")
+    return Error{ErrorCode::bad_case, "not an attn-oracle.conformance/2 report"};
+  try {
+    CheckReport r;
+    r.interrupted = j.value("interrupted", false);
+    const json versions = j.value("versions", json::object());
+    for (auto it = versions.begin(); it != versions.end(); ++it) r.versions.emplace_back(it.key(), it.value().get<std::string>());
+    const json s = j.value("settings", json::object());
+    r.seed = s.value("seed", uint64_t{0});
+    r.cases = s.value("cases", 0), r.max_size = s.value("max_size", 0), r.max_failures = s.value("max_failures", 0);
+    r.shards = s.value("shards", std::vector<std::string>{});
+    r.filter = s.value("filter", ""), r.skips_file = s.value("skips", ""), r.xfails_file = s.value("xfails", "");
+    r.failures_dir = s.value("failures_dir", "");
+    for (const json& b : j.value("backends", json::array()))
+      r.backends.push_back({b.value("name", ""), b.value("version", ""), b.value("capabilities", std::vector<std::string>{})});
+    r.warnings = j.value("warnings", std::vector<std::string>{});
+    for (const json& x : j.value("results", json::array()))
+      r.results.push_back(CheckResult{outcome_from_json(x), verdict_from(x.value("verdict", "FAILED")), x.value("note", "")});
+    return r;
+  } catch (const std::exception& e) {
+    return Error{ErrorCode::bad_case, std::string("report: ") + e.what()};
+  }
+}
+
 std::string report_markdown(const CheckReport& report) {
   std::ostringstream os;
-  os << "# attn-oracle conformance report\n\n";
-  if (report.interrupted) os << "**Interrupted**: the run was stopped early; the results below are partial.\n\n";
-  os << report.count(Verdict::passed) << " passed, " << report.unexpected_failures() << " failed, "
+  os << "# attn-oracle conformance report\n";
+  if (report.interrupted) os << "\n**Interrupted**: the run stopped early; the results below are the properties that finished.\n";
+  os << "\n## Versions\n\n";
+  for (const auto& [k, v] : report.versions) os << "- " << k << ": " << v << "\n";
+  for (const BackendInfo& b : report.backends)
+    os << "- backend `" << b.name << "`: " << b.version << " (" << joined(b.capabilities, ", ") << ")\n";
+  os << "\n## Settings\n\n- seed " << report.seed << ", " << report.cases << " draws per property, max_size "
+     << report.max_size << ", up to " << report.max_failures << " distinct failures per property\n";
+  os << "- shards: " << joined(report.shards, ", ") << "\n";
+  if (!report.filter.empty()) os << "- filter: `" << report.filter << "`\n";
+  if (!report.skips_file.empty()) os << "- skips: `" << report.skips_file << "`\n";
+  if (!report.xfails_file.empty()) os << "- expected failures: `" << report.xfails_file << "`\n";
+  os << "- counterexamples: `" << report.failures_dir << "`\n";
+  for (const std::string& w : report.warnings) os << "- warning: " << w << "\n";
+  os << "\n**" << report.count(Verdict::passed) << " passed, " << report.count(Verdict::failed) << " failed, "
      << report.count(Verdict::skipped) << " skipped, " << report.count(Verdict::xfail) << " expected failures, "
-     << report.count(Verdict::xpass) << " unexpected passes.\n\n";
-  os << "| | |\n|---|---|\n";
-  for (const auto& [k, v] : report.versions) os << "| " << k << " | " << v << " |\n";
-  os << "| seed | " << report.seed << " |\n| cases per property | " << report.max_success
-     << " |\n| max_size | " << report.max_size << " |\n| deep | " << (report.deep ? "yes" : "no")
-     << " |\n| RC_PARAMS | " << (report.rc_params.empty() ? "unset" : "`" + report.rc_params + "`") << " |\n";
-  if (!report.filter.empty()) os << "| filter | `" << report.filter << "` |\n";
-  if (!report.skips_file.empty()) os << "| skips | `" << report.skips_file << "` |\n";
-  if (!report.xfails_file.empty()) os << "| xfails | `" << report.xfails_file << "` |\n";
-  os << "\nBackends:\n\n";
-  for (const BackendInfo& b : report.backends) {
-    os << "- `" << b.name << "` (" << b.version << "):";
-    for (const std::string& c : b.capabilities) os << " " << c;
-    os << "\n";
-  }
-  os << "\n## Results\n\nEach cell: verdict, cases run, worst error / tolerance budget over the float "
-        "checks (`-` for exact properties; above 1 fails).\n\n";
+     << report.count(Verdict::xpass) << " unexpected passes**\n";
   markdown_table(report, os);
-  markdown_details(report, os);
-  if (!report.warnings.empty()) {
-    os << "\n## Warnings\n\n";
-    for (const std::string& w : report.warnings) os << "- " << w << "\n";
-  }
+  os << "\n## Properties\n";
+  for (const CheckResult& r : report.results) markdown_property(r, os);
   return os.str();
 }
 
 bool write_report_files(const CheckReport& report, const std::string& dir, std::string& error) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  const std::pair<std::string, std::string> files[] = {{"conformance.json", report_json(report)},
-                                                        {"conformance.md", report_markdown(report)}};
-  for (const auto& [name, text] : files) {
-    const std::string path = (std::filesystem::path(dir) / name).string();
-    std::ofstream out(path, std::ios::binary);
-    if (!(out << text)) return error = "cannot write " + path, false;
+  std::ofstream json_out(std::filesystem::path(dir) / "conformance.json");
+  std::ofstream md_out(std::filesystem::path(dir) / "conformance.md");
+  if (!(json_out << report_json(report)) || !(md_out << report_markdown(report))) {
+    error = "cannot write the report into " + dir;
+    return false;
   }
   return true;
+}
+
+Expected<CheckReport> merge_reports(const std::vector<CheckReport>& shards) {
+  if (shards.empty()) return Error{ErrorCode::bad_case, "no report to merge"};
+  CheckReport merged = shards.front();
+  merged.results.clear();
+  merged.shards.clear();
+  merged.warnings.clear();
+  for (const CheckReport& s : shards) {
+    if (s.seed != merged.seed || s.cases != merged.cases)
+      return Error{ErrorCode::bad_case, "reports of different runs: seed " + std::to_string(s.seed) + ", " +
+                                            std::to_string(s.cases) + " cases against seed " + std::to_string(merged.seed) +
+                                            ", " + std::to_string(merged.cases)};
+    merged.interrupted = merged.interrupted || s.interrupted;
+    merged.shards.insert(merged.shards.end(), s.shards.begin(), s.shards.end());
+    for (const std::string& w : s.warnings)
+      if (std::find(merged.warnings.begin(), merged.warnings.end(), w) == merged.warnings.end()) merged.warnings.push_back(w);
+    for (const BackendInfo& b : s.backends)
+      if (std::none_of(merged.backends.begin(), merged.backends.end(), [&](const BackendInfo& x) { return x.name == b.name; }))
+        merged.backends.push_back(b);
+    for (const CheckResult& r : s.results) {
+      auto it = std::find_if(merged.results.begin(), merged.results.end(),
+                             [&](const CheckResult& x) { return x.id() == r.id(); });
+      if (it == merged.results.end()) {
+        merged.results.push_back(r);
+        continue;
+      }
+      merge_outcome(it->outcome, r.outcome);
+      if (it->note.empty()) it->note = r.note;
+      if (r.verdict == Verdict::xfail || r.verdict == Verdict::xpass) it->verdict = r.verdict;
+    }
+  }
+  for (CheckResult& r : merged.results) settle(r);
+  std::sort(merged.shards.begin(), merged.shards.end());
+  merged.shards.erase(std::unique(merged.shards.begin(), merged.shards.end()), merged.shards.end());
+  return merged;
 }
 
 }  // namespace attn_oracle

@@ -1,7 +1,9 @@
-// test_id_list.cpp: reading and matching the --skips / --xfails files.
-#include "test_id_list.hpp"
+// test_lists.cpp: reading and matching skip and expected-failure lists
+// (test_lists.hpp). Tested by tests/check_command_test.cpp.
+#include "attn_oracle/harness/test_lists.hpp"
 
 #include <fstream>
+#include <sstream>
 
 namespace attn_oracle {
 namespace {
@@ -10,6 +12,10 @@ std::string trimmed(const std::string& s) {
   const size_t first = s.find_first_not_of(" \t\r");
   if (first == std::string::npos) return "";
   return s.substr(first, s.find_last_not_of(" \t\r") - first + 1);
+}
+
+bool entry_matches(const TestIdList::Entry& e, const std::string& backend, const std::string& property) {
+  return (backend + "/" + property).rfind(e.prefix, 0) == 0 || property.rfind(e.prefix, 0) == 0;
 }
 
 }  // namespace
@@ -24,26 +30,44 @@ std::optional<TestIdList> TestIdList::read(const std::string& path, std::string&
   list.path_ = path;
   std::string text;
   for (int line = 1; std::getline(in, text); ++line) {
-    const std::string prefix = trimmed(text.substr(0, text.find('#')));
-    if (!prefix.empty()) list.entries_.push_back({prefix, line});
+    const size_t hash = text.find('#');
+    Entry e;
+    e.line = line;
+    e.reason = hash == std::string::npos ? "" : trimmed(text.substr(hash + 1));
+    std::istringstream words(text.substr(0, hash));
+    if (!(words >> e.prefix)) continue;
+    for (std::string word; words >> word;) {
+      if (word.rfind("version=", 0) != 0 || word.size() == 8) {
+        error = path + ":" + std::to_string(line) + ": expected `PREFIX [version=V] [# reason]`, found \"" + trimmed(text) + "\"";
+        return std::nullopt;
+      }
+      e.version = word.substr(8);
+    }
+    list.entries_.push_back(std::move(e));
   }
   return list;
 }
 
-const TestIdList::Entry* TestIdList::match(const std::string& id) const {
+const TestIdList::Entry* TestIdList::match(const std::string& backend, const std::string& backend_version,
+                                           const std::string& property) const {
   for (const Entry& e : entries_)
-    if (id.rfind(e.prefix, 0) == 0) return &e;
+    if (entry_matches(e, backend, property) && backend_version.find(e.version) != std::string::npos) return &e;
   return nullptr;
 }
 
-std::vector<std::string> TestIdList::unmatched_warnings(const std::vector<std::string>& ids) const {
+std::vector<std::string> TestIdList::unmatched_warnings(
+    const std::vector<std::pair<std::string, std::string>>& ids) const {
   std::vector<std::string> out;
   for (const Entry& e : entries_) {
     bool any = false;
-    for (const std::string& id : ids) any = any || id.rfind(e.prefix, 0) == 0;
+    for (const auto& [backend, property] : ids) any = any || entry_matches(e, backend, property);
     if (!any) out.push_back(path_ + ":" + std::to_string(e.line) + ": " + e.prefix + " matches no test");
   }
   return out;
+}
+
+std::string TestIdList::where(const Entry& e) const {
+  return path_ + ":" + std::to_string(e.line) + (e.reason.empty() ? "" : ": " + e.reason);
 }
 
 }  // namespace attn_oracle

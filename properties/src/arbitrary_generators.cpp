@@ -3,19 +3,20 @@
 // M in 0..4, extra dims that may or may not broadcast, positions either full
 // shape or a [B, T] suffix. About a third of the draws are valid.
 #include "attn_oracle/generators.hpp"
+#include "attn_oracle/shrinking_choice.hpp"
 
 namespace attn_oracle {
 namespace {
 
 rc::Gen<Shape> extra_dims() {
-  return rc::gen::weightedOneOf<Shape>({{4, rc::gen::just(Shape{})},
+  return shrinking_weighted<Shape>({{4, rc::gen::just(Shape{})},
                                         {2, rc::gen::container<Shape>(1, rc::gen::inRange<int64_t>(1, 4))},
                                         {1, rc::gen::container<Shape>(2, rc::gen::inRange<int64_t>(1, 3))}});
 }
 
 // Ids: runs of one value, so that documents and violations both appear.
 rc::Gen<std::vector<int64_t>> ids_of(int64_t n) {
-  auto id = rc::gen::weightedOneOf<int64_t>({{40, rc::gen::inRange<int64_t>(0, 5)}, {1, rc::gen::just<int64_t>(-1)}});
+  auto id = shrinking_weighted<int64_t>({{40, rc::gen::inRange<int64_t>(0, 5)}, {1, rc::gen::just<int64_t>(-1)}});
   auto run = rc::gen::pair(id, rc::gen::inRange(1, 4));
   return rc::gen::map(rc::gen::container<std::vector<std::pair<int64_t, int>>>(n, run), [n](const auto& runs) {
     std::vector<int64_t> ids;
@@ -27,7 +28,7 @@ rc::Gen<std::vector<int64_t>> ids_of(int64_t n) {
 
 // Positions: the token index within the row, occasionally nudged down.
 rc::Gen<std::vector<int64_t>> positions_of(int64_t n, int64_t len) {
-  return rc::gen::map(rc::gen::container<std::vector<int>>(n, rc::gen::weightedOneOf<int>({{8, rc::gen::just(0)}, {1, rc::gen::inRange(1, 4)}})),
+  return rc::gen::map(rc::gen::container<std::vector<int>>(n, shrinking_weighted<int>({{8, rc::gen::just(0)}, {1, rc::gen::inRange(1, 4)}})),
                       [len](const std::vector<int>& nudge) {
                         std::vector<int64_t> pos(nudge.size());
                         for (size_t i = 0; i < nudge.size(); ++i) pos[i] = int64_t(i % std::max<int64_t>(1, len)) - nudge[i];
@@ -71,8 +72,8 @@ IntArray cut(const IntArray& a, int64_t batch, int64_t len) {
 rc::Gen<PackedBatch> arbitrary_batch() {
   auto full = rc::gen::build<PackedBatch>(
       rc::gen::set(&PackedBatch::q, full_side()), rc::gen::set(&PackedBatch::kv, full_side()),
-      rc::gen::set(&PackedBatch::mask, rc::gen::elementOf(std::vector<MaskKind>(std::begin(kAllMaskKinds), std::end(kAllMaskKinds)))),
-      rc::gen::set(&PackedBatch::max_segments, rc::gen::weightedOneOf<int64_t>({{8, rc::gen::inRange<int64_t>(1, 5)}, {1, rc::gen::just<int64_t>(0)}})));
+      rc::gen::set(&PackedBatch::mask, shrinking_element(std::vector<MaskKind>(std::begin(kAllMaskKinds), std::end(kAllMaskKinds)))),
+      rc::gen::set(&PackedBatch::max_segments, shrinking_weighted<int64_t>({{8, rc::gen::inRange<int64_t>(1, 5)}, {1, rc::gen::just<int64_t>(0)}})));
   auto sizes = rc::gen::tuple(rc::gen::inRange<int64_t>(1, kMaxRows + 1), rc::gen::inRange<int64_t>(0, kMaxLen + 1),
                               rc::gen::inRange<int64_t>(0, kMaxLen + 1));
   return rc::gen::resize(100, rc::gen::map(rc::gen::pair(sizes, full), [](std::pair<std::tuple<int64_t, int64_t, int64_t>, PackedBatch> p) {

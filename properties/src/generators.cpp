@@ -1,5 +1,6 @@
 // generators.cpp: spec generators and the spec -> batch builder. See generators.hpp.
 #include "attn_oracle/generators.hpp"
+#include "attn_oracle/shrinking_choice.hpp"
 
 #include <algorithm>
 #include <numeric>
@@ -130,7 +131,7 @@ enum class EdgeMode { normal, all_full, unit_docs, empty_row, exactly_m, one_sid
 constexpr int kMaxTrailing = 3;
 
 rc::Gen<EdgeMode> edge_mode() {
-  return rc::gen::weightedOneOf<EdgeMode>({
+  return shrinking_weighted<EdgeMode>({
       {10, rc::gen::just(EdgeMode::normal)},
       {2, rc::gen::just(EdgeMode::all_full)},
       {2, rc::gen::just(EdgeMode::unit_docs)},
@@ -143,15 +144,15 @@ rc::Gen<EdgeMode> edge_mode() {
 
 rc::Gen<MaskKind> mask_kind(bool any_mask) {
   if (!any_mask)
-    return rc::gen::element(MaskKind::padding, MaskKind::padding_causal,
-                            MaskKind::padding_causal_bottom_right);
-  return rc::gen::elementOf(std::vector<MaskKind>(std::begin(kAllMaskKinds), std::end(kAllMaskKinds)));
+    return shrinking_element<MaskKind>({MaskKind::padding, MaskKind::padding_causal,
+                                        MaskKind::padding_causal_bottom_right});
+  return shrinking_element(std::vector<MaskKind>(std::begin(kAllMaskKinds), std::end(kAllMaskKinds)));
 }
 
 rc::Gen<Window> window() {
-  auto side = rc::gen::weightedOneOf<int64_t>(
+  auto side = shrinking_weighted<int64_t>(
       {{3, rc::gen::just<int64_t>(-1)}, {1, rc::gen::just<int64_t>(0)}, {3, rc::gen::inRange<int64_t>(0, 9)}});
-  return rc::gen::weightedOneOf<Window>({
+  return shrinking_weighted<Window>({
       {4, rc::gen::just(Window{})},
       {3, rc::gen::construct<Window>(side, side)},
   });
@@ -167,19 +168,19 @@ rc::Gen<int> side_length(EdgeMode mode, int max_len) {
     const int top = std::max(2, std::min(max_len, 2 + size / 7));
     if (mode == EdgeMode::all_full || mode == EdgeMode::exactly_m) return rc::gen::inRange(1, top);
     const int missing_weight = mode == EdgeMode::one_side ? 4 : 1;
-    return rc::gen::weightedOneOf<int>({{10, rc::gen::inRange(1, top)},
+    return shrinking_weighted<int>({{10, rc::gen::inRange(1, top)},
                                         {static_cast<size_t>(missing_weight), rc::gen::just(0)}});
   });
 }
 
 rc::Gen<DocSpec> doc_spec(EdgeMode mode, bool padding, int max_len) {
   const bool gaps = padding && mode != EdgeMode::all_full;
-  auto gap = gaps ? rc::gen::weightedOneOf<int>({{3, rc::gen::just(0)}, {1, rc::gen::inRange(1, 4)}})
+  auto gap = gaps ? shrinking_weighted<int>({{3, rc::gen::just(0)}, {1, rc::gen::inRange(1, 4)}})
                   : rc::gen::just(0);
   auto id_step = mode == EdgeMode::exactly_m || mode == EdgeMode::all_full
                      ? rc::gen::just(1)
-                     : rc::gen::weightedOneOf<int>({{6, rc::gen::just(1)}, {1, rc::gen::just(2)}});
-  auto start = rc::gen::weightedOneOf<int>({{1, rc::gen::just(0)}, {3, rc::gen::inRange(1, 17)}});
+                     : shrinking_weighted<int>({{6, rc::gen::just(1)}, {1, rc::gen::just(2)}});
+  auto start = shrinking_weighted<int>({{1, rc::gen::just(0)}, {3, rc::gen::inRange(1, 17)}});
   return rc::gen::build<DocSpec>(
       rc::gen::set(&DocSpec::q_len, side_length(mode, max_len)),
       rc::gen::set(&DocSpec::kv_len, side_length(mode, max_len)),
@@ -204,7 +205,8 @@ std::vector<DocSpec> fit_row(std::vector<DocSpec> docs, int max_len, int max_doc
 
 rc::Gen<std::vector<DocSpec>> row_spec(EdgeMode mode, bool padding, const BatchOptions& o) {
   auto docs = rc::gen::withSize([=](int size) {
-    const int most = std::max(1, std::min(o.max_docs, 1 + size / 15));
+    // Two documents from the smallest sizes: most packing bugs need a neighbour.
+    const int most = std::max(1, std::min(o.max_docs, 2 + size / 12));
     auto count = mode == EdgeMode::exactly_m ? rc::gen::just(most) : rc::gen::inRange(1, most + 1);
     return rc::gen::mapcat(count, [=](int n) {
       return rc::gen::container<std::vector<DocSpec>>(n, doc_spec(mode, padding, o.max_len));
@@ -213,10 +215,11 @@ rc::Gen<std::vector<DocSpec>> row_spec(EdgeMode mode, bool padding, const BatchO
   return rc::gen::map(docs, [o](std::vector<DocSpec> d) { return fit_row(std::move(d), o.max_len - kMaxTrailing, o.max_docs - 1); });
 }
 
-rc::Gen<SideSpec> side_spec(Shape extra) {
-  auto mode = rc::gen::weightedOneOf<PositionMode>({{6, rc::gen::just(PositionMode::contiguous)},
-                                                    {2, rc::gen::just(PositionMode::offset)},
-                                                    {2, rc::gen::just(PositionMode::striped)}});
+rc::Gen<SideSpec> side_spec(Shape extra, bool contiguous_only) {
+  auto mode = contiguous_only ? rc::gen::just(PositionMode::contiguous)
+                              : shrinking_weighted<PositionMode>({{6, rc::gen::just(PositionMode::contiguous)},
+                                                                      {2, rc::gen::just(PositionMode::offset)},
+                                                                      {2, rc::gen::just(PositionMode::striped)}});
   return rc::gen::build<SideSpec>(rc::gen::set(&SideSpec::mode, mode),
                                   rc::gen::set(&SideSpec::stride, rc::gen::inRange(2, 5)),
                                   rc::gen::set(&SideSpec::broadcast_pos, rc::gen::arbitrary<bool>()),
@@ -239,7 +242,7 @@ rc::Gen<std::pair<Shape, Shape>> extra_shapes(bool enabled) {
                           return choice.front() == 0 ? std::pair{s, other} : std::pair{other, s};
                         });
   });
-  return rc::gen::weightedOneOf<std::pair<Shape, Shape>>(
+  return shrinking_weighted<std::pair<Shape, Shape>>(
       {{5, rc::gen::just(std::pair<Shape, Shape>{})}, {2, variant}});
 }
 
@@ -265,15 +268,16 @@ rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
         s.front().back().clear();
         return s;
       });
-    auto trailing = padding ? rc::gen::weightedOneOf<int>({{2, rc::gen::just(0)}, {1, rc::gen::inRange(1, kMaxTrailing + 1)}})
+    auto trailing = padding ? shrinking_weighted<int>({{2, rc::gen::just(0)}, {1, rc::gen::inRange(1, kMaxTrailing + 1)}})
                             : rc::gen::just(0);
     auto spare = h.mode == EdgeMode::exactly_m ? rc::gen::just(0) : rc::gen::inRange(0, 2);
     return rc::gen::build<BatchSpec>(
         rc::gen::set(&BatchSpec::mask, rc::gen::just(h.mask)), rc::gen::set(&BatchSpec::window, window()),
         rc::gen::set(&BatchSpec::spare_capacity, spare), rc::gen::set(&BatchSpec::q_trailing, trailing),
         rc::gen::set(&BatchSpec::kv_trailing, trailing),
-        rc::gen::set(&BatchSpec::q, side_spec(h.extra.first)),
-        rc::gen::set(&BatchSpec::kv, side_spec(h.extra.second)), rc::gen::set(&BatchSpec::slices, slices));
+        rc::gen::set(&BatchSpec::q, side_spec(h.extra.first, o.contiguous_positions)),
+        rc::gen::set(&BatchSpec::kv, side_spec(h.extra.second, o.contiguous_positions)),
+        rc::gen::set(&BatchSpec::slices, slices));
   });
   return rc::gen::map(spec, build_batch);
 }
@@ -284,14 +288,6 @@ namespace attn_oracle {
 
 namespace {
 
-// One of `values`, equally likely at every size, shrinking towards values[0]
-// (rc::gen::element never shrinks, and a size-scaled inRange would keep the
-// first half of the cases on values[0]).
-template <typename T>
-rc::Gen<T> shrinking_element(std::vector<T> values) {
-  return rc::gen::map(rc::gen::resize(100, rc::gen::inRange<size_t>(0, values.size())),
-                      [values](size_t i) { return values[i]; });
-}
 
 }  // namespace
 

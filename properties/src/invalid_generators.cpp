@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "attn_oracle/generators.hpp"
+#include "attn_oracle/shrinking_choice.hpp"
 #include "attn_oracle/validate.hpp"
 
 namespace attn_oracle {
@@ -169,12 +170,12 @@ InvalidBatch inject_whole_input_violation(PackedBatch b, Violation v, int64_t am
 }  // namespace
 
 rc::Gen<InvalidBatch> invalid_batch() {
-  auto violation = rc::gen::element(
+  auto violation = shrinking_element<Violation>({
       Violation::bad_max_segments, Violation::rank_mismatch, Violation::shape_mismatch,
       Violation::batch_mismatch, Violation::extra_dims_mismatch, Violation::negative_id,
       Violation::noncontiguous_segment, Violation::too_many_segments, Violation::ids_out_of_order,
       Violation::padding_with_non_padding_mask, Violation::positions_not_increasing,
-      Violation::negative_position);
+      Violation::negative_position});
   return rc::gen::mapcat(violation, [](Violation v) {
     BatchOptions options;
     options.any_mask = v != Violation::noncontiguous_segment;  // room for a padding gap

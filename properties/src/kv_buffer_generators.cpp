@@ -1,6 +1,7 @@
 // kv_buffer_generators.cpp: see kv_buffer_generators.hpp.
 // Checked by tests/kv_buffer_generators_test.cpp (every draw validates; the mix).
 #include "attn_oracle/kv_buffer_generators.hpp"
+#include "attn_oracle/shrinking_choice.hpp"
 
 #include <algorithm>
 #include <utility>
@@ -24,7 +25,7 @@ rc::Gen<int64_t> uniform_every_smaller(int64_t lo, int64_t hi) {
 }
 
 rc::Gen<int64_t> doc_length() {
-  return rc::gen::weightedOneOf<int64_t>({{3, uniform(1, 40)}, {2, uniform(1, 6)}, {1, rc::gen::just<int64_t>(1)}});
+  return shrinking_weighted<int64_t>({{3, uniform(1, 40)}, {2, uniform(1, 6)}, {1, rc::gen::just<int64_t>(1)}});
 }
 
 // The token count is built from the micro-sequences, not summed from the
@@ -43,10 +44,10 @@ struct MicroSequencing {
 // tile of 16); sometimes many short ones. The last one is full a third of the
 // time, otherwise 1..m tokens; with k = 1, m runs past N.
 rc::Gen<MicroSequencing> micro_sequencing() {
-  auto counts = rc::gen::weightedOneOf<std::pair<int64_t, int64_t>>(
+  auto counts = shrinking_weighted<std::pair<int64_t, int64_t>>(
       {{4, rc::gen::pair(uniform_every_smaller(1, 8), uniform_every_smaller(1, 20))},
        {1, rc::gen::pair(uniform_every_smaller(1, 40), uniform_every_smaller(1, 4))}});
-  auto fill = rc::gen::weightedOneOf<int64_t>({{2, uniform_every_smaller(1, 20)}, {1, rc::gen::just<int64_t>(20)}});
+  auto fill = shrinking_weighted<int64_t>({{2, uniform_every_smaller(1, 20)}, {1, rc::gen::just<int64_t>(20)}});
   return rc::gen::map(rc::gen::pair(counts, fill), [](const auto& t) {
     return MicroSequencing{t.first.first, t.first.second, t.second};
   });
@@ -63,7 +64,7 @@ std::vector<int64_t> tile_documents(const std::vector<int64_t>& lengths, int64_t
 }
 
 rc::Gen<AttentionShape> kv_shape() {
-  return rc::gen::map(rc::gen::tuple(uniform(1, 2), uniform(1, 2), rc::gen::element<int64_t>(8, 16)), [](auto t) {
+  return rc::gen::map(rc::gen::tuple(uniform(1, 2), uniform(1, 2), shrinking_element<int64_t>({8, 16})), [](auto t) {
     AttentionShape s;
     s.heads_kv = std::get<0>(t);
     s.heads_q = s.heads_kv * std::get<1>(t);

@@ -181,9 +181,9 @@ PropertyDef kv_property(const char* id, const char* summary, Check check) {
 }
 
 // The state machine: its command sequence is drawn with the problem and recorded.
-Case draw_steps(Backend& backend) {
+Case draw_steps(Backend&) {
   const KvBufferDraw d = *kv_buffer_draw();
-  return with_drawn(kv_case(d), {{"commands", draw_kv_buffer_steps(backend, d)}});
+  return with_drawn(kv_case(d), {{"commands", draw_kv_buffer_steps(d)}});
 }
 
 void steps_match_model(Backend& backend, const Case& c) {

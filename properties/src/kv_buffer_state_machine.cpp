@@ -238,8 +238,7 @@ std::vector<std::shared_ptr<const Command>> canonical_schedule(int64_t micro_seq
 
 }  // namespace
 
-nlohmann::json draw_kv_buffer_steps(Backend& backend, const KvBufferDraw& d) {
-  if (auto reason = backend.kv_buffer()->unsupported(d.problem)) decline_case("unsupported: " + *reason);
+nlohmann::json draw_kv_buffer_steps(const KvBufferDraw& d) {
   const KvModel model = initial_model(d, generate_kv_buffer_inputs(d.problem, d.seed));
   const auto commands =
       *rc::state::gen::commands(model, rc::state::gen::execOneOfWithArgs<WriteSlice, WriteOutside, Attend, Backward>());

@@ -2,14 +2,18 @@
 // and the check of one case, shared with replay.
 #include "attn_oracle/property_runner.hpp"
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <random>
+#include <regex>
+#include <set>
 #include <sstream>
 
 #include <rapidcheck.h>
 
 #include "attn_oracle/reference/tolerance.hpp"
+#include "attn_oracle/replay.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -21,19 +25,23 @@ struct Trial {
   enum class Kind { passed, failed, declined };
   Kind kind = Kind::passed;
   std::string message;  // failed: the check's message; declined: the reason
-  Case c;
+  std::optional<Case> c;  // absent when the draw itself threw
   std::vector<std::string> labels;
+  std::optional<double> worst_ratio;
 };
 
 // Draws the shrinkable's case and checks it. A draw that throws anything but a
 // decline is a failure of the property too (a generator or backend bug shows).
-Trial run_trial(const PropertyDef& p, Backend& backend, const rc::Shrinkable<Case>& shrinkable) {
+Trial run_trial(const PropertyDef& p, Backend& backend, const rc::Shrinkable<Case>& shrinkable,
+                const std::function<void(const Case&)>& before_check = {}) {
   Trial t;
+  ToleranceRatioSink ratios;
   current_labels = &t.labels;
   try {
     t.c = shrinkable.value();
-    p.check(backend, t.c);
-  } catch (const PropertyFailure& f) {
+    if (before_check) before_check(*t.c);
+    p.check(backend, *t.c);
+  } catch (const CaseFailure& f) {
     t.kind = Trial::Kind::failed, t.message = f.message;
   } catch (const CaseDeclined& d) {
     t.kind = Trial::Kind::declined, t.message = d.reason;
@@ -45,30 +53,79 @@ Trial run_trial(const PropertyDef& p, Backend& backend, const rc::Shrinkable<Cas
     t.kind = Trial::Kind::failed, t.message = "an exception that is not a std::exception";
   }
   current_labels = nullptr;
+  t.worst_ratio = ratios.worst();
   return t;
 }
 
-// The first shrink that still fails, again and again (RapidCheck's strategy).
-Trial shrink(const PropertyDef& p, Backend& backend, rc::Shrinkable<Case> best, Trial failing, int& steps) {
+// The first shrink that still fails, again and again (RapidCheck's strategy);
+// `path` is each accepted shrink's index among its siblings.
+Trial shrink(const PropertyDef& p, Backend& backend, const RunSettings& s, int draw, rc::Shrinkable<Case> best,
+             Trial failing, int& steps) {
+  std::vector<size_t> path;
   auto shrinks = best.shrinks();
+  size_t index = 0;
   while (auto next = shrinks.next()) {
+    path.push_back(index);
+    if (s.before_trial) s.before_trial(draw, path);
     Trial t = run_trial(p, backend, *next);
-    if (t.kind != Trial::Kind::failed) continue;
+    path.pop_back();
+    if (t.kind != Trial::Kind::failed || !t.c) {
+      ++index;
+      continue;
+    }
+    path.push_back(index);
     best = *next;
     failing = std::move(t);
     shrinks = best.shrinks();
+    index = 0;
     ++steps;
   }
   return failing;
 }
 
 // Sizes spread evenly over [0, max_size], the largest always used (RapidCheck's rule).
-int size_for(const RunSettings& s, int i) {
+int size_for(const RunSettings& s, int k) {
   const int sizes = s.max_size + 1;
-  const int regular = (s.max_success / sizes) * sizes;
-  if (i < regular) return i % sizes;
-  const int rest = s.max_success - regular;
-  return rest == 1 ? 0 : ((i % sizes) * s.max_size) / (rest - 1);
+  const int regular = (s.cases / sizes) * sizes;
+  if (k < regular) return k % sizes;
+  const int rest = s.cases - regular;
+  return rest == 1 ? 0 : ((k % sizes) * s.max_size) / (rest - 1);
+}
+
+// Draw k's generator state: a function of the seed and k alone, so that any
+// subset of the draws (a shard) reproduces exactly those of the whole run.
+rc::Random random_for(uint64_t seed, int k) {
+  return rc::Random(rc::Random::Key{seed, static_cast<uint64_t>(k), 0x61747461ull, 0x6f7261636c65ull});
+}
+
+// "mask causal", "dtype bf16", "backward": the classes a whole decline of is reported.
+std::vector<std::string> classes_of(const Case& c) {
+  const CoverageCell cell = op_of(c).coverage(c.payload);
+  std::vector<std::string> out;
+  if (cell.row != "-") out.push_back("mask " + cell.row);
+  for (const std::string& d : cell.dtypes) {
+    const size_t space = d.find(' ');
+    out.push_back("dtype " + d.substr(0, space));
+    out.push_back(d.ends_with("fwd+bwd") ? "backward" : "forward");
+  }
+  return out;
+}
+
+void tally_mix(const Case& c, PropertyOutcome& out) {
+  const CoverageCell cell = op_of(c).coverage(c.payload);
+  ++out.mix["op " + std::string(op_of(c).name())];
+  if (cell.row != "-") ++out.mix["mask " + cell.row];
+  for (const std::string& l : cell.layouts) ++out.mix["layout " + l];
+  for (const std::string& d : cell.dtypes) ++out.mix["dtype " + d];
+  const CaseSize size = op_of(c).size(c.payload);
+  out.largest.rows = std::max(out.largest.rows, size.rows);
+  out.largest.tokens = std::max(out.largest.tokens, size.tokens);
+  out.largest.devices = std::max(out.largest.devices, size.devices);
+}
+
+std::string blank_numbers(const std::string& text) {
+  static const std::regex number("-?[0-9]+(\\.[0-9]+)?(e[-+]?[0-9]+)?");
+  return std::regex_replace(text, number, "#");
 }
 
 std::string file_stem(const std::string& id) {
@@ -78,15 +135,60 @@ std::string file_stem(const std::string& id) {
   return out;
 }
 
-void save_counterexample(PropertyOutcome& out, const RunSettings& settings) {
-  Case& c = *out.counterexample;
-  c.note = "counterexample of " + out.property + " on backend " + out.backend + " (seed " +
-           std::to_string(settings.seed) + ", " + std::to_string(out.cases) + " cases, " +
-           std::to_string(out.shrinks) + " shrinks): " + out.message;
-  const std::filesystem::path path =
-      std::filesystem::path(settings.failures_dir) / out.backend / (file_stem(out.property) + ".case.json");
-  if (write_case_file(path.string(), c)) out.case_path = path.string();
-  out.replay_command = "attn-oracle replay --backend " + out.backend + " " + out.case_path;
+// The first path where JSON `a` and `b` differ, with both values.
+std::string first_difference(const nlohmann::json& a, const nlohmann::json& b, const std::string& path) {
+  if (a.type() == b.type() && a.is_structured() && a.size() == b.size()) {
+    if (a.is_array()) {
+      for (size_t i = 0; i < a.size(); ++i)
+        if (auto d = first_difference(a[i], b[i], path + "[" + std::to_string(i) + "]"); !d.empty()) return d;
+      return "";
+    }
+    for (auto it = a.begin(); it != a.end(); ++it)
+      if (auto d = first_difference(it.value(), b.value(it.key(), nlohmann::json()), path + (path.empty() ? "" : ".") +
+                                                                                          it.key());
+          !d.empty())
+        return d;
+    return "";
+  }
+  if (a == b) return "";
+  return (path.empty() ? "the result" : path) + " differs between two identical calls (" + a.dump() + ", then " +
+         b.dump() + ")";
+}
+
+// A failure found twice more is the backend's; one that does not repeat is its
+// nondeterminism, named by the first output that differs between two calls.
+void confirm_determinism(const PropertyDef& p, Backend& backend, PropertyFailure& f) {
+  for (int again = 0; again < 2; ++again) {
+    const Trial t = run_trial(p, backend, rc::shrinkable::just(f.counterexample));
+    if (t.kind == Trial::Kind::failed && t.message == f.message) continue;
+    f.nondeterministic = true;
+    const nlohmann::json first = evaluate_case(backend, f.counterexample).output;
+    const nlohmann::json second = evaluate_case(backend, f.counterexample).output;
+    std::string what = first_difference(first, second, "");
+    if (what.empty())
+      what = "the check's verdict changes between identical runs (\"" + f.message + "\", then " +
+             (t.kind == Trial::Kind::failed ? "\"" + t.message + "\"" : std::string(t.kind == Trial::Kind::passed ? "a pass" : "a decline")) + ")";
+    f.message = "nondeterministic backend: " + what;
+    f.signature = "nondeterministic backend";
+    return;
+  }
+}
+
+void save(PropertyFailure& f, const PropertyOutcome& out, const RunSettings& s, size_t index) {
+  PropertyRecord& record = f.counterexample.property ? *f.counterexample.property : f.counterexample.property.emplace();
+  record.id = out.property;
+  record.backend = out.backend;
+  record.backend_version = out.backend_version;
+  record.seed = s.seed;
+  f.counterexample.note = "counterexample of " + out.property + " on backend " + out.backend + " (seed " +
+                          std::to_string(s.seed) + ", draw " + std::to_string(f.draw) + ", " +
+                          std::to_string(f.shrinks) + " shrinks): " + f.message;
+  const std::string stem = file_stem(out.property) + (index == 0 ? "" : "." + std::to_string(index + 1));
+  const std::filesystem::path path = std::filesystem::path(s.failures_dir) / out.backend / (stem + ".case.json");
+  if (write_case_file(path.string(), f.counterexample)) f.case_path = std::filesystem::absolute(path).string();
+  f.replay_command = s.program + " replay --backend " + out.backend + " " + f.case_path;
+  f.rerun_command = s.program + " check --backend " + out.backend + " --filter " + out.property + " --seed " +
+                    std::to_string(s.seed) + " --cases " + std::to_string(s.cases);
 }
 
 // "max_success=200 seed=7": RapidCheck's RC_PARAMS syntax; other keys are RapidCheck's own.
@@ -105,7 +207,30 @@ std::optional<uint64_t> rc_param(const std::string& name) {
 
 }  // namespace
 
-void fail_case(const std::string& message) { throw PropertyFailure{message}; }
+void settle_status(PropertyOutcome& o) {
+  o.status = PropertyOutcome::Status::passed;
+  if (!o.failures.empty()) {
+    o.status = PropertyOutcome::Status::failed;
+  } else if (o.passed == 0 && o.declined > 0) {
+    o.status = PropertyOutcome::Status::skipped;
+    const auto most = std::max_element(o.decline_reasons.begin(), o.decline_reasons.end(),
+                                       [](const auto& a, const auto& b) { return a.second < b.second; });
+    o.message = "every draw was declined; most often: " + most->first;
+  }
+}
+
+std::vector<std::string> wholly_declined_classes(const PropertyOutcome& o) {
+  std::vector<std::string> out;
+  for (const auto& [name, counts] : o.classes) {
+    const auto [drawn, declined] = counts;
+    if (drawn >= 3 && declined == drawn)
+      out.push_back("every " + (name.rfind("mask ", 0) == 0 || name.rfind("dtype ", 0) == 0 ? name.substr(name.find(' ') + 1) : name) +
+                    " draw was declined (" + std::to_string(drawn) + " draws)");
+  }
+  return out;
+}
+
+void fail_case(const std::string& message) { throw CaseFailure{message}; }
 void decline_case(const std::string& reason) { throw CaseDeclined{reason}; }
 
 void classify(bool holds, const std::string& label) {
@@ -120,82 +245,129 @@ Case with_drawn(Case c, nlohmann::json drawn) {
   return c;
 }
 
+std::string failure_signature(const std::string& message) {
+  const size_t colon = message.find(':');
+  std::string lead = colon == std::string::npos ? message : message.substr(0, colon);
+  return blank_numbers(lead.substr(0, 120));
+}
+
 std::string_view to_string(PropertyOutcome::Status status) {
   switch (status) {
     case PropertyOutcome::Status::passed: return "passed";
     case PropertyOutcome::Status::failed: return "FAILED";
     case PropertyOutcome::Status::skipped: return "skipped";
-    case PropertyOutcome::Status::gave_up: return "gave up";
   }
   return "?";
 }
 
-RunSettings default_run_settings(uint64_t seed_if_unset) {
+RunSettings default_run_settings() {
   RunSettings s;
-  if (auto n = rc_param("max_success")) s.max_success = static_cast<int>(*n);
+  if (auto n = rc_param("max_success")) s.cases = static_cast<int>(*n);
   if (auto n = rc_param("max_size")) s.max_size = static_cast<int>(std::min<uint64_t>(*n, 100));
-  s.seed = rc_param("seed").value_or(seed_if_unset != 0 ? seed_if_unset : std::random_device{}());
+  if (auto n = rc_param("seed")) s.seed = *n;
+  // "I/N" (1-based), set by a conformance binary from GoogleTest's sharding variables.
+  if (const char* shard = std::getenv("ATTN_ORACLE_SHARD")) {
+    int i = 0, n = 0;
+    if (std::sscanf(shard, "%d/%d", &i, &n) == 2 && n > 0 && i >= 1 && i <= n) s.shard_index = i - 1, s.shard_count = n;
+  }
   const char* dir = std::getenv("ATTN_ORACLE_FAILURES_DIR");
-  s.failures_dir = dir && *dir ? dir : ATTN_ORACLE_DEFAULT_FAILURES_DIR;
+  s.failures_dir = dir && *dir ? dir : "attn-oracle-failures";
   return s;
 }
 
 PropertyOutcome run_property(const PropertyDef& property, Backend& backend, const RunSettings& settings,
                              const ProgressFn& progress) {
+  const auto start = std::chrono::steady_clock::now();
   PropertyOutcome out;
   out.property = property.id;
   out.backend = backend.name();
+  out.backend_version = backend.version();
+  out.seed = settings.seed;
   for (std::optional<Capability> needed : {std::optional<Capability>(property.needs), property.also_needs}) {
     if (!needed || backend.has(*needed)) continue;
     out.status = PropertyOutcome::Status::skipped;
     out.message = "backend " + out.backend + " lacks the " + std::string(to_string(*needed)) + " capability";
     return out;
   }
-  const RunSettings s = [&] {
-    RunSettings r = settings;
-    r.max_size = std::clamp(r.max_size, 0, 100);
-    return r;
-  }();
+  RunSettings s = settings;
+  s.max_size = std::clamp(s.max_size, 0, 100);
+  s.shard_count = std::max(1, s.shard_count);
   const rc::Gen<Case> gen = rc::gen::exec([&property, &backend] { return property.draw(backend); });
-  ToleranceRatioSink ratios;
-  rc::Random random(s.seed);
-  int recent_declines = 0;
-  while (out.cases < s.max_success) {
-    const int size = size_for(s, out.cases) + recent_declines / 10;
-    const rc::Shrinkable<Case> shrinkable = gen(random.split(), size);
+  std::set<std::string> signatures = s.known_signatures;
+  const size_t files_before = signatures.size() - signatures.count(std::string(kCrashSignature));
+  const int total = (s.cases - s.shard_index + s.shard_count - 1) / s.shard_count;
+  const int first = s.shard_index + std::max(0, s.first_draw - s.shard_index + s.shard_count - 1) / s.shard_count * s.shard_count;
+  for (int k = first; k < s.cases && static_cast<int>(out.failures.size()) < s.max_failures;
+       k += s.shard_count) {
+    const rc::Shrinkable<Case> shrinkable = gen(random_for(s.seed, k), size_for(s, k));
+    if (s.before_trial) s.before_trial(k, {});
     Trial t = run_trial(property, backend, shrinkable);
+    if (s.after_draw)
+      s.after_draw(k, t.kind == Trial::Kind::passed ? "passed" : t.kind == Trial::Kind::declined ? "declined" : "failed");
+    ++out.drawn;
+    if (t.c) {
+      tally_mix(*t.c, out);
+      for (const std::string& c : classes_of(*t.c)) {
+        ++out.classes[c].first;
+        out.classes[c].second += t.kind == Trial::Kind::declined;
+      }
+    }
+    if (progress) progress(out.drawn, total);
     if (t.kind == Trial::Kind::passed) {
-      ++out.cases, recent_declines = 0;
-      for (const std::string& l : t.labels) ++out.labels[l];
-      if (s.on_case_passed) s.on_case_passed(t.c);
-      if (progress) progress(out.cases, s.max_success);
+      ++out.passed;
+      for (const std::string& l : t.labels) ++out.mix["label " + l];
+      if (t.worst_ratio) out.worst_ratio = std::max(out.worst_ratio.value_or(0.0), *t.worst_ratio);
+      if (s.on_case_passed) s.on_case_passed(*t.c);
       continue;
     }
     if (t.kind == Trial::Kind::declined) {
-      ++recent_declines;
-      if (++out.declined > 10 * s.max_success) {
-        out.status = PropertyOutcome::Status::gave_up;
-        out.message = "gave up after " + std::to_string(out.declined) + " declined draws; the last: " + t.message;
-        break;
-      }
+      ++out.declined;
+      ++out.decline_reasons[blank_numbers(t.message)];
       continue;
     }
-    t = shrink(property, backend, shrinkable, std::move(t), out.shrinks);
-    out.status = PropertyOutcome::Status::failed;
-    ++out.cases;
-    out.message = t.message;
-    out.counterexample = std::move(t.c);
-    PropertyRecord& record = out.counterexample->property ? *out.counterexample->property
-                                                          : out.counterexample->property.emplace();
-    record.id = property.id, record.backend = backend.name(), record.backend_version = backend.version();
-    record.seed = s.seed;
-    out.rerun_command = "attn-oracle check --backend " + out.backend + " --filter " + property.id + " --seed " +
-                        std::to_string(s.seed) + " --cases " + std::to_string(s.max_success);
-    save_counterexample(out, s);
-    break;
+    ++out.failed;
+    if (signatures.count(failure_signature(t.message))) continue;  // a failure already shrunk
+    PropertyFailure f;
+    f.draw = k;
+    t = shrink(property, backend, s, k, shrinkable, std::move(t), f.shrinks);
+    f.message = t.message;
+    f.signature = failure_signature(t.message);
+    if (!t.c) continue;  // only the draw failed: nothing to write (cannot happen after a case was drawn)
+    f.counterexample = std::move(*t.c);
+    confirm_determinism(property, backend, f);
+    if (!signatures.insert(f.signature).second) continue;
+    save(f, out, s, files_before + out.failures.size());
+    if (s.on_failure) s.on_failure(f);
+    out.failures.push_back(std::move(f));
   }
-  out.worst_ratio = ratios.worst();
+  settle_status(out);
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
+}
+
+TrialResult run_draw(const PropertyDef& property, Backend& backend, const RunSettings& settings, int draw,
+                     const std::vector<size_t>& path, const std::function<void(const Case&)>& before_check) {
+  RunSettings s = settings;
+  s.max_size = std::clamp(s.max_size, 0, 100);
+  const rc::Gen<Case> gen = rc::gen::exec([&property, &backend] { return property.draw(backend); });
+  rc::Shrinkable<Case> node = gen(random_for(s.seed, draw), size_for(s, draw));
+  for (size_t index : path) {
+    auto shrinks = node.shrinks();
+    std::optional<rc::Shrinkable<Case>> found;
+    for (size_t i = 0; i <= index; ++i) {
+      auto next = shrinks.next();
+      if (!next) return TrialResult{TrialResult::Kind::no_such_shrink, ""};
+      if (i == index) found = *next;
+    }
+    node = *found;
+  }
+  const Trial t = run_trial(property, backend, node, before_check);
+  switch (t.kind) {
+    case Trial::Kind::passed: return {TrialResult::Kind::passed, ""};
+    case Trial::Kind::declined: return {TrialResult::Kind::declined, t.message};
+    case Trial::Kind::failed: return {TrialResult::Kind::failed, t.message};
+  }
+  return {};
 }
 
 Judgement check_property(const PropertyDef& property, Backend& backend, const Case& c) {

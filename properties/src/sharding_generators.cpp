@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "attn_oracle/generators.hpp"
+#include "attn_oracle/shrinking_choice.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -20,12 +21,6 @@ namespace gen = rc::gen;
 constexpr const char* kAxisNames[] = {"fsdp", "context", "tensor"};
 enum Role { kUnused = 0, kBatch = 1, kSequence = 2, kHeads = 3 };
 
-// gen::element and gen::elementOf never shrink; this picks uniformly and shrinks
-// towards the first value (weights by repetition).
-template <class T>
-rc::Gen<T> pick(std::vector<T> values) {
-  return gen::map(gen::resize(100, gen::inRange<size_t>(0, values.size())), [values](size_t i) { return values[i]; });
-}
 
 struct RowParams {
   int docs = 1;                       // 1..3
@@ -58,18 +53,18 @@ struct Layout {
 };
 
 rc::Gen<RowParams> row_params() {
-  const auto lens = gen::container<std::array<int, 3>>(pick<int>({1, 2, 3, 4}));
-  return gen::build<RowParams>(gen::set(&RowParams::docs, pick<int>({1, 2, 3})),
+  const auto lens = gen::container<std::array<int, 3>>(shrinking_element<int>({1, 2, 3, 4}));
+  return gen::build<RowParams>(gen::set(&RowParams::docs, shrinking_element<int>({1, 2, 3})),
                                gen::set(&RowParams::q_len, lens),
                                gen::set(&RowParams::kv_len, lens),
-                               gen::set(&RowParams::q_start, pick<int>({0, 1, 2})),
-                               gen::set(&RowParams::kv_start, pick<int>({0, 1, 2})),
-                               gen::set(&RowParams::pad_tail, pick<bool>({false, true})));
+                               gen::set(&RowParams::q_start, shrinking_element<int>({0, 1, 2})),
+                               gen::set(&RowParams::kv_start, shrinking_element<int>({0, 1, 2})),
+                               gen::set(&RowParams::pad_tail, shrinking_element<bool>({false, true})));
 }
 
 rc::Gen<Window> window_gen() {
-  const auto side = pick<int64_t>({-1, 0, 1, 2});
-  return gen::weightedOneOf<Window>(
+  const auto side = shrinking_element<int64_t>({-1, 0, 1, 2});
+  return shrinking_weighted<Window>(
       {{3, gen::just(Window{})},
        {1, gen::map(gen::pair(side, side), [](const std::pair<int64_t, int64_t>& p) { return Window{p.first, p.second}; })}});
 }
@@ -79,9 +74,9 @@ rc::Gen<Window> window_gen() {
 // present (1, 2 or 3 axes about 7:12:8); a slot shrinks towards absent.
 rc::Gen<AxisDraw> axis_draw() {
   return gen::build<AxisDraw>(
-      gen::set(&AxisDraw::present, pick<bool>({false, true, true})),
-      gen::set(&AxisDraw::size, pick<int64_t>({1, 1, 2, 2, 2, 3, 3, 4, 4, 5, 6, 7, 8})),
-      gen::set(&AxisDraw::role, pick<int>({kUnused, kBatch, kSequence, kHeads})));
+      gen::set(&AxisDraw::present, shrinking_element<bool>({false, true, true})),
+      gen::set(&AxisDraw::size, shrinking_element<int64_t>({1, 1, 2, 2, 2, 3, 3, 4, 4, 5, 6, 7, 8})),
+      gen::set(&AxisDraw::role, shrinking_element<int>({kUnused, kBatch, kSequence, kHeads})));
 }
 
 std::array<AxisDraw, 3> to_array(const AxisDraw& a, const AxisDraw& b, const AxisDraw& c) { return {a, b, c}; }
@@ -90,15 +85,15 @@ rc::Gen<Layout> layout_gen() {
   return gen::build<Layout>(
         gen::set(&Layout::axes, gen::map(gen::tuple(axis_draw(), axis_draw(), axis_draw()),
                                          [](const auto& t) { return std::apply(to_array, t); })),
-        gen::set(&Layout::reverse_tuples, pick<bool>({false, true})),
-        gen::set(&Layout::gqa_exception, pick<bool>({false, true})),
-        gen::set(&Layout::rows_per, pick<int>({1, 2})), gen::set(&Layout::q_per, pick<int>({1, 2, 3})),
-        gen::set(&Layout::kv_per, pick<int>({1, 2, 3})), gen::set(&Layout::hkv_per, pick<int>({1, 2})),
-        gen::set(&Layout::group, pick<int>({1, 2})), gen::set(&Layout::head_dim, pick<int>({1, 2, 4})),
-        gen::set(&Layout::mask, pick(std::vector<MaskKind>(std::begin(kAllMaskKinds), std::end(kAllMaskKinds)))),
+        gen::set(&Layout::reverse_tuples, shrinking_element<bool>({false, true})),
+        gen::set(&Layout::gqa_exception, shrinking_element<bool>({false, true})),
+        gen::set(&Layout::rows_per, shrinking_element<int>({1, 2})), gen::set(&Layout::q_per, shrinking_element<int>({1, 2, 3})),
+        gen::set(&Layout::kv_per, shrinking_element<int>({1, 2, 3})), gen::set(&Layout::hkv_per, shrinking_element<int>({1, 2})),
+        gen::set(&Layout::group, shrinking_element<int>({1, 2})), gen::set(&Layout::head_dim, shrinking_element<int>({1, 2, 4})),
+        gen::set(&Layout::mask, shrinking_element(std::vector<MaskKind>(std::begin(kAllMaskKinds), std::end(kAllMaskKinds)))),
         gen::set(&Layout::window, window_gen()),
-        gen::set(&Layout::dtype, pick<Dtype>({Dtype::fp32, Dtype::fp32, Dtype::fp32, Dtype::bf16})),
-        gen::set(&Layout::backward, pick<bool>({true, true, true, false})),
+        gen::set(&Layout::dtype, shrinking_element<Dtype>({Dtype::fp32, Dtype::fp32, Dtype::fp32, Dtype::bf16})),
+        gen::set(&Layout::backward, shrinking_element<bool>({true, true, true, false})),
         gen::set(&Layout::rows, gen::container<std::vector<RowParams>>(4, row_params())),
         gen::set(&Layout::seed, gen::arbitrary<uint64_t>()));
 }
@@ -299,10 +294,10 @@ rc::Gen<ShardingDraw> sharding_draw() {
 rc::Gen<InvalidShardingDraw> invalid_sharding_draw() {
   // kv_heads twice: it needs Q's heads sharded (about a third of layouts) and
   // falls back otherwise, so once in eight would leave it rare within 100 cases.
-  const auto mutation = pick<Mutation>({Mutation::v_differs, Mutation::k_differs, Mutation::kv_differ, Mutation::kv_heads,
+  const auto mutation = shrinking_element<Mutation>({Mutation::v_differs, Mutation::k_differs, Mutation::kv_differ, Mutation::kv_heads,
                                         Mutation::kv_heads, Mutation::unknown_axis, Mutation::repeated_axis, Mutation::not_divisible,
                                         Mutation::segment_ids});
-  return gen::map(gen::tuple(layout_gen(), mutation, pick<int>({0, 1, 2, 3})), [](const auto& t) {
+  return gen::map(gen::tuple(layout_gen(), mutation, shrinking_element<int>({0, 1, 2, 3})), [](const auto& t) {
     const auto& [layout, m, which] = t;
     Built b = specs_and_shapes(layout);
     const ErrorCode code = mutate(m, which, b);

@@ -68,9 +68,11 @@ Drawn drawn_of(const Case& c) {
   return Drawn{ShardingDraw{s.sharding, run->problem, run->data_seed.value_or(0)}, inputs.value()};
 }
 
-ShardedShapes shapes_or_decline(const AttentionProblem& problem) {
-  const Expected<ShardedShapes> shapes = sharded_shapes(problem);
+// The call's shapes; a decline when the problem has none or the backend does not take the call.
+ShardedShapes shapes_or_decline(ShardingCapability& cap, const ShardingDraw& d) {
+  const Expected<ShardedShapes> shapes = sharded_shapes(d.problem);
   if (!shapes) decline_case("not a valid problem: " + describe(shapes.error()));
+  if (auto reason = cap.unsupported(d.sharding, shapes.value())) decline_case("unsupported: " + *reason);
   return shapes.value();
 }
 
@@ -78,7 +80,6 @@ Case draw_valid(Backend& backend) {
   ShardingCapability& cap = *backend.sharding();
   ShardingDraw d = *sharding_draw();
   if (!cap.token_level_mask()) d = nearest_representable(d);
-  if (!cap.token_level_mask() && !every_device_representable(d)) decline_case("a device's problem is not representable");
   return sharding_case(d);
 }
 
@@ -89,7 +90,7 @@ void valid_triples_match_unsharded_run(Backend& backend, const Case& c) {
   const Drawn d = drawn_of(c);
   if (!cap.token_level_mask() && !every_device_representable(d.draw))
     decline_case("a device's problem is not representable");
-  const ShardedShapes shapes = shapes_or_decline(d.draw.problem);
+  const ShardedShapes shapes = shapes_or_decline(cap, d.draw);
   if (auto e = validate_sharding(d.draw.sharding, shapes)) decline_case("an invalid sharding: " + describe(*e));
   classify_draw(d.draw);
   if (auto e = cap.validate_sharding(d.draw.sharding, shapes)) fail_case("rejected a valid sharding: " + describe(*e));
@@ -112,7 +113,7 @@ Case draw_invalid(Backend&) {
 void invalid_triples_are_rejected_exactly(Backend& backend, const Case& c) {
   ShardingCapability& cap = *backend.sharding();
   const Drawn d = drawn_of(c);
-  const ShardedShapes shapes = shapes_or_decline(d.draw.problem);
+  const ShardedShapes shapes = shapes_or_decline(cap, d.draw);
   const std::optional<Error> want = validate_sharding(d.draw.sharding, shapes);
   if (!want) decline_case("a valid sharding: validTriplesMatchTheUnshardedRun judges those");
   const std::string expected = drawn_value<std::string>(c, "expected_code", std::string(to_string(want->code)));

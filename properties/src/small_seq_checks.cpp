@@ -51,13 +51,12 @@ std::vector<double> small_seq_naive_p(const AttentionProblem& problem, const Att
 std::vector<ToleranceCheck> check_small_seq_tolerance(const AttentionProblem& problem,
                                                       const AttentionInputs& inputs,
                                                       const SmallSeqResult& backend,
-                                                      const SmallSeqResult& reference, bool with_p) {
+                                                      const SmallSeqResult& reference) {
   const AttentionResult naive = naive_same_precision(problem, inputs);
   const Dtype dtype = problem.shape.dtype;
   std::vector<ToleranceCheck> checks;
   checks.push_back(check_tolerance("o", backend.o, reference.o, naive.o, kOutputToleranceFactor, dtype));
-  if (with_p)
-    checks.push_back(check_tolerance("p", backend.p, reference.p, small_seq_naive_p(problem, inputs),
+  checks.push_back(check_tolerance("p", backend.p, reference.p, small_seq_naive_p(problem, inputs),
                                      kOutputToleranceFactor, dtype));
   append_gradient_checks(checks, backend.grads, reference.grads, naive.grads, dtype);
   return checks;

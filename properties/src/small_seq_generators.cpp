@@ -16,6 +16,7 @@
 
 #include "attn_oracle/generators.hpp"
 #include "attn_oracle/small_seq.hpp"
+#include "attn_oracle/shrinking_choice.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -109,55 +110,32 @@ PackedBatch build_small_seq_batch(const SmallSeqSpec& spec) {
 
 namespace {
 
-// One of `values`, equally likely at every size, shrinking towards values[0].
-template <typename T>
-rc::Gen<T> shrinking_element(std::vector<T> values) {
-  return rc::gen::map(rc::gen::resize(100, rc::gen::inRange<size_t>(0, values.size())),
-                      [values](size_t i) { return values[i]; });
-}
-
-// rc::gen::weightedOneOf that shrinks towards its first alternative (the
-// RapidCheck one keeps the alternative it drew): the alternative is an index
-// into the cumulative weights, drawn size-independently, then its generator.
-template <typename T>
-rc::Gen<T> weighted(std::vector<std::pair<int, rc::Gen<T>>> alternatives) {
-  int total = 0;
-  for (const auto& a : alternatives) total += a.first;
-  return rc::gen::mapcat(rc::gen::resize(100, rc::gen::inRange(0, total)), [alternatives](int x) {
-    for (const auto& [w, gen] : alternatives) {
-      if (x < w) return gen;
-      x -= w;
-    }
-    return alternatives.back().second;
-  });
-}
-
 rc::Gen<Window> small_seq_window() {
-  auto side = weighted<int64_t>(
+  auto side = shrinking_weighted<int64_t>(
       {{3, rc::gen::just<int64_t>(-1)}, {1, rc::gen::just<int64_t>(0)}, {3, rc::gen::inRange<int64_t>(0, 9)}});
-  return weighted<Window>({{3, rc::gen::just(Window{})}, {2, rc::gen::construct<Window>(side, side)}});
+  return shrinking_weighted<Window>({{3, rc::gen::just(Window{})}, {2, rc::gen::construct<Window>(side, side)}});
 }
 
 // Keys: uniform in 1..16 (not size-scaled: 16 is an edge a kernel must see early),
 // with a full 16 drawn more often; shrinks towards 1.
 rc::Gen<int> key_count() {
-  return weighted<int>({{6, rc::gen::inRange(1, 17)}, {1, rc::gen::just(16)}});
+  return shrinking_weighted<int>({{6, rc::gen::inRange(1, 17)}, {1, rc::gen::just(16)}});
 }
 
 rc::Gen<SmallSeqDocSpec> small_seq_doc(bool padding) {
-  auto gap = padding ? weighted<int>({{3, rc::gen::just(0)}, {1, rc::gen::inRange(1, 3)}})
+  auto gap = padding ? shrinking_weighted<int>({{3, rc::gen::just(0)}, {1, rc::gen::inRange(1, 3)}})
                      : rc::gen::just(0);
-  auto query_at = weighted<QueryAt>({{2, rc::gen::just(QueryAt::first_key)},
+  auto query_at = shrinking_weighted<QueryAt>({{2, rc::gen::just(QueryAt::first_key)},
                                                    {5, rc::gen::just(QueryAt::after_keys)},
                                                    {2, rc::gen::just(QueryAt::last_key)},
                                                    {1, rc::gen::just(QueryAt::explicit_pos)}});
   return rc::gen::build<SmallSeqDocSpec>(
       rc::gen::set(&SmallSeqDocSpec::keys, key_count()),
       rc::gen::set(&SmallSeqDocSpec::q_gap, gap), rc::gen::set(&SmallSeqDocSpec::kv_gap, gap),
-      rc::gen::set(&SmallSeqDocSpec::id_step, weighted<int>({{6, rc::gen::just(1)}, {1, rc::gen::just(2)}})),
-      rc::gen::set(&SmallSeqDocSpec::kv_start, weighted<int>({{3, rc::gen::just(0)}, {1, rc::gen::inRange(1, 9)}})),
+      rc::gen::set(&SmallSeqDocSpec::id_step, shrinking_weighted<int>({{6, rc::gen::just(1)}, {1, rc::gen::just(2)}})),
+      rc::gen::set(&SmallSeqDocSpec::kv_start, shrinking_weighted<int>({{3, rc::gen::just(0)}, {1, rc::gen::inRange(1, 9)}})),
       rc::gen::set(&SmallSeqDocSpec::query_at, query_at),
-      rc::gen::set(&SmallSeqDocSpec::query_pos, weighted<int>({{2, rc::gen::just(0)}, {1, rc::gen::inRange(0, 20)}})));
+      rc::gen::set(&SmallSeqDocSpec::query_pos, shrinking_weighted<int>({{2, rc::gen::just(0)}, {1, rc::gen::inRange(0, 20)}})));
 }
 
 rc::Gen<std::vector<SmallSeqDocSpec>> small_seq_row(bool padding, int max_docs) {
@@ -170,19 +148,19 @@ rc::Gen<std::vector<SmallSeqDocSpec>> small_seq_row(bool padding, int max_docs) 
 }
 
 rc::Gen<SmallSeqSpec> small_seq_spec(int max_rows, int max_docs, bool padding_only) {
-  auto mask = padding_only ? rc::gen::element(MaskKind::padding, MaskKind::padding_causal, MaskKind::padding_causal_bottom_right)
-                           : rc::gen::elementOf(std::vector<MaskKind>(std::begin(kAllMaskKinds), std::end(kAllMaskKinds)));
+  auto mask = padding_only ? shrinking_element<MaskKind>({MaskKind::padding, MaskKind::padding_causal, MaskKind::padding_causal_bottom_right})
+                           : shrinking_element(std::vector<MaskKind>(std::begin(kAllMaskKinds), std::end(kAllMaskKinds)));
   auto head = rc::gen::pair(mask, rc::gen::inRange(1, max_rows + 1));
   return rc::gen::mapcat(head, [=](std::pair<MaskKind, int> h) {
     const bool padding = allows_padding(h.first);
-    auto trailing = padding ? weighted<int>({{2, rc::gen::just(0)}, {1, rc::gen::inRange(1, 3)}}) : rc::gen::just(0);
+    auto trailing = padding ? shrinking_weighted<int>({{2, rc::gen::just(0)}, {1, rc::gen::inRange(1, 3)}}) : rc::gen::just(0);
     return rc::gen::build<SmallSeqSpec>(
         rc::gen::set(&SmallSeqSpec::mask, rc::gen::just(h.first)),
         rc::gen::set(&SmallSeqSpec::window, small_seq_window()),
-        rc::gen::set(&SmallSeqSpec::kv_stride, weighted<int>({{5, rc::gen::just(1)}, {1, rc::gen::inRange(2, 4)}})),
+        rc::gen::set(&SmallSeqSpec::kv_stride, shrinking_weighted<int>({{5, rc::gen::just(1)}, {1, rc::gen::inRange(2, 4)}})),
         // 1 in 4: every query at its first key, so that multi-document problems
         // are representable often enough for matchesGeneralAttention.
-        rc::gen::set(&SmallSeqSpec::all_at_first_key, weighted<bool>({{3, rc::gen::just(false)}, {1, rc::gen::just(true)}})),
+        rc::gen::set(&SmallSeqSpec::all_at_first_key, shrinking_weighted<bool>({{3, rc::gen::just(false)}, {1, rc::gen::just(true)}})),
         rc::gen::set(&SmallSeqSpec::q_trailing, trailing), rc::gen::set(&SmallSeqSpec::kv_trailing, trailing),
         rc::gen::set(&SmallSeqSpec::rows, rc::gen::container<std::vector<std::vector<SmallSeqDocSpec>>>(h.second, small_seq_row(padding, max_docs))));
   });
@@ -268,8 +246,8 @@ InvalidSmallSeq inject(SmallSeqSpec spec, Heads heads, uint64_t seed, SmallSeqVi
 }  // namespace
 
 rc::Gen<InvalidSmallSeq> invalid_small_seq() {
-  auto violation = rc::gen::element(SmallSeqViolation::two_queries, SmallSeqViolation::zero_keys,
-                                    SmallSeqViolation::too_many_keys, SmallSeqViolation::bad_heads);
+  auto violation = shrinking_element<SmallSeqViolation>({SmallSeqViolation::two_queries, SmallSeqViolation::zero_keys,
+                                                        SmallSeqViolation::too_many_keys, SmallSeqViolation::bad_heads});
   return rc::gen::mapcat(violation, [](SmallSeqViolation v) {
     return rc::gen::map(rc::gen::tuple(small_seq_spec(2, 4, /*padding_only=*/true), small_seq_heads(SmallSeqOptions{}),
                                        rc::gen::arbitrary<uint64_t>(), rc::gen::inRange<size_t>(0, 1000), rc::gen::inRange(1, 4)),

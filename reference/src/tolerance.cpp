@@ -21,6 +21,7 @@
 #include <string>
 #include <utility>
 
+#include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/validate.hpp"
 
@@ -193,25 +194,35 @@ ToleranceCheck structural_failure(ToleranceCheck c, int64_t index, double backen
   return c;
 }
 
-ToleranceCheck check_tolerance_unobserved(std::string_view tensor, const std::vector<double>& backend,
-                                          const std::vector<double>& ref64,
-                                          const std::vector<double>& naive, double k, Dtype dtype) {
+// max |naive - truth| over finite differences; -1 when the sizes differ.
+double naive_error_of(const std::vector<double>& naive, const std::vector<double>& truth) {
+  if (naive.size() != truth.size()) return -1.0;
+  double e = 0.0;
+  for (size_t i = 0; i < truth.size(); ++i) {
+    const double d = std::fabs(naive[i] - truth[i]);
+    if (std::isfinite(d)) e = std::max(e, d);
+  }
+  return e;
+}
+
+// `backend` against `ref64` within runs x (k x naive_error + eps).
+ToleranceCheck compare_within(std::string_view tensor, const std::vector<double>& backend,
+                              const std::vector<double>& ref64, double naive_error, double k, Dtype dtype,
+                              int runs) {
   ToleranceCheck c;
   c.tensor = std::string(tensor);
   c.k = k;
+  c.runs = runs;
   c.eps = tolerance_floor(dtype);
-  c.budget = c.eps;
-  if (backend.size() != ref64.size() || naive.size() != ref64.size()) {
+  c.budget = runs * c.eps;
+  if (backend.size() != ref64.size() || naive_error < 0) {
     std::ostringstream os;
-    os << "sizes differ: backend " << backend.size() << ", reference " << ref64.size()
-       << ", naive " << naive.size() << " elements";
+    os << "sizes differ: backend " << backend.size() << ", reference " << ref64.size() << " elements"
+       << (naive_error < 0 ? " (or the naive computation's)" : "");
     return structural_failure(c, -1, 0.0, 0.0, os.str());
   }
-  for (size_t i = 0; i < ref64.size(); ++i) {
-    const double d = std::fabs(naive[i] - ref64[i]);
-    if (std::isfinite(d)) c.naive_error = std::max(c.naive_error, d);
-  }
-  c.budget = k * c.naive_error + c.eps;
+  c.naive_error = naive_error;
+  c.budget = runs * (k * c.naive_error + c.eps);
   for (size_t i = 0; i < ref64.size(); ++i) {
     const double b = backend[i], r = ref64[i];
     const auto index = static_cast<int64_t>(i);
@@ -246,12 +257,15 @@ void ToleranceRatioSink::note(double ratio) {
   if (!worst_ || !(ratio <= *worst_)) worst_ = ratio;  // a NaN ratio is the worst there is
 }
 
+static ToleranceCheck observed(ToleranceCheck c) {
+  if (current_ratio_sink) current_ratio_sink->note(c.ratio);
+  return c;
+}
+
 ToleranceCheck check_tolerance(std::string_view tensor, const std::vector<double>& backend,
                                const std::vector<double>& ref64,
                                const std::vector<double>& naive, double k, Dtype dtype) {
-  ToleranceCheck c = check_tolerance_unobserved(tensor, backend, ref64, naive, k, dtype);
-  if (current_ratio_sink) current_ratio_sink->note(c.ratio);
-  return c;
+  return observed(compare_within(tensor, backend, ref64, naive_error_of(naive, ref64), k, dtype, 1));
 }
 
 std::string ToleranceCheck::describe() const {
@@ -262,8 +276,9 @@ std::string ToleranceCheck::describe() const {
   if (worst_index >= 0)
     os << ", worst element " << worst_index << ": backend " << backend_value << " vs reference "
        << reference_value;
-  os << ", error " << error << (pass ? " <= " : " > ") << "budget " << budget << " = " << k
-     << " x naive error " << naive_error << " + eps " << eps << ", ratio " << ratio;
+  os << ", error " << error << (pass ? " <= " : " > ") << "budget " << budget << " = ";
+  if (runs > 1) os << runs << " runs x (";
+  os << k << " x naive error " << naive_error << " + eps " << eps << (runs > 1 ? ")" : "") << ", ratio " << ratio;
   return os.str();
 }
 
@@ -292,6 +307,35 @@ std::vector<ToleranceCheck> check_attention_tolerance(const AttentionProblem& pr
   checks.push_back(check_tolerance("lse", backend.lse, reference.lse, naive.lse,
                                    kOutputToleranceFactor, Dtype::fp32));
   append_gradient_checks(checks, backend.grads, reference.grads, naive.grads, dtype);
+  return checks;
+}
+
+}  // namespace attn_oracle
+
+namespace attn_oracle {
+
+std::vector<ToleranceCheck> check_relation_tolerance(const AttentionProblem& problem, const AttentionInputs& inputs,
+                                                     const AttentionResult& got, const AttentionResult& expected) {
+  const AttentionResult naive = naive_same_precision(problem, inputs);
+  const Expected<AttentionResult> truth_or = ref::attention_dense_masked(problem, inputs);
+  const AttentionResult truth = truth_or ? truth_or.value() : AttentionResult{};
+  const Dtype dtype = problem.shape.dtype;
+  const auto check = [&](const char* name, const std::vector<double>& g, const std::vector<double>& e,
+                         const std::vector<double>& n, const std::vector<double>& t, double k, Dtype d) {
+    return observed(compare_within(name, g, e, naive_error_of(n, t), k, d, 2));
+  };
+  std::vector<ToleranceCheck> checks;
+  checks.push_back(check("o", got.o, expected.o, naive.o, truth.o, kOutputToleranceFactor, dtype));
+  checks.push_back(check("lse", got.lse, expected.lse, naive.lse, truth.lse, kOutputToleranceFactor, Dtype::fp32));
+  if (!expected.grads) return checks;
+  const AttentionGradients none;
+  const AttentionGradients& g = got.grads ? *got.grads : none;
+  const AttentionGradients& n = naive.grads ? *naive.grads : none;
+  const AttentionGradients& t = truth.grads ? *truth.grads : none;
+  const double k = kGradientToleranceFactor;
+  checks.push_back(check("dq", g.dq, expected.grads->dq, n.dq, t.dq, k, dtype));
+  checks.push_back(check("dk", g.dk, expected.grads->dk, n.dk, t.dk, k, dtype));
+  checks.push_back(check("dv", g.dv, expected.grads->dv, n.dv, t.dv, k, dtype));
   return checks;
 }
 

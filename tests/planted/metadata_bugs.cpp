@@ -201,6 +201,10 @@ std::vector<PlantedBug> metadata_bugs() {
   auto bug = [](std::string name, std::string what, std::string property, Expected<Metadata> (*f)(const PackedBatch&)) {
     return PlantedBug{name, property, what, [name, f] { return metadata_backend("planted-" + name, f); }};
   };
+  auto in_extra_dims = [](PlantedBug b) {
+    b.needs_extra_dims = true;
+    return b;
+  };
   return {
       bug("offsets_from_seqlens", "offsets taken as the running sum of lengths, ignoring leading padding and gaps", "metadata/shiftingARowShiftsItsOffsets", offsets_from_seqlens),
       bug("row0_positions", "flattened indexing: every row read the positions of row 0", "metadata/rowsAreIndependent", row0_positions),
@@ -210,9 +214,9 @@ std::vector<PlantedBug> metadata_bugs() {
       bug("no_trimming", "every token of a document counted: no causal / bottom-right trimming", "metadata/matchesReference", no_trimming),
       bug("last_doc_end_wraps_to_batch_end", "the end of the last document read at index -1 of the flattened batch", "metadata/matchesReference", last_doc_end_wraps_to_batch_end),
       bug("bottom_right_off_by_one", "bottom-right trimming compared with < instead of <=: one query too many", "metadata/matchesReference", bottom_right_off_by_one),
-      bug("non_broadcasting_extra_dims_accepted", "q and kv extra dims that do not broadcast accepted silently", "metadata/rejectsInvalidInputsWithTheirCode", non_broadcasting_extra_dims_accepted),
+      in_extra_dims(bug("non_broadcasting_extra_dims_accepted", "q and kv extra dims that do not broadcast accepted silently", "metadata/rejectsInvalidInputsWithTheirCode", non_broadcasting_extra_dims_accepted)),
       bug("too_many_before_noncontiguous", "validation order wrong: too_many_segments reported before noncontiguous_segment", "metadata/arbitraryInputsMatchReference", too_many_before_noncontiguous),
-      bug("kv_extra_dims_ignored", "kv extra dims product taken as 1: every broadcast slice read kv slice 0", "metadata/extraDimsEqualSliceBySlice", kv_extra_dims_ignored),
+      in_extra_dims(bug("kv_extra_dims_ignored", "kv extra dims product taken as 1: every broadcast slice read kv slice 0", "metadata/extraDimsEqualSliceBySlice", kv_extra_dims_ignored)),
   };
 }
 

@@ -19,6 +19,7 @@ struct PlantedBug {
   std::string property;  // the property that must catch it
   std::string what;      // what is broken, one line
   std::function<std::unique_ptr<Backend>()> make;
+  bool needs_extra_dims = false;  // it lives in vmapped extra dims: its counterexample keeps them
 };
 
 inline void PrintTo(const PlantedBug& b, std::ostream* os) { *os << b.name << " (" << b.property << ")"; }

@@ -1,6 +1,6 @@
 // planted_runner.hpp: how the planted-bug tests run a property against a planted
-// backend. The run is reproducible (a fixed seed unless RC_PARAMS names one;
-// RapidCheck alone would draw a random seed every run) and must end in a failure
+// backend. The run is reproducible (the fixed default seed unless RC_PARAMS
+// names one) and must end in a failure
 // with a counterexample; what "shrunk small" means differs by op and stays with
 // each test.
 #pragma once
@@ -14,9 +14,8 @@
 
 namespace attn_oracle::planted {
 
-constexpr uint64_t kPlantedSeed = 20261122;
-
-inline RunSettings planted_settings() { return default_run_settings(kPlantedSeed); }
+// kDefaultSeed unless RC_PARAMS names another.
+inline RunSettings planted_settings() { return default_run_settings(); }
 
 // Runs bug.property against bug.make() with planted_settings() into `o`; succeeds
 // when the property failed with a counterexample. Use as ASSERT_TRUE(caught(bug, o)).
@@ -26,7 +25,7 @@ inline testing::AssertionResult caught(const PlantedBug& bug, PropertyOutcome& o
   o = run_property(*property, *bug.make(), planted_settings());
   if (o.status != PropertyOutcome::Status::failed)
     return testing::AssertionFailure() << bug.name << " escaped " << bug.property;
-  if (!o.counterexample.has_value())
+  if (o.failures.empty() || o.failures.front().case_path.empty())
     return testing::AssertionFailure() << bug.name << " failed " << bug.property << " without a counterexample";
   return testing::AssertionSuccess();
 }

@@ -66,6 +66,9 @@ struct BatchOptions {
   int max_len = 64;        // T per side
   bool extra_dims = true;  // draw extra leading dims
   bool any_mask = true;    // all six kinds; false: padding kinds only
+  // Positions from 0 in every document (always representable, DESIGN section 4):
+  // for properties that compare a kernel with itself on two masks.
+  bool contiguous_positions = false;
 };
 
 rc::Gen<PackedBatch> packed_batch(BatchOptions options = {});

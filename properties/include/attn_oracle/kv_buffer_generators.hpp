@@ -37,7 +37,7 @@ void showValue(const KvBufferDraw& draw, std::ostream& os);
 // "WriteOutside", "Attend", "Backward"); and the check that runs one (the
 // canonical schedule when `steps` is null: every slice written, a write past the
 // end, forward in order, backward in reverse).
-nlohmann::json draw_kv_buffer_steps(Backend& backend, const KvBufferDraw& draw);
+nlohmann::json draw_kv_buffer_steps(const KvBufferDraw& draw);
 void check_kv_buffer_steps(Backend& backend, const KvBufferDraw& draw, const nlohmann::json* steps);
 
 }  // namespace attn_oracle

@@ -15,7 +15,7 @@
 
 namespace attn_oracle {
 
-struct PropertyFailure {
+struct CaseFailure {
   std::string message;  // one line: the first mismatch
 };
 struct CaseDeclined {

@@ -8,18 +8,23 @@
 // Because the check sees nothing but the case, a counterexample file re-runs it
 // exactly (`attn-oracle replay`, replay.hpp).
 //
-// The driver follows RapidCheck's own search: case k of a run is drawn at size
-// k mod (max_size + 1) (spread evenly), from a Random split off the run's seed,
-// plus one size step per ten recent discards; a failing case is shrunk by taking
-// the first shrink that still fails, until none does. It uses RapidCheck's
-// public generator API only (Gen, Random, Shrinkable), so it can count declined
-// draws, keep the failure message, and write the shrunk case with the property
-// record that replays it.
+// A run is `cases` draws. Draw k comes from a Random keyed by (seed, k) at size
+// k mod (max_size + 1) spread evenly (RapidCheck's schedule), so any subset of
+// the draws can run on its own: shard i of n takes the draws k = i mod n, and n
+// shards together are exactly the unsharded run. A draw passes, is declined
+// (the backend does not support it, or it says nothing about this property:
+// counted per reason), or fails. A failure is shrunk (the first shrink that
+// still fails, again and again: RapidCheck's strategy), checked twice more
+// (a backend whose answer changes is reported as nondeterministic), written as
+// a case file with the property record that replays it, and the run goes on:
+// up to max_failures distinct failures (by the check that failed) per property.
+// Only RapidCheck's public generator API is used (Gen, Random, Shrinkable).
 #pragma once
 
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -39,48 +44,104 @@ struct PropertyDef {
   std::optional<Capability> also_needs = std::nullopt;  // a second capability, skipped likewise
 };
 
+// The seed of every run that is not given one: runs are reproducible by default.
+inline constexpr uint64_t kDefaultSeed = 20261122;
+
 struct RunSettings {
-  int max_success = 100;  // cases per property
+  int cases = 100;        // draws per property
   int max_size = 100;     // RapidCheck size; kept <= 100
-  uint64_t seed = 0;
+  uint64_t seed = kDefaultSeed;
+  int shard_index = 0, shard_count = 1;  // this process runs draws k with k % count == index
+  int max_failures = 3;   // distinct failures per property before the run stops
   std::string failures_dir;  // where counterexample case files go
+  std::string program = "attn-oracle";  // the command the printed replay and rerun lines start with
+  // Where a resumed run starts (isolation.hpp: after a crash, a fresh child
+  // goes on from the next draw) and the failures it has already reported.
+  int first_draw = 0;
+  std::set<std::string> known_signatures;
   // Called with every case that passed (the coverage tally).
   std::function<void(const Case&)> on_case_passed;
+  // Called before each trial: draw k, and the shrink path from draw k to the
+  // case being tried (empty in the search). A supervising process learns from
+  // it which case a crash happened in (isolation.hpp).
+  std::function<void(int draw, const std::vector<size_t>& path)> before_trial;
+  // Called after each draw of the search with "passed", "declined" or "failed".
+  std::function<void(int draw, std::string_view kind)> after_draw;
+  // Called with each distinct failure once it is shrunk and written.
+  std::function<void(const struct PropertyFailure&)> on_failure;
 };
 
-// From RC_PARAMS (max_success, max_size, seed) and ATTN_ORACLE_FAILURES_DIR; a
-// seed RC_PARAMS does not name is `seed_if_unset`, or a random one when that is 0.
-RunSettings default_run_settings(uint64_t seed_if_unset = 0);
+// From RC_PARAMS (max_success = cases, max_size, seed), ATTN_ORACLE_FAILURES_DIR
+// (default: attn-oracle-failures under the working directory) and
+// ATTN_ORACLE_SHARD ("I/N", which a conformance binary sets from GoogleTest's
+// GTEST_SHARD_INDEX / GTEST_TOTAL_SHARDS).
+RunSettings default_run_settings();
+
+// One distinct failure of a property: shrunk, written, and how to get back to it.
+struct PropertyFailure {
+  std::string message;    // the check's one-line message (or "nondeterministic backend: ...")
+  std::string signature;  // what makes it distinct: the message's lead, numbers blanked
+  Case counterexample;    // with its PropertyRecord
+  int draw = 0;           // the draw it was found at
+  int shrinks = 0;
+  bool nondeterministic = false;
+  std::string case_path, replay_command, rerun_command;
+};
 
 struct PropertyOutcome {
-  enum class Status { passed, failed, skipped, gave_up };
+  enum class Status { passed, failed, skipped };
   Status status = Status::passed;
-  std::string property, backend;
-  int cases = 0;       // cases that passed (plus the failing one)
-  int declined = 0;    // draws the check or the draw declined
-  int shrinks = 0;     // accepted shrink steps of a failure
-  // Worst error / budget of the float tolerance checks made during the run
-  // (ToleranceRatioSink), shrinking included; nullopt for exact properties.
+  std::string property, backend, backend_version;
+  uint64_t seed = 0;
+  int drawn = 0, passed = 0, declined = 0, failed = 0;  // draws of this process
+  std::map<std::string, int> decline_reasons;  // reason (numbers blanked) -> draws
+  // class ("mask causal", "dtype bf16", "backward") -> (draws, declined draws)
+  std::map<std::string, std::pair<int, int>> classes;
+  std::vector<PropertyFailure> failures;       // distinct, in the order found
+  std::string message;                         // why it was skipped
+  // Worst error / budget of the float tolerance checks of passing draws;
+  // nullopt for exact properties.
   std::optional<double> worst_ratio;
-  std::string message;  // the check's failure message, or the skip / give-up reason
-  std::map<std::string, int> labels;  // classify() labels over the passing cases
-  std::optional<Case> counterexample;  // with its PropertyRecord
-  std::string case_path;               // written counterexample file
-  std::string replay_command;          // attn-oracle replay --backend B CASE
-  std::string rerun_command;           // attn-oracle check ... --seed S: the same run again
+  std::map<std::string, int> mix;   // what the draws held: "mask causal", "dtype bf16 fwd", "layout GQA", labels
+  CaseSize largest;                 // the largest draw
+  double seconds = 0.0;
 };
 std::string_view to_string(PropertyOutcome::Status status);
+// Sets the status from the counts: failed with a failure, skipped (with the
+// most frequent reason) when every draw was declined, else passed.
+void settle_status(PropertyOutcome& o);
+// "every bf16 draw was declined (12 draws)" for each class drawn at least three
+// times and declined every time: a backend that declines all backward problems
+// shows here, not as a quiet pass.
+std::vector<std::string> wholly_declined_classes(const PropertyOutcome& o);
 
-using ProgressFn = std::function<void(int cases_done, int cases_total)>;
+using ProgressFn = std::function<void(int draws_done, int draws_total)>;
 
 PropertyOutcome run_property(const PropertyDef& property, Backend& backend, const RunSettings& settings,
                              const ProgressFn& progress = {});
+
+// Draw k of a run, walked down `path` (shrink indices), then checked: what a
+// supervising process asks a fresh child for when it shrinks a crash.
+// `before_check` sees the case first (the child writes it to a file there).
+struct TrialResult {
+  enum class Kind { passed, failed, declined, no_such_shrink };
+  Kind kind = Kind::passed;
+  std::string message;
+};
+TrialResult run_draw(const PropertyDef& property, Backend& backend, const RunSettings& settings, int draw,
+                     const std::vector<size_t>& path, const std::function<void(const Case&)>& before_check = {});
 
 // The check of `property` on one case: PASS, FAIL with "<id>: <message>" as its
 // first line, or SKIP when the backend lacks a capability or the check declines.
 Judgement check_property(const PropertyDef& property, Backend& backend, const Case& c);
 // check_property of the property a counterexample records (c.property->id).
 Judgement check_recorded_property(Backend& backend, const Case& c);
+
+// "q_offsets of row #" for "q_offsets of row 3: backend 1, expected 2": what
+// tells two failures of a property apart.
+std::string failure_signature(const std::string& message);
+// The signature of a crash or a hang (isolation.hpp): one per property.
+inline constexpr std::string_view kCrashSignature = "crash";
 
 // Every property of the suite, in report order.
 const std::vector<PropertyDef>& all_properties();

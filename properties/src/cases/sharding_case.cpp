@@ -98,6 +98,21 @@ json shapes_to_json(const ShardedShapes& z) {
           {"heads_q", z.heads_q}, {"heads_kv", z.heads_kv}, {"head_dim", z.head_dim}};
 }
 
+// The call's shapes (a run's are its batch's), when they can be read.
+std::optional<ShardedShapes> shapes_of(const ShardingCase& c) {
+  if (const auto* shapes = std::get_if<ShardedShapes>(&c.call)) return *shapes;
+  const auto shapes = sharded_shapes(std::get<AttentionCase>(c.call).problem);
+  return shapes ? std::optional<ShardedShapes>(shapes.value()) : std::nullopt;
+}
+
+std::optional<std::string> declined(ShardingCapability& cap, const Backend& backend, const ShardingCase& c) {
+  const auto shapes = shapes_of(c);
+  if (!shapes) return std::nullopt;
+  if (auto reason = cap.unsupported(c.sharding, *shapes))
+    return "backend " + backend.name() + " does not support this call: " + *reason;
+  return std::nullopt;
+}
+
 // A shapes-only case: nullopt when accepted. A run: the gathered result.
 Expected<std::optional<AttentionResult>> evaluate_call(ShardingCapability& cap, const ShardingCase& c) {
   if (const auto* shapes = std::get_if<ShardedShapes>(&c.call)) {
@@ -158,6 +173,7 @@ class ShardingOp final : public TypedCaseOp<ShardingCase> {
   Evaluation evaluate_on(Backend& backend, const ShardingCase& c) const override {
     ShardingCapability* cap = backend.sharding();
     if (!cap) return Evaluation::missing(backend, capability());
+    if (auto why = declined(*cap, backend, c)) return Evaluation::declined_because(*why);
     const auto r = evaluate_call(*cap, c);
     if (!r) return Evaluation::of(r.error());
     if (!r.value()) return Evaluation::of(json{{"ok", true}});
@@ -168,6 +184,7 @@ class ShardingOp final : public TypedCaseOp<ShardingCase> {
     Judgement j;
     ShardingCapability* cap = backend.sharding();
     if (!cap) return j.skip(missing_capability(backend, capability())), j;
+    if (auto why = declined(*cap, backend, c)) return j.skip(*why), j;
     const auto* run = std::get_if<AttentionCase>(&c.call);
     if (run && !cap->token_level_mask())
       if (auto why = unrepresentable_device(run->problem, c.sharding)) return j.skip(*why), j;

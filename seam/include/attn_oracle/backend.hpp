@@ -28,9 +28,14 @@ namespace attn_oracle {
 enum class Capability { metadata, attention, attention_buffers, small_seq, sharding, kv_buffer };
 std::string_view to_string(Capability capability);
 
+// Every capability can decline a problem with a reason (`unsupported`): a layout
+// or size the code under test does not take. A declined draw is counted with its
+// reason and never judged; a property whose every draw is declined is SKIPPED.
 class MetadataCapability {
  public:
   virtual ~MetadataCapability() = default;
+  // A reason to decline this input (valid or not), or nullopt.
+  virtual std::optional<std::string> unsupported(const PackedBatch&) { return std::nullopt; }
   // The metadata of DESIGN section 4, or the error code of section 2.
   virtual Expected<Metadata> metadata(const PackedBatch& batch) = 0;
 };
@@ -81,6 +86,8 @@ class SmallSeqCapability {
 class ShardingCapability {
  public:
   virtual ~ShardingCapability() = default;
+  // A reason to decline this mesh and call (valid or not), or nullopt.
+  virtual std::optional<std::string> unsupported(const Sharding&, const ShardedShapes&) { return std::nullopt; }
   // This backend's spec validation; nullopt when the call is valid.
   virtual std::optional<Error> validate_sharding(const Sharding& sharding, const ShardedShapes& shapes) = 0;
   // `problem` run sharded over the mesh's devices and gathered back into the

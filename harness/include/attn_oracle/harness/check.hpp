@@ -1,28 +1,46 @@
-// check.hpp: `attn-oracle check`, every property on every chosen backend, with a
-// progress line per (property, backend) and a closing table.
+// check.hpp: `check`, every property on every chosen backend: a header saying
+// what runs, a progress line per property and backend, each distinct failure
+// (its one-line mismatch, the counterexample file, replay and rerun lines), the
+// table, and report/conformance.{md,json} (report.hpp).
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace attn_oracle {
 
 struct CheckOptions {
   std::string backend = "all";         // a registered name, or "all"
-  std::optional<int> cases;            // RapidCheck max_success; default from RC_PARAMS or 100
-  std::optional<uint64_t> seed;        // default from RC_PARAMS or random
-  std::string filter;                  // run properties whose id starts with this
-  std::string skips_file, xfails_file; // test-id prefixes (BACKEND/PROPERTY), one a line
-  bool deep = false;                   // nightly: 10x the cases, max_size 100
+  std::optional<int> cases;            // draws per property; default RC_PARAMS max_success or 100
+  std::optional<uint64_t> seed;        // default RC_PARAMS seed or kDefaultSeed
+  bool random_seed = false;            // --seed random: a fresh seed, printed
+  std::string filter;                  // properties whose id starts with this; matching none is an error
+  std::string skips_file, xfails_file; // test_lists.hpp
+  bool deep = false;                   // nightly: 10x the draws
   std::string report_dir = "report";   // conformance.md and conformance.json go here
+  std::optional<std::pair<int, int>> shard;  // (index, count); default GoogleTest's sharding variables
+  int max_failures = 3;                // distinct failures per property
+  bool isolate = true;                 // each property in a child process (isolation.hpp)
+  double case_timeout_seconds = 120;   // a draw that runs longer in a child is a hang
+};
+
+// What the program knows beyond the backend registry: its own name (the
+// command printed replay lines and child processes start with) and the
+// versions of what its backends were built with.
+struct CheckEnvironment {
+  std::string program = "attn-oracle";
+  std::vector<std::pair<std::string, std::string>> versions;  // CUDA, cuDNN, device
+  std::string backends_note;  // why a backend the program could have is absent
+  std::string fixtures_dir;   // `export`'s default fixture directory ("": none)
 };
 
 // Runs the check, prints to stdout (progress on stderr) and writes the report;
-// returns the process exit status: 0 when nothing failed unexpectedly, 1 on an
-// unexpected failure (or an unreadable list), 130 when interrupted (SIGINT), in
-// which case the report holds the properties finished so far.
-int run_check_command(const CheckOptions& options);
+// returns the process exit status: 0 when nothing failed the run, 1 on a failure
+// (or an XPASS, an unreadable list, a filter that matches nothing), 130 when
+// interrupted (SIGINT), in which case the report holds the finished properties.
+int run_check_command(const CheckOptions& options, const CheckEnvironment& environment);
 
 }  // namespace attn_oracle

@@ -1,9 +1,18 @@
-// check_report.hpp: what `attn-oracle check` found, and its two report files.
+// report.hpp: what a conformance run found, and its two report files.
 //
-// report/conformance.json is for machines (schema attn-oracle.conformance/1),
-// report/conformance.md for people. Both are a function of the results alone:
-// no dates, no durations (those go to the console), so two runs with the same
-// seed on the same machine give byte-identical files.
+// report/conformance.json is for machines (schema attn-oracle.conformance/2),
+// report/conformance.md for people: versions (attn-oracle and its commit, the
+// compiler, CUDA, cuDNN, the device, every backend's), the settings (seed,
+// cases, shards), then per property and backend the verdict, draws passed /
+// declined (by reason) / failed, the worst error against the tolerance budget,
+// the time, the drawn mix and the largest draw, and every distinct failure with
+// its counterexample, replay and rerun lines. Apart from the times, the same
+// seed gives the same bytes.
+//
+// A run split into shards (GoogleTest's GTEST_TOTAL_SHARDS / GTEST_SHARD_INDEX,
+// or `check --shard I/N`) writes one report per shard; merge_reports joins them:
+// the shards of a property draw disjoint sets of draws, so the merged counts
+// are those of one unsharded run with the same seed and case count.
 #pragma once
 
 #include <optional>
@@ -11,22 +20,25 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "attn_oracle/error.hpp"
+#include "attn_oracle/property_runner.hpp"
+
 namespace attn_oracle {
 
-// passed / FAILED / gave up come from the property; skipped from a missing
-// capability or the skips list; xfail / XPASS from the xfails list.
-enum class Verdict { passed, failed, gave_up, skipped, xfail, xpass };
+// passed / FAILED / skipped come from the property (or the skips list), xfail /
+// XPASS from the expected-failure list. XPASS fails the run (a fixed bug must
+// leave the list).
+enum class Verdict { passed, failed, skipped, xfail, xpass };
 std::string_view to_string(Verdict verdict);
-inline bool unexpected_failure(Verdict v) { return v == Verdict::failed || v == Verdict::gave_up; }
+inline bool fails_the_run(Verdict v) { return v == Verdict::failed || v == Verdict::xpass; }
 
 struct CheckResult {
-  std::string property, backend;
+  PropertyOutcome outcome;
   Verdict verdict = Verdict::passed;
-  int cases = 0;
-  std::optional<double> worst_ratio;  // max error / budget over the tolerance checks
-  std::string message;                // failure, skip or xfail reason
-  std::string counterexample, replay, rerun;
-  std::string id() const { return backend + "/" + property; }
+  std::string note;  // the list entry that applied: "expected failure (file:line: reason)"
+  std::string id() const { return outcome.backend + "/" + outcome.property; }
 };
 
 struct BackendInfo {
@@ -36,27 +48,52 @@ struct BackendInfo {
 
 struct CheckReport {
   bool interrupted = false;
-  std::vector<std::pair<std::string, std::string>> versions;  // project, compiler, cuda, cudnn, device
+  std::vector<std::pair<std::string, std::string>> versions;  // attn-oracle, commit, compiler, CUDA, cuDNN, device
   uint64_t seed = 0;
-  int max_success = 0, max_size = 0;
-  bool deep = false;
-  std::string rc_params, filter, skips_file, xfails_file, failures_dir;
+  int cases = 0, max_size = 0, max_failures = 0;
+  std::vector<std::string> shards;  // "1/2": the shards this report holds ("1/1" unsharded)
+  std::string filter, skips_file, xfails_file, failures_dir;
   std::vector<BackendInfo> backends;
   std::vector<std::string> warnings;
   std::vector<CheckResult> results;  // property-major, in registry order
 
   int count(Verdict v) const;
-  int unexpected_failures() const;
+  int failures() const;  // results that fail the run
 };
+
+// A property's outcome as a result: its verdict under the expected-failure list
+// (xfail when a listed property fails, XPASS when it passes), and the result of
+// a property the skips list names (not run).
+class TestIdList;
+CheckResult verdict_of(PropertyOutcome outcome, const TestIdList* xfails);
+CheckResult listed_skip(const std::string& property, const Backend& backend, const TestIdList& skips);
 
 // "0.42", "inf", or "-" when no tolerance check ran.
 std::string format_ratio(const std::optional<double>& ratio);
-// "passed 100 0.42", "skipped", "FAILED 3 inf": one table cell.
+// "passed 100 0.42", "FAILED 3 inf", "skipped": one table cell (verdict, draws passed, worst ratio).
 std::string table_cell(const CheckResult& r);
+
+// attn-oracle's version and commit, and the compiler it was built with.
+std::vector<std::pair<std::string, std::string>> suite_versions();
+
+nlohmann::ordered_json outcome_to_json(const PropertyOutcome& o);
+PropertyOutcome outcome_from_json(const nlohmann::json& j);
+nlohmann::ordered_json failure_to_json(const PropertyFailure& f);
+PropertyFailure failure_from_json(const nlohmann::json& j);
+// Sums `add` into `into`: the same property on the same backend, over other
+// draws (another shard, or the draws after a crash). Failures join by signature;
+// the status is left to the caller.
+void merge_outcome(PropertyOutcome& into, const PropertyOutcome& add);
 
 std::string report_json(const CheckReport& report);
 std::string report_markdown(const CheckReport& report);
+Expected<CheckReport> report_from_json(const nlohmann::json& j);
 // Writes DIR/conformance.json and DIR/conformance.md; false with `error` set otherwise.
 bool write_report_files(const CheckReport& report, const std::string& dir, std::string& error);
+
+// One report from shard reports: per (backend, property) counts summed, mixes
+// and decline reasons added, distinct failures joined, verdicts recomputed
+// (failed over passed, xfail / XPASS kept from the lists).
+Expected<CheckReport> merge_reports(const std::vector<CheckReport>& shards);
 
 }  // namespace attn_oracle

@@ -1,9 +1,19 @@
-// test_id_list.hpp: the --skips and --xfails files of `attn-oracle check`.
+// test_lists.hpp: skip and expected-failure lists (array-api-tests' lesson): the
+// files of `check --skips / --xfails` and of attn_oracle_add_conformance(...
+// SKIPS file XFAILS file), for this repository's backends and for a vendor's.
 //
-// A test id is BACKEND/PROPERTY ("cpu/attention/matchesReference", the id
-// RapidCheck reproduces by). A list file holds one id prefix per line, so that
-// "cuda/" names every property on cuda and "cpu/attention/" one area; '#' starts
-// a comment, blank lines are ignored.
+// A test id is BACKEND/PROPERTY ("cpu/attention/matchesReference"). One entry a
+// line; '#' starts the reason (a comment), blank lines are ignored:
+//
+//   cudnn/attention/matchesReference  version=9.19  # bottom-right window off by one (fixtures/...)
+//   metadata/rowsAreIndependent                     # our packing needs B = 1 (issue 12)
+//
+// The first word is a prefix of the test id, or of the property id alone (so a
+// vendor lists its own properties without naming its backend). `version=V`
+// limits the entry to backends whose version contains V. An expected failure
+// still runs: when it fails the verdict is xfail, when it passes XPASS, which
+// fails the run (strict), so a fixed bug cannot stay listed. A listed skip is
+// not run. An entry that matches no test of the run is warned about.
 #pragma once
 
 #include <optional>
@@ -16,17 +26,21 @@ class TestIdList {
  public:
   struct Entry {
     std::string prefix;
+    std::string version;  // "": any backend version
+    std::string reason;
     int line = 0;
   };
 
-  // nullopt, with `error` set, when the file cannot be read.
+  // nullopt, with `error` set, when the file cannot be read or an entry is malformed.
   static std::optional<TestIdList> read(const std::string& path, std::string& error);
 
   const std::string& path() const { return path_; }
-  // The first entry that `id` starts with, or nullptr.
-  const Entry* match(const std::string& id) const;
-  // "FILE:LINE: PREFIX matches no test" for every entry no id in `ids` starts with.
-  std::vector<std::string> unmatched_warnings(const std::vector<std::string>& ids) const;
+  // The first entry matching backend/property at that backend version, or nullptr.
+  const Entry* match(const std::string& backend, const std::string& backend_version, const std::string& property) const;
+  // "FILE:LINE: PREFIX matches no test" for every entry no (backend, property) of the run matches.
+  std::vector<std::string> unmatched_warnings(const std::vector<std::pair<std::string, std::string>>& ids) const;
+  // "FILE:LINE: REASON" (or "FILE:LINE" without a reason): where a verdict came from.
+  std::string where(const Entry& e) const;
 
  private:
   std::string path_;

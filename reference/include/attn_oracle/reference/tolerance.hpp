@@ -53,6 +53,7 @@ struct ToleranceCheck {
   double ratio = 0.0;            // error / budget
   double naive_error = 0.0;      // max |naive - ref64| over finite differences
   double k = 0.0, eps = 0.0;     // the factor and the dtype's floor that made the budget
+  int runs = 1;                  // 2 for a relation between two runs of one backend
   std::string detail;            // non-empty for structural failures: sizes, NaN, infinities
   std::string describe() const;  // one line: verdict, worst element, budget
 };
@@ -95,5 +96,17 @@ std::vector<ToleranceCheck> check_attention_tolerance(const AttentionProblem& pr
                                                       const AttentionInputs& inputs,
                                                       const AttentionResult& backend,
                                                       const AttentionResult& reference);
+
+// A backend against itself: `got` on `problem`, `expected` the same backend on a
+// transformed problem with its outputs moved into `problem`'s layout (a document
+// permutation, repeated kv heads, an equivalent mask). Each run may be off the
+// float64 truth by its own budget, so they may differ by twice the budget the
+// truth (ref::attention_dense_masked of `problem`) gives: the budget is measured
+// against the oracle, never against the backend's own output, so a wrong backend
+// cannot widen it. `problem` must be one the backend computes the token-level
+// mask of (representable, for kernels: DESIGN section 4).
+std::vector<ToleranceCheck> check_relation_tolerance(const AttentionProblem& problem,
+                                                     const AttentionInputs& inputs, const AttentionResult& got,
+                                                     const AttentionResult& expected);
 
 }  // namespace attn_oracle

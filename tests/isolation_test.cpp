@@ -1,0 +1,165 @@
+// isolation_test.cpp: a backend that crashes or hangs is reported, not fatal
+// (harness/isolation.hpp). This binary is built like a vendor's conformance
+// binary (its main is attn_oracle::conformance_main, which speaks the child
+// verbs), with three backends of its own registered:
+//  - segfaulting: the reference's metadata, but a segfault on any batch of two
+//    or more rows (a crash in one input class);
+//  - hanging: the reference's metadata, but it never returns on a sliding window;
+//  - reference.
+// A crash fails its property with the case it crashed on, shrunk, written, and a
+// replay line that crashes again; a hang fails after the case time limit; the
+// property goes on drawing after a crash and the run with the next property; an
+// isolated run counts what an in-process run counts.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "attn_oracle/harness/check.hpp"
+#include "attn_oracle/harness/isolation.hpp"
+#include "attn_oracle/harness/program.hpp"
+#include "attn_oracle/reference_backend.hpp"
+#include "attn_oracle/validate.hpp"
+
+namespace attn_oracle {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Segfaulting final : public Backend, MetadataCapability {
+ public:
+  std::string name() const override { return "segfaulting"; }
+  MetadataCapability* metadata() override { return this; }
+  Expected<Metadata> metadata(const PackedBatch& batch) override {
+    if (auto l = validate_shapes(batch); l && l->rows() >= 2) std::raise(SIGSEGV);
+    return make_reference_backend()->metadata()->metadata(batch);
+  }
+};
+
+class Hanging final : public Backend, MetadataCapability {
+ public:
+  std::string name() const override { return "hanging"; }
+  MetadataCapability* metadata() override { return this; }
+  Expected<Metadata> metadata(const PackedBatch& batch) override {
+    while (batch.window.left >= 0 || batch.window.right >= 0) std::this_thread::sleep_for(std::chrono::seconds(1));
+    return make_reference_backend()->metadata()->metadata(batch);
+  }
+};
+
+// Two bugs: the crash of Segfaulting, and a last cu_seqlens_kv one too large
+// on a one-row batch of two or more documents.
+class SegfaultingAndOffByOne final : public Backend, MetadataCapability {
+ public:
+  std::string name() const override { return "segfaulting_and_off_by_one"; }
+  MetadataCapability* metadata() override { return this; }
+  Expected<Metadata> metadata(const PackedBatch& batch) override {
+    if (auto l = validate_shapes(batch); l && l->rows() >= 2) std::raise(SIGSEGV);
+    Expected<Metadata> md = make_reference_backend()->metadata()->metadata(batch);
+    if (!md || md.value().cu_seqlens_kv.size() <= 2) return md;
+    Metadata bad = md.value();
+    ++bad.cu_seqlens_kv.back();
+    return bad;
+  }
+};
+
+ATTN_ORACLE_REGISTER_BACKEND(Segfaulting);
+ATTN_ORACLE_REGISTER_BACKEND(SegfaultingAndOffByOne);
+ATTN_ORACLE_REGISTER_BACKEND(Hanging);
+const bool kReference = (register_reference_backend(), true);
+
+RunSettings settings(const std::string& dir) {
+  RunSettings s = default_run_settings();
+  s.cases = 40;
+  s.failures_dir = (fs::temp_directory_path() / "attn_oracle_isolation_test" / dir).string();
+  s.program = this_program();
+  return s;
+}
+
+PropertyOutcome isolated(const std::string& backend, const std::string& property, const RunSettings& s,
+                         double timeout = 60) {
+  auto b = BackendRegistry::instance().make(backend);
+  return run_property_isolated(*find_property(property), *b, s, IsolationSettings{s.program, timeout});
+}
+
+TEST(Isolation, ACrashFailsThePropertyWithTheShrunkCaseItCrashedOn) {
+  const PropertyOutcome o = isolated("segfaulting", "metadata/matchesReference", settings("crash"));
+  ASSERT_EQ(o.status, PropertyOutcome::Status::failed);
+  ASSERT_EQ(o.failures.size(), 1u);
+  const PropertyFailure& f = o.failures[0];
+  EXPECT_NE(f.message.find("SIGSEGV"), std::string::npos) << f.message;
+  const Expected<Case> c = read_case_file(f.case_path);
+  ASSERT_TRUE(c.ok()) << f.case_path;
+  const BatchLayout l = validate_shapes(c->as<MetadataCase>()->batch).value();
+  EXPECT_EQ(l.rows(), 2);  // shrunk to the smallest batch that still crashes
+  EXPECT_LE(std::max(l.q_len, l.kv_len), 2);
+  EXPECT_GT(f.shrinks, 0);
+  // The printed replay line, run as printed, crashes the same way.
+  const int status = std::system((f.replay_command + " > /dev/null 2>&1").c_str());
+  EXPECT_TRUE(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) > 128)) << f.replay_command;
+}
+
+// After a crash a fresh child goes on from the next draw: the wrong value is
+// reported too, and every draw is counted.
+TEST(Isolation, APropertyThatCrashedGoesOnDrawingAndReportsTheOtherBug) {
+  const RunSettings s = settings("crash_and_bug");
+  const PropertyOutcome o = isolated("segfaulting_and_off_by_one", "metadata/matchesReference", s);
+  ASSERT_EQ(o.status, PropertyOutcome::Status::failed);
+  ASSERT_EQ(o.failures.size(), 2u) << o.failures[0].message;
+  std::set<std::string> kinds;
+  for (const PropertyFailure& f : o.failures)
+    kinds.insert(f.message.find("SIGSEGV") != std::string::npos      ? "crash"
+                 : f.message.find("cu_seqlens_kv") != std::string::npos ? "off by one"
+                                                                         : f.message);
+  EXPECT_EQ(kinds, (std::set<std::string>{"crash", "off by one"}));
+  EXPECT_EQ(o.drawn, s.cases);
+  EXPECT_EQ(o.passed + o.declined + o.failed, o.drawn);
+  EXPECT_NE(o.failures[0].case_path, o.failures[1].case_path);
+}
+
+TEST(Isolation, AHangFailsThePropertyAfterTheCaseTimeLimit) {
+  const PropertyOutcome o = isolated("hanging", "metadata/matchesReference", settings("hang"), /*timeout=*/1);
+  ASSERT_EQ(o.status, PropertyOutcome::Status::failed);
+  ASSERT_FALSE(o.failures.empty());
+  EXPECT_NE(o.failures[0].message.find("no answer within 1 s"), std::string::npos) << o.failures[0].message;
+  const Expected<Case> c = read_case_file(o.failures[0].case_path);
+  ASSERT_TRUE(c.ok());
+  const Window w = c->as<MetadataCase>()->batch.window;
+  EXPECT_TRUE(w.left >= 0 || w.right >= 0);
+}
+
+// The other properties still run after one crashed.
+TEST(Isolation, TheRunGoesOnAfterACrash) {
+  CheckOptions o;
+  o.backend = "segfaulting";
+  o.filter = "metadata/";
+  o.cases = 20;
+  o.report_dir = (fs::temp_directory_path() / "attn_oracle_isolation_test" / "report").string();
+  CheckEnvironment env;
+  env.program = this_program();
+  EXPECT_EQ(run_check_command(o, env), 1);
+  std::ifstream in(fs::path(o.report_dir) / "conformance.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["results"].size(), 8u);
+  EXPECT_GE(j["summary"]["FAILED"].get<int>(), 1);
+}
+
+TEST(Isolation, AnIsolatedRunCountsWhatAnInProcessRunCounts) {
+  const RunSettings s = settings("same");
+  auto reference = BackendRegistry::instance().make("reference");
+  const PropertyDef& p = *find_property("metadata/rowsAreIndependent");
+  const PropertyOutcome in_process = run_property(p, *reference, s);
+  const PropertyOutcome in_child = isolated("reference", p.id, s);
+  EXPECT_EQ(in_child.drawn, in_process.drawn);
+  EXPECT_EQ(in_child.passed, in_process.passed);
+  EXPECT_EQ(in_child.mix, in_process.mix);
+  EXPECT_EQ(in_child.status, PropertyOutcome::Status::passed);
+}
+
+}  // namespace
+}  // namespace attn_oracle
