@@ -6,8 +6,9 @@
 // ATTN_ORACLE_REGISTER_BACKEND; the parameters are read from the registry when
 // GoogleTest initialises, after every static registration has run. Each test:
 //  - runs its property in a child process (isolation.hpp) unless
-//    ATTN_ORACLE_ISOLATE=0, so that a backend that crashes or hangs fails this
-//    test with the case it crashed on, and the other tests still run;
+//    ATTN_ORACLE_ISOLATE=0, so that a backend that crashes or hangs (no answer
+//    within ATTN_ORACLE_CASE_TIMEOUT seconds, default 120) fails this test with
+//    the case it crashed on, and the other tests still run;
 //  - honours the skip and expected-failure lists named by ATTN_ORACLE_SKIPS and
 //    ATTN_ORACLE_XFAILS (test_lists.hpp; attn_oracle_add_conformance sets them):
 //    an expected failure that fails passes, one that passes fails (XPASS);
@@ -117,9 +118,12 @@ TEST_P(Property, Check) {
     GTEST_SKIP() << listed_skip(property->id, *backend, *skips).note;
   }
   const char* isolate = std::getenv("ATTN_ORACLE_ISOLATE");
+  IsolationSettings isolation{settings.program};
+  if (const char* timeout = std::getenv("ATTN_ORACLE_CASE_TIMEOUT"); timeout && std::atof(timeout) > 0)
+    isolation.case_timeout_seconds = std::atof(timeout);
   const PropertyOutcome o = isolate && std::string(isolate) == "0"
                                 ? run_property(*property, *backend, settings)
-                                : run_property_isolated(*property, *backend, settings, IsolationSettings{settings.program});
+                                : run_property_isolated(*property, *backend, settings, isolation);
   const CheckResult r = verdict_of(o, xfails ? &*xfails : nullptr);
   write_result(r, settings);
   RecordProperty("draws", o.drawn);
@@ -129,7 +133,7 @@ TEST_P(Property, Check) {
     case Verdict::passed: return;
     case Verdict::xfail: std::cout << "[ xfail    ] " << r.note << "\n" << failures_text(r); return;
     case Verdict::skipped: GTEST_SKIP() << o.message;
-    case Verdict::xpass: FAIL() << r.note;
+    case Verdict::xpass: FAIL() << "XPASS: " << r.note;
     case Verdict::failed: FAIL() << failures_text(r);
   }
 }

@@ -26,6 +26,7 @@
 #include <filesystem>
 #include <fstream>
 #include <charconv>
+#include <cstdlib>
 #include <cmath>
 #include <iostream>
 #include <map>
@@ -72,7 +73,9 @@ commands:
                                   property, each shrunk and written; write
                                   DIR/conformance.{md,json} (default DIR: report);
                                   FILEs: skip and expected-failure lists (a test-id or
-                                  property prefix a line, `version=V`, `# reason`);
+                                  property prefix a line, `version=V`, `# reason`;
+                                  default $ATTN_ORACLE_SKIPS / $ATTN_ORACLE_XFAILS, which
+                                  a conformance binary sets to its own lists);
                                   --deep: 10x the draws; --shard I/N: the draws k with
                                   k mod N = I - 1 (also GTEST_SHARD_INDEX/TOTAL_SHARDS);
                                   exit 1 on a failure or an expected failure that
@@ -100,6 +103,11 @@ struct Args {
   std::map<std::string, std::string> flags;  // "--backend" -> "cuda"
   std::vector<std::string> positional;
 };
+
+std::string env_or(const char* variable, const std::string& fallback) {
+  const char* value = std::getenv(variable);
+  return value && *value ? value : fallback;
+}
 
 int usage_error(const std::string& message) {
   std::cerr << "attn-oracle: " << message << "\n\n" << kUsage;
@@ -203,10 +211,15 @@ int eval_command(const std::vector<std::string>& argv) {
 // ---------------------------------------------------------------------------
 
 // The backend a counterexample recorded, when this build has it; else the reference.
+// The backend the case records when this program has it; else the reference,
+// said on stderr (a fixture pinned from a backend that lives elsewhere).
 std::string default_replay_backend(const std::string& path) {
   const Expected<Case> c = read_case_file(path);
-  if (c && c->property && !c->property->backend.empty() && BackendRegistry::instance().make(c->property->backend))
-    return c->property->backend;
+  if (!c || !c->property || c->property->backend.empty()) return "reference";
+  if (BackendRegistry::instance().make(c->property->backend)) return c->property->backend;
+  std::cerr << "attn-oracle replay: the case records backend " << c->property->backend
+            << ", which this program does not register (" << registered_names()
+            << "); replaying on reference (--backend NAME picks another)\n";
   return "reference";
 }
 
@@ -277,8 +290,9 @@ int check_command(std::vector<std::string> argv, const CheckEnvironment& env) {
   if (!args->positional.empty()) return usage_error("check takes no positional arguments");
   options.backend = flag(*args, "--backend", "all");
   options.filter = flag(*args, "--filter", "");
-  options.skips_file = flag(*args, "--skips", "");
-  options.xfails_file = flag(*args, "--xfails", "");
+  // A conformance binary's own lists (attn_oracle_add_conformance ... SKIPS / XFAILS) unless given.
+  options.skips_file = flag(*args, "--skips", env_or("ATTN_ORACLE_SKIPS", ""));
+  options.xfails_file = flag(*args, "--xfails", env_or("ATTN_ORACLE_XFAILS", ""));
   options.report_dir = flag(*args, "--report", options.report_dir);
   if (options.backend != "all" && !BackendRegistry::instance().make(options.backend))
     return usage_error("unknown backend " + options.backend + " (registered: " + registered_names() + ")");

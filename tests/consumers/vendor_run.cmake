@@ -15,7 +15,9 @@
 #  - the listed property is an expected failure, not a failure;
 #  - the limitation's inputs are declined (counted with their reason), not failed;
 #  - every replay line ctest printed, run as printed from the build directory,
-#    reproduces its failure: FAIL with the same message, or the same crash.
+#    reproduces its failure: FAIL with the same message, or the same crash;
+#  - the binary's `check` verb applies the same known-failures list;
+#  - a listed property that passes fails its test (XPASS).
 cmake_minimum_required(VERSION 3.25)
 
 function(fail)
@@ -156,6 +158,23 @@ string(JSON reasons GET "${r}" decline_reasons)
 string(FIND "${reasons}" "no tokens on a side" declined)
 if(declined EQUAL -1)
   fail("metadata/matchesReference declined nothing for rows without tokens: ${reasons}")
+endif()
+
+# --- the binary is the CLI too: `check` applies the binary's own known failures
+execute_process(COMMAND ${BINARY_DIR}/packed_meta_conformance check --backend packed_meta --filter metadata/
+                        --report ${BINARY_DIR}/check-report
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(NOT rc EQUAL 1 OR NOT out MATCHES "xfail +metadata/arbitraryInputsMatchReference on packed_meta")
+  fail("`packed_meta_conformance check` gave ${rc}, not 1 with the listed property as xfail:\n${out}")
+endif()
+
+# --- strict: a listed property that passes fails its test (XPASS)
+file(WRITE ${BINARY_DIR}/fixed.txt "metadata/rowsAreIndependent  # fixed in 1.4.2, still listed\n")
+execute_process(COMMAND ${CMAKE_COMMAND} -E env ATTN_ORACLE_XFAILS=${BINARY_DIR}/fixed.txt
+                        ${BINARY_DIR}/packed_meta_conformance --gtest_filter=*packed_meta__metadata_rowsAreIndependent
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(rc EQUAL 0 OR NOT out MATCHES "XPASS")
+  fail("a listed property that passes did not fail its test with XPASS (${rc}):\n${out}")
 endif()
 
 message(STATUS "vendor run: both deep bugs shrunk and replayed, the crash isolated, the known failure xfail, "
