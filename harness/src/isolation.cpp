@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,22 +27,31 @@ extern char** environ;
 namespace attn_oracle {
 namespace {
 
-constexpr int kProtocolFd = 3;
+constexpr int kProtocolFd = 3;  // child -> supervisor: what it is doing, what it found
+constexpr int kRequestFd = 4;   // supervisor -> a `__child-trials` child: the next candidate
 constexpr int kMaxCrashShrinkTrials = 400;
 
 // ------------------------------------------------------------------ the child process
+bool write_all(int fd, const std::string& text) {
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
 class Child {
  public:
-  static std::optional<Child> start(const std::vector<std::string>& args) {
-    int raw[2];
-    if (pipe2(raw, O_CLOEXEC) != 0) return std::nullopt;
-    // Above the protocol fd, close-on-exec: the child keeps only its dup2'd copy.
-    int fds[2] = {fcntl(raw[0], F_DUPFD_CLOEXEC, 10), fcntl(raw[1], F_DUPFD_CLOEXEC, 10)};
-    close(raw[0]), close(raw[1]);
-    if (fds[0] < 0 || fds[1] < 0) return std::nullopt;
+  // With `requests`, the child also reads lines on kRequestFd (send()).
+  static std::optional<Child> start(const std::vector<std::string>& args, bool requests = false) {
+    int fds[2], in[2] = {-1, -1};
+    if (!cloexec_pipe(fds)) return std::nullopt;
+    if (requests && !cloexec_pipe(in, /*socket=*/true)) return close(fds[0]), close(fds[1]), std::nullopt;
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, fds[1], kProtocolFd);
+    if (requests) posix_spawn_file_actions_adddup2(&actions, in[0], kRequestFd);
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
     posix_spawnattr_setpgroup(&attr, 0);  // Ctrl-C is the supervisor's to handle, not the child's
@@ -54,17 +64,34 @@ class Child {
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attr);
     close(fds[1]);
+    if (requests) close(in[0]);
     if (rc != 0) {
       close(fds[0]);
+      if (requests) close(in[1]);
       return std::nullopt;
     }
-    return Child(pid, fds[0]);
+    return Child(pid, fds[0], in[1]);
   }
 
-  Child(Child&& o) noexcept : pid_(o.pid_), fd_(o.fd_), buffer_(std::move(o.buffer_)) { o.pid_ = -1, o.fd_ = -1; }
+  Child(Child&& o) noexcept : pid_(o.pid_), fd_(o.fd_), request_fd_(o.request_fd_), buffer_(std::move(o.buffer_)) {
+    o.pid_ = -1, o.fd_ = -1, o.request_fd_ = -1;
+  }
   ~Child() {
+    if (request_fd_ >= 0) close(request_fd_);
     if (pid_ > 0) finish(/*kill_it=*/true);
     if (fd_ >= 0) close(fd_);
+  }
+
+  // One request line to a child started with `requests`; false if it is gone
+  // (a socket, so a write to a dead child fails instead of raising SIGPIPE).
+  bool send(const std::string& line) {
+    const std::string text = line + "\n";
+    for (size_t done = 0; done < text.size();) {
+      const ssize_t n = ::send(request_fd_, text.data() + done, text.size() - done, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      done += static_cast<size_t>(n);
+    }
+    return true;
   }
 
   // The next protocol line; nullopt at the end of the stream, or when none
@@ -107,9 +134,23 @@ class Child {
   }
 
  private:
-  Child(pid_t pid, int fd) : pid_(pid), fd_(fd) {}
+  Child(pid_t pid, int fd, int request_fd) : pid_(pid), fd_(fd), request_fd_(request_fd) {}
+
+  // A pipe (or socket pair) whose ends sit above the protocol fds and close on
+  // exec: the child keeps only the copies dup2'd onto kProtocolFd / kRequestFd.
+  static bool cloexec_pipe(int fds[2], bool socket = false) {
+    int raw[2];
+    if ((socket ? socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, raw) : pipe2(raw, O_CLOEXEC)) != 0) return false;
+    fds[0] = fcntl(raw[0], F_DUPFD_CLOEXEC, 10), fds[1] = fcntl(raw[1], F_DUPFD_CLOEXEC, 10);
+    close(raw[0]), close(raw[1]);
+    if (fds[0] >= 0 && fds[1] >= 0) return true;
+    if (fds[0] >= 0) close(fds[0]);
+    if (fds[1] >= 0) close(fds[1]);
+    return false;
+  }
+
   pid_t pid_;
-  int fd_;
+  int fd_, request_fd_;
   std::string buffer_;
 };
 
@@ -146,38 +187,72 @@ struct CrashTrial {
   std::string how;  // crashed: "SIGSEGV (signal 11)" or "no answer within 120 s"
 };
 
-// Draw k walked down `path`, run in a fresh child (which first writes the case to `write_to`, if given).
-CrashTrial trial_in_child(const PropertyDef& p, Backend& b, const RunSettings& s, int draw,
-                          const std::vector<size_t>& path, double timeout, const std::string& write_to = "") {
+CrashTrial trial_result(const std::string& line) {
+  if (line.rfind("result none", 0) == 0) return {CrashTrial::Kind::none, ""};
+  if (line.rfind("result passed", 0) == 0) return {CrashTrial::Kind::passed, ""};
+  if (line.rfind("result declined", 0) == 0) return {CrashTrial::Kind::declined, ""};
+  return {CrashTrial::Kind::failed, ""};
+}
+
+std::string no_answer(double timeout) { return "no answer within " + std::to_string(static_cast<int>(timeout)) + " s"; }
+
+// Draw k walked down `path`, run in a fresh child that first writes the case to `write_to`.
+CrashTrial trial_in_fresh_child(const PropertyDef& p, Backend& b, const RunSettings& s, int draw,
+                                const std::vector<size_t>& path, double timeout, const std::string& write_to) {
   std::vector<std::string> args = settings_args("__child-trial", p, b, s);
-  args.insert(args.end(), {"--draw", std::to_string(draw), "--path", path_text(path)});
-  if (!write_to.empty()) args.insert(args.end(), {"--write-case", write_to});
+  args.insert(args.end(), {"--draw", std::to_string(draw), "--path", path_text(path), "--write-case", write_to});
   auto child = Child::start(args);
   if (!child) return {CrashTrial::Kind::crashed, "the child process could not be started"};
   bool timed_out = false;
   std::optional<std::string> line = child->next_line(timeout, timed_out);
-  if (timed_out) return child->finish(true), CrashTrial{CrashTrial::Kind::crashed, "no answer within " + std::to_string(static_cast<int>(timeout)) + " s"};
+  if (timed_out) return child->finish(true), CrashTrial{CrashTrial::Kind::crashed, no_answer(timeout)};
   const std::string ended = child->finish(false);
   if (!line) return {CrashTrial::Kind::crashed, ended.empty() ? "an exit without an answer" : ended};
-  if (line->rfind("result none", 0) == 0) return {CrashTrial::Kind::none, ""};
-  if (line->rfind("result passed", 0) == 0) return {CrashTrial::Kind::passed, ""};
-  if (line->rfind("result declined", 0) == 0) return {CrashTrial::Kind::declined, ""};
-  return {CrashTrial::Kind::failed, ""};
+  return trial_result(*line);
 }
 
-// The crash at (draw, path) shrunk over fresh children, written, as a failure.
-// A hang is written as it was found: every smaller candidate that still hangs
-// would cost a whole time limit.
+// Candidates of a shrink, one after another in one child (`__child-trials`),
+// and a new child after each crash: starting a process is the slow part
+// (seconds, for a sanitizer build), and most candidates do not crash.
+class TrialChildren {
+ public:
+  TrialChildren(const PropertyDef& p, Backend& b, const RunSettings& s, double timeout)
+      : args_(settings_args("__child-trials", p, b, s)), timeout_(timeout) {}
+
+  CrashTrial run(int draw, const std::vector<size_t>& path) {
+    if (!child_)
+      if (auto started = Child::start(args_, /*requests=*/true)) child_.emplace(std::move(*started));
+    if (!child_) return {CrashTrial::Kind::crashed, "the child process could not be started"};
+    bool timed_out = false;
+    std::optional<std::string> line;
+    if (child_->send(std::to_string(draw) + " " + path_text(path))) line = child_->next_line(timeout_, timed_out);
+    if (line) return trial_result(*line);
+    std::string how = timed_out ? no_answer(timeout_) : child_->finish(false);
+    if (timed_out) child_->finish(true);
+    child_.reset();
+    return {CrashTrial::Kind::crashed, how.empty() ? "an exit without an answer" : how};
+  }
+
+ private:
+  std::vector<std::string> args_;
+  double timeout_;
+  std::optional<Child> child_;
+};
+
+// The crash at (draw, path) shrunk over child processes, written, as a
+// failure. A hang is written as it was found: every smaller candidate that
+// still hangs would cost a whole time limit.
 PropertyFailure shrink_crash(const PropertyDef& p, Backend& b, const RunSettings& s, const IsolationSettings& iso,
                              int draw, std::vector<size_t> path, std::string how, bool hang) {
   PropertyFailure f;
   f.draw = draw;
+  TrialChildren children(p, b, s, iso.case_timeout_seconds);
   int tries = hang ? kMaxCrashShrinkTrials : 0;
   for (bool smaller = true; smaller && tries < kMaxCrashShrinkTrials;) {
     smaller = false;
     for (size_t i = 0; tries < kMaxCrashShrinkTrials; ++i, ++tries) {
       path.push_back(i);
-      const CrashTrial t = trial_in_child(p, b, s, draw, path, iso.case_timeout_seconds);
+      const CrashTrial t = children.run(draw, path);
       if (t.kind == CrashTrial::Kind::crashed) {
         how = t.how, smaller = true, ++f.shrinks;
         break;
@@ -193,7 +268,12 @@ PropertyFailure shrink_crash(const PropertyDef& p, Backend& b, const RunSettings
     if (c == '/') c = '.';
   const auto file = std::filesystem::path(s.failures_dir) / b.name() / (stem + ".crash.case.json");
   std::filesystem::create_directories(file.parent_path());
-  trial_in_child(p, b, s, draw, path, iso.case_timeout_seconds, std::filesystem::absolute(file).string());
+  // Written by a fresh child, which also shows whether the case crashes alone,
+  // without the candidates that ran before it in the same process.
+  const CrashTrial alone =
+      trial_in_fresh_child(p, b, s, draw, path, iso.case_timeout_seconds, std::filesystem::absolute(file).string());
+  if (alone.kind != CrashTrial::Kind::crashed && !hang)
+    f.message += " (run alone in a fresh process it did not crash: the crash depends on earlier calls)";
   if (std::filesystem::exists(file)) f.case_path = std::filesystem::absolute(file).string();
   f.replay_command = s.program + " replay --backend " + b.name() + " " + f.case_path;
   f.rerun_command = s.program + " check --backend " + b.name() + " --filter " + p.id + " --seed " +
@@ -240,18 +320,15 @@ std::optional<ChildArgs> parse_child(const std::vector<std::string>& args) {
   return c;
 }
 
-void say(const std::string& line) {
-  const std::string text = line + "\n";
-  for (size_t done = 0; done < text.size();) {
-    const ssize_t n = write(kProtocolFd, text.data() + done, text.size() - done);
-    if (n <= 0) return;
-    done += static_cast<size_t>(n);
-  }
-}
+constexpr const char* kTrialKinds[] = {"passed", "failed", "declined", "none"};  // by TrialResult::Kind
+
+void say(const std::string& line) { write_all(kProtocolFd, line + "\n"); }
 
 }  // namespace
 
-bool is_isolation_child_verb(const std::string& verb) { return verb == "__child-property" || verb == "__child-trial"; }
+bool is_isolation_child_verb(const std::string& verb) {
+  return verb == "__child-property" || verb == "__child-trial" || verb == "__child-trials";
+}
 
 int run_isolation_child(const std::vector<std::string>& args) {
   const auto c = parse_child(args);
@@ -270,8 +347,21 @@ int run_isolation_child(const std::vector<std::string>& args) {
                      std::to_string(s.seed) + ", draw " + std::to_string(c->draw) + ")";
       write_case_file(c->write_case, written);
     });
-    const char* kinds[] = {"passed", "failed", "declined", "none"};
-    say(std::string("result ") + kinds[static_cast<int>(r.kind)]);
+    say(std::string("result ") + kTrialKinds[static_cast<int>(r.kind)]);
+    return 0;
+  }
+  if (args[0] == "__child-trials") {  // "draw path" lines on kRequestFd until it closes
+    FILE* requests = fdopen(kRequestFd, "r");
+    if (!requests) return 2;
+    char line[4096];
+    while (std::fgets(line, sizeof line, requests)) {
+      std::istringstream words(line);
+      int draw = 0;
+      std::string path;
+      if (!(words >> draw >> path)) return 2;
+      const TrialResult r = run_draw(*property, *backend, s, draw, path_from(path), nullptr);
+      say(std::string("result ") + kTrialKinds[static_cast<int>(r.kind)]);
+    }
     return 0;
   }
   s.before_trial = [](int draw, const std::vector<size_t>& path) {

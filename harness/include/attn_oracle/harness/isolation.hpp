@@ -7,12 +7,15 @@
 //  - when the child dies on a signal or by an exit without an outcome, or goes
 //    longer than the case time limit without starting a trial, the trial in
 //    flight is the one that crashed or hung. The supervisor then shrinks it the
-//    way the runner shrinks a failure, asking a fresh child for each candidate
-//    (draw k walked down a path), keeps the smallest that still crashes or hangs,
-//    has a child write it as a case file before it runs it, and reports it as
-//    that property's failure; the run goes on with the next property.
-// The children are the `__child-property` and `__child-trial` verbs of every
-// program built on the harness (the attn-oracle CLI, a vendor's conformance binary).
+//    way the runner shrinks a failure: candidates (draw k walked down a path)
+//    go one after another to a child that answers each, and a new child takes
+//    over after every crash. The smallest candidate that still crashes or hangs
+//    is run once more alone, in a fresh child that writes it as a case file
+//    first, and reported as a failure of the property; a new child then goes on
+//    with the draw after the crash (after a hang, the property ends there).
+// The children are the `__child-property`, `__child-trials` and `__child-trial`
+// verbs of every program built on the harness (the attn-oracle CLI, a vendor's
+// conformance binary).
 #pragma once
 
 #include <string>
