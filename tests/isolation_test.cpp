@@ -157,7 +157,7 @@ TEST(Isolation, TheRunGoesOnAfterACrash) {
   EXPECT_EQ(run_check_command(o, env), 1);
   std::ifstream in(fs::path(o.report_dir) / "conformance.json");
   const nlohmann::json j = nlohmann::json::parse(in);
-  EXPECT_EQ(j["results"].size(), 8u);
+  EXPECT_EQ(j["results"].size(), 9u);
   EXPECT_GE(j["summary"]["FAILED"].get<int>(), 1);
   EXPECT_EQ(j["summary"]["skipped"].get<int>(), 1);
 }

@@ -16,6 +16,7 @@
 #include "attn_oracle/generators.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/reference/metadata.hpp"
+#include "attn_oracle/shrinking_choice.hpp"
 #include "attn_oracle/reference/tolerance.hpp"
 #include "attn_oracle/validate.hpp"
 #include "attn_oracle/reference/attention.hpp"
@@ -193,6 +194,44 @@ void document_permutation_invariance(Backend& backend, const Case& c) {
   assert_relation_holds(p2, in2, run_or_fail(backend, p2, in2), moved);
 }
 
+// The extreme values a draw is rewritten with (batch_transforms.hpp): an
+// "unbounded" window side written as a huge number (Python's sys.maxsize, a
+// C++ INT64_MAX, or just past int32), or as INT64_MIN; positions at the top of
+// the int64 range. They shrink towards -1: the side as drawn.
+Case with_extreme_integers(Case c) {
+  const std::vector<int64_t> sides = {-1, INT64_MAX, INT64_MIN, int64_t{1} << 32, INT64_MAX - 1, int64_t{1} << 62, INT64_MIN + 1};
+  const int64_t margin = *shrinking_element<int64_t>({0, 1, 2, 3});
+  const int64_t left = *shrinking_element<int64_t>(sides), right = *shrinking_element<int64_t>(sides);
+  return with_drawn(std::move(c), {{"margin", margin}, {"left_as", left}, {"right_as", right}});
+}
+
+PackedBatch extreme_batch_of(const Case& c, const PackedBatch& batch) {
+  return at_extreme_integers(batch, drawn_value<int64_t>(c, "margin", 0), drawn_value<int64_t>(c, "left_as", -1),
+                             drawn_value<int64_t>(c, "right_as", -1));
+}
+
+Case draw_extreme_integers(Backend& backend) { return with_extreme_integers(draw_supported(backend)); }
+
+// The problem with positions near INT64_MAX and huge window sides that mean the
+// same: the reference gives the same result bit for bit, and the backend the
+// reference's result of the original (no sum of a position and a bound may wrap).
+void extreme_integers_change_nothing(Backend& backend, const Case& c) {
+  const Drawn d = supported_case(backend, c);
+  AttentionProblem extreme = d.problem;
+  extreme.batch = extreme_batch_of(c, d.problem.batch);
+  if (auto reason = backend.attention()->unsupported(extreme)) decline_case("unsupported: " + *reason);
+  decline_unrepresentable(backend, d.problem);
+  const AttentionResult want = ref::attention_dense_masked(d.problem, d.inputs).value();
+  const Expected<AttentionResult> truth = ref::attention_dense_masked(extreme, d.inputs);
+  if (!truth) fail_case("the reference rejected the extreme form: " + describe(truth.error()) + " (oracle suspect)");
+  const bool same_grads = !want.grads || (truth->grads && truth->grads->dq == want.grads->dq &&
+                                          truth->grads->dk == want.grads->dk && truth->grads->dv == want.grads->dv);
+  if (truth->o != want.o || truth->lse != want.lse || !same_grads)
+    fail_case("the reference's result changed with the extreme integers (oracle suspect)");
+  classify(extreme.batch.window != d.problem.batch.window, "window rewritten");
+  assert_within_tolerance(extreme, d.inputs, run_or_fail(backend, extreme, d.inputs), want);
+}
+
 // Query head h reads kv head h / (Hq / Hkv): running the GQA problem equals
 // running it with every kv head repeated for the query heads that read it. The
 // repeated run's dk and dv are summed back over each group of query heads.
@@ -299,6 +338,10 @@ std::vector<PropertyDef> attention_properties() {
       {"attention/causalWindowEqualsTopLeftCausal", a,
        "window (left, 0) on padding / no_mask equals padding_causal / causal with window (left, -1) on the same backend",
        draw_windowed, causal_window_equals_top_left_causal},
+      {"attention/extremeIntegersChangeNothing", a,
+       "positions near INT64_MAX and huge or INT64_MIN window sides that mean the same give the reference's result "
+       "of the original",
+       draw_extreme_integers, extreme_integers_change_nothing},
       {"attention/guardBandsStayPoisoned", Capability::attention_buffers,
        "attention_into leaves NaN guard bands around o, lse, dq, dk, dv untouched and writes every logical output",
        draw_any, guard_bands_stay_poisoned},

@@ -2,6 +2,7 @@
 #include "attn_oracle/batch_transforms.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <tuple>
 
 namespace attn_oracle {
@@ -134,6 +135,27 @@ void write_side(const std::vector<DocTokens>& docs, bool q, const RowView& from,
 }
 
 }  // namespace
+
+PackedBatch at_extreme_integers(const PackedBatch& batch, int64_t margin, int64_t left_as, int64_t right_as) {
+  PackedBatch b = batch;
+  int64_t lowest = INT64_MAX, highest = 0;
+  for (const PackedSide* s : {&batch.q, &batch.kv})
+    for (int64_t p : s->segment_pos.data) lowest = std::min(lowest, p), highest = std::max(highest, p);
+  if (lowest < 0 || highest > INT64_MAX - margin) return b;  // not a valid batch, or already there
+  const int64_t shift = INT64_MAX - margin - highest;
+  for (PackedSide* s : {&b.q, &b.kv})
+    for (int64_t& p : s->segment_pos.data) p += shift;
+  // Past this, a window side allows every pair a bounded one could (a run is
+  // at most the longest side; the bottom-right term adds one run length).
+  const int64_t longest = std::max(batch.q.segment_ids.shape.back(), batch.kv.segment_ids.shape.back());
+  const int64_t wide_enough = highest - std::min(lowest, highest) + longest + 1;
+  auto replaced = [&](int64_t side, int64_t as) {
+    if (as < 0) return side < 0 ? as : side;
+    return side < 0 || side >= wide_enough ? std::max(as, wide_enough) : side;
+  };
+  b.window = Window{replaced(batch.window.left, left_as), replaced(batch.window.right, right_as)};
+  return b;
+}
 
 PermutedBatch permute_documents(const PackedBatch& batch, uint64_t order_seed) {
   // Unbatched inputs only (no extra dims): the attention properties draw those.

@@ -281,6 +281,25 @@ void extra_dims_equal_slice_by_slice(Backend& backend, const Case& c) {
   }
 }
 
+// Positions moved to the top of the int64 range change no metadata integer
+// (trimming compares a position with another plus a run length: no wrap).
+void extreme_positions_change_nothing(Backend& backend, const Case& c) {
+  const PackedBatch& batch = batch_of(c);
+  valid_layout_or_decline(batch);
+  const PackedBatch extreme = at_extreme_integers(batch, drawn_value<int64_t>(c, "margin", 0), -1, -1);
+  const Metadata want = ref::metadata(batch).value();
+  const Expected<Metadata> truth = ref::metadata(extreme);
+  if (!truth) fail_case("the reference rejected the extreme form: " + describe(truth.error()) + " (oracle suspect)");
+  if (const std::string diff = first_difference(truth.value(), want); !diff.empty())
+    fail_case("the reference changed with the extreme positions (oracle suspect): " + diff);
+  const std::string diff = first_difference(metadata_or_fail(backend, extreme), want);
+  if (!diff.empty()) fail_case("with the largest position moved to INT64_MAX - " + std::to_string(drawn_value<int64_t>(c, "margin", 0)) + ": " + diff);
+}
+
+Case draw_extreme_positions(Backend&) {
+  return with_drawn(metadata_case(*packed_batch()), {{"margin", *shrinking_element<int64_t>({0, 1, 2, 3})}});
+}
+
 Case draw_valid(Backend&) { return metadata_case(*packed_batch()); }
 Case draw_arbitrary(Backend&) { return metadata_case(*arbitrary_batch()); }
 
@@ -321,6 +340,8 @@ std::vector<PropertyDef> metadata_properties() {
        shifting_a_row_shifts_its_offsets},
       {"metadata/extraDimsEqualSliceBySlice", m, "batched over extra dims equals slice by slice", draw_valid,
        extra_dims_equal_slice_by_slice},
+      {"metadata/extremePositionsChangeNothing", m, "positions moved up to INT64_MAX change no metadata integer",
+       draw_extreme_positions, extreme_positions_change_nothing},
   };
 }
 

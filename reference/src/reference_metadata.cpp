@@ -27,16 +27,21 @@ std::vector<int64_t> run_lengths(const RowView& row) {
 // the rule: explicit_mask applies it to positions and run lengths, and the
 // kernels' index rule is the same predicate on indices inside trimmed runs
 // (kernel_rule_allows).
+// The terms are evaluated in 128-bit integers: positions reach INT64_MAX and a
+// window side may be a huge "unbounded" value, so no sum here can wrap.
 bool pair_allowed(MaskKind mask, Window w, bool with_window, int64_t pos_q, int64_t pos_kv, int64_t rl_q,
                   int64_t rl_kv) {
+  using wide = __int128;
+  const wide q = pos_q, kv = pos_kv, left = w.left, right = w.right;
   if (is_bottom_right(mask)) {
-    if (rl_q - pos_q > rl_kv - pos_kv) return false;
-    return !with_window || w.left < 0 || (rl_q - pos_q) + w.left >= rl_kv - pos_kv;
+    const wide q_from_end = wide{rl_q} - q, kv_from_end = wide{rl_kv} - kv;
+    if (q_from_end > kv_from_end) return false;
+    return !with_window || w.left < 0 || q_from_end + left >= kv_from_end;
   }
-  if ((mask == MaskKind::causal || mask == MaskKind::padding_causal) && pos_q < pos_kv) return false;
+  if ((mask == MaskKind::causal || mask == MaskKind::padding_causal) && q < kv) return false;
   if (!with_window) return true;
-  const bool left_ok = w.left < 0 || pos_kv >= pos_q - w.left;
-  const bool right_ok = w.right < 0 || pos_kv <= pos_q + w.right;
+  const bool left_ok = w.left < 0 || kv >= q - left;
+  const bool right_ok = w.right < 0 || kv <= q + right;
   return left_ok && right_ok;
 }
 

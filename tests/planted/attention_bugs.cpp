@@ -112,6 +112,14 @@ Expected<AttentionResult> zero_right_window_unbounded(const AttentionProblem& pr
   return ref::attention_dense_masked(p, in);
 }
 
+// Window sides passed on as int32 (an `int window_size` argument): a huge
+// "unbounded" side such as 2^32 or INT64_MIN truncates to 0.
+Expected<AttentionResult> window_as_int32(const AttentionProblem& problem, const AttentionInputs& in) {
+  AttentionProblem p = problem;
+  p.batch.window = Window{static_cast<int32_t>(p.batch.window.left), static_cast<int32_t>(p.batch.window.right)};
+  return ref::attention_dense_masked(p, in);
+}
+
 // ------------------------------------------------------------------- attention_into bugs
 // The reference for attention(); attention_into is the reference's result copied
 // into the buffers by `store`, where the bug lives.
@@ -195,6 +203,7 @@ std::vector<PlantedBug> attention_bugs() {
       bug("nan_for_empty_rows", "softmax of an empty key set computed as 0/0: NaN", "attention/unattendedTokensAreExactlyZero", nan_for_empty_rows),
       bug("softmax_state_leaks", "online-softmax state carried from one document into the next of the same row", "attention/documentPermutationInvariance", softmax_state_leaks),
       bug("kv_head_modulo", "GQA query head h reads kv head h % Hkv instead of h / (Hq / Hkv)", "attention/gqaEqualsRepeatedKvHeads", kv_head_modulo),
+      bug("window_as_int32", "window sides truncated to int32: a huge unbounded side becomes 0", "attention/extremeIntegersChangeNothing", window_as_int32),
       bug("zero_right_window_unbounded", "a window right bound of 0 treated as unbounded, so the causal window (-1, 0) attends the whole document", "attention/causalWindowEqualsTopLeftCausal", zero_right_window_unbounded),
       tiled("bottom_right_anchored_at_row", "bottom-right causal diagonal anchored at the row's valid token counts instead of the document's (planted tiled forward)", {.bottom_right_anchored_at_row = true}),
       tiled("rescale_skipped", "online softmax: the accumulated output not rescaled by exp(m_old - m_new) when the running max moves to a later kv tile (planted tiled forward, 4 x 2 tiles)", {.rescale_skipped = true}),

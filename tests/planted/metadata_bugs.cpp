@@ -1,6 +1,7 @@
 // metadata_bugs.cpp: planted metadata bugs. Each is the reference with one
 // real-world mistake applied, so that exactly that mistake is under test.
 #include <algorithm>
+#include <cstdint>
 
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/validate.hpp"
@@ -195,6 +196,15 @@ Expected<Metadata> too_many_before_noncontiguous(const PackedBatch& batch) {
   return md;
 }
 
+// Positions stored as int32 (a kernel's int position buffer): a position past
+// INT32_MAX wraps, usually to a negative one.
+Expected<Metadata> positions_as_int32(const PackedBatch& batch) {
+  PackedBatch b = batch;
+  for (PackedSide* s : {&b.q, &b.kv})
+    for (int64_t& p : s->segment_pos.data) p = static_cast<int32_t>(p);
+  return ref::metadata(b);
+}
+
 }  // namespace
 
 std::vector<PlantedBug> metadata_bugs() {
@@ -216,6 +226,7 @@ std::vector<PlantedBug> metadata_bugs() {
       bug("bottom_right_off_by_one", "bottom-right trimming compared with < instead of <=: one query too many", "metadata/matchesReference", bottom_right_off_by_one),
       in_extra_dims(bug("non_broadcasting_extra_dims_accepted", "q and kv extra dims that do not broadcast accepted silently", "metadata/rejectsInvalidInputsWithTheirCode", non_broadcasting_extra_dims_accepted)),
       bug("too_many_before_noncontiguous", "validation order wrong: too_many_segments reported before noncontiguous_segment", "metadata/arbitraryInputsMatchReference", too_many_before_noncontiguous),
+      bug("positions_as_int32", "positions stored as int32: one past INT32_MAX wraps", "metadata/extremePositionsChangeNothing", positions_as_int32),
       in_extra_dims(bug("kv_extra_dims_ignored", "kv extra dims product taken as 1: every broadcast slice read kv slice 0", "metadata/extraDimsEqualSliceBySlice", kv_extra_dims_ignored)),
   };
 }

@@ -28,18 +28,28 @@ ATTN_HD bool mask_bottom_right(int m) { return m == kCausalBottomRight || m == k
 
 inline constexpr int64_t kUnboundedLo = INT64_MIN, kUnboundedHi = INT64_MAX;
 
+// x + y clamped to the int64 range. Positions reach INT64_MAX and a window
+// side can be "unbounded" written as a huge number (sys.maxsize): the sums of
+// the rule saturate there instead of wrapping, which reads the same as an
+// unbounded end.
+ATTN_HD int64_t saturating_add(int64_t x, int64_t y) {
+  if (y > 0 && x > kUnboundedHi - y) return kUnboundedHi;
+  if (y < 0 && x < kUnboundedLo - y) return kUnboundedLo;
+  return x + y;
+}
+
 struct KeyInterval {
   int64_t lo, hi;  // inclusive; empty when lo > hi
 };
 
 ATTN_HD KeyInterval allowed_interval(int mask, int64_t left, int64_t right, int64_t a, int64_t lq, int64_t lkv) {
   if (mask_bottom_right(mask)) {
-    const int64_t diagonal = a + (lkv - lq);
-    return KeyInterval{left >= 0 ? diagonal - left : kUnboundedLo, diagonal};
+    const int64_t diagonal = saturating_add(a, lkv - lq);
+    return KeyInterval{left >= 0 ? saturating_add(diagonal, -left) : kUnboundedLo, diagonal};
   }
   KeyInterval k{kUnboundedLo, mask_top_left(mask) ? a : kUnboundedHi};
-  if (left >= 0) k.lo = a - left;
-  if (right >= 0 && a + right < k.hi) k.hi = a + right;
+  if (left >= 0) k.lo = saturating_add(a, -left);
+  if (right >= 0 && saturating_add(a, right) < k.hi) k.hi = saturating_add(a, right);
   return k;
 }
 

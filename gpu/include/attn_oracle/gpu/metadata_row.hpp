@@ -124,6 +124,9 @@ ATTN_HD int64_t first_at_least(const int64_t* pos, int64_t lo, int64_t hi, int64
   return lo;
 }
 
+// x + y > INT64_MAX, for x >= 0.
+ATTN_HD bool exceeds_int64(int64_t x, int64_t y) { return y > 0 && x > kUnboundedHi - y; }
+
 struct Trimmed {
   int64_t q_first = 0, q_count = 0, kv_first = 0, kv_count = 0;
 };
@@ -134,8 +137,10 @@ ATTN_HD Trimmed trim_document(RowRef q, DocRun qr, RowRef kv, DocRun kr, int mas
   if (!mask_top_left(mask) && !mask_bottom_right(mask)) return t;
   // Bottom-right shifts both thresholds by the difference of the run lengths.
   const int64_t shift = mask_bottom_right(mask) ? t.q_count - t.kv_count : 0;
-  const int64_t q_begin = first_at_least(q.pos, qr.first, qr.last, shift + kv.pos[kr.first]);
-  const int64_t kv_end = first_at_least(kv.pos, kr.first, kr.last, q.pos[qr.last] - shift + 1);
+  // A threshold past INT64_MAX (positions near it) is one no position reaches.
+  const int64_t q_from = kv.pos[kr.first], kv_past = q.pos[qr.last];
+  const int64_t q_begin = exceeds_int64(q_from, shift) ? qr.last + 1 : first_at_least(q.pos, qr.first, qr.last, q_from + shift);
+  const int64_t kv_end = exceeds_int64(kv_past, 1 - shift) ? kr.last + 1 : first_at_least(kv.pos, kr.first, kr.last, kv_past + 1 - shift);
   t.q_first = q_begin;
   t.q_count = qr.last + 1 - q_begin;
   t.kv_count = kv_end - kr.first;
