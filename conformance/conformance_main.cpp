@@ -13,6 +13,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -49,5 +50,15 @@ int main(int argc, char** argv) {
     return attn_oracle::run_cli(std::vector<std::string>(argv + 1, argv + argc), env);
   }
   testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  const int status = RUN_ALL_TESTS();
+  // A --gtest_filter that selects nothing ran nothing: that is no pass.
+  const testing::UnitTest& unit = *testing::UnitTest::GetInstance();
+  if (unit.test_to_run_count() == 0 && testing::GTEST_FLAG(list_tests) == false) {
+    std::cerr << "conformance: --gtest_filter '" << testing::GTEST_FLAG(filter) << "' selects no test; the tests are:\n";
+    for (int i = 0; i < unit.total_test_suite_count(); ++i)
+      for (int j = 0; j < unit.GetTestSuite(i)->total_test_count(); ++j)
+        std::cerr << "  " << unit.GetTestSuite(i)->name() << "." << unit.GetTestSuite(i)->GetTestInfo(j)->name() << "\n";
+    return 1;
+  }
+  return status;
 }
