@@ -77,6 +77,7 @@ TEST_P(BadInputs, EvalExitsTwoWithTheCodeAndOnlyTheError) {
 
 std::string test_name(const ::testing::TestParamInfo<BadInput>& info) {
   std::string name = info.param.file.substr(0, info.param.file.find('.'));
+  if (info.param.backend != "reference") name += "_on_" + info.param.backend;
   for (char& c : name)
     if (!isalnum(static_cast<unsigned char>(c))) c = '_';
   return name;

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "attn_oracle/harness/cli.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/replay.hpp"
 #include "attn_oracle/reference_backend.hpp"
@@ -123,6 +124,24 @@ TEST(PlantedTiledForward, WithoutABugPassesEveryAttentionProperty) {
     ran += o.status == PropertyOutcome::Status::passed;
   }
   EXPECT_GE(ran, 6);
+}
+
+// eval prints a NaN as the string "nan" (never null, which is no number at all)
+// and exits 3: a script cannot take a NaN for a result.
+TEST(PlantedBugs, EvalExitsThreeOnANaNOutput) {
+  for (const PlantedBug& b : all_bugs())
+    if (b.name == "nan_for_empty_rows") BackendRegistry::instance().add("planted-nan", b.make);
+  register_reference_backend();
+  const std::string path = std::string(ATTN_ORACLE_FIXTURES_DIR) + "/regressions/nan_for_empty_rows.case.json";
+  testing::internal::CaptureStdout();
+  const int status = run_cli({"eval", "--backend", "planted-nan", path}, CheckEnvironment{});
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_EQ(status, 3) << out;
+  EXPECT_NE(out.find("\"nan\""), std::string::npos) << out;
+  EXPECT_EQ(out.find("null"), std::string::npos) << out;
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(run_cli({"eval", "--backend", "reference", path}, CheckEnvironment{}), 0);
+  EXPECT_NE(testing::internal::GetCapturedStdout().find("\"-inf\""), std::string::npos);
 }
 
 // Every property of the suite has at least one planted bug.

@@ -84,6 +84,7 @@ Expected<DeviceRun> run_on_device(const AttentionProblem& problem, const Attenti
   if (auto e = check_tensor("k", inputs.k, z.kv_elems())) return *e;
   if (auto e = check_tensor("v", inputs.v, z.kv_elems())) return *e;
   if (auto e = check_tensor("do", inputs.d_o, shape.backward ? z.q_elems() : 0)) return *e;
+  if (auto e = check_attention_values(shape, inputs, z.q_len, z.kv_len)) return *e;
   if (caller)
     if (auto e = check_output_buffers(*caller, z.q_elems(), z.kv_elems(), shape.backward)) return *e;
   if (auto e = check_document_spans(md.value(), z.rows, z.q_len, z.kv_len)) return *e;

@@ -55,8 +55,8 @@ struct TwinSizes {
 
 
 
-// Batch errors (from the metadata path), then heads, then tensor sizes, then the
-// metadata's own spans (a metadata bug must not become an out-of-bounds write).
+// Batch errors (from the metadata path), then heads, then tensor sizes and
+// values, then the metadata's own spans (a metadata bug must not become an out-of-bounds write).
 Expected<TwinSizes> validate(const AttentionProblem& problem, const AttentionInputs& in, const Metadata& md) {
   const AttentionShape& s = problem.shape;
   if (auto e = check_heads(s)) return *e;
@@ -71,6 +71,7 @@ Expected<TwinSizes> validate(const AttentionProblem& problem, const AttentionInp
   if (auto e = check_tensor_size("k", in.k, z.kv_elems())) return *e;
   if (auto e = check_tensor_size("v", in.v, z.kv_elems())) return *e;
   if (auto e = check_tensor_size("do", in.d_o, s.backward ? z.q_elems() : 0)) return *e;
+  if (auto e = check_attention_values(s, in, z.tq, z.tkv)) return *e;
   if (auto e = check_document_spans(md, z.rows, z.tq, z.tkv)) return *e;
   return z;
 }

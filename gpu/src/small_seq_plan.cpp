@@ -76,6 +76,7 @@ Expected<SmallSeqPlan> plan_small_seq(const AttentionProblem& problem, const Att
   if (auto e = check_tensor_size("k", inputs.k, plan.kv_elems())) return *e;
   if (auto e = check_tensor_size("v", inputs.v, plan.kv_elems())) return *e;
   if (auto e = check_tensor_size("do", inputs.d_o, s.backward ? plan.q_elems() : 0)) return *e;
+  if (auto e = check_attention_values(s, inputs, plan.tq, plan.tkv)) return *e;
   return plan;
 }
 

@@ -3,7 +3,8 @@
 //   eval    [--backend NAME] [--memory-budget BYTES] CASE
 //                                   the backend's result as JSON (exit 0), or
 //                                   {"error": {"code", "message"}} (exit 2), also
-//                                   for a problem the backend does not support
+//                                   for a problem the backend does not support;
+//                                   exit 3 when the result holds a NaN
 //   replay  [--backend NAME] CASE   a counterexample: the property check it records; any
 //                                   other case: the backend against the reference. PASS (0),
 //                                   FAIL (3) or SKIP (4: nothing judged); default backend:
@@ -56,7 +57,8 @@ commands:
                                   print the backend's result for a case file as JSON
                                   (default backend: reference); exit 2 with
                                   {"error": {"code", "message"}} when the input is rejected
-                                  or the backend does not support it; BYTES (K, M, G
+                                  or the backend does not support it; exit 3 when the
+                                  result holds a NaN; BYTES (K, M, G
                                   suffixes) overrides ATTN_ORACLE_MEMORY_BUDGET (4G)
   replay [--backend NAME] CASE    re-run a counterexample's property check, or compare the
                                   backend with the reference on any other case file; prints
@@ -184,6 +186,19 @@ std::unique_ptr<Backend> backend_from(const Args& args, const std::string& fallb
 // eval
 // ---------------------------------------------------------------------------
 
+// The path of the first "nan" in an output ("o[0][1][0][2]"), or "".
+std::string first_nan(const json& j, const std::string& path = "") {
+  if (j.is_string()) return j.get<std::string>() == "nan" ? (path.empty() ? "the top" : path) : "";
+  if (j.is_number_float() && std::isnan(j.get<double>())) return path;
+  if (j.is_array())
+    for (size_t i = 0; i < j.size(); ++i)
+      if (std::string at = first_nan(j[i], path + "[" + std::to_string(i) + "]"); !at.empty()) return at;
+  if (j.is_object())
+    for (auto it = j.begin(); it != j.end(); ++it)
+      if (std::string at = first_nan(it.value(), path.empty() ? it.key() : path + "." + it.key()); !at.empty()) return at;
+  return "";
+}
+
 int eval_command(const std::vector<std::string>& argv) {
   std::string error;
   auto args = parse_args(argv, {"--backend", "--memory-budget"}, error);
@@ -203,7 +218,12 @@ int eval_command(const std::vector<std::string>& argv) {
     return 1;
   }
   print_json(e.output);
-  return e.kind == Evaluation::Kind::result ? 0 : 2;
+  if (e.kind != Evaluation::Kind::result) return 2;
+  if (const std::string at = first_nan(e.output); !at.empty()) {
+    std::cerr << "attn-oracle eval: the output holds NaN at " << at << " (no correct output is NaN)\n";
+    return 3;
+  }
+  return 0;
 }
 
 // ---------------------------------------------------------------------------

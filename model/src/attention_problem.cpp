@@ -173,7 +173,68 @@ Expected<AttentionSizes> validate_attention(const AttentionProblem& problem,
   if (auto e = check_tensor("do", inputs->d_o, d_o_elems,
                             problem.shape.backward ? q_layout : "none without backward"))
     return *e;
+  if (auto e = check_attention_values(problem.shape, *inputs, z.q_len, z.kv_len)) return *e;
   return z;
+}
+
+namespace {
+
+std::string number(double x) {
+  std::ostringstream os;
+  os.precision(17);
+  os << x;
+  return os.str();
+}
+
+// "tensor k, element 5 (row 0, token 2, head 1, dim 1)".
+// Sizes may not be validated yet (a case file's tensors are checked as written): never divide by 0.
+std::string element_name(const char* tensor, size_t i, int64_t len, int64_t heads, int64_t dim) {
+  len = std::max<int64_t>(len, 1), heads = std::max<int64_t>(heads, 1), dim = std::max<int64_t>(dim, 1);
+  if (heads > INT64_MAX / dim) return std::string("tensor ") + tensor + ", element " + std::to_string(i);
+  const int64_t token = static_cast<int64_t>(i) / (heads * dim);
+  return std::string("tensor ") + tensor + ", element " + std::to_string(i) + " (row " + std::to_string(token / len) +
+         ", token " + std::to_string(token % len) + ", head " + std::to_string(i / dim % heads) + ", dim " +
+         std::to_string(i % dim) + ")";
+}
+
+}  // namespace
+
+std::optional<Error> check_attention_values(const AttentionShape& s, const AttentionInputs& in, int64_t q_len,
+                                            int64_t kv_len) {
+  if (s.scale && !std::isfinite(*s.scale)) return Error{ErrorCode::non_finite_input, "scale = " + number(*s.scale)};
+  struct Tensor {
+    const char* name;
+    const std::vector<double>* values;
+    int64_t len, heads;
+    double peak = 0;  // the largest magnitude once rounded
+  };
+  Tensor t[] = {{"q", &in.q, q_len, s.heads_q}, {"k", &in.k, kv_len, s.heads_kv},
+                {"v", &in.v, kv_len, s.heads_kv}, {"do", &in.d_o, q_len, s.heads_q}};
+  for (Tensor& x : t)
+    for (size_t i = 0; i < x.values->size(); ++i) {
+      const double rounded = round_to_dtype((*x.values)[i], s.dtype);
+      if (!std::isfinite(rounded))
+        return Error{ErrorCode::non_finite_input, element_name(x.name, i, x.len, x.heads, s.head_dim) + ": " +
+                                                      number((*x.values)[i]) + " is " + number(rounded) + " in " +
+                                                      std::string(to_string(s.dtype))};
+      x.peak = std::max(x.peak, std::fabs(rounded));
+    }
+  if (s.head_dim < 1) return std::nullopt;  // bad_heads, from validate_attention
+  const double scale = std::fabs(s.effective_scale()), d = static_cast<double>(s.head_dim);
+  const double q = t[0].peak, k = t[1].peak, v = t[2].peak, g = t[3].peak, lq = static_cast<double>(q_len);
+  // dP = do . v; a row of dS = P * (dP - delta) sums to at most 2 max|dP| in magnitude.
+  const std::pair<const char*, double> bounds[] = {
+      {"the scores: |scale| x head_dim x max|q| x max|k|", scale * d * q * k},
+      {"dP: head_dim x max|do| x max|v|", d * g * v},
+      {"dq: |scale| x 2 x head_dim x max|do| x max|v| x max|k|", scale * 2 * d * g * v * k},
+      {"dk: |scale| x 2 x head_dim x max|do| x max|v| x max|q| x Tq", scale * 2 * d * g * v * q * lq},
+      {"dv: Tq x max|do|", lq * g}};
+  constexpr double kFloatMax = std::numeric_limits<float>::max();
+  for (const auto& [what, bound] : bounds)
+    if (!(bound <= kFloatMax))
+      return Error{ErrorCode::value_overflow, std::string(what) + " = " + number(bound) +
+                                                  " exceeds float32's largest value " + number(kFloatMax)};
+  return std::nullopt;
 }
 
 // ---------------------------------------------------------------------------

@@ -5,7 +5,7 @@
 
 namespace attn_oracle {
 namespace {
-constexpr std::array<std::string_view, 32> kNames = {
+constexpr std::array<std::string_view, 34> kNames = {
     "bad_mask",          "bad_window",
     "bad_max_segments",  "rank_mismatch",
     "shape_mismatch",    "extra_dims_mismatch",
@@ -21,8 +21,9 @@ constexpr std::array<std::string_view, 32> kNames = {
     "sharding_bad_mesh", "sharding_bad_spec", "sharding_unknown_axis", "sharding_repeated_axis",
     "sharding_spec_mismatch", "sharding_segment_ids_mismatch", "sharding_not_divisible",
     "sharding_kv_heads_not_divisible", "over_memory_budget", "bad_metadata",
+    "non_finite_input", "value_overflow",
 };
-static_assert(kNames.size() == static_cast<size_t>(ErrorCode::bad_metadata) + 1);
+static_assert(kNames.size() == static_cast<size_t>(ErrorCode::value_overflow) + 1);
 }  // namespace
 
 std::string_view to_string(ErrorCode code) { return kNames[static_cast<size_t>(code)]; }

@@ -79,6 +79,7 @@ Expected<KvBufferSizes> validate_kv_buffer(const KvBufferProblem& p, const Atten
   if (auto e = check_size("k", in->k, kv, kvl)) return *e;
   if (auto e = check_size("v", in->v, kv, kvl)) return *e;
   if (auto e = check_size("do", in->d_o, s.backward ? q : 0, s.backward ? ql : "none without backward")) return *e;
+  if (auto e = check_attention_values(s, *in, z.tokens, z.tokens)) return *e;
   return z;
 }
 

@@ -117,6 +117,25 @@ void attention_bwd_dense_masked(const RowMajor& p, const ConstHeadMap& q, const 
   dv.noalias() += p.transpose() * d_o;
 }
 
+// The contract has no NaN and no infinity but lse's -inf. Validation bounds the
+// magnitudes (value_overflow), so this is a guard: a result that breaks it is
+// refused with the first bad element rather than handed out.
+Expected<AttentionResult> finite_or_error(AttentionResult out) {
+  auto bad = [](const char* name, const std::vector<double>& t, bool lse) -> std::optional<Error> {
+    for (size_t i = 0; i < t.size(); ++i)
+      if (std::isnan(t[i]) || (std::isinf(t[i]) && !(lse && t[i] < 0)))
+        return Error{ErrorCode::value_overflow, std::string("the float64 reference overflowed: ") + name + "[" +
+                                                    std::to_string(i) + "] = " + std::to_string(t[i])};
+    return std::nullopt;
+  };
+  if (auto e = bad("o", out.o, false)) return *e;
+  if (auto e = bad("lse", out.lse, true)) return *e;
+  if (out.grads)
+    for (auto [name, t] : {std::pair{"dq", &out.grads->dq}, std::pair{"dk", &out.grads->dk}, std::pair{"dv", &out.grads->dv}})
+      if (auto e = bad(name, *t, false)) return *e;
+  return out;
+}
+
 }  // namespace
 
 Expected<AttentionResult> attention_dense_masked(const AttentionProblem& problem,
@@ -148,7 +167,7 @@ Expected<AttentionResult> attention_dense_masked(const AttentionProblem& problem
                                  head_block(gr.dv, r * Tkv, Tkv, z.heads_kv, g, D));
     }
   }
-  return out;
+  return finite_or_error(std::move(out));
 }
 
 // ---------------------------------------------------------------------------
@@ -249,7 +268,7 @@ Expected<AttentionResult> attention_per_document(const AttentionProblem& problem
                                  head_block(gr.dv, d.kv0, d.lkv, Hkv, g, D));
     }
   }
-  return out;
+  return finite_or_error(std::move(out));
 }
 
 }  // namespace attn_oracle::ref

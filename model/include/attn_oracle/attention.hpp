@@ -74,9 +74,21 @@ struct AttentionSizes {
 };
 
 // Validates the batch (DESIGN section 2) and the heads (bad_heads), then the
-// tensor sizes when `inputs` is given (bad_tensor_shape).
+// tensor sizes (bad_tensor_shape) and values (check_attention_values) when
+// `inputs` is given.
 Expected<AttentionSizes> validate_attention(const AttentionProblem& problem,
                                             const AttentionInputs* inputs = nullptr);
+
+// The values of a problem's tensors (sizes already checked; q_len / kv_len are
+// the sides' T, for naming an element):
+//  - non_finite_input: a non-finite scale, or an element of q, k, v or do that
+//    is not finite once rounded to the dtype (70000 is inf in fp16), named by
+//    tensor, flat index, row, token, head and dim;
+//  - value_overflow: magnitudes whose scores (|scale| x D x max|q| x max|k|) or,
+//    with backward, gradients could exceed float32's largest value, where every
+//    kernel accumulates; a float64 reference would still be finite there.
+std::optional<Error> check_attention_values(const AttentionShape& shape, const AttentionInputs& inputs, int64_t q_len,
+                                            int64_t kv_len);
 
 // The documented deterministic data generator of `data: {"seed": N}` case files:
 // splitmix64 from `seed`, each value uniform in [-1, 1) from the top 53 bits,

@@ -61,6 +61,8 @@ enum class ErrorCode {
   sharding_kv_heads_not_divisible,
   over_memory_budget,
   bad_metadata,  // metadata handed to a kernel entry point: a document span outside its tensor
+  non_finite_input,  // an input value not finite once rounded to the dtype, or a non-finite scale
+  value_overflow,    // magnitudes whose scores or gradients can leave float32's range
 };
 
 std::string_view to_string(ErrorCode code);

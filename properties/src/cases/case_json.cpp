@@ -121,12 +121,12 @@ std::vector<double> parse_double_array(const json& j, const std::string& path, S
 json nest(const Shape& shape, const std::vector<int64_t>& data) {
   return nest_as(shape, data, [](int64_t x) { return json(x); });
 }
-json nest(const Shape& shape, const std::vector<double>& data) {
-  return nest_as(shape, data, [](double x) { return json(x); });
+json float_json(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x < 0 ? "-inf" : "inf";
+  return x;
 }
-json nest_lse(const Shape& shape, const std::vector<double>& data) {
-  return nest_as(shape, data, [](double x) { return std::isfinite(x) ? json(x) : json(nullptr); });
-}
+json nest(const Shape& shape, const std::vector<double>& data) { return nest_as(shape, data, float_json); }
 
 // ---------------------------------------------------------------------------
 // The packed batch and the attention shape

@@ -42,9 +42,11 @@ IntArray parse_int_array(const json& j, const std::string& path);
 std::vector<double> parse_double_array(const json& j, const std::string& path, Shape& shape);
 // A nested array of `shape` over `data`; a flat list when the sizes disagree.
 json nest(const Shape& shape, const std::vector<int64_t>& data);
+// Floats as JSON numbers, and the values JSON has no number for as strings:
+// "-inf" (the lse of a query that attends nothing), "inf", "nan" (never a
+// correct output; eval exits non-zero when it prints one).
 json nest(const Shape& shape, const std::vector<double>& data);
-// Doubles with -inf (an lse that attends nothing) as null.
-json nest_lse(const Shape& shape, const std::vector<double>& data);
+json float_json(double x);
 
 // The packed batch fields: mask, window, max_segments, q, kv.
 const std::set<std::string>& batch_keys();
