@@ -7,6 +7,8 @@
 #include "attn_oracle/gpu/attention.hpp"
 #include "attn_oracle/gpu/metadata.hpp"
 #include "attn_oracle/memory_budget.hpp"
+#include "attn_oracle/production_backends.hpp"
+#include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 
 namespace attn_oracle {
@@ -83,6 +85,64 @@ TEST_F(MemoryBudget, AttentionTensorsOverTheBudgetAreRefusedBeforeAllocation) {
   const auto twin = gpu::attention_twin(p, AttentionInputs{});
   ASSERT_FALSE(twin);
   EXPECT_EQ(twin.error().code, ErrorCode::over_memory_budget);
+}
+
+}  // namespace
+}  // namespace attn_oracle
+
+namespace attn_oracle {
+namespace {
+
+// T = 16384, H = 8, D = 128 in documents of 512 tokens, with backward.
+AttentionProblem long_row() {
+  const int64_t t = 16384;
+  std::vector<int64_t> ids(t), pos(t);
+  for (int64_t i = 0; i < t; ++i) ids[i] = i / 512 + 1, pos[i] = i % 512;
+  AttentionProblem p;
+  p.batch.q = p.batch.kv = PackedSide{IntArray({1, t}, ids), IntArray({1, t}, pos)};
+  p.batch.mask = MaskKind::causal;
+  p.batch.max_segments = 32;
+  p.shape.heads_q = p.shape.heads_kv = 8;
+  p.shape.head_dim = 128;
+  p.shape.backward = true;
+  return p;
+}
+
+// Each path is charged for what it allocates: the tensors (1 GiB here) for all,
+// the dense [Tq, Tkv] row blocks (6.7 GB here) only for the dense reference.
+TEST_F(MemoryBudget, ThePerDocumentPathFitsWhereTheDenseOneDoesNot) {
+  set_memory_budget(int64_t{4} << 30);
+  const AttentionProblem p = long_row();
+  EXPECT_TRUE(validate_attention(p, nullptr, ScoreMemory::streaming).ok());
+  const auto dense = validate_attention(p, nullptr, ScoreMemory::dense_row);
+  ASSERT_FALSE(dense.ok());
+  EXPECT_EQ(dense.error().code, ErrorCode::over_memory_budget);
+  EXPECT_NE(dense.error().message.find("one row"), std::string::npos) << dense.error().message;
+}
+
+}  // namespace
+}  // namespace attn_oracle
+
+namespace attn_oracle {
+namespace {
+
+// The suite's own budget refusing a case (the reference's, or the backend's
+// over_memory_budget passed on) is a declined draw with the reason: never a
+// crash, never a failure blamed on the backend.
+TEST_F(MemoryBudget, ARefusalInsideAPropertyIsADeclineNotAFailure) {
+  register_production_backends();
+  auto cpu = BackendRegistry::instance().make("cpu");
+  ASSERT_TRUE(cpu);
+  RunSettings s = default_run_settings();
+  s.cases = 30;
+  for (const char* budget : {"512", "3K", "1M"}) {
+    set_memory_budget(*parse_memory_size(budget));
+    for (const char* id : {"attention/matchesReference", "attention/documentPermutationInvariance",
+                           "small_seq/rejectsInvalidInputsWithTheirCode", "sharding/validTriplesMatchTheUnshardedRun"}) {
+      const PropertyOutcome o = run_property(*find_property(id), *cpu, s);
+      EXPECT_NE(o.status, PropertyOutcome::Status::failed) << id << " at " << budget << ": " << o.message;
+    }
+  }
 }
 
 }  // namespace

@@ -129,7 +129,7 @@ std::optional<Error> check_tensor(const char* name, const std::vector<double>& t
 // Tensors in, out and their gradients (q, o, do, dq and k, v, dk, dv), lse, and the
 // reference's per-row [Tq, Tkv] mask, scores, probabilities and dS; checked
 // before any size is multiplied out, so that the products cannot overflow.
-std::optional<Error> check_attention_memory(const BatchLayout& l, const AttentionShape& s) {
+std::optional<Error> check_attention_memory(const BatchLayout& l, const AttentionShape& s, ScoreMemory scores) {
   const int64_t bytes = sizeof(double);
   std::vector<int64_t> rows = l.extra;
   rows.push_back(l.batch);
@@ -142,7 +142,8 @@ std::optional<Error> check_attention_memory(const BatchLayout& l, const Attentio
   need.add("q, o, do, dq [rows, Tq, Hq, D] x 4", with({l.q_len, s.heads_q, s.head_dim, 4, bytes}));
   need.add("k, v, dk, dv [rows, Tkv, Hkv, D] x 4", with({l.kv_len, s.heads_kv, s.head_dim, 4, bytes}));
   need.add("lse [rows, Hq, Tq]", with({s.heads_q, l.q_len, bytes}));
-  need.add("the mask, scores, probabilities and dS of one row", {l.q_len, l.kv_len, 3 * bytes + 1});
+  if (scores == ScoreMemory::dense_row)
+    need.add("the mask, scores, probabilities and dS of one row", {l.q_len, l.kv_len, 3 * bytes + 1});
   return need.check("attention");
 }
 
@@ -156,12 +157,12 @@ std::string layout_name(const AttentionSizes& z, int64_t len, int64_t heads) {
 // Validation
 // ---------------------------------------------------------------------------
 
-Expected<AttentionSizes> validate_attention(const AttentionProblem& problem,
-                                            const AttentionInputs* inputs) {
+Expected<AttentionSizes> validate_attention(const AttentionProblem& problem, const AttentionInputs* inputs,
+                                            ScoreMemory scores) {
   auto layout = validate(problem.batch);
   if (!layout) return layout.error();
   if (auto e = check_heads(problem.shape)) return *e;
-  if (auto e = check_attention_memory(layout.value(), problem.shape)) return *e;
+  if (auto e = check_attention_memory(layout.value(), problem.shape, scores)) return *e;
   const AttentionSizes z = sizes_of(layout.value(), problem.shape);
   if (inputs == nullptr) return z;
   const std::string q_layout = layout_name(z, z.q_len, z.heads_q);
@@ -274,7 +275,7 @@ std::vector<double> fill(SplitMix64& rng, int64_t n, Dtype dtype) {
 // sized (bad shapes, bad heads) give empty tensors.
 AttentionInputs generate_inputs(const AttentionProblem& problem, uint64_t seed) {
   auto layout = validate_shapes(problem.batch);
-  if (!layout || check_heads(problem.shape) || check_attention_memory(layout.value(), problem.shape))
+  if (!layout || check_heads(problem.shape) || check_attention_memory(layout.value(), problem.shape, ScoreMemory::streaming))
     return {};  // validate_attention names the problem
   const AttentionSizes z = sizes_of(layout.value(), problem.shape);
   const Dtype dtype = problem.shape.dtype;

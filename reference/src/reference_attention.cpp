@@ -236,7 +236,7 @@ void attention_bwd_per_document(const DocRuns& d, const PackedBatch& b, double s
 
 Expected<AttentionResult> attention_per_document(const AttentionProblem& problem,
                                                  const AttentionInputs& in) {
-  auto sizes = validate_attention(problem, &in);
+  auto sizes = validate_attention(problem, &in, ScoreMemory::streaming);
   if (!sizes) return sizes.error();
   auto md = metadata(problem.batch);
   if (!md) return md.error();

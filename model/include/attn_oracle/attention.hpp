@@ -73,11 +73,17 @@ struct AttentionSizes {
   int64_t heads_q = 0, heads_kv = 0, head_dim = 0;
 };
 
-// Validates the batch (DESIGN section 2) and the heads (bad_heads), then the
-// tensor sizes (bad_tensor_shape) and values (check_attention_values) when
-// `inputs` is given.
-Expected<AttentionSizes> validate_attention(const AttentionProblem& problem,
-                                            const AttentionInputs* inputs = nullptr);
+// What a computation holds besides its tensors, for the memory budget: the
+// dense reference (and the naive same-precision run) one row's [Tq, Tkv] mask,
+// scores, probabilities and dS; a streaming one (the per-document reference,
+// the kernels) O(1) per query.
+enum class ScoreMemory { dense_row, streaming };
+
+// Validates the batch (DESIGN section 2) and the heads (bad_heads), the memory
+// the tensors and `scores` need (over_memory_budget), then the tensor sizes
+// (bad_tensor_shape) and values (check_attention_values) when `inputs` is given.
+Expected<AttentionSizes> validate_attention(const AttentionProblem& problem, const AttentionInputs* inputs = nullptr,
+                                            ScoreMemory scores = ScoreMemory::dense_row);
 
 // The values of a problem's tensors (sizes already checked; q_len / kv_len are
 // the sides' T, for naming an element):

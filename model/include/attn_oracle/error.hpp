@@ -24,6 +24,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <stdexcept>
 #include <variant>
 
 namespace attn_oracle {
@@ -73,6 +74,15 @@ struct Error {
   std::string message;  // names the offending row / token / values
 };
 
+// Thrown by Expected::value() on an error: carries the error (a caller that
+// was sure of a value learns which code it got instead, not "wrong variant").
+struct BadExpectedAccess : std::runtime_error {
+  explicit BadExpectedAccess(Error e)
+      : std::runtime_error("a value was expected, got " + std::string(to_string(e.code)) + ": " + e.message),
+        error(std::move(e)) {}
+  Error error;
+};
+
 // A value or an Error. Minimal on purpose: std::expected is C++23.
 template <class T>
 class Expected {
@@ -82,14 +92,17 @@ class Expected {
 
   bool ok() const { return state_.index() == 0; }
   explicit operator bool() const { return ok(); }
-  const T& value() const& { return std::get<0>(state_); }
-  T& value() & { return std::get<0>(state_); }
-  T&& value() && { return std::get<0>(std::move(state_)); }
+  const T& value() const& { return check(), std::get<0>(state_); }
+  T& value() & { return check(), std::get<0>(state_); }
+  T&& value() && { return check(), std::get<0>(std::move(state_)); }
   const Error& error() const { return std::get<1>(state_); }
   const T* operator->() const { return &value(); }
   const T& operator*() const { return value(); }
 
  private:
+  void check() const {
+    if (!ok()) throw BadExpectedAccess(std::get<1>(state_));
+  }
   std::variant<T, Error> state_;
 };
 

@@ -5,6 +5,8 @@
 // tests/fixtures_test.cpp (every fixture replays to its `expected`).
 #include "attn_oracle/case_file.hpp"
 
+#include "attn_oracle/memory_budget.hpp"
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -164,9 +166,21 @@ Expected<Case> case_from_json(const json& j) {
   }
 }
 
+// Measured: nlohmann::json holds a file of small integers in about 10x its text.
+constexpr int64_t kJsonBytesPerTextByte = 12;
+
 Expected<Case> read_case_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) return Error{ErrorCode::bad_case, path + ": cannot open the file"};
+  // A parsed JSON value takes several times its text (a number is a 16-byte
+  // node in a vector); refused before reading, like every other allocation.
+  std::error_code size_error;
+  const uintmax_t bytes = std::filesystem::file_size(path, size_error);
+  if (!size_error) {
+    MemoryNeed need;
+    need.add("the parsed JSON of a " + std::to_string(bytes) + "-byte case file", {static_cast<int64_t>(std::min<uintmax_t>(bytes, INT64_MAX / kJsonBytesPerTextByte)), kJsonBytesPerTextByte});
+    if (auto e = need.check("reading " + path)) return *e;
+  }
   try {
     return case_from_json(json::parse(in));
   } catch (const std::exception& e) {
