@@ -17,7 +17,10 @@
 #include <set>
 
 #include "attn_oracle/harness/cli.hpp"
+#include "attn_oracle/oracle.hpp"
+#include "attn_oracle/production_backends.hpp"
 #include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/replay.hpp"
 #include "attn_oracle/reference_backend.hpp"
 #include "planted/planted_backends.hpp"
@@ -143,6 +146,89 @@ TEST(PlantedBugs, EvalExitsThreeOnANaNOutput) {
   EXPECT_EQ(run_cli({"eval", "--backend", "reference", path}, CheckEnvironment{}), 0);
   EXPECT_NE(testing::internal::GetCapturedStdout().find("\"-inf\""), std::string::npos);
 }
+
+// ------------------------------------------------------------ bugs in the oracle
+// The tolerance budget grows with the naive run's distance from the oracle, so a
+// wrong oracle must be caught by the naive run's own agreement with it, in the
+// property suite, against a correct backend.
+
+// lse left in base 2 (kernels keep the softmax in exp2; the conversion back to
+// natural log forgotten).
+Expected<AttentionResult> dense_lse_in_base_two(const AttentionProblem& p, const AttentionInputs& in) {
+  auto r = ref::attention_dense_masked(p, in);
+  if (r)
+    for (double& x : r.value().lse) x *= 1.4426950408889634;  // log2(e)
+  return r;
+}
+
+// GQA: query head h reads kv head h % Hkv instead of h / (Hq / Hkv); modelled
+// by moving query head h to the slot whose kv head is h % Hkv and back.
+Expected<AttentionResult> per_document_gqa_modulo(const AttentionProblem& p, const AttentionInputs& in) {
+  const int64_t hq = p.shape.heads_q, hkv = p.shape.heads_kv, d = p.shape.head_dim;
+  if (hkv < 1 || hq % hkv != 0 || hq == hkv) return ref::attention_per_document(p, in);
+  const int64_t group = hq / hkv;
+  auto slot = [&](int64_t h) { return (h % hkv) * group + h / hkv; };
+  auto move = [&](const std::vector<double>& x, bool to_slot) {
+    std::vector<double> out(x.size());
+    for (size_t t = 0; t < x.size() / (hq * d); ++t)
+      for (int64_t h = 0; h < hq; ++h)
+        for (int64_t c = 0; c < d; ++c)
+          out[(t * hq + (to_slot ? slot(h) : h)) * d + c] = x[(t * hq + (to_slot ? h : slot(h))) * d + c];
+    return out;
+  };
+  AttentionInputs moved = in;
+  moved.q = move(in.q, true);
+  if (!in.d_o.empty()) moved.d_o = move(in.d_o, true);
+  auto r = ref::attention_per_document(p, moved);
+  if (!r) return r;
+  AttentionResult out = r.value();
+  out.o = move(r->o, false);
+  const int64_t tq = p.batch.q.segment_ids.shape.back();
+  for (size_t row = 0; tq > 0 && row < out.lse.size() / (hq * tq); ++row)
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t i = 0; i < tq; ++i) out.lse[(row * hq + h) * tq + i] = r->lse[(row * hq + slot(h)) * tq + i];
+  if (out.grads) out.grads->dq = move(r->grads->dq, false);
+  return out;
+}
+
+// Every attention property on the (correct) CPU twin, with `bugged` as the oracle:
+// the failures' messages.
+std::vector<std::string> failures_with_oracle(Oracle bugged) {
+  register_production_backends();
+  auto cpu = BackendRegistry::instance().make("cpu");
+  ScopedOracle planted(bugged);
+  std::vector<std::string> messages;
+  for (const PropertyDef& p : all_properties()) {
+    if (p.id.rfind("attention/", 0) != 0) continue;
+    const PropertyOutcome o = run_property(p, *cpu, planted_settings());
+    for (const PropertyFailure& f : o.failures) messages.push_back(p.id + ": " + f.message);
+  }
+  return messages;
+}
+
+bool names_the_oracle(const std::vector<std::string>& messages) {
+  for (const std::string& m : messages)
+    if (m.find("oracle suspect") != std::string::npos) return true;
+  return false;
+}
+
+TEST(PlantedOracleBugs, ADenseLseInBaseTwoIsCaughtAsTheOracle) {
+  Oracle bugged;
+  bugged.dense = dense_lse_in_base_two;
+  const std::vector<std::string> messages = failures_with_oracle(bugged);
+  ASSERT_FALSE(messages.empty()) << "no property failed with a wrong dense oracle";
+  EXPECT_TRUE(names_the_oracle(messages)) << messages.front();
+}
+
+TEST(PlantedOracleBugs, APerDocumentGqaMisIndexIsCaughtAsTheOracle) {
+  Oracle bugged;
+  bugged.per_document = per_document_gqa_modulo;
+  const std::vector<std::string> messages = failures_with_oracle(bugged);
+  ASSERT_FALSE(messages.empty()) << "no property failed with a wrong per-document oracle";
+  EXPECT_TRUE(names_the_oracle(messages)) << messages.front();
+}
+
+TEST(PlantedOracleBugs, TheCorrectOracleFailsNothing) { EXPECT_TRUE(failures_with_oracle(Oracle{}).empty()); }
 
 // Every property of the suite has at least one planted bug.
 TEST(PlantedBugs, CoverEveryProperty) {

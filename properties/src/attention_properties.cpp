@@ -14,6 +14,7 @@
 
 #include "attn_oracle/batch_transforms.hpp"
 #include "attn_oracle/generators.hpp"
+#include "attn_oracle/oracle.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/shrinking_choice.hpp"
@@ -91,7 +92,7 @@ void assert_relation_holds(const AttentionProblem& p, const AttentionInputs& in,
 void matches_reference(Backend& backend, const Case& c) {
   const Drawn d = supported_case(backend, c);
   decline_unrepresentable(backend, d.problem);
-  const AttentionResult want = ref::attention_dense_masked(d.problem, d.inputs).value();
+  const AttentionResult want = oracle().dense(d.problem, d.inputs).value();
   assert_within_tolerance(d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs), want);
 }
 
@@ -101,7 +102,7 @@ void matches_per_document_reference(Backend& backend, const Case& c) {
   const Drawn d = supported_case(backend, c);
   if (const auto r = ref::representability(d.problem.batch); !r.representable)
     decline_case("not representable: " + r.first_difference);
-  const AttentionResult want = ref::attention_per_document(d.problem, d.inputs).value();
+  const AttentionResult want = oracle().per_document(d.problem, d.inputs).value();
   assert_within_tolerance(d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs), want);
 }
 
@@ -221,8 +222,8 @@ void extreme_integers_change_nothing(Backend& backend, const Case& c) {
   extreme.batch = extreme_batch_of(c, d.problem.batch);
   if (auto reason = backend.attention()->unsupported(extreme)) decline_case("unsupported: " + *reason);
   decline_unrepresentable(backend, d.problem);
-  const AttentionResult want = ref::attention_dense_masked(d.problem, d.inputs).value();
-  const Expected<AttentionResult> truth = ref::attention_dense_masked(extreme, d.inputs);
+  const AttentionResult want = oracle().dense(d.problem, d.inputs).value();
+  const Expected<AttentionResult> truth = oracle().dense(extreme, d.inputs);
   if (!truth) fail_case("the reference rejected the extreme form: " + describe(truth.error()) + " (oracle suspect)");
   const bool same_grads = !want.grads || (truth->grads && truth->grads->dq == want.grads->dq &&
                                           truth->grads->dk == want.grads->dk && truth->grads->dv == want.grads->dv);

@@ -16,6 +16,7 @@
 // (sharded_execution.hpp).
 #include <string>
 
+#include "attn_oracle/oracle.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/sharded_execution.hpp"
@@ -96,7 +97,7 @@ void valid_triples_match_unsharded_run(Backend& backend, const Case& c) {
   if (auto e = cap.validate_sharding(d.draw.sharding, shapes)) fail_case("rejected a valid sharding: " + describe(*e));
   const Expected<AttentionResult> got = cap.sharded_attention(d.draw.sharding, d.draw.problem, d.inputs);
   if (!got) fail_case("the sharded run rejected a valid call: " + describe(got.error()));
-  const Expected<AttentionResult> want = ref::attention_dense_masked(d.draw.problem, d.inputs);
+  const Expected<AttentionResult> want = oracle().dense(d.draw.problem, d.inputs);
   if (!want) fail_case("generator bug: the reference rejects the unsharded problem: " + describe(want.error()));
   for (const ToleranceCheck& check : check_attention_tolerance(d.draw.problem, d.inputs, got.value(), want.value()))
     if (!check.pass) fail_case("sharded vs unsharded: " + check.describe());

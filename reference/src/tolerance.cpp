@@ -205,6 +205,35 @@ double naive_error_of(const std::vector<double>& naive, const std::vector<double
   return e;
 }
 
+// The unit roundoff of the precision a tensor is computed and stored in.
+double unit_roundoff(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::fp32: return 0x1p-24;
+    case Dtype::fp16: return 0x1p-11;
+    case Dtype::bf16: return 0x1p-8;
+  }
+  return 0x1p-24;
+}
+
+// The rule's budget grows with the naive run's distance from the float64
+// oracle, so a wrong oracle would widen its own tolerance. The naive run is
+// computed independently of the oracle and must stay within a few units of
+// roundoff of it (relative to the tensor's magnitude); when it does not, the
+// oracle is the suspect and nothing is judged against it.
+std::optional<std::string> oracle_suspect(const std::vector<double>& ref64, double naive_error, Dtype dtype) {
+  double magnitude = 1.0;
+  for (double x : ref64)
+    if (std::isfinite(x)) magnitude = std::max(magnitude, std::fabs(x));
+  const double bound = kOracleAgreementUnits * unit_roundoff(dtype) * magnitude;
+  if (naive_error <= bound) return std::nullopt;
+  std::ostringstream os;
+  os.precision(6);
+  os << "oracle suspect: the same-precision naive run is " << naive_error << " off the float64 oracle, more than "
+     << kOracleAgreementUnits << " units of roundoff of " << to_string(dtype) << " x max(1, |oracle|) = " << bound
+     << " allow; the oracle itself disagrees with an independent computation";
+  return os.str();
+}
+
 // `backend` against `ref64` within runs x (k x naive_error + eps).
 ToleranceCheck compare_within(std::string_view tensor, const std::vector<double>& backend,
                               const std::vector<double>& ref64, double naive_error, double k, Dtype dtype,
@@ -223,6 +252,7 @@ ToleranceCheck compare_within(std::string_view tensor, const std::vector<double>
   }
   c.naive_error = naive_error;
   c.budget = runs * (k * c.naive_error + c.eps);
+  if (auto suspect = oracle_suspect(ref64, naive_error, dtype)) return structural_failure(c, -1, 0.0, 0.0, *suspect);
   for (size_t i = 0; i < ref64.size(); ++i) {
     const double b = backend[i], r = ref64[i];
     const auto index = static_cast<int64_t>(i);

@@ -29,6 +29,10 @@ namespace attn_oracle {
 
 inline constexpr double kOutputToleranceFactor = 2.0;    // k for o and lse
 inline constexpr double kGradientToleranceFactor = 3.0;  // k for dq, dk, dv
+// The naive run must agree with the float64 oracle within this many units of
+// roundoff of its precision, times max(1, |oracle|), or the check fails with
+// "oracle suspect" (the oracle cannot widen its own budget).
+inline constexpr double kOracleAgreementUnits = 64.0;
 
 // The absolute floor eps of the rule for tensors stored in `dtype` (see tolerance.cpp).
 double tolerance_floor(Dtype dtype);
