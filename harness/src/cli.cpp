@@ -66,7 +66,7 @@ commands:
                                   judged) and the first differences; default backend: the one
                                   the case records, else reference
   check [--backend NAME|all] [--cases N] [--seed S|random] [--filter PREFIX] [--deep]
-        [--skips FILE] [--xfails FILE] [--report DIR] [--shard I/N] [--max-failures K]
+        [--profile ci|deep] [--skips FILE] [--xfails FILE] [--report DIR] [--shard I/N] [--max-failures K]
         [--case-timeout SECONDS] [--no-isolation]
                                   run every property (N draws each, default 100, seed
                                   20261122) on the chosen backends, each property in a
@@ -78,7 +78,10 @@ commands:
                                   property prefix a line, `version=V`, `# reason`;
                                   default $ATTN_ORACLE_SKIPS / $ATTN_ORACLE_XFAILS, which
                                   a conformance binary sets to its own lists);
-                                  --deep: 10x the draws; --shard I/N: the draws k with
+                                  --deep: 10x the draws; --profile deep (or
+                                  ATTN_ORACLE_PROFILE=deep): long documents (up to
+                                  4096 tokens a side, 16 a row), tile edges and wide
+                                  heads drawn more often; --shard I/N: the draws k with
                                   k mod N = I - 1 (also GTEST_SHARD_INDEX/TOTAL_SHARDS);
                                   exit 1 on a failure or an expected failure that
                                   passes, 130 when interrupted
@@ -304,10 +307,16 @@ int check_command(std::vector<std::string> argv, const CheckEnvironment& env) {
   options.isolate = !take_switch(argv, "--no-isolation");
   std::string error;
   auto args = parse_args(argv, {"--backend", "--cases", "--seed", "--filter", "--skips", "--xfails", "--report",
-                                "--shard", "--max-failures", "--case-timeout"},
+                                "--shard", "--max-failures", "--case-timeout", "--profile"},
                          error);
   if (!args) return usage_error(error);
   if (!args->positional.empty()) return usage_error("check takes no positional arguments");
+  if (args->flags.count("--profile")) {
+    // The generators read it from the environment, so isolated children see it too.
+    const std::string profile = args->flags["--profile"];
+    if (profile != "ci" && profile != "deep") return usage_error("--profile takes ci or deep");
+    setenv("ATTN_ORACLE_PROFILE", profile.c_str(), 1);
+  }
   options.backend = flag(*args, "--backend", "all");
   options.filter = flag(*args, "--filter", "");
   // A conformance binary's own lists (attn_oracle_add_conformance ... SKIPS / XFAILS) unless given.

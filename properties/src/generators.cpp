@@ -1,5 +1,8 @@
 // generators.cpp: spec generators and the spec -> batch builder. See generators.hpp.
 #include "attn_oracle/generators.hpp"
+
+#include <cstdlib>
+#include <string>
 #include "attn_oracle/shrinking_choice.hpp"
 
 #include <algorithm>
@@ -125,12 +128,12 @@ PackedBatch build_batch(const BatchSpec& spec) {
 namespace attn_oracle {
 namespace {
 
-enum class EdgeMode { normal, all_full, unit_docs, empty_row, exactly_m, one_side, long_docs };
+enum class EdgeMode { normal, all_full, unit_docs, empty_row, exactly_m, one_side, long_docs, tile_edges };
 
 // Trailing padding drawn after the rows are fitted: rows keep room for it.
 constexpr int kMaxTrailing = 3;
 
-rc::Gen<EdgeMode> edge_mode() {
+rc::Gen<EdgeMode> edge_mode(int tile_edge_weight) {
   return shrinking_weighted<EdgeMode>({
       {10, rc::gen::just(EdgeMode::normal)},
       {2, rc::gen::just(EdgeMode::all_full)},
@@ -139,7 +142,20 @@ rc::Gen<EdgeMode> edge_mode() {
       {2, rc::gen::just(EdgeMode::exactly_m)},
       {2, rc::gen::just(EdgeMode::one_side)},
       {2, rc::gen::just(EdgeMode::long_docs)},
+      {tile_edge_weight, rc::gen::just(EdgeMode::tile_edges)},
   });
+}
+
+// Lengths where kernels break: each side of a multiple of a tile (64, 128,
+// and in the deep profile up to 4096), shrinking towards 1.
+std::vector<int> tile_edge_lengths(int max_len) {
+  std::vector<int> out = {1};
+  const std::vector<int> tiles = size_profile() == SizeProfile::deep ? std::vector<int>{64, 128, 256, 512, 1024, 2048, 4096}
+                                                                     : std::vector<int>{64, 128};
+  for (int t : tiles)
+    for (int l : {t - 1, t, t + 1})
+      if (l <= max_len) out.push_back(l);
+  return out;
 }
 
 rc::Gen<MaskKind> mask_kind(bool any_mask) {
@@ -164,6 +180,7 @@ rc::Gen<int> side_length(EdgeMode mode, int max_len) {
   // Lengths up to 40 whatever the size, so that documents longer than a 16-row
   // kernel tile are drawn early; they still shrink towards 1.
   if (mode == EdgeMode::long_docs) return rc::gen::resize(100, rc::gen::inRange(1, std::max(2, std::min(max_len, 41))));
+  if (mode == EdgeMode::tile_edges) return shrinking_element<int>(tile_edge_lengths(max_len - kMaxTrailing));
   return rc::gen::withSize([=](int size) {
     const int top = std::max(2, std::min(max_len, 2 + size / 7));
     if (mode == EdgeMode::all_full || mode == EdgeMode::exactly_m) return rc::gen::inRange(1, top);
@@ -248,14 +265,23 @@ rc::Gen<std::pair<Shape, Shape>> extra_shapes(bool enabled) {
 
 }  // namespace
 
+SizeProfile size_profile() {
+  const char* p = std::getenv("ATTN_ORACLE_PROFILE");
+  return p && std::string(p) == "deep" ? SizeProfile::deep : SizeProfile::ci;
+}
+
 rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
+  if (size_profile() == SizeProfile::deep) {
+    o.max_len = std::max(o.max_len, kDeepMaxLen), o.max_docs = std::max(o.max_docs, 16);
+    o.tile_edge_weight = std::max(o.tile_edge_weight, 6);
+  }
   struct Head {
     MaskKind mask;
     EdgeMode mode;
     std::pair<Shape, Shape> extra;
     int rows;
   };
-  auto head = rc::gen::construct<Head>(mask_kind(o.any_mask), edge_mode(), extra_shapes(o.extra_dims),
+  auto head = rc::gen::construct<Head>(mask_kind(o.any_mask), edge_mode(o.tile_edge_weight), extra_shapes(o.extra_dims),
                                        rc::gen::inRange(1, o.max_rows + 1));
   auto spec = rc::gen::mapcat(head, [o](Head h) {
     const bool padding = allows_padding(h.mask);
@@ -300,9 +326,9 @@ rc::Gen<AttentionDraw> attention_draw(AttentionOptions o) {
   auto dtype = o.low_precision ? shrinking_element<Dtype>({Dtype::fp32, Dtype::fp16, Dtype::bf16})
                                : rc::gen::just(Dtype::fp32);
   auto group = o.gqa ? shrinking_element<int64_t>({2, 4}) : shrinking_element<int64_t>({1, 2, 4});
-  // 3 draws in 4 from {1, 2, 4, 8}, 1 in 6 is 64 (the kernels' smallest); a
-  // failure shrinks towards head_dim 1.
-  auto dim = shrinking_element<int64_t>({1, 2, 4, 8, 1, 2, 4, 8, 1, 16, 64, 64});
+  // 9 draws in 14 from {1, 2, 4, 8}, 4 in 14 the kernels' 64, 128 or 256 (where
+  // a kernel's wide-head path lives); a failure shrinks towards head_dim 1.
+  auto dim = shrinking_element<int64_t>({1, 2, 4, 8, 1, 2, 4, 8, 1, 16, 64, 64, 128, 256});
   auto heads = rc::gen::construct<Heads>(
       shrinking_element<int64_t>({1, 2}), group, dim, dtype,
       o.backward ? rc::gen::arbitrary<bool>() : rc::gen::just(false),

@@ -110,13 +110,15 @@ Expected<AttentionResult> tiled_attention(const AttentionProblem& problem, const
         gpu::TileRange tiles =
             gpu::kv_tile_range(p.mask, p.window_left, p.window_right, a0, a1, rule_lq, span.lkv, kPlantedTileKv);
         if (bugs.last_partial_kv_tile_skipped) tiles.end = std::min(tiles.end, span.lkv / kPlantedTileKv);
+        if (bugs.keys_kept > 0) tiles.end = std::min(tiles.end, bugs.keys_kept / kPlantedTileKv);
         for (int64_t a = a0; a < a1; ++a) {
           gpu::SoftmaxRow row;
           std::fill(acc.begin(), acc.end(), 0.0f);
           run_row(job, a, tiles, acc.data(), row);
           gpu::finalize_row(acc.data(), p.head_dim, row);
           const int64_t t = span.q0 + a;
-          for (int64_t c = 0; c < d; ++c) out.o[(t * p.heads_q + h) * d + c] = gpu::round_to(acc[c], p.dtype);
+          const int64_t stored = bugs.wide_head_upper_half_unstored && d >= 64 ? d / 2 : d;
+          for (int64_t c = 0; c < stored; ++c) out.o[(t * p.heads_q + h) * d + c] = gpu::round_to(acc[c], p.dtype);
           out.lse[((t / tq) * p.heads_q + h) * tq + t % tq] = gpu::row_lse(row);
         }
       }

@@ -38,6 +38,12 @@ struct TiledBugs {
   // Bottom-right diagonal offset from the row's valid token counts (every
   // document of the row) instead of the document's own lq, lkv.
   bool bottom_right_anchored_at_row = false;
+  // > 0: only a document's first `keys_kept` keys are visited (a K/V staging
+  // buffer of fixed size; every key past it silently dropped).
+  int64_t keys_kept = 0;
+  // head_dim >= 64: the upper half of each output row is never stored (the
+  // wide-head path splits D over two warps and the second one's store is lost).
+  bool wide_head_upper_half_unstored = false;
 };
 
 // The tiled forward; an invalid problem gives the reference's error.

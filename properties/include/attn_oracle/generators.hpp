@@ -9,7 +9,8 @@
 //
 // Weighted edge modes: all documents full (no padding, both sides), many
 // length-1 documents, an empty row, exactly M documents, a document on one side
-// only, documents longer than a 16-token kernel tile. Position modes: contiguous
+// only, documents longer than a 16-token kernel tile, sides at tile edges (63,
+// 64, 65, 127, 128, 129; deeper in the deep profile). Position modes: contiguous
 // from 0, offset (micro-sequence), striped
 // (context parallel). Extra leading dims 0..2 on either side, broadcastable.
 //
@@ -59,6 +60,16 @@ struct BatchSpec {
 
 PackedBatch build_batch(const BatchSpec& spec);
 
+// ------------------------------------------------------------------- size profile
+// How large the drawn inputs get (ATTN_ORACLE_PROFILE, `check --profile`):
+//  - ci (the default, every ctest run): documents up to 48 tokens, and in a
+//    tile-edge mode sides of 63, 64, 65, 127, 128, 129 tokens; head_dim up to 256;
+//  - deep (longer campaigns): rows up to kDeepMaxLen tokens, up to 16 documents a
+//    row, tile edges up to 4095..4097 and drawn more often.
+enum class SizeProfile { ci, deep };
+SizeProfile size_profile();
+inline constexpr int kDeepMaxLen = 4100;
+
 // ------------------------------------------------------------------- valid inputs
 struct BatchOptions {
   int max_rows = 4;        // B in 1..max_rows
@@ -69,6 +80,7 @@ struct BatchOptions {
   // Positions from 0 in every document (always representable, DESIGN section 4):
   // for properties that compare a kernel with itself on two masks.
   bool contiguous_positions = false;
+  int tile_edge_weight = 1;  // how often (of 21 + this) a batch draws tile-edge lengths
 };
 
 rc::Gen<PackedBatch> packed_batch(BatchOptions options = {});
@@ -87,11 +99,12 @@ struct AttentionDraw {
   uint64_t seed = 0;  // generate_inputs(problem, seed)
 };
 // Heads: heads_kv in 1..2, heads_q = heads_kv x group, group in {1, 2, 4} ({2, 4}
-// with `gqa`). Head dims mostly {1, 2, 4, 8}, sometimes 16 or 64 (the CUDA kernels
-// take 64, 128 and 256 only, so a cuda backend must see some 64s; T stays <= 24 so
-// the suite stays fast). The batch is at most 2 rows of 24 tokens.
+// with `gqa`). Head dims mostly {1, 2, 4, 8}, 4 draws in 14 the kernels' 64, 128
+// or 256. At most 2 rows; documents mostly short, and 5 batches in 26 in the
+// tile-edge mode (sides of 63..65 and 127..129 tokens: a kernel that drops keys
+// past a tile or a buffer shows there).
 struct AttentionOptions {
-  BatchOptions batch{.max_rows = 2, .max_docs = 4, .max_len = 48, .extra_dims = false};
+  BatchOptions batch{.max_rows = 2, .max_docs = 4, .max_len = 140, .extra_dims = false, .tile_edge_weight = 5};
   bool backward = true;
   bool low_precision = true;  // draw fp16 / bf16 as well as fp32
   bool gqa = false;           // heads_q > heads_kv always (GQA, or MQA when heads_kv = 1)
