@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
 #include <set>
 
 #include "attn_oracle/harness/cli.hpp"
@@ -150,9 +151,16 @@ TEST(PlantedBugs, EvalExitsThreeOnANaNOutput) {
 // Kernel bugs live at tile edges and in wide heads: the default draws (the ci
 // profile, 100 cases) must reach them on every seed, not by luck. Searched
 // draw by draw (run_draw), without shrinking: only "found at all" matters here.
-TEST(PlantedBugs, KernelSizeBugsAreFoundOnTenOfTenSeeds) {
+// Likewise the input classes where packing bugs live (interior padding, equal
+// positions, bottom-right with fewer queries than keys, ids above M that come
+// back): each class's bug on at least 9 seeds of 10.
+TEST(PlantedBugs, BugsOfEachInputClassAreFoundOnNineOfTenSeeds) {
+  const std::map<std::string, int> at_least = {
+      {"drop_keys_past_64", 10}, {"wide_head_upper_half_unstored", 10}, {"gap_counted_in_previous_document", 9},
+      {"equal_positions_accepted", 9}, {"top_left_for_bottom_right", 9}, {"too_many_before_noncontiguous", 9}};
   for (const PlantedBug& bug : all_bugs()) {
-    if (bug.name != "drop_keys_past_64" && bug.name != "wide_head_upper_half_unstored") continue;
+    if (!at_least.count(bug.name)) continue;
+    int seeds_found = 0;
     auto backend = bug.make();
     const PropertyDef& property = *find_property(bug.property);
     for (uint64_t seed = 1; seed <= 10; ++seed) {
@@ -161,9 +169,10 @@ TEST(PlantedBugs, KernelSizeBugsAreFoundOnTenOfTenSeeds) {
       int found_at = -1;
       for (int draw = 0; draw < s.cases && found_at < 0; ++draw)
         if (run_draw(property, *backend, s, draw, {}).kind == TrialResult::Kind::failed) found_at = draw;
-      EXPECT_GE(found_at, 0) << bug.name << " escaped " << s.cases << " draws of seed " << seed;
+      seeds_found += found_at >= 0;
       std::cout << "[ planted  ] " << bug.name << ", seed " << seed << ": found at draw " << found_at << "\n";
     }
+    EXPECT_GE(seeds_found, at_least.at(bug.name)) << bug.name << " found on " << seeds_found << " seeds of 10";
   }
 }
 

@@ -1,9 +1,11 @@
 // metadata_bugs.cpp: planted metadata bugs. Each is the reference with one
 // real-world mistake applied, so that exactly that mistake is under test.
 #include <algorithm>
+#include <tuple>
 #include <cstdint>
 
 #include "attn_oracle/reference/metadata.hpp"
+#include "attn_oracle/batch_transforms.hpp"
 #include "attn_oracle/validate.hpp"
 #include "planted/planted_backends.hpp"
 
@@ -205,6 +207,51 @@ Expected<Metadata> positions_as_int32(const PackedBatch& batch) {
   return ref::metadata(b);
 }
 
+// Validation compared positions with `<` where `<=` was meant: a position equal
+// to the previous one inside a document is accepted (and read as one past it).
+Expected<Metadata> equal_positions_accepted(const PackedBatch& batch) {
+  auto md = ref::metadata(batch);
+  if (md || md.error().code != ErrorCode::positions_not_increasing) return md;
+  PackedBatch b = batch;
+  bool equal_only = true;
+  for (PackedSide* s : {&b.q, &b.kv}) {
+    const int64_t len = s->segment_ids.shape.back();
+    if (len == 0 || s->segment_pos.data.size() != s->segment_ids.data.size()) return md;
+    for (size_t t = 1; t < s->segment_pos.data.size(); ++t) {
+      if (t % len == 0 || s->segment_ids.data[t] != s->segment_ids.data[t - 1] || s->segment_ids.data[t] == 0) continue;
+      int64_t& p = s->segment_pos.data[t];
+      equal_only = equal_only && p >= s->segment_pos.data[t - 1];
+      p = std::max(p, s->segment_pos.data[t - 1] + 1);
+    }
+  }
+  return equal_only ? ref::metadata(b) : md;
+}
+
+// A document's length runs to the next document's start: the padding between
+// two documents of a row is counted into the first (trailing padding is not).
+Expected<Metadata> gap_counted_in_previous_document(const PackedBatch& batch) {
+  auto md = ref::metadata(batch);
+  if (!md) return md;
+  Metadata m = md.value();
+  const BatchLayout l = validate_shapes(batch).value();
+  const int64_t M = m.max_segments;
+  for (Side side : {Side::q, Side::kv})
+    for (int64_t r = 0; r < l.rows(); ++r) {
+      const RowView row = side_row(side == Side::q ? batch.q : batch.kv, side == Side::q ? l.q_extra : l.kv_extra, l, r);
+      std::vector<int64_t>& lens = side == Side::q ? m.q_seqlens : m.kv_seqlens;
+      for (int64_t k = 0; k < M; ++k) {
+        int64_t last = -1;  // the document's last token in the row
+        for (int64_t t = 0; t < row.len; ++t)
+          if (row.ids[t] == k + 1) last = t;
+        if (last < 0 || lens[r * M + k] == 0) continue;
+        int64_t next = last + 1;
+        while (next < row.len && row.ids[next] == 0) ++next;
+        if (next < row.len) lens[r * M + k] += next - last - 1;
+      }
+    }
+  return m;
+}
+
 }  // namespace
 
 std::vector<PlantedBug> metadata_bugs() {
@@ -226,6 +273,8 @@ std::vector<PlantedBug> metadata_bugs() {
       bug("bottom_right_off_by_one", "bottom-right trimming compared with < instead of <=: one query too many", "metadata/matchesReference", bottom_right_off_by_one),
       in_extra_dims(bug("non_broadcasting_extra_dims_accepted", "q and kv extra dims that do not broadcast accepted silently", "metadata/rejectsInvalidInputsWithTheirCode", non_broadcasting_extra_dims_accepted)),
       bug("too_many_before_noncontiguous", "validation order wrong: too_many_segments reported before noncontiguous_segment", "metadata/arbitraryInputsMatchReference", too_many_before_noncontiguous),
+      bug("equal_positions_accepted", "positions compared with < for <=: an equal position inside a document accepted", "metadata/rejectsInvalidInputsWithTheirCode", equal_positions_accepted),
+      bug("gap_counted_in_previous_document", "a length taken as next start minus own start: padding between documents counted", "metadata/matchesReference", gap_counted_in_previous_document),
       bug("positions_as_int32", "positions stored as int32: one past INT32_MAX wraps", "metadata/extremePositionsChangeNothing", positions_as_int32),
       in_extra_dims(bug("kv_extra_dims_ignored", "kv extra dims product taken as 1: every broadcast slice read kv slice 0", "metadata/extraDimsEqualSliceBySlice", kv_extra_dims_ignored)),
   };
