@@ -111,8 +111,8 @@ Expected<Metadata> no_trimming(const PackedBatch& batch) {
   return ref::metadata(b);
 }
 
-// The kv extra dims' product taken as 1: every broadcast slice reads kv slice 0.
-Expected<Metadata> kv_extra_dims_ignored(const PackedBatch& batch) {
+// kv read at broadcast slice e through `kv_slice(e, kv_slices)` instead of numpy broadcasting.
+Expected<Metadata> kv_slices_misread(const PackedBatch& batch, int64_t (*kv_slice)(int64_t, int64_t)) {
   auto checked = validate(batch);
   if (!checked) return checked.error();
   const BatchLayout l = checked.value();
@@ -128,11 +128,23 @@ Expected<Metadata> kv_extra_dims_ignored(const PackedBatch& batch) {
   if (full_pos) b.kv.segment_pos = IntArray::filled(shape, 0);
   for (int64_t e = 0; e < slices; ++e)
     for (int64_t row = 0; row < l.batch; ++row) {
-      const int64_t from = row * len, to = (e * l.batch + row) * len;
+      const int64_t from = (kv_slice(e, kv_slices) * l.batch + row) * len, to = (e * l.batch + row) * len;
       std::copy_n(batch.kv.segment_ids.data.begin() + from, len, b.kv.segment_ids.data.begin() + to);
       if (full_pos) std::copy_n(batch.kv.segment_pos.data.begin() + from, len, b.kv.segment_pos.data.begin() + to);
     }
   return ref::metadata(b);
+}
+
+// The kv extra dims' product taken as 1: every broadcast slice reads kv slice 0.
+Expected<Metadata> kv_extra_dims_ignored(const PackedBatch& batch) {
+  return kv_slices_misread(batch, [](int64_t, int64_t) -> int64_t { return 0; });
+}
+
+// Broadcasting as if size-1 dims could only lead ([1, 3] against [2, 3]): the
+// kv slice of flat slice e taken as e mod (kv slices), which is wrong once a
+// size-1 dim sits after a larger one ([2, 1] against [2, 3]).
+Expected<Metadata> size_one_dims_only_leading(const PackedBatch& batch) {
+  return kv_slices_misread(batch, [](int64_t e, int64_t kv_slices) { return e % kv_slices; });
 }
 
 // Lengths from "next start - this start" with the end read at index -1 of the
@@ -258,6 +270,11 @@ std::vector<PlantedBug> metadata_bugs() {
   auto bug = [](std::string name, std::string what, std::string property, Expected<Metadata> (*f)(const PackedBatch&)) {
     return PlantedBug{name, property, what, [name, f] { return metadata_backend("planted-" + name, f); }};
   };
+  // Its smallest case is [2, 1] against [2, 2]: four broadcast rows.
+  auto with_rows = [](int64_t rows, PlantedBug b) {
+    b.max_shrunk_rows = rows;
+    return b;
+  };
   auto in_extra_dims = [](PlantedBug b) {
     b.needs_extra_dims = true;
     return b;
@@ -276,6 +293,7 @@ std::vector<PlantedBug> metadata_bugs() {
       bug("equal_positions_accepted", "positions compared with < for <=: an equal position inside a document accepted", "metadata/rejectsInvalidInputsWithTheirCode", equal_positions_accepted),
       bug("gap_counted_in_previous_document", "a length taken as next start minus own start: padding between documents counted", "metadata/matchesReference", gap_counted_in_previous_document),
       bug("positions_as_int32", "positions stored as int32: one past INT32_MAX wraps", "metadata/extremePositionsChangeNothing", positions_as_int32),
+      with_rows(4, in_extra_dims(bug("size_one_dims_only_leading", "broadcast as if size-1 extra dims only lead: kv slice = flat slice mod kv slices", "metadata/extraDimsEqualSliceBySlice", size_one_dims_only_leading))),
       in_extra_dims(bug("kv_extra_dims_ignored", "kv extra dims product taken as 1: every broadcast slice read kv slice 0", "metadata/extraDimsEqualSliceBySlice", kv_extra_dims_ignored)),
   };
 }

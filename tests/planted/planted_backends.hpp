@@ -21,6 +21,7 @@ struct PlantedBug {
   std::function<std::unique_ptr<Backend>()> make;
   bool needs_extra_dims = false;  // it lives in vmapped extra dims: its counterexample keeps them
   int64_t max_shrunk_tokens = 8;  // "shrunk small": at most this many tokens a side
+  int64_t max_shrunk_rows = 2;    // and this many broadcast rows
 };
 
 inline void PrintTo(const PlantedBug& b, std::ostream* os) { *os << b.name << " (" << b.property << ")"; }
