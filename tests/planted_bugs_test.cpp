@@ -191,34 +191,9 @@ Expected<AttentionResult> dense_lse_in_base_two(const AttentionProblem& p, const
   return r;
 }
 
-// GQA: query head h reads kv head h % Hkv instead of h / (Hq / Hkv); modelled
-// by moving query head h to the slot whose kv head is h % Hkv and back.
+// GQA: query head h reads kv head h % Hkv instead of h / (Hq / Hkv).
 Expected<AttentionResult> per_document_gqa_modulo(const AttentionProblem& p, const AttentionInputs& in) {
-  const int64_t hq = p.shape.heads_q, hkv = p.shape.heads_kv, d = p.shape.head_dim;
-  if (hkv < 1 || hq % hkv != 0 || hq == hkv) return ref::attention_per_document(p, in);
-  const int64_t group = hq / hkv;
-  auto slot = [&](int64_t h) { return (h % hkv) * group + h / hkv; };
-  auto move = [&](const std::vector<double>& x, bool to_slot) {
-    std::vector<double> out(x.size());
-    for (size_t t = 0; t < x.size() / (hq * d); ++t)
-      for (int64_t h = 0; h < hq; ++h)
-        for (int64_t c = 0; c < d; ++c)
-          out[(t * hq + (to_slot ? slot(h) : h)) * d + c] = x[(t * hq + (to_slot ? h : slot(h))) * d + c];
-    return out;
-  };
-  AttentionInputs moved = in;
-  moved.q = move(in.q, true);
-  if (!in.d_o.empty()) moved.d_o = move(in.d_o, true);
-  auto r = ref::attention_per_document(p, moved);
-  if (!r) return r;
-  AttentionResult out = r.value();
-  out.o = move(r->o, false);
-  const int64_t tq = p.batch.q.segment_ids.shape.back();
-  for (size_t row = 0; tq > 0 && row < out.lse.size() / (hq * tq); ++row)
-    for (int64_t h = 0; h < hq; ++h)
-      for (int64_t i = 0; i < tq; ++i) out.lse[(row * hq + h) * tq + i] = r->lse[(row * hq + slot(h)) * tq + i];
-  if (out.grads) out.grads->dq = move(r->grads->dq, false);
-  return out;
+  return planted::with_kv_head_modulo(p, in, ref::attention_per_document);
 }
 
 // The oracle-judged attention properties on the (correct) CPU twin, with

@@ -69,13 +69,17 @@ Expected<AttentionResult> softmax_state_leaks(const AttentionProblem& problem, c
   return out;
 }
 
-// GQA head mapping written as h % Hkv instead of h / (Hq / Hkv). Modelled on the
-// reference with the query heads permuted: query head h lands on the slot
-// pi(h) = (h % Hkv) * group + h / Hkv, whose reference kv head pi(h) / group is
-// h % Hkv; outputs, lse and dq come back from pi(h), dk and dv as they are.
-Expected<AttentionResult> kv_head_modulo(const AttentionProblem& problem, const AttentionInputs& in) {
+}  // namespace
+
+// GQA head mapping written as h % Hkv instead of h / (Hq / Hkv). Modelled on
+// `compute` with the query heads permuted: query head h lands on the slot
+// pi(h) = (h % Hkv) * group + h / Hkv, whose kv head pi(h) / group is h % Hkv;
+// outputs, lse and dq come back from pi(h), dk and dv as they are.
+Expected<AttentionResult> with_kv_head_modulo(const AttentionProblem& problem, const AttentionInputs& in,
+                                              Expected<AttentionResult> (*compute)(const AttentionProblem&,
+                                                                                   const AttentionInputs&)) {
   const int64_t hq = problem.shape.heads_q, hkv = problem.shape.heads_kv, d = problem.shape.head_dim;
-  if (hkv < 1 || hq % hkv != 0) return ref::attention_dense_masked(problem, in);  // the reference rejects it
+  if (hkv < 1 || hq % hkv != 0) return compute(problem, in);  // the reference rejects it
   const int64_t group = hq / hkv;
   auto pi = [&](int64_t h) { return (h % hkv) * group + h / hkv; };
   // to_slot: out[pi(h)] = x[h]; from_slot: out[h] = x[pi(h)]; over [tokens, Hq, D].
@@ -92,7 +96,7 @@ Expected<AttentionResult> kv_head_modulo(const AttentionProblem& problem, const 
   AttentionInputs slotted = in;
   slotted.q = move_heads(in.q, true);
   if (!in.d_o.empty()) slotted.d_o = move_heads(in.d_o, true);
-  auto r = ref::attention_dense_masked(problem, slotted);
+  auto r = compute(problem, slotted);
   if (!r) return r;
   AttentionResult out = r.value();
   out.o = move_heads(r->o, false);
@@ -102,6 +106,12 @@ Expected<AttentionResult> kv_head_modulo(const AttentionProblem& problem, const 
       for (int64_t i = 0; i < tq; ++i) out.lse[(row * hq + h) * tq + i] = r->lse[(row * hq + pi(h)) * tq + i];
   if (out.grads) out.grads->dq = move_heads(r->grads->dq, false);
   return out;
+}
+
+namespace {
+
+Expected<AttentionResult> kv_head_modulo(const AttentionProblem& problem, const AttentionInputs& in) {
+  return with_kv_head_modulo(problem, in, ref::attention_dense_masked);
 }
 
 // A window right bound of 0 treated as "no bound" (`if (right > 0)` where

@@ -26,6 +26,12 @@ struct PlantedBug {
 
 inline void PrintTo(const PlantedBug& b, std::ostream* os) { *os << b.name << " (" << b.property << ")"; }
 
+// `compute` with GQA's head mapping written as h % Hkv instead of h / (Hq / Hkv):
+// the planted kv_head_modulo bug, and the same bug planted in an oracle.
+Expected<AttentionResult> with_kv_head_modulo(const AttentionProblem& problem, const AttentionInputs& in,
+                                              Expected<AttentionResult> (*compute)(const AttentionProblem&,
+                                                                                   const AttentionInputs&));
+
 std::vector<PlantedBug> metadata_bugs();
 std::vector<PlantedBug> attention_bugs();
 std::vector<PlantedBug> small_seq_bugs();
