@@ -244,7 +244,8 @@ rc::Gen<SideSpec> side_spec(Shape extra, bool contiguous_only) {
 }
 
 // q and kv extra shapes that broadcast: mostly none, else kv a broadcastable
-// variant of q's (same, size-1 dims, or fewer leading dims) or the other way round.
+// variant of q's (same, size-1 dims, or fewer leading dims) or the other way
+// round, or a size-1 dim after a larger one.
 rc::Gen<std::pair<Shape, Shape>> extra_shapes(bool enabled) {
   if (!enabled) return rc::gen::just(std::pair<Shape, Shape>{});
   auto full = rc::gen::mapcat(rc::gen::inRange(1, 3), [=](int rank) {
@@ -259,8 +260,19 @@ rc::Gen<std::pair<Shape, Shape>> extra_shapes(bool enabled) {
                           return choice.front() == 0 ? std::pair{s, other} : std::pair{other, s};
                         });
   });
+  // A size-1 dim after a larger one ([a, 1] against [a, b]), on either side: the
+  // broadcast a "size-1 dims only lead" reading gets wrong. It shrinks to no
+  // extra dims through a = b = 1, so a bug elsewhere does not keep them.
+  auto inner_one = rc::gen::map(
+      rc::gen::tuple(rc::gen::inRange<int64_t>(1, 4), rc::gen::inRange<int64_t>(1, 4), rc::gen::arbitrary<bool>()),
+      [](const std::tuple<int64_t, int64_t, bool>& t) {
+        const auto [a, b, kv_has_one] = t;
+        if (a == 1 && b == 1) return std::pair<Shape, Shape>{};
+        const Shape full{a, b}, one{a, 1};
+        return kv_has_one ? std::pair{full, one} : std::pair{one, full};
+      });
   return shrinking_weighted<std::pair<Shape, Shape>>(
-      {{5, rc::gen::just(std::pair<Shape, Shape>{})}, {2, variant}});
+      {{5, rc::gen::just(std::pair<Shape, Shape>{})}, {2, variant}, {2, inner_one}});
 }
 
 }  // namespace
