@@ -222,6 +222,7 @@ std::vector<PlantedBug> attention_bugs() {
       bug("zero_right_window_unbounded", "a window right bound of 0 treated as unbounded, so the causal window (-1, 0) attends the whole document", "attention/causalWindowEqualsTopLeftCausal", zero_right_window_unbounded),
       tiled("bottom_right_anchored_at_row", "bottom-right causal diagonal anchored at the row's valid token counts instead of the document's (planted tiled forward)", {.bottom_right_anchored_at_row = true}),
       with_tokens(70, tiled("drop_keys_past_64", "only a document's first 64 keys visited (a fixed-size K/V staging buffer): every key past the 64th dropped (planted tiled forward)", {.keys_kept = 64})),
+      tiled("outputs_truncated", "16-bit outputs rounded towards zero instead of to nearest even: one ulp, inside the budget (planted tiled forward)", {.outputs_truncated = true}),
       tiled("wide_head_upper_half_unstored", "head_dim >= 64: the upper half of every output row never stored (planted tiled forward)", {.wide_head_upper_half_unstored = true}),
       tiled("rescale_skipped", "online softmax: the accumulated output not rescaled by exp(m_old - m_new) when the running max moves to a later kv tile (planted tiled forward, 4 x 2 tiles)", {.rescale_skipped = true}),
       tiled("last_partial_kv_tile_skipped", "kv tile loop bound lkv / tile rounded down, so the last partial kv tile of a document is never visited (planted tiled forward, 4 x 2 tiles)", {.last_partial_kv_tile_skipped = true}),

@@ -40,6 +40,15 @@ gpu::AttentionFwdParams fwd_params(const AttentionProblem& problem, const Metada
   return p;
 }
 
+// x rounded towards zero to the 16-bit dtype (fp32 unchanged): the low mantissa bits dropped.
+float truncated(float x, int dtype) {
+  if (dtype == gpu::kFp32 || !std::isfinite(x)) return x;
+  const int kept = dtype == gpu::kBf16 ? 7 : 10;
+  int exponent = 0;
+  const float m = std::frexp(x, &exponent);  // x = m * 2^exponent, 0.5 <= |m| < 1
+  return std::ldexp(std::trunc(std::ldexp(m, kept + 1)), exponent - kept - 1);
+}
+
 // One query row of one head: every visited kv tile folded into the running state.
 struct RowJob {
   const gpu::AttentionFwdParams& p;
@@ -118,7 +127,8 @@ Expected<AttentionResult> tiled_attention(const AttentionProblem& problem, const
           gpu::finalize_row(acc.data(), p.head_dim, row);
           const int64_t t = span.q0 + a;
           const int64_t stored = bugs.wide_head_upper_half_unstored && d >= 64 ? d / 2 : d;
-          for (int64_t c = 0; c < stored; ++c) out.o[(t * p.heads_q + h) * d + c] = gpu::round_to(acc[c], p.dtype);
+          for (int64_t c = 0; c < stored; ++c)
+            out.o[(t * p.heads_q + h) * d + c] = bugs.outputs_truncated ? truncated(acc[c], p.dtype) : gpu::round_to(acc[c], p.dtype);
           out.lse[((t / tq) * p.heads_q + h) * tq + t % tq] = gpu::row_lse(row);
         }
       }

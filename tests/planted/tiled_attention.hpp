@@ -44,6 +44,9 @@ struct TiledBugs {
   // head_dim >= 64: the upper half of each output row is never stored (the
   // wide-head path splits D over two warps and the second one's store is lost).
   bool wide_head_upper_half_unstored = false;
+  // 16-bit outputs truncated (rounded towards zero) instead of rounded to
+  // nearest even: at most one ulp off, inside every tolerance budget.
+  bool outputs_truncated = false;
 };
 
 // The tiled forward; an invalid problem gives the reference's error.

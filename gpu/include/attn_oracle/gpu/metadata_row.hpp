@@ -140,7 +140,7 @@ ATTN_HD Trimmed trim_document(RowRef q, DocRun qr, RowRef kv, DocRun kr, int mas
   // A threshold past INT64_MAX (positions near it) is one no position reaches.
   const int64_t q_from = kv.pos[kr.first], kv_past = q.pos[qr.last];
   const int64_t q_begin = exceeds_int64(q_from, shift) ? qr.last + 1 : first_at_least(q.pos, qr.first, qr.last, q_from + shift);
-  const int64_t kv_end = exceeds_int64(kv_past, 1 - shift) ? kr.last + 1 : first_at_least(kv.pos, kr.first, kr.last, kv_past + 1 - shift);
+  const int64_t kv_end = exceeds_int64(kv_past, 1 - shift) ? kr.last + 1 : first_at_least(kv.pos, kr.first, kr.last, kv_past + (1 - shift));
   t.q_first = q_begin;
   t.q_count = qr.last + 1 - q_begin;
   t.kv_count = kv_end - kr.first;
