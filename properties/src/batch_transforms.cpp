@@ -148,7 +148,7 @@ PackedBatch at_extreme_integers(const PackedBatch& batch, int64_t margin, int64_
   // Past this, a window side allows every pair a bounded one could (a run is
   // at most the longest side; the bottom-right term adds one run length).
   const int64_t longest = std::max(batch.q.segment_ids.shape.back(), batch.kv.segment_ids.shape.back());
-  const int64_t wide_enough = highest - std::min(lowest, highest) + longest + 1;
+  const int64_t wide_enough = (lowest <= highest ? highest - lowest : 0) + longest + 1;
   auto replaced = [&](int64_t side, int64_t as) {
     if (as < 0) return side < 0 ? as : side;
     return side < 0 || side >= wide_enough ? std::max(as, wide_enough) : side;

@@ -43,8 +43,6 @@ Trial run_trial(const PropertyDef& p, Backend& backend, const rc::Shrinkable<Cas
     p.check(backend, *t.c);
   } catch (const CaseFailure& f) {
     t.kind = Trial::Kind::failed, t.message = f.message;
-  } catch (const BadExpectedAccess& e) {
-    t.kind = Trial::Kind::failed, t.message = std::string("exception: ") + e.what();
   } catch (const CaseDeclined& d) {
     t.kind = Trial::Kind::declined, t.message = d.reason;
   } catch (const rc::GenerationFailure& g) {

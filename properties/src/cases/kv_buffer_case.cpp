@@ -22,7 +22,6 @@ using nlohmann::json;
 using case_json::fail;
 using case_json::required;
 
-json plain(double x) { return case_json::float_json(x); }
 
 // [tokens][heads][dim] from a flat row-major tensor (f maps each value).
 template <class F>
@@ -181,11 +180,11 @@ json kv_buffer_result_to_json(const KvBufferProblem& p, const std::vector<MicroS
   const int64_t hq = p.shape.heads_q, hkv = p.shape.heads_kv, d = p.shape.head_dim;
   json micro = json::array();
   for (const MicroSequenceMetadata& md : plans) micro.push_back(micro_sequence_to_json(md));
-  json j = {{"micro_sequences", micro}, {"o", nest3(r.o, n, hq, d, plain)}, {"lse", nest3(r.lse, 1, hq, n, plain)[0]}};
+  json j = {{"micro_sequences", micro}, {"o", nest3(r.o, n, hq, d, case_json::float_json)}, {"lse", nest3(r.lse, 1, hq, n, case_json::float_json)[0]}};
   if (r.grads) {
-    j["dq"] = nest3(r.grads->dq, n, hq, d, plain);
-    j["dk"] = nest3(r.grads->dk, n, hkv, d, plain);
-    j["dv"] = nest3(r.grads->dv, n, hkv, d, plain);
+    j["dq"] = nest3(r.grads->dq, n, hq, d, case_json::float_json);
+    j["dk"] = nest3(r.grads->dk, n, hkv, d, case_json::float_json);
+    j["dv"] = nest3(r.grads->dv, n, hkv, d, case_json::float_json);
   }
   return j;
 }
