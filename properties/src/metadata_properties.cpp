@@ -33,7 +33,7 @@ Expected<Metadata> metadata_of(Backend& backend, const PackedBatch& batch) {
 
 Metadata metadata_or_fail(Backend& backend, const PackedBatch& batch) {
   Expected<Metadata> md = metadata_of(backend, batch);
-  if (!md) fail_case("backend rejected a valid input: " + describe(md.error()));
+  if (!md) fail_with("backend rejected a valid input: ", md.error());
   return md.value();
 }
 
@@ -124,7 +124,7 @@ void rejects_invalid_inputs(Backend& backend, const Case& c) {
   const Expected<Metadata> got = metadata_of(backend, batch);
   if (got) fail_case("accepted an input that must give " + expected);
   if (to_string(got.error().code) != expected)
-    fail_case("gave " + describe(got.error()) + " where " + expected + " was due");
+    fail_with("gave ", got.error(), " where " + expected + " was due");
 }
 
 // Small arbitrary inputs, valid or not: the same metadata, or the same code.
@@ -133,7 +133,7 @@ void arbitrary_inputs_match_reference(Backend& backend, const Case& c) {
   const Expected<Metadata> want = ref::metadata(batch), got = metadata_of(backend, batch);
   classify(true, want ? std::string("valid") : std::string(to_string(want.error().code)));
   if (want && !got) fail_case("rejected with " + describe(got.error()) + "; the reference accepts it");
-  if (!want && got) fail_case("accepted; the reference gives " + describe(want.error()));
+  if (!want && got) fail_with("accepted; the reference gives ", want.error());
   if (!want && got.error().code != want.error().code)
     fail_case("gave " + describe(got.error()) + "; the reference gives " + describe(want.error()));
   if (want) {
@@ -289,7 +289,7 @@ void extreme_positions_change_nothing(Backend& backend, const Case& c) {
   const PackedBatch extreme = at_extreme_integers(batch, drawn_value<int64_t>(c, "margin", 0), -1, -1);
   const Metadata want = ref::metadata(batch).value();
   const Expected<Metadata> truth = ref::metadata(extreme);
-  if (!truth) fail_case("the reference rejected the extreme form: " + describe(truth.error()) + " (oracle suspect)");
+  if (!truth) fail_with("the reference rejected the extreme form: ", truth.error(), " (oracle suspect)");
   if (const std::string diff = first_difference(truth.value(), want); !diff.empty())
     fail_case("the reference changed with the extreme positions (oracle suspect): " + diff);
   const std::string diff = first_difference(metadata_or_fail(backend, extreme), want);
