@@ -178,6 +178,22 @@ TEST(PlantedBugs, BugsOfEachInputClassAreFoundOnNineOfTenSeeds) {
   }
 }
 
+// Metadata bugs that attention shows are integer bugs too: each planted for
+// metadata/drivesAttentionLikeTheReference also fails the exact property, and
+// the message of the one that drops keys names the field.
+TEST(PlantedBugs, MetadataBugsAttentionShowsAlsoFailTheExactProperty) {
+  for (const PlantedBug& bug : planted::metadata_bugs()) {
+    if (bug.property != "metadata/drivesAttentionLikeTheReference") continue;
+    auto backend = bug.make();
+    const PropertyOutcome exact = run_property(*find_property("metadata/matchesReference"), *backend, planted_settings());
+    EXPECT_EQ(exact.status, PropertyOutcome::Status::failed) << bug.name;
+    const PropertyOutcome through = run_property(*find_property(bug.property), *backend, planted_settings());
+    ASSERT_EQ(through.status, PropertyOutcome::Status::failed) << bug.name;
+    if (bug.name == "last_key_of_each_row_dropped")
+      EXPECT_NE(through.failures.at(0).message.find("cu_seqlens_kv["), std::string::npos) << through.failures.at(0).message;
+  }
+}
+
 // ------------------------------------------------------------ bugs in the oracle
 // The tolerance budget grows with the naive run's distance from the oracle, so a
 // wrong oracle must be caught by the naive run's own agreement with it, in the

@@ -9,6 +9,7 @@
 
 #include "attn_oracle/batch_transforms.hpp"
 #include "attn_oracle/generators.hpp"
+#include "attn_oracle/metadata_through_attention.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/validate.hpp"
@@ -301,6 +302,17 @@ Case draw_extreme_positions(Backend&) {
 }
 
 Case draw_valid(Backend&) { return metadata_case(*packed_batch()); }
+
+// The backend's metadata drives a float64 varlen kernel over inputs poisoned
+// with NaN wherever no document is (metadata_through_attention.hpp): it must
+// compute what the reference's metadata makes it compute, bit for bit. A wrong
+// integer that attention never reads passes here and fails matchesReference.
+void drives_attention_like_the_reference(Backend& backend, const Case& c) {
+  const PackedBatch& batch = batch_of(c);
+  valid_layout_or_decline(batch);
+  const Metadata got = metadata_or_fail(backend, batch);
+  if (auto difference = attention_difference(batch, got, ref::metadata(batch).value())) fail_case(*difference);
+}
 Case draw_arbitrary(Backend&) { return metadata_case(*arbitrary_batch()); }
 
 Case draw_trailing_padding(Backend&) {
@@ -330,6 +342,10 @@ std::vector<PropertyDef> metadata_properties() {
       {"metadata/arbitraryInputsMatchReference", m,
        "small arbitrary inputs, valid or not, give the reference's metadata or error code", draw_arbitrary,
        arbitrary_inputs_match_reference},
+      {"metadata/drivesAttentionLikeTheReference", m,
+       "a varlen kernel driven by the metadata computes what the reference's metadata makes it compute, "
+       "NaN in every token no document holds",
+       draw_valid, drives_attention_like_the_reference},
       {"metadata/compactedFormPairsDocuments", m, "the s-th compacted q and kv entries are the same document",
        draw_valid, compacted_form_pairs_documents},
       {"metadata/rowsAreIndependent", m, "a row computed alone equals that row of the batch", draw_valid,
