@@ -84,6 +84,7 @@ void WorkerProcess::start() {
   pid_ = pid, in_ = in[0], out_ = out[0], err_ = err[0];
   set_nonblocking(in_), set_nonblocking(out_), set_nonblocking(err_);
   reader_ = wire::FrameReader();
+  stderr_.clear();  // a failure reports the stderr of the worker that failed, not of its predecessors
 
   wire::Message greeting;
   Ended ended;
