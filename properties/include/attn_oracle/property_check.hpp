@@ -25,11 +25,17 @@ struct CaseDeclined {
 [[noreturn]] void fail_case(const std::string& message);
 [[noreturn]] void decline_case(const std::string& reason);
 // A call that returned `error`: the case fails with "<before><code> (<message>)<after>",
-// except that over_memory_budget (the suite's own limit, whoever passes it on)
-// declines it: a refusal of the budget is never a verdict on the backend.
+// except that `unsupported` (a backend declining at call time) and
+// over_memory_budget (the suite's own limit, whoever passes it on) decline it:
+// neither is a verdict on the backend.
 [[noreturn]] void fail_with(const std::string& before, const Error& error, const std::string& after = "");
 inline void require(bool holds, const std::string& message) {
   if (!holds) fail_case(message);
+}
+// A backend may decline at call time as well as in unsupported() (a worker
+// process learns only then): `unsupported` from a call declines the case.
+inline void decline_if_unsupported(const Error& e) {
+  if (e.code == ErrorCode::unsupported) decline_case("unsupported: " + e.message);
 }
 
 // Records a label of the drawn mix for the case being checked (counted over the
