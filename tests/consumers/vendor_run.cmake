@@ -45,7 +45,7 @@ if(ctest_rc EQUAL 0)
 endif()
 # A failure names its source location relative to attn-oracle, never by a path
 # inside the tree the package was built in.
-if(ctest_out MATCHES "(/[^ \n:]*conformance_gtest\\.cpp):[0-9]+")
+if(ctest_out MATCHES "[\n ](/[^ \n:]*conformance_gtest\\.cpp):[0-9]+")
   fail("a failure names an absolute source path: ${CMAKE_MATCH_1}")
 endif()
 if(NOT ctest_out MATCHES "conformance/conformance_gtest\\.cpp:[0-9]+: Failure")
