@@ -12,23 +12,32 @@
 namespace attn_oracle::planted {
 namespace {
 
-// Offsets taken as the running sum of the lengths (what cu_seqlens would be),
-// as if documents started at token 0 and had no gaps: ignores leading padding.
-Expected<Metadata> offsets_from_seqlens(const PackedBatch& batch) {
+// The reference's metadata of `batch` with `mistake` applied to it (rejected
+// inputs pass through): the shape of most planted metadata bugs.
+template <class Mistake>
+Expected<Metadata> reference_with(const PackedBatch& batch, Mistake mistake) {
   auto md = ref::metadata(batch);
   if (!md) return md;
   Metadata m = md.value();
-  const int64_t M = m.max_segments;
-  for (auto [lens, offs] : {std::pair{&m.q_seqlens, &m.q_offsets}, std::pair{&m.kv_seqlens, &m.kv_offsets}})
-    for (size_t r = 0; r * M < lens->size(); ++r) {
-      int64_t start = 0, next = 0;
-      for (int64_t k = 0; k < M; ++k) {
-        if ((*lens)[r * M + k] == 0) continue;
-        (*offs)[r * (M + 1) + next++] = start;
-        start += (*lens)[r * M + k];
-      }
-    }
+  mistake(m, validate_shapes(batch).value());
   return m;
+}
+
+// Offsets taken as the running sum of the lengths (what cu_seqlens would be),
+// as if documents started at token 0 and had no gaps: ignores leading padding.
+Expected<Metadata> offsets_from_seqlens(const PackedBatch& batch) {
+  return reference_with(batch, [&](Metadata& m, const BatchLayout&) {
+    const int64_t M = m.max_segments;
+    for (auto [lens, offs] : {std::pair{&m.q_seqlens, &m.q_offsets}, std::pair{&m.kv_seqlens, &m.kv_offsets}})
+      for (size_t r = 0; r * M < lens->size(); ++r) {
+        int64_t start = 0, next = 0;
+        for (int64_t k = 0; k < M; ++k) {
+          if ((*lens)[r * M + k] == 0) continue;
+          (*offs)[r * (M + 1) + next++] = start;
+          start += (*lens)[r * M + k];
+        }
+      }
+  });
 }
 
 // Flattened indexing: every row reads the positions of row 0.
@@ -53,30 +62,24 @@ std::pair<int64_t, int64_t> last_document(const std::vector<int64_t>& seqlens, i
 // Lengths from "next start - this start" with the last document ending at T:
 // the last document of a row absorbs the trailing padding.
 Expected<Metadata> last_document_to_row_end(const PackedBatch& batch) {
-  auto md = ref::metadata(batch);
-  if (!md) return md;
-  Metadata m = md.value();
-  const BatchLayout l = validate_shapes(batch).value();
-  const int64_t M = m.max_segments;
-  for (auto [lens, offs, len] : {std::tuple{&m.q_seqlens, &m.q_offsets, l.q_len}, std::tuple{&m.kv_seqlens, &m.kv_offsets, l.kv_len}})
-    for (int64_t r = 0; r < l.rows(); ++r) {
-      const auto [slot, doc] = last_document(*lens, M, r);
-      if (slot >= 0) (*lens)[r * M + slot] = len - (*offs)[r * (M + 1) + doc];
-    }
-  return m;
+  return reference_with(batch, [&](Metadata& m, const BatchLayout& l) {
+    const int64_t M = m.max_segments;
+    for (auto [lens, offs, len] : {std::tuple{&m.q_seqlens, &m.q_offsets, l.q_len}, std::tuple{&m.kv_seqlens, &m.kv_offsets, l.kv_len}})
+      for (int64_t r = 0; r < l.rows(); ++r) {
+        const auto [slot, doc] = last_document(*lens, M, r);
+        if (slot >= 0) (*lens)[r * M + slot] = len - (*offs)[r * (M + 1) + doc];
+      }
+  });
 }
 
 // Cross-attention compaction that strides kv rows by Tq.
 Expected<Metadata> kv_ragged_with_q_stride(const PackedBatch& batch) {
-  auto md = ref::metadata(batch);
-  if (!md) return md;
-  Metadata m = md.value();
-  const BatchLayout l = validate_shapes(batch).value();
-  for (size_t s = 0; s + 1 < m.ragged_offsets_kv.size(); ++s) {
-    const int64_t g = m.ragged_offsets_kv[s];
-    m.ragged_offsets_kv[s] = (g / l.kv_len) * l.q_len + g % l.kv_len;
-  }
-  return m;
+  return reference_with(batch, [&](Metadata& m, const BatchLayout& l) {
+    for (size_t s = 0; s + 1 < m.ragged_offsets_kv.size(); ++s) {
+      const int64_t g = m.ragged_offsets_kv[s];
+      m.ragged_offsets_kv[s] = (g / l.kv_len) * l.q_len + g % l.kv_len;
+    }
+  });
 }
 
 // The contiguity check only compares with the previous *document*, so an id
@@ -150,16 +153,13 @@ Expected<Metadata> size_one_dims_only_leading(const PackedBatch& batch) {
 // Lengths from "next start - this start" with the end read at index -1 of the
 // flattened batch: the last document of every row runs to the end of the batch.
 Expected<Metadata> last_doc_end_wraps_to_batch_end(const PackedBatch& batch) {
-  auto md = ref::metadata(batch);
-  if (!md) return md;
-  Metadata m = md.value();
-  const BatchLayout l = validate_shapes(batch).value();
-  const int64_t M = m.max_segments;
-  for (int64_t r = 0; r < l.rows(); ++r) {
-    const auto [slot, doc] = last_document(m.q_seqlens, M, r);
-    if (slot >= 0) m.q_seqlens[r * M + slot] = l.rows() * l.q_len - (r * l.q_len + m.q_offsets[r * (M + 1) + doc]);
-  }
-  return m;
+  return reference_with(batch, [&](Metadata& m, const BatchLayout& l) {
+    const int64_t M = m.max_segments;
+    for (int64_t r = 0; r < l.rows(); ++r) {
+      const auto [slot, doc] = last_document(m.q_seqlens, M, r);
+      if (slot >= 0) m.q_seqlens[r * M + slot] = l.rows() * l.q_len - (r * l.q_len + m.q_offsets[r * (M + 1) + doc]);
+    }
+  });
 }
 
 // Bottom-right trimming with `<` for `<=`: one query too many survives in every
@@ -242,47 +242,41 @@ Expected<Metadata> equal_positions_accepted(const PackedBatch& batch) {
 // A document's length runs to the next document's start: the padding between
 // two documents of a row is counted into the first (trailing padding is not).
 Expected<Metadata> gap_counted_in_previous_document(const PackedBatch& batch) {
-  auto md = ref::metadata(batch);
-  if (!md) return md;
-  Metadata m = md.value();
-  const BatchLayout l = validate_shapes(batch).value();
-  const int64_t M = m.max_segments;
-  for (Side side : {Side::q, Side::kv})
-    for (int64_t r = 0; r < l.rows(); ++r) {
-      const RowView row = side_row(side == Side::q ? batch.q : batch.kv, side == Side::q ? l.q_extra : l.kv_extra, l, r);
-      std::vector<int64_t>& lens = side == Side::q ? m.q_seqlens : m.kv_seqlens;
-      for (int64_t k = 0; k < M; ++k) {
-        int64_t last = -1;  // the document's last token in the row
-        for (int64_t t = 0; t < row.len; ++t)
-          if (row.ids[t] == k + 1) last = t;
-        if (last < 0 || lens[r * M + k] == 0) continue;
-        int64_t next = last + 1;
-        while (next < row.len && row.ids[next] == 0) ++next;
-        if (next < row.len) lens[r * M + k] += next - last - 1;
+  return reference_with(batch, [&](Metadata& m, const BatchLayout& l) {
+    const int64_t M = m.max_segments;
+    for (Side side : {Side::q, Side::kv})
+      for (int64_t r = 0; r < l.rows(); ++r) {
+        const RowView row = side_row(side == Side::q ? batch.q : batch.kv, side == Side::q ? l.q_extra : l.kv_extra, l, r);
+        std::vector<int64_t>& lens = side == Side::q ? m.q_seqlens : m.kv_seqlens;
+        for (int64_t k = 0; k < M; ++k) {
+          int64_t last = -1;  // the document's last token in the row
+          for (int64_t t = 0; t < row.len; ++t)
+            if (row.ids[t] == k + 1) last = t;
+          if (last < 0 || lens[r * M + k] == 0) continue;
+          int64_t next = last + 1;
+          while (next < row.len && row.ids[next] == 0) ++next;
+          if (next < row.len) lens[r * M + k] += next - last - 1;
+        }
       }
-    }
-  return m;
+  });
 }
 
 // Each side's lengths counted from its own ids (a bincount per side): a
 // document with tokens on one side only keeps them, although a document with no
 // keys (or no queries) has no valid tokens on either side.
 Expected<Metadata> one_sided_document_counted(const PackedBatch& batch) {
-  auto md = ref::metadata(batch);
-  if (!md) return md;
-  Metadata m = md.value();
-  const BatchLayout l = validate_shapes(batch).value();
-  const int64_t M = m.max_segments;
-  for (int64_t r = 0; r < l.rows(); ++r) {
-    const RowView q = side_row(batch.q, l.q_extra, l, r), kv = side_row(batch.kv, l.kv_extra, l, r);
-    auto count = [](const RowView& row, int64_t id) { return std::count(row.ids, row.ids + row.len, id); };
-    for (int64_t k = 0; k < M; ++k) {
-      const int64_t nq = count(q, k + 1), nkv = count(kv, k + 1);
-      if ((nq == 0) == (nkv == 0)) continue;
-      m.q_seqlens[r * M + k] = nq, m.kv_seqlens[r * M + k] = nkv;
+  return reference_with(batch, [&](Metadata& m, const BatchLayout& l) {
+    const int64_t M = m.max_segments;
+    for (int64_t r = 0; r < l.rows(); ++r) {
+      const RowView q = side_row(batch.q, l.q_extra, l, r), kv = side_row(batch.kv, l.kv_extra, l, r);
+      auto count = [](const RowView& row, int64_t id) { return std::count(row.ids, row.ids + row.len, id); };
+      for (int64_t k = 0; k < M; ++k) {
+        const int64_t nq = count(q, k + 1), nkv = count(kv, k + 1);
+        if ((nq == 0) == (nkv == 0)) continue;
+        m.q_seqlens[r * M + k] = nq, m.kv_seqlens[r * M + k] = nkv;
+      }
     }
-  }
-  return m;
+  });
 }
 
 // cu_seqlens_kv started at the first document's begin instead of 0 (the kv
@@ -299,19 +293,17 @@ Expected<Metadata> cu_seqlens_kv_from_first_document_begin(const PackedBatch& ba
 // The prefix sums of the kv lengths leave out each row's last key: the last
 // document of every row loses its tail (an exclusive end taken as inclusive).
 Expected<Metadata> last_key_of_each_row_dropped(const PackedBatch& batch) {
-  auto md = ref::metadata(batch);
-  if (!md) return md;
-  Metadata m = md.value();
-  const int64_t tkv = validate_shapes(batch).value().kv_len, S = m.documents();
-  int64_t dropped = 0;
-  for (int64_t s = 0; s < S; ++s) {
-    const bool last_of_row = s + 1 == S || m.ragged_offsets_kv[s + 1] / tkv != m.ragged_offsets_kv[s] / tkv;
-    const int64_t length = m.cu_seqlens_kv[s + 1] - m.cu_seqlens_kv[s];
-    m.cu_seqlens_kv[s] -= dropped;
-    if (last_of_row && length > 0) ++dropped;
-  }
-  m.cu_seqlens_kv[S] -= dropped;
-  return m;
+  return reference_with(batch, [&](Metadata& m, const BatchLayout&) {
+    const int64_t tkv = validate_shapes(batch).value().kv_len, S = m.documents();
+    int64_t dropped = 0;
+    for (int64_t s = 0; s < S; ++s) {
+      const bool last_of_row = s + 1 == S || m.ragged_offsets_kv[s + 1] / tkv != m.ragged_offsets_kv[s] / tkv;
+      const int64_t length = m.cu_seqlens_kv[s + 1] - m.cu_seqlens_kv[s];
+      m.cu_seqlens_kv[s] -= dropped;
+      if (last_of_row && length > 0) ++dropped;
+    }
+    m.cu_seqlens_kv[S] -= dropped;
+  });
 }
 
 }  // namespace
