@@ -95,7 +95,8 @@ std::string failures_text(const CheckResult& r) {
   std::ostringstream os;
   for (const PropertyFailure& f : r.outcome.failures)
     os << f.message << "\ncounterexample (draw " << f.draw << ", " << f.shrinks << " shrinks): " << f.case_path << "\n"
-       << file_text(f.case_path) << "replay: " << f.replay_command << "\nrerun: " << f.rerun_command << "\n";
+       << file_text(f.case_path) << "replay: " << f.replay_command << "\nrerun: " << f.rerun_command << "\n"
+       << (f.backend_log.empty() ? "" : "the worker's stderr ended with:\n" + f.backend_log + "\n");
   return os.str();
 }
 

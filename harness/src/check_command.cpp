@@ -44,6 +44,7 @@ std::vector<std::unique_ptr<Backend>> chosen_backends(const std::string& which) 
   std::vector<std::unique_ptr<Backend>> out;
   for (const std::string& name : BackendRegistry::instance().names())
     if (which == "all" || which == name) out.push_back(BackendRegistry::instance().make(name));
+  if (out.empty() && which.starts_with(kProcessBackendPrefix)) out.push_back(BackendRegistry::instance().make(which));
   return out;
 }
 
@@ -120,6 +121,14 @@ void print_case_file(const std::string& path) {
   if (std::getline(in, line)) std::cout << "      ... (the rest in the file)\n";
 }
 
+// The end of a worker's stderr, indented (the report keeps all of what was captured).
+void print_backend_log(const std::string& log) {
+  if (log.empty()) return;
+  std::cout << "    the worker's stderr ended with:\n";
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) std::cout << "      | " << line << "\n";
+}
+
 void print_result(const CheckResult& r) {
   const PropertyOutcome& o = r.outcome;
   std::cout << "  " << std::left << std::setw(9) << to_string(r.verdict) << o.property << " on " << o.backend;
@@ -136,6 +145,7 @@ void print_result(const CheckResult& r) {
     std::cout << "    counterexample (draw " << f.draw << ", " << f.shrinks << " shrinks): " << f.case_path << "\n";
     print_case_file(f.case_path);
     std::cout << "    replay: " << f.replay_command << "\n    rerun: " << f.rerun_command << "\n";
+    print_backend_log(f.backend_log);
   }
 }
 

@@ -65,6 +65,10 @@ commands:
                                   PASS (exit 0), FAIL (exit 3) or SKIP (exit 4: nothing was
                                   judged) and the first differences; default backend: the one
                                   the case records, else reference
+  NAME is a registered backend (`backends` lists them) or exec:COMMAND, a worker
+  process speaking docs/protocol.md (COMMAND runs under /bin/sh -c; per-call time
+  limit ATTN_ORACLE_WORKER_TIMEOUT seconds, default 60), e.g.
+  --backend 'exec:python3 -m attn_oracle.worker examples.numpy_backend:Backend'
   check [--backend NAME|all] [--cases N] [--seed S|random] [--filter PREFIX] [--deep]
         [--profile ci|deep] [--skips FILE] [--xfails FILE] [--report DIR] [--shard I/N] [--max-failures K]
         [--case-timeout SECONDS] [--no-isolation] [--list]
@@ -152,7 +156,7 @@ std::string flag(const Args& args, const std::string& name, const std::string& f
 std::string registered_names() {
   std::string out;
   for (const std::string& n : BackendRegistry::instance().names()) out += (out.empty() ? "" : ", ") + n;
-  return out;
+  return out + ", or exec:COMMAND for a worker process (docs/protocol.md)";
 }
 
 // Top-level keys one per line, values compact: readable and still one JSON value.
@@ -477,6 +481,10 @@ int run_cli(const std::vector<std::string>& argv, const CheckEnvironment& env) {
     if (command == "promote") return promote_command(rest);
     if (command == "export") return export_command(rest, env);
     if (command == "coverage") return coverage_command(rest);
+  } catch (const BackendFailure& e) {  // a worker process that cannot start or greet
+    std::cerr << "attn-oracle: the backend failed: " << e.what() << "\n";
+    if (!e.log.empty()) std::cerr << "its stderr ended with:\n" << e.log << (e.log.ends_with('\n') ? "" : "\n");
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "attn-oracle: internal error: " << e.what() << "\n";
     return 1;

@@ -266,7 +266,7 @@ PropertyFailure shrink_crash(const PropertyDef& p, Backend& b, const RunSettings
   std::string stem = p.id;
   for (char& c : stem)
     if (c == '/') c = '.';
-  const auto file = std::filesystem::path(s.failures_dir) / b.name() / (stem + ".crash.case.json");
+  const auto file = std::filesystem::path(s.failures_dir) / backend_dir_name(b.name()) / (stem + ".crash.case.json");
   std::filesystem::create_directories(file.parent_path());
   // Written by a fresh child, which also shows whether the case crashes alone,
   // without the candidates that ran before it in the same process.
@@ -275,8 +275,8 @@ PropertyFailure shrink_crash(const PropertyDef& p, Backend& b, const RunSettings
   if (alone.kind != CrashTrial::Kind::crashed && !hang)
     f.message += " (run alone in a fresh process it did not crash: the crash depends on earlier calls)";
   if (std::filesystem::exists(file)) f.case_path = std::filesystem::absolute(file).string();
-  f.replay_command = s.program + " replay --backend " + b.name() + " " + f.case_path;
-  f.rerun_command = s.program + " check --backend " + b.name() + " --filter " + p.id + " --seed " +
+  f.replay_command = s.program + " replay --backend " + shell_word(b.name()) + " " + shell_word(f.case_path);
+  f.rerun_command = s.program + " check --backend " + shell_word(b.name()) + " --filter " + p.id + " --seed " +
                     std::to_string(s.seed) + " --cases " + std::to_string(s.cases);
   return f;
 }

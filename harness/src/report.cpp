@@ -43,6 +43,7 @@ ojson failure_to_json(const PropertyFailure& f) {
   j["counterexample"] = f.case_path;
   j["replay"] = f.replay_command;
   j["rerun"] = f.rerun_command;
+  if (!f.backend_log.empty()) j["backend_log"] = f.backend_log;
   return j;
 }
 
@@ -56,6 +57,7 @@ PropertyFailure failure_from_json(const json& j) {
   f.case_path = j.value("counterexample", "");
   f.replay_command = j.value("replay", "");
   f.rerun_command = j.value("rerun", "");
+  f.backend_log = j.value("backend_log", "");
   return f;
 }
 
@@ -147,6 +149,7 @@ void markdown_property(const CheckResult& r, std::ostream& os) {
     os << "\n```\n" << f.message << "\n```\n\n";
     os << "- counterexample (draw " << f.draw << ", " << f.shrinks << " shrinks): `" << f.case_path << "`\n";
     os << "- replay: `" << f.replay_command << "`\n- rerun: `" << f.rerun_command << "`\n";
+    if (!f.backend_log.empty()) os << "- the worker's stderr ended with:\n\n```\n" << f.backend_log << (f.backend_log.ends_with('\n') ? "" : "\n") << "```\n";
   }
 }
 

@@ -71,7 +71,7 @@ void decline_unrepresentable(Backend& backend, const AttentionProblem& p) {
 
 AttentionResult run_or_fail(Backend& backend, const AttentionProblem& p, const AttentionInputs& in) {
   Expected<AttentionResult> r = backend.attention()->attention(p, in);
-  if (!r) fail_case("backend rejected a valid input: " + describe(r.error()));
+  if (!r) decline_if_unsupported(r.error()), fail_case("backend rejected a valid input: " + describe(r.error()));
   return std::move(r).value();
 }
 

@@ -28,7 +28,9 @@ std::string describe(const Error& e) { return std::string(to_string(e.code)) + "
 // The backend's metadata of `batch`; a decline when it does not take the input.
 Expected<Metadata> metadata_of(Backend& backend, const PackedBatch& batch) {
   if (auto reason = backend.metadata()->unsupported(batch)) decline_case("unsupported: " + *reason);
-  return backend.metadata()->metadata(batch);
+  Expected<Metadata> md = backend.metadata()->metadata(batch);
+  if (!md) decline_if_unsupported(md.error());
+  return md;
 }
 
 Metadata metadata_or_fail(Backend& backend, const PackedBatch& batch) {

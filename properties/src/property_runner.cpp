@@ -2,6 +2,7 @@
 // and the check of one case, shared with replay.
 #include "attn_oracle/property_runner.hpp"
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +29,8 @@ struct Trial {
   std::optional<Case> c;  // absent when the draw itself threw
   std::vector<std::string> labels;
   std::optional<double> worst_ratio;
+  std::string backend_log;  // what a failed worker printed (BackendFailure)
+  bool hung = false;        // the backend ran out of time: no shrinking, no more draws
 };
 
 // Draws the shrinkable's case and checks it. A draw that throws anything but a
@@ -45,6 +48,8 @@ Trial run_trial(const PropertyDef& p, Backend& backend, const rc::Shrinkable<Cas
     t.kind = Trial::Kind::failed, t.message = f.message;
   } catch (const CaseDeclined& d) {
     t.kind = Trial::Kind::declined, t.message = d.reason;
+  } catch (const BackendFailure& b) {
+    t.kind = Trial::Kind::failed, t.message = b.what(), t.backend_log = b.log, t.hung = b.hung;
   } catch (const rc::GenerationFailure& g) {
     t.kind = Trial::Kind::declined, t.message = std::string("generation failed: ") + g.what();
   } catch (const std::exception& e) {
@@ -63,13 +68,16 @@ Trial run_trial(const PropertyDef& p, Backend& backend, const rc::Shrinkable<Cas
 }
 
 // The first shrink that still fails, again and again (RapidCheck's strategy);
-// `path` is each accepted shrink's index among its siblings.
+// `path` is each accepted shrink's index among its siblings. A hang ends it:
+// each smaller case that still hangs would cost a whole time limit.
 Trial shrink(const PropertyDef& p, Backend& backend, const RunSettings& s, int draw, rc::Shrinkable<Case> best,
              Trial failing, int& steps) {
   std::vector<size_t> path;
   auto shrinks = best.shrinks();
   size_t index = 0;
-  while (auto next = shrinks.next()) {
+  while (!failing.hung) {
+    auto next = shrinks.next();
+    if (!next) break;
     path.push_back(index);
     if (s.before_trial) s.before_trial(draw, path);
     Trial t = run_trial(p, backend, *next);
@@ -189,10 +197,10 @@ void save(PropertyFailure& f, const PropertyOutcome& out, const RunSettings& s, 
                           std::to_string(s.seed) + ", draw " + std::to_string(f.draw) + ", " +
                           std::to_string(f.shrinks) + " shrinks): " + f.message;
   const std::string stem = file_stem(out.property) + (index == 0 ? "" : "." + std::to_string(index + 1));
-  const std::filesystem::path path = std::filesystem::path(s.failures_dir) / out.backend / (stem + ".case.json");
+  const std::filesystem::path path = std::filesystem::path(s.failures_dir) / backend_dir_name(out.backend) / (stem + ".case.json");
   if (write_case_file(path.string(), f.counterexample)) f.case_path = std::filesystem::absolute(path).string();
-  f.replay_command = s.program + " replay --backend " + out.backend + " " + f.case_path;
-  f.rerun_command = s.program + " check --backend " + out.backend + " --filter " + out.property + " --seed " +
+  f.replay_command = s.program + " replay --backend " + shell_word(out.backend) + " " + shell_word(f.case_path);
+  f.rerun_command = s.program + " check --backend " + shell_word(out.backend) + " --filter " + out.property + " --seed " +
                     std::to_string(s.seed) + " --cases " + std::to_string(s.cases);
 }
 
@@ -254,6 +262,21 @@ std::string failure_signature(const std::string& message) {
   const size_t colon = message.find(':');
   std::string lead = colon == std::string::npos ? message : message.substr(0, colon);
   return blank_numbers(lead.substr(0, 120));
+}
+
+std::string shell_word(const std::string& text) {
+  static const std::regex plain("[A-Za-z0-9_./:=+,@%-]+");
+  if (std::regex_match(text, plain)) return text;
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string backend_dir_name(const std::string& backend) {
+  std::string out = backend;
+  for (char& c : out)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+  return out.substr(0, 120);
 }
 
 std::string_view to_string(PropertyOutcome::Status status) {
@@ -337,13 +360,15 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
     t = shrink(property, backend, s, k, shrinkable, std::move(t), f.shrinks);
     f.message = t.message;
     f.signature = failure_signature(t.message);
+    f.backend_log = t.backend_log;
     if (!t.c) continue;  // only the draw failed: nothing to write (cannot happen after a case was drawn)
     f.counterexample = std::move(*t.c);
-    confirm_determinism(property, backend, f);
+    if (!t.hung) confirm_determinism(property, backend, f);
     if (!signatures.insert(f.signature).second) continue;
     save(f, out, s, files_before + out.failures.size());
     if (s.on_failure) s.on_failure(f);
     out.failures.push_back(std::move(f));
+    if (t.hung) break;  // more of the same would cost a time limit each (the draws after it are not run)
   }
   settle_status(out);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,6 +1,7 @@
 // backend.cpp: capabilities, the backend registry behind ATTN_ORACLE_REGISTER_BACKEND,
 // and the guard-banded buffers that attention_into is checked with.
 #include "attn_oracle/backend.hpp"
+#include "attn_oracle/process_backend.hpp"
 
 #include <bit>
 #include <cmath>
@@ -107,6 +108,7 @@ std::vector<std::string> BackendRegistry::names() const {
 }
 
 std::unique_ptr<Backend> BackendRegistry::make(const std::string& name) const {
+  if (name.starts_with(kProcessBackendPrefix)) return make_process_backend(name.substr(kProcessBackendPrefix.size()));
   for (const auto& [existing, factory] : factories_)
     if (existing == name) return factory();
   return nullptr;

@@ -27,6 +27,11 @@ struct CaseDeclined {
 inline void require(bool holds, const std::string& message) {
   if (!holds) fail_case(message);
 }
+// A backend may decline at call time as well as in unsupported() (a worker
+// process learns only then): `unsupported` from a call declines the case.
+inline void decline_if_unsupported(const Error& e) {
+  if (e.code == ErrorCode::unsupported) decline_case("unsupported: " + e.message);
+}
 
 // Records a label of the drawn mix for the case being checked (counted over the
 // passing cases of a run); a no-op outside a run.

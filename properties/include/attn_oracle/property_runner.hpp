@@ -86,6 +86,7 @@ struct PropertyFailure {
   int shrinks = 0;
   bool nondeterministic = false;
   std::string case_path, replay_command, rerun_command;
+  std::string backend_log;  // the end of a worker process's stderr, when the backend is one (process_backend.hpp)
 };
 
 struct PropertyOutcome {
@@ -140,6 +141,13 @@ Judgement check_recorded_property(Backend& backend, const Case& c);
 // "q_offsets of row #" for "q_offsets of row 3: backend 1, expected 2": what
 // tells two failures of a property apart.
 std::string failure_signature(const std::string& message);
+
+// Text as one word of a POSIX shell command line, quoted only when it needs to
+// be (an `exec:COMMAND` backend name), for the replay and rerun lines.
+std::string shell_word(const std::string& text);
+// A backend name as one directory name: characters other than letters, digits,
+// '.', '_', '-' become '_' (an `exec:` command holds spaces and slashes).
+std::string backend_dir_name(const std::string& backend);
 // The signature of a crash or a hang (isolation.hpp): one per property.
 inline constexpr std::string_view kCrashSignature = "crash";
 

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -136,7 +137,23 @@ class Backend {
   std::vector<Capability> capabilities();
 };
 
+// Thrown by a backend whose code under test could not answer at all: a worker
+// process (process_backend.hpp) that crashed, hung past its time limit or broke
+// the protocol. The case being checked fails with what(); `log` (what the code
+// under test printed on stderr) goes into the report. After a hang the property
+// stops shrinking and drawing: every further hang would cost a time limit.
+struct BackendFailure : std::runtime_error {
+  BackendFailure(const std::string& message, std::string log_tail, bool hang)
+      : std::runtime_error(message), log(std::move(log_tail)), hung(hang) {}
+  std::string log;
+  bool hung = false;
+};
+
 using BackendFactory = std::function<std::unique_ptr<Backend>()>;
+
+// `exec:COMMAND` names a process backend everywhere a backend name is taken:
+// COMMAND (run by /bin/sh -c) is a worker speaking docs/protocol.md.
+inline constexpr std::string_view kProcessBackendPrefix = "exec:";
 
 class BackendRegistry {
  public:
@@ -144,7 +161,9 @@ class BackendRegistry {
   // Returns true so that it can initialise a static; a second add of a name replaces it.
   bool add(const std::string& name, BackendFactory factory);
   std::vector<std::string> names() const;  // in registration order
-  std::unique_ptr<Backend> make(const std::string& name) const;  // nullptr if unknown
+  // nullptr if unknown. An `exec:COMMAND` name always makes a process backend
+  // (process_backend.hpp), registered or not; its worker starts on first use.
+  std::unique_ptr<Backend> make(const std::string& name) const;
 
  private:
   std::vector<std::pair<std::string, BackendFactory>> factories_;

@@ -1,0 +1,108 @@
+"""A NumPy backend for attn-oracle: metadata and attention forward + backward.
+
+Served with ``python3 -m attn_oracle.worker examples.numpy_backend:Backend``
+(docs/protocol.md). Metadata is read off each row's token-level mask (DESIGN
+sections 3-4); attention runs per document in float64 under that mask, so the
+backend says ``token_level_mask = True`` and is judged on every input. It does
+not validate: an invalid batch is declined, never judged. ctest runs `check` on
+it (python_worker.numpy_backend_passes); planted_numpy_backend.py breaks it.
+"""
+import numpy as np
+
+from attn_oracle.errors import Unsupported
+
+I64 = np.iinfo(np.int64)
+
+
+def at_most(d, bound):  # d <= bound for an int64 array and any Python int, without wrapping
+    return d <= min(max(bound, I64.min), I64.max)
+
+
+def previous(a):  # a[:, t - 1], 0 before the first token
+    return np.pad(a, ((0, 0), (1, 0)))[:, :-1]
+
+
+class Backend:
+    name, version, token_level_mask = "numpy-example", "1", True
+
+    def causal(self, kind, d, shift):  # d = pos_q - pos_kv per pair, shift = L_q - L_kv of its document
+        if kind.endswith("bottom_right"):  # the diagonal anchored at each document's bottom-right
+            return d >= shift
+        return d >= 0 if "causal" in kind else np.ones(d.shape, bool)
+
+    def rows(self, b):  # [R, T] ids and positions of each side over the broadcast rows
+        ids, pos = (b.q_segment_ids, b.kv_segment_ids), (b.q_segment_pos, b.kv_segment_pos)
+        try:
+            assert all(i.ndim >= 2 and 2 <= p.ndim <= i.ndim and p.shape == i.shape[i.ndim - p.ndim:] for i, p in zip(ids, pos))
+            assert ids[0].shape[-2] == ids[1].shape[-2] and b.max_segments >= 1
+            extra = np.broadcast_shapes(ids[0].shape[:-2], ids[1].shape[:-2])
+            flat = [np.broadcast_to(a, extra + i.shape[-2:]).reshape(-1, i.shape[-1]) for i, p in zip(ids, pos) for a in (i, p)]
+            for i, p in zip(flat[::2], flat[1::2]):
+                start, same = (i != 0) & (i != previous(i)), (i != 0) & (i == previous(i))
+                assert (i >= 0).all() and (i <= b.max_segments).all() and (p >= 0).all()
+                assert (i[start] > np.maximum.accumulate(previous(i), axis=1)[start]).all()
+                assert (p[same] > previous(p)[same]).all() and ("padding" in b.mask or (i != 0).all())
+        except (AssertionError, ValueError):
+            raise Unsupported("not a valid batch (this example does not validate)")
+        return extra, ids[0].shape[-2], flat
+
+    def attends(self, kind, qi, qp, ki, kp):  # DESIGN section 3 without the window, one row
+        n = max(qi.max(initial=0), ki.max(initial=0)) + 1
+        shift = np.bincount(qi, minlength=n)[qi][:, None] - np.bincount(ki, minlength=n)[ki][None, :]
+        same = (qi[:, None] == ki[None, :]) & (qi[:, None] != 0)
+        return same & self.causal(kind, qp[:, None] - kp[None, :], shift)
+
+    def metadata(self, b):
+        extra, batch, (qi, qp, ki, kp) = self.rows(b)
+        rows, m = len(qi), b.max_segments
+        out = {f"{s}_{f}": np.full((rows, m + (f == "offsets")), -(f == "offsets"), np.int64)
+               for s in ("q", "kv") for f in ("seqlens", "offsets")}
+        cu, ragged = {"q": [0], "kv": [0]}, {"q": [], "kv": []}
+        for r in range(rows):
+            a = self.attends(b.mask, qi[r], qp[r], ki[r], kp[r])
+            for side, ids, valid in (("q", qi[r], a.any(1)), ("kv", ki[r], a.any(0))):
+                docs, first = np.unique(ids[valid], return_index=True)
+                starts, lengths = np.flatnonzero(valid)[first], np.bincount(ids[valid])[docs]
+                out[f"{side}_seqlens"][r, docs - 1], out[f"{side}_offsets"][r, : len(docs)] = lengths, starts
+                cu[side] += list(cu[side][-1] + np.cumsum(lengths))
+                ragged[side] += list(r * len(ids) + starts)
+        out = {k: v.reshape(extra + (batch, v.shape[1])) for k, v in out.items()}
+        for side, t in (("q", qi.shape[1]), ("kv", ki.shape[1])):
+            out[f"cu_seqlens_{side}"], out[f"ragged_offsets_{side}"] = cu[side], ragged[side] + [rows * t]
+        return out
+
+    def attention(self, p, x):
+        extra, batch, (qi, qp, ki, kp) = self.rows(p.batch)
+        if p.heads_kv < 1 or p.heads_q % p.heads_kv or x.q.ndim != 4 or not all(np.isfinite(t).all() for t in (x.q, x.k, x.v)):
+            raise Unsupported("heads, tensor shapes or values this example does not check")
+        g, scale, (left, right) = p.heads_q // p.heads_kv, p.effective_scale, p.batch.window
+        out = {"o": np.zeros_like(x.q), "lse": np.full((len(qi), p.heads_q, qi.shape[1]), -np.inf)}
+        if p.backward:
+            out.update(dq=np.zeros_like(x.q), dk=np.zeros_like(x.k), dv=np.zeros_like(x.v))
+        for r in range(len(qi)):
+            for doc in np.intersect1d(qi[r][qi[r] != 0], ki[r]):
+                iq, ik = np.flatnonzero(qi[r] == doc), np.flatnonzero(ki[r] == doc)
+                d, shift = qp[r][iq][:, None] - kp[r][ik][None, :], len(iq) - len(ik)
+                mask = self.causal(p.batch.mask, d, shift)
+                br = p.batch.mask.endswith("bottom_right")
+                if left >= 0:
+                    mask &= at_most(d, left + (shift if br else 0))
+                if right >= 0 and not br:
+                    mask &= at_most(-d, right)
+                q, k, v = x.q[r, iq], np.repeat(x.k[r, ik], g, 1), np.repeat(x.v[r, ik], g, 1)
+                s = np.where(mask, scale * np.einsum("qhd,khd->hqk", q, k), -np.inf)
+                top = np.max(s, -1, keepdims=True, initial=-np.inf)
+                e = np.exp(s - np.where(np.isfinite(top), top, 0))
+                total = e.sum(-1, keepdims=True)
+                prob = e / np.where(total > 0, total, 1)
+                o = np.einsum("hqk,khd->qhd", prob, v)
+                out["o"][r, iq] = o
+                out["lse"][r][:, iq] = np.where(total > 0, np.log(np.where(total > 0, total, 1)) + top, -np.inf)[..., 0]
+                if p.backward:
+                    do = x.do[r, iq]
+                    ds = prob * (np.einsum("qhd,khd->hqk", do, v) - np.einsum("qhd,qhd->hq", do, o)[..., None])
+                    out["dq"][r, iq] = scale * np.einsum("hqk,khd->qhd", ds, k)
+                    fold = lambda t: t.reshape(len(ik), p.heads_kv, g, p.head_dim).sum(2)
+                    out["dk"][r, ik] = fold(scale * np.einsum("hqk,qhd->khd", ds, q))
+                    out["dv"][r, ik] = fold(np.einsum("hqk,qhd->khd", prob, do))
+        return out

@@ -1,0 +1,331 @@
+"""Serve a Python backend to attn-oracle: ``attn_oracle.serve(MyBackend())``.
+
+The suite runs the worker as a process (``attn-oracle check --backend
+'exec:python3 -m attn_oracle.worker my_module:MyBackend'``, the current
+directory on ``sys.path``) and sends it one request at a time over stdin/stdout
+(docs/protocol.md). A backend is a plain object; each capability is served when
+its methods exist (the names mirror seam/include/attn_oracle/backend.hpp):
+
+==========  ================================================================
+metadata    ``metadata(batch) -> dict``: q_seqlens, kv_seqlens [..., B, M],
+            q_offsets, kv_offsets [..., B, M+1], cu_seqlens_q, cu_seqlens_kv,
+            ragged_offsets_q, ragged_offsets_kv [S+1] (integer arrays)
+attention   ``attention(problem, inputs) -> dict``: o [R, Tq, Hq, D], lse
+            [R, Hq, Tq] (natural log, -inf where a query attends nothing) and,
+            when ``problem.backward``, dq, dk, dv in the input layouts
+small_seq   ``small_seq(problem, inputs) -> dict``: o, p [docs, Hq, 16] and the
+            gradients when backward
+sharding    ``validate_sharding(sharding, shapes) -> None`` (raise
+            AttnOracleError for an invalid call) and ``sharded_attention(
+            sharding, problem, inputs)`` (as attention)
+kv_buffer   ``kv_micro_sequence(problem, i)``, ``kv_write_slice(problem, i,
+            slice, buffer) -> buffer``, ``kv_attend(problem, i, micro, buffer,
+            grad_buffer)``, ``kv_stream(problem, inputs)``; see docs/protocol.md
+==========  ================================================================
+
+A result is a dict or any object with those attributes (a dataclass). Arrays
+may be any NumPy integer or float dtype (bfloat16 is sent as float32); a JAX or
+torch backend converts at its edge (``np.asarray(x)``).
+
+Declining and rejecting: raise ``attn_oracle.errors.Unsupported(reason)`` from
+any call, or define ``unsupported_<capability>(...)`` (same arguments as the
+call, without the tensors) returning a reason or None, which the suite asks
+before it draws and runs a case; raise ``AttnOracleError(code, message)`` for an
+input the backend rejects (codes as in docs/semantics.md). Any other exception
+fails the case with its traceback; the worker goes on. Optional attributes:
+``name``, ``version`` (shown in reports) and ``token_level_mask = True`` for a
+backend that computes DESIGN section 3's mask on any input, as a reference does.
+
+Anything the backend prints goes to stderr (kept in the suite's report when a
+case fails); stdout belongs to the protocol.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from . import _protocol
+from .errors import AttnOracleError, Unsupported
+
+__all__ = ["Batch", "Problem", "Inputs", "Sharding", "KvBufferProblem", "serve", "main"]
+
+CAPABILITIES = {
+    "metadata": ("metadata",),
+    "attention": ("attention",),
+    "small_seq": ("small_seq",),
+    "sharding": ("validate_sharding", "sharded_attention"),
+    "kv_buffer": ("kv_micro_sequence", "kv_write_slice", "kv_attend", "kv_stream"),
+}
+
+
+@dataclass
+class Batch:
+    """A packed batch (DESIGN section 2). Ids [..., B, T]; positions a trailing suffix of that shape."""
+
+    q_segment_ids: np.ndarray
+    q_segment_pos: np.ndarray
+    kv_segment_ids: np.ndarray
+    kv_segment_pos: np.ndarray
+    mask: str  # no_mask, padding, causal, padding_causal, causal_bottom_right, padding_causal_bottom_right
+    window: tuple[int, int]  # (left, right); a negative side is unbounded
+    max_segments: int  # M
+
+
+@dataclass
+class Problem:
+    """An attention problem: the batch plus heads, head_dim, dtype (fp32, fp16, bf16), scale, backward."""
+
+    batch: Batch
+    heads_q: int
+    heads_kv: int
+    head_dim: int
+    scale: Optional[float]  # None: 1 / sqrt(head_dim)
+    dtype: str
+    backward: bool
+
+    @property
+    def effective_scale(self) -> float:
+        return 1.0 / math.sqrt(self.head_dim) if self.scale is None else self.scale
+
+
+@dataclass
+class Inputs:
+    """Tensors in float64, their values exactly representable in the problem's dtype.
+
+    q [R, Tq, Hq, D], k and v [R, Tkv, Hkv, D], do like q (None unless backward), with
+    R = prod(extra dims) * B; a malformed problem's tensors arrive flat. For the K/V
+    buffer, one row: [N, H, D].
+    """
+
+    q: np.ndarray
+    k: Optional[np.ndarray]
+    v: Optional[np.ndarray]
+    do: Optional[np.ndarray]
+
+
+@dataclass
+class Sharding:
+    """A mesh [(axis, size), ...] and per-dim axis lists for q, k, v ([B, T, H, D]) and segment ids ([B, T])."""
+
+    mesh: list
+    q: list
+    k: list
+    v: list
+    segment_ids: list
+
+
+@dataclass
+class KvBufferProblem:
+    """DESIGN section 7: document lengths, micro-sequence size m, heads, head_dim, dtype, scale, backward."""
+
+    doc_lengths: np.ndarray
+    micro_seq_tokens: int
+    heads_q: int
+    heads_kv: int
+    head_dim: int
+    scale: Optional[float]
+    dtype: str
+    backward: bool
+
+
+# ------------------------------------------------------------------ requests
+def _scale(value) -> Optional[float]:
+    return None if value is None else float(value)  # "nan", "inf", "-inf" travel as strings
+
+
+def _batch(h: dict, a: dict) -> Batch:
+    b = h["batch"]
+    return Batch(a["q_segment_ids"], a["q_segment_pos"], a["kv_segment_ids"], a["kv_segment_pos"],
+                 b["mask"], tuple(b["window"]), b["max_segments"])
+
+
+def _problem(h: dict, a: dict) -> Problem:
+    s = h["shape"]
+    return Problem(_batch(h, a), s["heads_q"], s["heads_kv"], s["head_dim"], _scale(s["scale"]), s["dtype"],
+                   s["backward"])
+
+
+def _inputs(a: dict) -> Inputs:
+    return Inputs(a["q"], a.get("k"), a.get("v"), a.get("do"))
+
+
+def _sharding(h: dict) -> Sharding:
+    s = h["sharding"]
+    return Sharding([tuple(axis) for axis in s["mesh"]], s["q"], s["k"], s["v"], s["segment_ids"])
+
+
+def _kv_problem(h: dict) -> KvBufferProblem:
+    p, s = h["problem"], h["problem"]["shape"]
+    return KvBufferProblem(np.asarray(p["doc_lengths"], dtype=np.int64), p["micro_seq_tokens"], s["heads_q"],
+                           s["heads_kv"], s["head_dim"], _scale(s["scale"]), s["dtype"], s["backward"])
+
+
+def _field(result: Any, name: str, required: bool = True):
+    value = result.get(name) if isinstance(result, dict) else getattr(result, name, None)
+    if value is None and required:
+        raise TypeError(f"the backend's result lacks {name!r} (got {type(result).__name__})")
+    return value
+
+
+def _fields(result: Any, names) -> dict:
+    return {name: _field(result, name) for name in names}
+
+
+METADATA_FIELDS = ("q_seqlens", "kv_seqlens", "q_offsets", "kv_offsets", "cu_seqlens_q", "cu_seqlens_kv",
+                   "ragged_offsets_q", "ragged_offsets_kv")
+MICRO_SEQUENCE_FIELDS = ("cu_seqlens_q", "cu_seqlens_k", "q_document", "q_position", "kv_document", "kv_position")
+
+
+def _outputs(result: Any, first: tuple, backward: bool) -> dict:
+    return _fields(result, first + (("dq", "dk", "dv") if backward else ()))
+
+
+# ------------------------------------------------------------------ ops
+def _op_metadata(backend, h, a):
+    return {}, _fields(backend.metadata(_batch(h, a)), METADATA_FIELDS)
+
+
+def _op_attention(backend, h, a):
+    p = _problem(h, a)
+    return {}, _outputs(backend.attention(p, _inputs(a)), ("o", "lse"), p.backward)
+
+
+def _op_small_seq(backend, h, a):
+    p = _problem(h, a)
+    return {}, _outputs(backend.small_seq(p, _inputs(a)), ("o", "p"), p.backward)
+
+
+def _op_validate_sharding(backend, h, a):
+    backend.validate_sharding(_sharding(h), h["shapes"])
+    return {}, {}
+
+
+def _op_sharded_attention(backend, h, a):
+    p = _problem(h, a)
+    return {}, _outputs(backend.sharded_attention(_sharding(h), p, _inputs(a)), ("o", "lse"), p.backward)
+
+
+def _op_kv_micro_sequence(backend, h, a):
+    r = backend.kv_micro_sequence(_kv_problem(h), h["i"])
+    scalars = {k: int(_field(r, k)) for k in ("index", "begin", "end", "first_document_begin")}
+    return scalars, _fields(r, MICRO_SEQUENCE_FIELDS)
+
+
+def _op_kv_write_slice(backend, h, a):
+    buffer = a["buffer"]
+    result = backend.kv_write_slice(_kv_problem(h), h["i"], a["slice"], buffer)
+    return {}, {"buffer": buffer if result is None else result}  # None: written in place
+
+
+def _op_kv_attend(backend, h, a):
+    p = _kv_problem(h)
+    grad = a.get("grad_buffer")
+    r = backend.kv_attend(p, h["i"], Inputs(a["q"], None, None, a.get("do")), a["buffer"], grad)
+    out = _fields(r, ("o", "lse") + (("dq",) if p.backward else ()))
+    if grad is not None:
+        returned = _field(r, "grad_buffer", required=False)
+        out["grad_buffer"] = grad if returned is None else returned  # None: accumulated in place
+    return {}, out
+
+
+def _op_kv_stream(backend, h, a):
+    p = _kv_problem(h)
+    return {}, _outputs(backend.kv_stream(p, _inputs(a)), ("o", "lse"), p.backward)
+
+
+def _op_unsupported(backend, h, a):
+    capability = h["capability"]
+    hook = getattr(backend, "unsupported_" + capability)
+    args = {"metadata": lambda: (_batch(h, a),), "attention": lambda: (_problem(h, a),),
+            "small_seq": lambda: (_problem(h, a),), "sharding": lambda: (_sharding(h), h["shapes"]),
+            "kv_buffer": lambda: (_kv_problem(h),)}[capability]()
+    reason = hook(*args)
+    if reason is not None:
+        raise Unsupported(str(reason))
+    return {}, {}
+
+
+OPS = {name[len("_op_"):]: fn for name, fn in globals().items() if name.startswith("_op_")}
+
+
+# ------------------------------------------------------------------ serving
+def hello(backend) -> dict:
+    """What the worker says first: protocol, name, version, capabilities, decline hooks."""
+    served = [c for c, methods in CAPABILITIES.items() if all(callable(getattr(backend, m, None)) for m in methods)]
+    return {
+        "protocol": _protocol.PROTOCOL,
+        "name": str(getattr(backend, "name", type(backend).__name__)),
+        "version": str(getattr(backend, "version", "unversioned")),
+        "capabilities": served,
+        "unsupported_hooks": [c for c in served if callable(getattr(backend, "unsupported_" + c, None))],
+        "token_level_mask": bool(getattr(backend, "token_level_mask", False)),
+    }
+
+
+def answer(backend, header: dict, arrays: dict) -> tuple[dict, dict]:
+    """The reply (header, arrays) to one request."""
+    try:
+        scalars, out = OPS[header["op"]](backend, header, arrays)
+        return {"ok": True, **scalars}, out
+    except Unsupported as e:
+        return {"unsupported": e.reason}, {}
+    except AttnOracleError as e:
+        return {"error": {"code": e.code, "message": e.message}}, {}
+    except Exception as e:  # the backend's bug: the case fails with it, the worker goes on
+        return {"exception": {"type": type(e).__name__, "message": str(e), "traceback": traceback.format_exc()}}, {}
+
+
+def _exit_with_parent() -> None:
+    """A daemon thread: when the suite that started us is gone, so are we (even mid-call)."""
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="attn-oracle-parent-watch").start()
+
+
+def serve(backend, stdin=None, stdout=None) -> None:
+    """Answer requests on stdin until it closes. Keeps stdout for the protocol:
+    print() and anything else written to fd 1 go to stderr instead."""
+    if stdin is None or stdout is None:
+        stdin = os.fdopen(os.dup(0), "rb")
+        stdout = os.fdopen(os.dup(1), "wb")
+        os.dup2(2, 1)  # stray prints land on stderr, not in the protocol
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        _exit_with_parent()
+    _protocol.write_frame(stdout, hello(backend))
+    while (request := _protocol.read_frame(stdin)) is not None:
+        header, arrays = request
+        _protocol.write_frame(stdout, *answer(backend, header, arrays))
+
+
+def main(argv=None) -> int:
+    """``python -m attn_oracle.worker MODULE:CLASS``: serve CLASS() (the current directory on sys.path)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or ":" not in argv[0]:
+        print("usage: python -m attn_oracle.worker MODULE:CLASS", file=sys.stderr)
+        return 2
+    module_name, _, class_name = argv[0].partition(":")
+    sys.path.insert(0, os.getcwd())
+    backend_class = getattr(importlib.import_module(module_name), class_name)
+    serve(backend_class())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,293 @@
+// worker_protocol.cpp: frames and the data model on the wire (worker_protocol.hpp,
+// docs/protocol.md). Tested by tests/process_backend_test.cpp.
+#include "worker_protocol.hpp"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "attn_oracle/memory_budget.hpp"
+#include "attn_oracle/validate.hpp"
+
+namespace attn_oracle::wire {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "the protocol's arrays are little-endian, as is this host");
+
+using nlohmann::json;
+
+constexpr const char* kDtypeNames[] = {"i64", "i32", "f64", "f32", "f16"};  // by Dtype
+
+// The first bytes of garbage, printable and in hex, for the error message.
+std::string show_bytes(std::string_view bytes) {
+  const std::string_view head = bytes.substr(0, 16);
+  std::string text, hex;
+  for (unsigned char c : head) {
+    text += c >= 32 && c < 127 ? static_cast<char>(c) : '.';
+    char buf[4];
+    std::snprintf(buf, sizeof buf, "%02x ", c);
+    hex += buf;
+  }
+  if (!hex.empty()) hex.pop_back();
+  return "\"" + text + "\" (" + hex + ")";
+}
+
+double half_to_double(uint16_t h) {
+  const int exponent = (h >> 10) & 31, fraction = h & 1023;
+  double v = exponent == 0    ? std::ldexp(fraction, -24)
+             : exponent == 31 ? (fraction ? NAN : INFINITY)
+                              : std::ldexp(fraction + 1024, exponent - 25);
+  return (h >> 15) ? -v : v;
+}
+
+// [name, dtype, shape] triples, checked, with their offsets into the payload.
+std::vector<Array> arrays_of(const json& header, size_t& total) {
+  std::vector<Array> out;
+  total = 0;
+  const json list = header.value("arrays", json::array());
+  if (!list.is_array()) throw ProtocolError("header.arrays is not a list: " + list.dump().substr(0, 200));
+  const size_t limit = static_cast<size_t>(memory_budget());
+  for (const json& entry : list) {
+    if (!entry.is_array() || entry.size() != 3 || !entry[0].is_string() || !entry[1].is_string() || !entry[2].is_array())
+      throw ProtocolError("an entry of header.arrays is not [name, dtype, shape]: " + entry.dump().substr(0, 200));
+    Array a;
+    a.name = entry[0].get<std::string>();
+    const auto dtype = dtype_from_string(entry[1].get<std::string>());
+    if (!dtype) throw ProtocolError("array " + a.name + " has dtype " + entry[1].dump() + " (i64, i32, f64, f32, f16 are known)");
+    a.dtype = *dtype;
+    size_t elems = 1;
+    for (const json& d : entry[2]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0)
+        throw ProtocolError("array " + a.name + " has a shape entry that is not a size: " + entry[2].dump());
+      const auto n = static_cast<size_t>(d.get<int64_t>());
+      if (n != 0 && elems > limit / n) throw ProtocolError("array " + a.name + " of shape " + entry[2].dump() + " is over the memory budget");
+      elems *= n;
+      a.shape.push_back(static_cast<int64_t>(n));
+    }
+    a.bytes = elems * dtype_bytes(a.dtype);
+    a.offset = total;
+    total += a.bytes;
+    if (total > limit) throw ProtocolError("the arrays of one message are over the memory budget (" + std::to_string(total) + " bytes)");
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+const Array& array_or_throw(const Message& m, std::string_view name) {
+  const Array* a = m.find(name);
+  if (!a) throw ProtocolError("the reply lacks the array " + std::string(name));
+  return *a;
+}
+
+template <class T>
+T read_at(const std::string& payload, size_t at) {
+  T v;
+  std::memcpy(&v, payload.data() + at, sizeof v);
+  return v;
+}
+
+// Shape `full` when it holds n elements, else [n]: a worker gets the layout it
+// expects for a well-formed problem and can still name a malformed one.
+Shape shaped(size_t n, const Shape& full) {
+  return static_cast<size_t>(shape_product(full)) == n ? full : Shape{static_cast<int64_t>(n)};
+}
+
+int64_t header_int(const Message& m, const char* key) {
+  const json& v = m.header.contains(key) ? m.header[key] : json();
+  if (!v.is_number_integer()) throw ProtocolError(std::string("the reply's ") + key + " is not an integer: " + v.dump());
+  return v.get<int64_t>();
+}
+
+}  // namespace
+
+std::optional<Dtype> dtype_from_string(std::string_view name) {
+  for (int i = 0; i < 5; ++i)
+    if (name == kDtypeNames[i]) return static_cast<Dtype>(i);
+  return std::nullopt;
+}
+
+size_t dtype_bytes(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::i64: case Dtype::f64: return 8;
+    case Dtype::i32: case Dtype::f32: return 4;
+    case Dtype::f16: return 2;
+  }
+  return 8;
+}
+
+const Array* Message::find(std::string_view name) const {
+  for (const Array& a : arrays)
+    if (a.name == name) return &a;
+  return nullptr;
+}
+
+void Writer::add(const std::string& name, const Shape& shape, const std::vector<int64_t>& data) {
+  arrays_.push_back(json::array({name, "i64", shape}));
+  payload_.append(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(int64_t));
+}
+
+void Writer::add(const std::string& name, const Shape& shape, const std::vector<double>& data) {
+  arrays_.push_back(json::array({name, "f64", shape}));
+  payload_.append(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(double));
+}
+
+std::string Writer::frame() const {
+  json h = header;
+  if (!arrays_.empty()) h["arrays"] = arrays_;
+  const std::string text = h.dump();
+  const auto length = static_cast<uint32_t>(text.size());
+  std::string out(kMagic);
+  out.append(reinterpret_cast<const char*>(&length), sizeof length);
+  out += text;
+  out += payload_;
+  return out;
+}
+
+std::optional<Message> FrameReader::next() {
+  if (!pending_) {
+    if (buffer_.size() < kPrefixBytes) {
+      if (!std::string_view(kMagic).starts_with(std::string_view(buffer_).substr(0, kMagic.size())))
+        throw ProtocolError("expected a frame starting with \"AOW1\", got " + show_bytes(buffer_));
+      return std::nullopt;
+    }
+    if (std::string_view(buffer_).substr(0, kMagic.size()) != kMagic)
+      throw ProtocolError("expected a frame starting with \"AOW1\", got " + show_bytes(buffer_));
+    const auto length = read_at<uint32_t>(buffer_, kMagic.size());
+    if (length > kMaxHeaderBytes)
+      throw ProtocolError("a header of " + std::to_string(length) + " bytes (the limit is " + std::to_string(kMaxHeaderBytes) + ")");
+    if (buffer_.size() < kPrefixBytes + length) return std::nullopt;
+    const std::string text = buffer_.substr(kPrefixBytes, length);
+    Message m;
+    m.header = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (m.header.is_discarded() || !m.header.is_object())
+      throw ProtocolError("the header is not a JSON object: " + show_bytes(text));
+    m.arrays = arrays_of(m.header, payload_bytes_);
+    buffer_.erase(0, kPrefixBytes + length);
+    pending_ = std::move(m);
+  }
+  if (buffer_.size() < payload_bytes_) return std::nullopt;
+  Message m = std::move(*pending_);
+  pending_.reset();
+  m.payload = buffer_.substr(0, payload_bytes_);
+  buffer_.erase(0, payload_bytes_);
+  return m;
+}
+
+std::vector<int64_t> ints(const Message& m, std::string_view name) {
+  const Array& a = array_or_throw(m, name);
+  const size_t n = a.bytes / dtype_bytes(a.dtype);
+  std::vector<int64_t> out(n);
+  if (a.dtype == Dtype::i64) std::memcpy(out.data(), m.payload.data() + a.offset, a.bytes);
+  else if (a.dtype == Dtype::i32)
+    for (size_t i = 0; i < n; ++i) out[i] = read_at<int32_t>(m.payload, a.offset + 4 * i);
+  else throw ProtocolError("array " + std::string(name) + " holds " + kDtypeNames[int(a.dtype)] + ", not integers");
+  return out;
+}
+
+std::vector<double> floats(const Message& m, std::string_view name) {
+  const Array& a = array_or_throw(m, name);
+  const size_t n = a.bytes / dtype_bytes(a.dtype);
+  std::vector<double> out(n);
+  switch (a.dtype) {
+    case Dtype::f64: std::memcpy(out.data(), m.payload.data() + a.offset, a.bytes); break;
+    case Dtype::f32: for (size_t i = 0; i < n; ++i) out[i] = read_at<float>(m.payload, a.offset + 4 * i); break;
+    case Dtype::f16: for (size_t i = 0; i < n; ++i) out[i] = half_to_double(read_at<uint16_t>(m.payload, a.offset + 2 * i)); break;
+    default: throw ProtocolError("array " + std::string(name) + " holds " + kDtypeNames[int(a.dtype)] + ", not floats");
+  }
+  return out;
+}
+
+std::optional<std::vector<double>> optional_floats(const Message& m, std::string_view name) {
+  if (!m.find(name)) return std::nullopt;
+  return floats(m, name);
+}
+
+const Shape& shape_of(const Message& m, std::string_view name) { return array_or_throw(m, name).shape; }
+
+// ----------------------------------------------------------------- the data model
+void put_batch(Writer& w, const PackedBatch& b) {
+  w.header["batch"] = {{"mask", to_string(b.mask)}, {"window", {b.window.left, b.window.right}}, {"max_segments", b.max_segments}};
+  w.add("q_segment_ids", b.q.segment_ids.shape, b.q.segment_ids.data);
+  w.add("q_segment_pos", b.q.segment_pos.shape, b.q.segment_pos.data);
+  w.add("kv_segment_ids", b.kv.segment_ids.shape, b.kv.segment_ids.data);
+  w.add("kv_segment_pos", b.kv.segment_pos.shape, b.kv.segment_pos.data);
+}
+
+json shape_json(const AttentionShape& s) {
+  json scale = nullptr;  // JSON has no NaN or infinity: those travel as strings, as in case files
+  if (s.scale) scale = std::isnan(*s.scale) ? json("nan") : std::isinf(*s.scale) ? json(*s.scale > 0 ? "inf" : "-inf") : json(*s.scale);
+  return {{"heads_q", s.heads_q}, {"heads_kv", s.heads_kv}, {"head_dim", s.head_dim}, {"scale", scale},
+          {"dtype", to_string(s.dtype)}, {"backward", s.backward}};
+}
+
+void put_problem(Writer& w, const AttentionProblem& p) {
+  put_batch(w, p.batch);
+  w.header["shape"] = shape_json(p.shape);
+}
+
+void put_inputs(Writer& w, const AttentionProblem& p, const AttentionInputs& in, const std::string& prefix) {
+  int64_t rows = 0, tq = 0, tkv = 0;
+  if (const Expected<BatchLayout> l = validate_shapes(p.batch)) rows = l->rows(), tq = l->q_len, tkv = l->kv_len;
+  const Shape qs{rows, tq, p.shape.heads_q, p.shape.head_dim}, kvs{rows, tkv, p.shape.heads_kv, p.shape.head_dim};
+  w.add(prefix + "q", shaped(in.q.size(), qs), in.q);
+  w.add(prefix + "k", shaped(in.k.size(), kvs), in.k);
+  w.add(prefix + "v", shaped(in.v.size(), kvs), in.v);
+  if (p.shape.backward) w.add(prefix + "do", shaped(in.d_o.size(), qs), in.d_o);
+}
+
+json sharding_json(const Sharding& s) {
+  json mesh = json::array();
+  for (const MeshAxis& a : s.mesh.axes) mesh.push_back(json::array({a.name, a.size}));
+  auto spec = [](const PartitionSpec& p) { return json(p.dims); };
+  return {{"mesh", mesh}, {"q", spec(s.q)}, {"k", spec(s.k)}, {"v", spec(s.v)}, {"segment_ids", spec(s.segment_ids)}};
+}
+
+json sharded_shapes_json(const ShardedShapes& s) {
+  return {{"batch", s.batch}, {"q_len", s.q_len}, {"kv_len", s.kv_len},
+          {"heads_q", s.heads_q}, {"heads_kv", s.heads_kv}, {"head_dim", s.head_dim}};
+}
+
+json kv_problem_json(const KvBufferProblem& p) {
+  return {{"doc_lengths", p.doc_lengths}, {"micro_seq_tokens", p.micro_seq_tokens}, {"shape", shape_json(p.shape)}};
+}
+
+Metadata read_metadata(const Message& m) {
+  const Shape& shape = shape_of(m, "q_seqlens");
+  if (shape.size() < 2) throw ProtocolError("q_seqlens must be [..., B, M]; the reply's has shape " + shape_to_string(shape));
+  Metadata md;
+  md.extra.assign(shape.begin(), shape.end() - 2);
+  md.batch = shape[shape.size() - 2];
+  md.max_segments = shape.back();
+  md.q_seqlens = ints(m, "q_seqlens"), md.kv_seqlens = ints(m, "kv_seqlens");
+  md.q_offsets = ints(m, "q_offsets"), md.kv_offsets = ints(m, "kv_offsets");
+  md.cu_seqlens_q = ints(m, "cu_seqlens_q"), md.cu_seqlens_kv = ints(m, "cu_seqlens_kv");
+  md.ragged_offsets_q = ints(m, "ragged_offsets_q"), md.ragged_offsets_kv = ints(m, "ragged_offsets_kv");
+  return md;
+}
+
+namespace {
+std::optional<AttentionGradients> read_grads(const Message& m, bool backward) {
+  if (!backward) return std::nullopt;
+  return AttentionGradients{floats(m, "dq"), floats(m, "dk"), floats(m, "dv")};
+}
+}  // namespace
+
+AttentionResult read_attention_result(const Message& m, bool backward) {
+  return AttentionResult{floats(m, "o"), floats(m, "lse"), read_grads(m, backward)};
+}
+
+SmallSeqResult read_small_seq_result(const Message& m, bool backward) {
+  return SmallSeqResult{floats(m, "o"), floats(m, "p"), read_grads(m, backward)};
+}
+
+MicroSequenceMetadata read_micro_sequence(const Message& m) {
+  MicroSequenceMetadata md;
+  md.index = header_int(m, "index"), md.begin = header_int(m, "begin"), md.end = header_int(m, "end");
+  md.first_document_begin = header_int(m, "first_document_begin");
+  md.cu_seqlens_q = ints(m, "cu_seqlens_q"), md.cu_seqlens_k = ints(m, "cu_seqlens_k");
+  md.q_document = ints(m, "q_document"), md.q_position = ints(m, "q_position");
+  md.kv_document = ints(m, "kv_document"), md.kv_position = ints(m, "kv_position");
+  return md;
+}
+
+}  // namespace attn_oracle::wire

@@ -1,0 +1,119 @@
+# python_worker.cmake: the process backend end to end with Python workers
+# (docs/protocol.md), one ctest test per CASE (tests/CMakeLists.txt):
+#   numpy_backend_passes      examples/numpy_backend.py passes metadata and attention
+#   planted_fails_and_replays examples/planted_numpy_backend.py fails, shrinks to a
+#                             small case, and its printed replay line exits 3 with
+#                             the same message
+#   crashing_worker, hanging_worker, garbage_worker
+#                             each a clean failure of the case with the worker's
+#                             stderr in the output and in the report
+#   wrong_protocol_version    a clear error naming both versions, exit 1
+# Prints "SKIP: ..." (the test's SKIP_REGULAR_EXPRESSION) without python3 + numpy.
+# Each case costs 2-6 s, mostly Python starting.
+#
+# cmake -DCASE=... -DCLI=... -DPYTHON=... -DSOURCE_DIR=... -DWORK_DIR=... -P python_worker.cmake
+if(NOT PYTHON)
+  message("SKIP: no python3 was found at configure time")
+  return()
+endif()
+execute_process(COMMAND ${PYTHON} -c "import numpy" RESULT_VARIABLE no_numpy OUTPUT_QUIET ERROR_QUIET)
+if(no_numpy)
+  message("SKIP: ${PYTHON} has no numpy (scripts/setup installs it)")
+  return()
+endif()
+file(REMOVE_RECURSE ${WORK_DIR})
+set(ENV{PYTHONPATH} "${SOURCE_DIR}/python:${SOURCE_DIR}")
+set(ENV{ATTN_ORACLE_FAILURES_DIR} "${WORK_DIR}/failures")
+
+# Runs `CLI ARGS...` in the source directory into out, err, rc.
+function(run)
+  execute_process(COMMAND ${CLI} ${ARGN} WORKING_DIRECTORY ${SOURCE_DIR} TIMEOUT 120
+                  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  set(out "${out}" PARENT_SCOPE)
+  set(err "${err}" PARENT_SCOPE)
+  set(rc "${rc}" PARENT_SCOPE)
+endfunction()
+
+function(expect what pattern text)
+  string(REGEX MATCH "${pattern}" found "${text}")
+  if(NOT found)
+    message(FATAL_ERROR "${CASE}: ${what}: no match for `${pattern}` in:\n${text}")
+  endif()
+endfunction()
+
+function(expect_rc want)
+  if(NOT rc STREQUAL "${want}")
+    message(FATAL_ERROR "${CASE}: exit ${rc}, expected ${want}:\n${out}\n${err}")
+  endif()
+endfunction()
+
+function(check_worker worker filter cases)
+  run(check --backend "exec:${worker}" --filter ${filter} --cases ${cases} --report ${WORK_DIR}/report)
+  set(out "${out}" PARENT_SCOPE)
+  set(err "${err}" PARENT_SCOPE)
+  set(rc "${rc}" PARENT_SCOPE)
+endfunction()
+
+# A broken worker: the case fails with `message`, the worker's stderr line is
+# printed under the failure and kept in the report.
+function(expect_clean_failure message stderr_line)
+  expect_rc(1)
+  expect("the failure" "FAILED +metadata/matchesReference[^\n]*\n +${message}" "${out}")
+  expect("its counterexample" "counterexample \\(draw [0-9]+, [0-9]+ shrinks\\): [^\n]*\\.case\\.json" "${out}")
+  expect("the worker's stderr, printed" "stderr ended with:\n( +\\|[^\n]*\n)* +\\| ${stderr_line}" "${out}")
+  file(READ ${WORK_DIR}/report/conformance.json report)
+  expect("the worker's stderr, in the report" "\"backend_log\": \"[^\"]*${stderr_line}" "${report}")
+endfunction()
+
+set(example "${PYTHON} -m attn_oracle.worker examples")
+if(CASE STREQUAL "numpy_backend_passes")
+  foreach(property metadata/matchesReference attention/matchesReference)
+    check_worker("${example}.numpy_backend:Backend" ${property} 40)
+    expect_rc(0)
+    expect("the hello" "numpy-example 1 \\(attn-oracle-worker/1\\)\\): metadata attention" "${out}")
+    expect("a pass" "passed +${property} on exec:[^\n]*\\(([1-9][0-9]*) passed, [0-9]+ declined, 0 failed" "${out}")
+  endforeach()
+elseif(CASE STREQUAL "planted_fails_and_replays")
+  check_worker("${example}.planted_numpy_backend:Backend" metadata/matchesReference 100)
+  expect_rc(1)
+  string(REGEX MATCH "FAILED +metadata/matchesReference[^\n]*\n +([^\n]*)\n" _ "${out}")
+  set(message "${CMAKE_MATCH_1}")
+  expect("a shrunk case" "counterexample \\(draw [0-9]+, [1-9][0-9]* shrinks\\)" "${out}")
+  expect("a bottom-right case" "\"mask\": \"(padding_)?causal_bottom_right\"" "${out}")
+  string(REGEX MATCH "\n +replay: attn-oracle ([^\n]*)\n" _ "${out}")
+  set(replay "${CMAKE_MATCH_1}")
+  # Small: at most 4 tokens a side, one row, one document.
+  string(REGEX MATCH "counterexample [^\n]*: ([^\n]*\\.case\\.json)" _ "${out}")
+  file(READ "${CMAKE_MATCH_1}" case_text)
+  expect("one short row" "\"segment_ids\": \\[\n +\\[1(, 1)?(, 1)?(, 1)?\\]\n +\\]" "${case_text}")
+  execute_process(COMMAND sh -c "\"${CLI}\" ${replay}" WORKING_DIRECTORY ${SOURCE_DIR} TIMEOUT 60
+                  OUTPUT_VARIABLE replayed RESULT_VARIABLE rc)
+  expect_rc(3)
+  string(REPLACE "[" "\\[" quoted "${message}")
+  string(REPLACE "]" "\\]" quoted "${quoted}")
+  expect("the same failure on replay" "FAIL\n[^\n]*\n +metadata/matchesReference: ${quoted}" "${replayed}")
+elseif(CASE STREQUAL "crashing_worker")
+  check_worker("${PYTHON} tests/workers/crashing_worker.py" metadata/matchesReference 20)
+  expect_clean_failure("the worker ended while answering metadata: (SIGABRT|exit status 134)"
+                       "crashing_worker: aborting on 4 q tokens")
+elseif(CASE STREQUAL "hanging_worker")
+  set(ENV{ATTN_ORACLE_WORKER_TIMEOUT} 1)
+  string(TIMESTAMP start "%s")
+  check_worker("${PYTHON} tests/workers/hanging_worker.py" metadata/matchesReference 100)
+  string(TIMESTAMP end "%s")
+  expect_clean_failure("the worker answered nothing to metadata within 1 s" "hanging_worker: sleeping instead of answering")
+  math(EXPR seconds "${end} - ${start}")
+  if(seconds GREATER 30)
+    message(FATAL_ERROR "${CASE}: a 1 s hang took ${seconds} s to report: the time limit must bound the shrink")
+  endif()
+elseif(CASE STREQUAL "garbage_worker")
+  check_worker("${PYTHON} tests/workers/garbage_worker.py" metadata/matchesReference 20)
+  expect_clean_failure("the worker broke the protocol answering metadata: expected a frame starting with \"AOW1\", got \"Hello from a pri\""
+                       "garbage_worker: writing garbage")
+elseif(CASE STREQUAL "wrong_protocol_version")
+  check_worker("${PYTHON} tests/workers/wrong_protocol_worker.py" metadata/matchesReference 10)
+  expect_rc(1)
+  expect("a clear error" "the worker speaks protocol attn-oracle-worker/0; this build speaks attn-oracle-worker/1" "${err}")
+else()
+  message(FATAL_ERROR "unknown CASE ${CASE}")
+endif()
