@@ -90,11 +90,24 @@ def run_property(target: str, property_id: str, check_args: Sequence[str] = ()) 
     if not mine:
         return PropertyRun(property_id, "FAILED", output, "the report has no result for this property")
     result = mine[0]
-    return PropertyRun(property_id, result["verdict"], output, result.get("note") or result.get("message", ""))
+    failures = result.get("failures") or [{}]
+    message = result.get("note") or result.get("message") or failures[0].get("message", "")
+    return PropertyRun(property_id, result["verdict"], output, message)
+
+
+def _section(output: str, property_id: str) -> str:
+    """The check's lines about one property (its verdict line, mismatches,
+    counterexamples, replay and rerun lines); all of it when they cannot be found."""
+    lines = output.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.split()[1:2] == [property_id]]
+    if not starts:
+        return output
+    end = next((i for i in range(starts[0] + 1, len(lines)) if not lines[i].startswith("    ")), len(lines))
+    return "\n".join(lines[starts[0]:end])
 
 
 def _failure_text(run: PropertyRun) -> str:
-    return f"{run.property_id}: {run.verdict}\n{run.message}\n\n{run.output}"
+    return f"{run.property_id}: {run.verdict}: {run.message}\n\n{_section(run.output, run.property_id)}"
 
 
 class PropertyFailed(Exception):
@@ -184,8 +197,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if not cli.is_target(target):
         raise pytest.UsageError(f"attn_oracle_backend: expected MODULE:CLASS, found {target!r}")
     check_args = shlex.split(_setting(config, "attn_oracle_args"))
-    suite = Suite.from_parent(session, name=f"attn-oracle[{target}]", target=target, check_args=check_args)
-    items.extend(suite.collect())
+    name = f"attn-oracle[{target}]"
+    suite = Suite.from_parent(session, name=name, nodeid=name, target=target, check_args=check_args)
+    collected = list(suite.collect())
+    items.extend(collected)
+    # Reported like any collector's items, so that the counts and -k see them.
+    config.hook.pytest_collectreport(report=pytest.CollectReport(suite.nodeid, "passed", None, collected))
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

@@ -69,3 +69,33 @@ def test_the_console_script_runs_the_bundled_cli():
         pytest.skip(f"no console script next to {sys.executable}")
     done = subprocess.run([str(script), "backends"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "reference" in done.stdout
+
+
+# End to end: the example backends of examples/ through a worker process. Each
+# run starts the CLI, a child per property and a Python worker: 2-10 s.
+
+
+def test_check_passes_the_numpy_example(tmp_path):
+    done = python_m("check", "examples.numpy_backend:Backend", "--cases", "3", "--report", str(tmp_path / "report"),
+                    env={"ATTN_ORACLE_FAILURES_DIR": str(tmp_path / "failures")})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert " 0 failed" in done.stdout and "numpy_backend:Backend" in done.stdout
+    report = json.loads((tmp_path / "report" / "conformance.json").read_text())
+    passed = [r["property"] for r in report["results"] if r["verdict"] == "passed"]
+    assert "metadata/matchesReference" in passed and "attention/matchesReference" in passed
+
+
+def test_the_planted_example_fails_and_its_printed_replay_line_reproduces_it(tmp_path):
+    done = python_m("check", "examples.planted_numpy_backend:Backend", "--filter", "metadata/matchesReference",
+                    "--report", str(tmp_path / "report"), env={"ATTN_ORACLE_FAILURES_DIR": str(tmp_path / "failures")})
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = [line.strip() for line in done.stdout.splitlines()]
+    mismatch = lines[lines.index(next(l for l in lines if l.startswith("FAILED"))) + 1]
+    replay = next(l for l in lines if l.startswith("replay: "))[len("replay: "):]
+    assert replay.startswith(cli.program_name() + " replay --backend 'exec:")
+    case_path = Path(next(l for l in lines if l.startswith("counterexample")).split(": ", 1)[1])
+    shrunk = json.loads(case_path.read_text())
+    assert shrunk["mask"].endswith("bottom_right") and len(shrunk["q"]["segment_ids"][0]) <= 4
+    replayed = subprocess.run(["/bin/sh", "-c", replay], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert replayed.returncode == 3, replayed.stdout + replayed.stderr
+    assert replayed.stdout.startswith("FAIL") and mismatch in replayed.stdout
