@@ -127,7 +127,9 @@ class Case:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], path: Optional[PathLike] = None) -> "Case":
-        """A case from a case file's JSON object (arrays or lists), validated by the C++ reader."""
+        """A case from a case file's JSON object (arrays or lists; ``schema``
+        defaults to the current one), validated by the C++ reader."""
+        data = {"schema": _core.CASE_SCHEMA, **data}
         text = _core.normalize_case(json.dumps(to_json(data), allow_nan=False))
         return cls._from_canonical(json.loads(text), path)
 
