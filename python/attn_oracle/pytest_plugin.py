@@ -40,7 +40,7 @@ import pytest
 
 from . import cli
 
-PROPERTY_OUTCOMES = {"passed": "passed", "xfail": "passed", "skipped": "skipped"}
+PROPERTY_OUTCOMES = {"passed": "passed", "skipped": "skipped", "xfail": "xfailed"}
 
 
 # ---------------------------------------------------------------------------
@@ -70,7 +70,7 @@ class PropertyRun:
 
     @property
     def outcome(self) -> str:
-        """pytest's word for it: passed, failed or skipped."""
+        """pytest's word for it: passed, failed, skipped or xfailed (listed in --xfails)."""
         return PROPERTY_OUTCOMES.get(self.verdict, "failed")
 
 
@@ -118,11 +118,14 @@ class PropertyFailed(Exception):
 
 def check_property(target: str, property_id: str, check_args: Sequence[str] = ()) -> None:
     """Runs one property and turns its verdict into pytest's: returns on a
-    pass, ``pytest.skip`` on a skip, raises :class:`PropertyFailed` with the
+    pass, ``pytest.skip`` on a skip, ``pytest.xfail`` on an expected failure
+    (``--xfails``), raises :class:`PropertyFailed` with the
     check's output (counterexample, replay line) otherwise."""
     run = run_property(target, property_id, check_args)
     if run.outcome == "skipped":
         pytest.skip(f"{property_id}: {run.message or 'skipped'}")
+    if run.outcome == "xfailed":
+        pytest.xfail(f"{property_id}: {run.message or 'an expected failure'}")
     if run.outcome == "failed":
         raise PropertyFailed(run)
 

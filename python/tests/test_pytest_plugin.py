@@ -58,3 +58,11 @@ def test_one_line_in_a_test_module_does_the_same(tmp_path):
         "test_numpy = conformance_test('examples.numpy_backend:Backend', '--cases', '3')\n")
     done = run_pytest(tmp_path, "-q", "-k", "matchesReference and metadata")
     assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_listed_expected_failure_is_an_xfail(tmp_path):
+    (tmp_path / "xfails.txt").write_text("metadata/matchesReference # the planted bottom-right bug\n")
+    done = run_pytest(tmp_path, "-k", "metadata/matchesReference", "--attn-oracle-backend",
+                      "examples.planted_numpy_backend:Backend",
+                      "--attn-oracle-args", f"--cases 50 --xfails {tmp_path / 'xfails.txt'}")
+    assert done.returncode == 0 and "1 xfailed" in done.stdout, done.stdout + done.stderr
