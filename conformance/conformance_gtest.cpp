@@ -26,6 +26,7 @@
 #include <map>
 #include <sstream>
 
+#include "attn_oracle/generators.hpp"
 #include "attn_oracle/harness/isolation.hpp"
 #include "attn_oracle/harness/program.hpp"
 #include "attn_oracle/harness/report.hpp"
@@ -77,6 +78,7 @@ void write_result(const CheckResult& r, const RunSettings& s) {
   CheckReport report;
   report.versions = suite_versions();
   report.seed = s.seed, report.cases = s.cases, report.max_size = s.max_size, report.max_failures = s.max_failures;
+  report.profile = std::string(to_string(size_profile()));
   report.shards = {std::to_string(s.shard_index + 1) + "/" + std::to_string(s.shard_count)};
   report.failures_dir = std::filesystem::absolute(s.failures_dir).string();
   auto backend = BackendRegistry::instance().make(r.outcome.backend);

@@ -19,7 +19,9 @@ def at_most(d, bound):  # d <= bound for an int64 array and any Python int, with
 
 
 def previous(a):  # a[:, t - 1], 0 before the first token
-    return np.pad(a, ((0, 0), (1, 0)))[:, :-1]
+    out = np.zeros_like(a)
+    out[:, 1:] = a[:, :-1]
+    return out
 
 
 class Backend:
@@ -36,12 +38,15 @@ class Backend:
             assert all(i.ndim >= 2 and 2 <= p.ndim <= i.ndim and p.shape == i.shape[i.ndim - p.ndim:] for i, p in zip(ids, pos))
             assert ids[0].shape[-2] == ids[1].shape[-2] and b.max_segments >= 1
             extra = np.broadcast_shapes(ids[0].shape[:-2], ids[1].shape[:-2])
-            flat = [np.broadcast_to(a, extra + i.shape[-2:]).reshape(-1, i.shape[-1]) for i, p in zip(ids, pos) for a in (i, p)]
+            flat = [a if a.shape == extra + i.shape[-2:] else np.broadcast_to(a, extra + i.shape[-2:])
+                    for i, p in zip(ids, pos) for a in (i, p)]
+            flat = [a.reshape(-1, a.shape[-1]) for a in flat]
             for i, p in zip(flat[::2], flat[1::2]):
-                start, same = (i != 0) & (i != previous(i)), (i != 0) & (i == previous(i))
+                before, nonzero = previous(i), i != 0
+                start, same = nonzero & (i != before), nonzero & (i == before)
                 assert (i >= 0).all() and (i <= b.max_segments).all() and (p >= 0).all()
-                assert (i[start] > np.maximum.accumulate(previous(i), axis=1)[start]).all()
-                assert (p[same] > previous(p)[same]).all() and ("padding" in b.mask or (i != 0).all())
+                assert (i[start] > np.maximum.accumulate(before, axis=1)[start]).all()
+                assert (p[same] > previous(p)[same]).all() and ("padding" in b.mask or nonzero.all())
         except (AssertionError, ValueError):
             raise Unsupported("not a valid batch (this example does not validate)")
         return extra, ids[0].shape[-2], flat
@@ -61,8 +66,10 @@ class Backend:
         for r in range(rows):
             a = self.attends(b.mask, qi[r], qp[r], ki[r], kp[r])
             for side, ids, valid in (("q", qi[r], a.any(1)), ("kv", ki[r], a.any(0))):
-                docs, first = np.unique(ids[valid], return_index=True)
-                starts, lengths = np.flatnonzero(valid)[first], np.bincount(ids[valid])[docs]
+                run = np.where(valid, ids, -1)  # a document's valid tokens are one run (DESIGN section 4)
+                starts = np.flatnonzero(valid & (run != previous(run[None])[0]))
+                docs = ids[starts]
+                lengths = np.bincount(ids[valid], minlength=m + 1)[docs]
                 out[f"{side}_seqlens"][r, docs - 1], out[f"{side}_offsets"][r, : len(docs)] = lengths, starts
                 cu[side] += list(cu[side][-1] + np.cumsum(lengths))
                 ragged[side] += list(r * len(ids) + starts)

@@ -99,6 +99,8 @@ TEST(CheckCommand, ReportHoldsVersionsSettingsAndPerPropertyCounts) {
   for (const char* k : {"attn-oracle", "commit", "compiler"}) EXPECT_TRUE(j["versions"].contains(k)) << k;
   EXPECT_EQ(j["settings"]["seed"], 7);
   EXPECT_EQ(j["settings"]["cases"], 20);
+  EXPECT_EQ(j["settings"]["profile"], "ci");
+  EXPECT_NE(slurp(kDir / "ref" / "conformance.md").find("size profile ci"), std::string::npos);
   ASSERT_FALSE(j["results"].empty());
   for (const json& r : j["results"]) {
     EXPECT_EQ(r["verdict"], "passed") << r["id"];
@@ -195,6 +197,14 @@ TEST(CheckCommand, TwoShardsMergedEqualOneRun) {
     EXPECT_EQ(a["decline_reasons"], b["decline_reasons"]) << a["id"];
     EXPECT_EQ(a["mix"], b["mix"]) << a["id"];
   }
+  // Shards drawn from different size profiles are different runs.
+  json deep = report_json("shard1");
+  deep["settings"]["profile"] = "deep";
+  std::ofstream(kDir / "shard1" / "conformance.json") << deep.dump();
+  EXPECT_NE(run_cli({"report", "merge", "--out", (kDir / "merged").string(), (kDir / "shard0" / "conformance.json").string(),
+                     (kDir / "shard1" / "conformance.json").string()},
+                    env),
+            0);
 }
 
 // A metadata backend whose every other answer is the reference's with one

@@ -159,7 +159,7 @@ TEST(PlantedBugs, BugsOfEachInputClassAreFoundOnNineOfTenSeeds) {
   const std::map<std::string, int> at_least = {
       {"drop_keys_past_64", 10}, {"wide_head_upper_half_unstored", 10}, {"gap_counted_in_previous_document", 9},
       {"equal_positions_accepted", 9}, {"top_left_for_bottom_right", 9}, {"too_many_before_noncontiguous", 9},
-      {"size_one_dims_only_leading", 9}, {"outputs_truncated", 9}};
+      {"size_one_dims_only_leading", 9}, {"outputs_truncated", 9}, {"one_sided_document_counted", 9}};
   for (const PlantedBug& bug : all_bugs()) {
     if (!at_least.count(bug.name)) continue;
     int seeds_found = 0;
@@ -175,6 +175,22 @@ TEST(PlantedBugs, BugsOfEachInputClassAreFoundOnNineOfTenSeeds) {
       std::cout << "[ planted  ] " << bug.name << ", seed " << seed << ": found at draw " << found_at << "\n";
     }
     EXPECT_GE(seeds_found, at_least.at(bug.name)) << bug.name << " found on " << seeds_found << " seeds of 10";
+  }
+}
+
+// Metadata bugs that attention shows are integer bugs too: each planted for
+// metadata/drivesAttentionLikeTheReference also fails the exact property, and
+// the message of the one that drops keys names the field.
+TEST(PlantedBugs, MetadataBugsAttentionShowsAlsoFailTheExactProperty) {
+  for (const PlantedBug& bug : planted::metadata_bugs()) {
+    if (bug.property != "metadata/drivesAttentionLikeTheReference") continue;
+    auto backend = bug.make();
+    const PropertyOutcome exact = run_property(*find_property("metadata/matchesReference"), *backend, planted_settings());
+    EXPECT_EQ(exact.status, PropertyOutcome::Status::failed) << bug.name;
+    const PropertyOutcome through = run_property(*find_property(bug.property), *backend, planted_settings());
+    ASSERT_EQ(through.status, PropertyOutcome::Status::failed) << bug.name;
+    if (bug.name == "last_key_of_each_row_dropped")
+      EXPECT_NE(through.failures.at(0).message.find("cu_seqlens_kv["), std::string::npos) << through.failures.at(0).message;
   }
 }
 

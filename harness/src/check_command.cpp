@@ -20,6 +20,7 @@
 #include <random>
 #include <sstream>
 
+#include "attn_oracle/generators.hpp"
 #include "attn_oracle/harness/isolation.hpp"
 #include "attn_oracle/harness/report.hpp"
 #include "attn_oracle/harness/test_lists.hpp"
@@ -212,6 +213,7 @@ CheckReport start_report(const CheckOptions& options, const RunSettings& setting
   report.seed = settings.seed;
   report.cases = settings.cases;
   report.max_size = settings.max_size;
+  report.profile = std::string(to_string(size_profile()));
   report.max_failures = settings.max_failures;
   report.shards = {std::to_string(settings.shard_index + 1) + "/" + std::to_string(settings.shard_count)};
   report.filter = options.filter;

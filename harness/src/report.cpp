@@ -327,6 +327,7 @@ std::string report_json(const CheckReport& report) {
   for (const auto& [k, v] : report.versions) versions[k] = v;
   j["versions"] = versions;
   j["settings"] = {{"seed", report.seed},          {"cases", report.cases},         {"max_size", report.max_size},
+                   {"profile", report.profile},
                    {"max_failures", report.max_failures}, {"shards", report.shards}, {"filter", report.filter},
                    {"skips", report.skips_file},   {"xfails", report.xfails_file},  {"failures_dir", report.failures_dir}};
   j["backends"] = ojson::array();
@@ -353,6 +354,7 @@ Expected<CheckReport> report_from_json(const json& j) {
     const json s = j.value("settings", json::object());
     r.seed = s.value("seed", uint64_t{0});
     r.cases = s.value("cases", 0), r.max_size = s.value("max_size", 0), r.max_failures = s.value("max_failures", 0);
+    r.profile = s.value("profile", "ci");
     r.shards = s.value("shards", std::vector<std::string>{});
     r.filter = s.value("filter", ""), r.skips_file = s.value("skips", ""), r.xfails_file = s.value("xfails", "");
     r.failures_dir = s.value("failures_dir", "");
@@ -376,7 +378,7 @@ std::string report_markdown(const CheckReport& report) {
   for (const BackendInfo& b : report.backends)
     os << "- backend `" << b.name << "`: " << b.version << " (" << joined(b.capabilities, ", ") << ")\n";
   os << "\n## Settings\n\n- seed " << report.seed << ", " << report.cases << " draws per property, max_size "
-     << report.max_size << ", up to " << report.max_failures << " distinct failures per property\n";
+     << report.max_size << ", size profile " << report.profile << ", up to " << report.max_failures << " distinct failures per property\n";
   os << "- shards: " << joined(report.shards, ", ") << "\n";
   if (!report.filter.empty()) os << "- filter: `" << report.filter << "`\n";
   if (!report.skips_file.empty()) os << "- skips: `" << report.skips_file << "`\n";
@@ -411,10 +413,10 @@ Expected<CheckReport> merge_reports(const std::vector<CheckReport>& shards) {
   merged.shards.clear();
   merged.warnings.clear();
   for (const CheckReport& s : shards) {
-    if (s.seed != merged.seed || s.cases != merged.cases)
+    if (s.seed != merged.seed || s.cases != merged.cases || s.profile != merged.profile)
       return Error{ErrorCode::bad_case, "reports of different runs: seed " + std::to_string(s.seed) + ", " +
-                                            std::to_string(s.cases) + " cases against seed " + std::to_string(merged.seed) +
-                                            ", " + std::to_string(merged.cases)};
+                                            std::to_string(s.cases) + " cases, profile " + s.profile + " against seed " + std::to_string(merged.seed) +
+                                            ", " + std::to_string(merged.cases) + " cases, profile " + merged.profile};
     merged.interrupted = merged.interrupted || s.interrupted;
     merged.shards.insert(merged.shards.end(), s.shards.begin(), s.shards.end());
     for (const std::string& w : s.warnings)

@@ -54,7 +54,7 @@ struct Drawn {
 Drawn supported_case(Backend& backend, const Case& c) {
   const AttentionCase& a = payload_of<AttentionCase>(c);
   const Expected<AttentionInputs> inputs = attention_inputs(a);
-  if (!inputs) fail_case("the case has no inputs: " + describe(inputs.error()));
+  if (!inputs) fail_with("the case has no inputs: ", inputs.error());
   if (auto e = validate_attention(a.problem, &inputs.value()); !e) decline_case("not a valid problem: " + describe(e.error()));
   if (auto reason = backend.attention()->unsupported(a.problem)) decline_case("unsupported: " + *reason);
   return Drawn{a.problem, inputs.value()};
@@ -71,7 +71,7 @@ void decline_unrepresentable(Backend& backend, const AttentionProblem& p) {
 
 AttentionResult run_or_fail(Backend& backend, const AttentionProblem& p, const AttentionInputs& in) {
   Expected<AttentionResult> r = backend.attention()->attention(p, in);
-  if (!r) decline_if_unsupported(r.error()), fail_case("backend rejected a valid input: " + describe(r.error()));
+  if (!r) fail_with("backend rejected a valid input: ", r.error());
   return std::move(r).value();
 }
 
@@ -224,7 +224,7 @@ void extreme_integers_change_nothing(Backend& backend, const Case& c) {
   decline_unrepresentable(backend, d.problem);
   const AttentionResult want = oracle().dense(d.problem, d.inputs).value();
   const Expected<AttentionResult> truth = oracle().dense(extreme, d.inputs);
-  if (!truth) fail_case("the reference rejected the extreme form: " + describe(truth.error()) + " (oracle suspect)");
+  if (!truth) fail_with("the reference rejected the extreme form: ", truth.error(), " (oracle suspect)");
   const bool same_grads = !want.grads || (truth->grads && truth->grads->dq == want.grads->dq &&
                                           truth->grads->dk == want.grads->dk && truth->grads->dv == want.grads->dv);
   if (truth->o != want.o || truth->lse != want.lse || !same_grads)
@@ -314,7 +314,7 @@ void guard_bands_stay_poisoned(Backend& backend, const Case& c) {
   const Drawn d = supported_case(backend, c);
   GuardedAttentionBuffers buffers(d.problem);
   if (auto e = backend.attention()->attention_into(d.problem, d.inputs, buffers.buffers()))
-    fail_case("attention_into rejected a valid input: " + describe(*e));
+    fail_with("attention_into rejected a valid input: ", *e);
   if (auto violation = buffers.first_violation()) fail_case(*violation);
 }
 

@@ -282,6 +282,8 @@ SizeProfile size_profile() {
   return p && std::string(p) == "deep" ? SizeProfile::deep : SizeProfile::ci;
 }
 
+std::string_view to_string(SizeProfile profile) { return profile == SizeProfile::deep ? "deep" : "ci"; }
+
 rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
   if (size_profile() == SizeProfile::deep) {
     o.max_len = std::max(o.max_len, kDeepMaxLen), o.max_docs = std::max(o.max_docs, 16);

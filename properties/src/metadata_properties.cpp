@@ -9,6 +9,7 @@
 
 #include "attn_oracle/batch_transforms.hpp"
 #include "attn_oracle/generators.hpp"
+#include "attn_oracle/metadata_through_attention.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/validate.hpp"
@@ -35,7 +36,7 @@ Expected<Metadata> metadata_of(Backend& backend, const PackedBatch& batch) {
 
 Metadata metadata_or_fail(Backend& backend, const PackedBatch& batch) {
   Expected<Metadata> md = metadata_of(backend, batch);
-  if (!md) fail_case("backend rejected a valid input: " + describe(md.error()));
+  if (!md) fail_with("backend rejected a valid input: ", md.error());
   return md.value();
 }
 
@@ -126,7 +127,7 @@ void rejects_invalid_inputs(Backend& backend, const Case& c) {
   const Expected<Metadata> got = metadata_of(backend, batch);
   if (got) fail_case("accepted an input that must give " + expected);
   if (to_string(got.error().code) != expected)
-    fail_case("gave " + describe(got.error()) + " where " + expected + " was due");
+    fail_with("gave ", got.error(), " where " + expected + " was due");
 }
 
 // Small arbitrary inputs, valid or not: the same metadata, or the same code.
@@ -135,7 +136,7 @@ void arbitrary_inputs_match_reference(Backend& backend, const Case& c) {
   const Expected<Metadata> want = ref::metadata(batch), got = metadata_of(backend, batch);
   classify(true, want ? std::string("valid") : std::string(to_string(want.error().code)));
   if (want && !got) fail_case("rejected with " + describe(got.error()) + "; the reference accepts it");
-  if (!want && got) fail_case("accepted; the reference gives " + describe(want.error()));
+  if (!want && got) fail_with("accepted; the reference gives ", want.error());
   if (!want && got.error().code != want.error().code)
     fail_case("gave " + describe(got.error()) + "; the reference gives " + describe(want.error()));
   if (want) {
@@ -291,7 +292,7 @@ void extreme_positions_change_nothing(Backend& backend, const Case& c) {
   const PackedBatch extreme = at_extreme_integers(batch, drawn_value<int64_t>(c, "margin", 0), -1, -1);
   const Metadata want = ref::metadata(batch).value();
   const Expected<Metadata> truth = ref::metadata(extreme);
-  if (!truth) fail_case("the reference rejected the extreme form: " + describe(truth.error()) + " (oracle suspect)");
+  if (!truth) fail_with("the reference rejected the extreme form: ", truth.error(), " (oracle suspect)");
   if (const std::string diff = first_difference(truth.value(), want); !diff.empty())
     fail_case("the reference changed with the extreme positions (oracle suspect): " + diff);
   const std::string diff = first_difference(metadata_or_fail(backend, extreme), want);
@@ -303,6 +304,17 @@ Case draw_extreme_positions(Backend&) {
 }
 
 Case draw_valid(Backend&) { return metadata_case(*packed_batch()); }
+
+// The backend's metadata drives a float64 varlen kernel over inputs poisoned
+// with NaN wherever no document is (metadata_through_attention.hpp): it must
+// compute what the reference's metadata makes it compute, bit for bit. A wrong
+// integer that attention never reads passes here and fails matchesReference.
+void drives_attention_like_the_reference(Backend& backend, const Case& c) {
+  const PackedBatch& batch = batch_of(c);
+  valid_layout_or_decline(batch);
+  const Metadata got = metadata_or_fail(backend, batch);
+  if (auto difference = attention_difference(batch, got, ref::metadata(batch).value())) fail_case(*difference);
+}
 Case draw_arbitrary(Backend&) { return metadata_case(*arbitrary_batch()); }
 
 Case draw_trailing_padding(Backend&) {
@@ -332,6 +344,10 @@ std::vector<PropertyDef> metadata_properties() {
       {"metadata/arbitraryInputsMatchReference", m,
        "small arbitrary inputs, valid or not, give the reference's metadata or error code", draw_arbitrary,
        arbitrary_inputs_match_reference},
+      {"metadata/drivesAttentionLikeTheReference", m,
+       "a varlen kernel driven by the metadata computes what the reference's metadata makes it compute, "
+       "NaN in every token no document holds",
+       draw_valid, drives_attention_like_the_reference},
       {"metadata/compactedFormPairsDocuments", m, "the s-th compacted q and kv entries are the same document",
        draw_valid, compacted_form_pairs_documents},
       {"metadata/rowsAreIndependent", m, "a row computed alone equals that row of the batch", draw_valid,

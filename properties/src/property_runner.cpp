@@ -19,6 +19,8 @@
 namespace attn_oracle {
 namespace {
 
+std::string over_budget_reason(const Error& e) { return "over the memory budget (" + e.message + ")"; }
+
 thread_local std::vector<std::string>* current_labels = nullptr;
 
 // ------------------------------------------------------------------ one trial
@@ -52,6 +54,11 @@ Trial run_trial(const PropertyDef& p, Backend& backend, const rc::Shrinkable<Cas
     t.kind = Trial::Kind::failed, t.message = b.what(), t.backend_log = b.log, t.hung = b.hung;
   } catch (const rc::GenerationFailure& g) {
     t.kind = Trial::Kind::declined, t.message = std::string("generation failed: ") + g.what();
+  } catch (const BadExpectedAccess& e) {
+    // A value the check was sure of (the oracle's, mostly) was an error instead.
+    const bool budget = e.error.code == ErrorCode::over_memory_budget;
+    t.kind = budget ? Trial::Kind::declined : Trial::Kind::failed;
+    t.message = budget ? over_budget_reason(e.error) : std::string("exception: ") + e.what();
   } catch (const std::exception& e) {
     t.kind = Trial::Kind::failed, t.message = std::string("exception: ") + e.what();
   } catch (...) {
@@ -59,11 +66,6 @@ Trial run_trial(const PropertyDef& p, Backend& backend, const rc::Shrinkable<Cas
   }
   current_labels = nullptr;
   t.worst_ratio = ratios.worst();
-  // The memory budget is the suite's limit, not a verdict on the backend: a
-  // check that ran into it (the reference's refusal, or the backend passing
-  // the code on) judged nothing. Drawn cases stay far below the default budget.
-  if (t.kind == Trial::Kind::failed && t.message.find(to_string(ErrorCode::over_memory_budget)) != std::string::npos)
-    t.kind = Trial::Kind::declined, t.message = "over the memory budget (" + t.message + ")";
   return t;
 }
 
@@ -245,6 +247,12 @@ std::vector<std::string> wholly_declined_classes(const PropertyOutcome& o) {
 
 void fail_case(const std::string& message) { throw CaseFailure{message}; }
 void decline_case(const std::string& reason) { throw CaseDeclined{reason}; }
+
+void fail_with(const std::string& before, const Error& error, const std::string& after) {
+  decline_if_unsupported(error);
+  if (error.code == ErrorCode::over_memory_budget) decline_case(over_budget_reason(error));
+  fail_case(before + std::string(to_string(error.code)) + " (" + error.message + ")" + after);
+}
 
 void classify(bool holds, const std::string& label) {
   if (holds && current_labels) current_labels->push_back(label);

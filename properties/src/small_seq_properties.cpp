@@ -46,7 +46,7 @@ struct Drawn {
 Drawn supported_case(Backend& backend, const Case& c) {
   const SmallSeqCase& s = payload_of<SmallSeqCase>(c);
   const Expected<AttentionInputs> inputs = attention_inputs(s);
-  if (!inputs) fail_case("the case has no inputs: " + describe(inputs.error()));
+  if (!inputs) fail_with("the case has no inputs: ", inputs.error());
   if (auto docs = small_seq_documents(s.problem, &inputs.value()); !docs)
     decline_case("not a valid small-seq problem (" + describe(docs.error()) + "); rejectsInvalidInputsWithTheirCode judges those");
   if (auto reason = backend.small_seq()->unsupported(s.problem)) decline_case("unsupported: " + *reason);
@@ -57,7 +57,7 @@ Drawn supported_case(Backend& backend, const Case& c) {
 
 SmallSeqResult run_or_fail(Backend& backend, const AttentionProblem& p, const AttentionInputs& in) {
   Expected<SmallSeqResult> r = backend.small_seq()->small_seq(p, in);
-  if (!r) decline_if_unsupported(r.error()), fail_case("backend rejected a valid small-seq input: " + describe(r.error()));
+  if (!r) fail_with("backend rejected a valid small-seq input: ", r.error());
   return std::move(r).value();
 }
 
@@ -86,7 +86,7 @@ void matches_general_attention(Backend& backend, const Case& c) {
       decline_case("not representable: " + r.first_difference);
   const SmallSeqResult small = run_or_fail(backend, d.problem, d.inputs);
   Expected<AttentionResult> general = backend.attention()->attention(d.problem, d.inputs);
-  if (!general) decline_if_unsupported(general.error()), fail_case("the backend's attention rejected a valid input: " + describe(general.error()));
+  if (!general) fail_with("the backend's attention rejected a valid input: ", general.error());
   // Two runs of one backend: the budget is the float64 truth's (tolerance.hpp), lse aside.
   const AttentionResult got{small.o, general->lse, small.grads};
   assert_within_tolerance(check_relation_tolerance(d.problem, d.inputs, got, general.value()));
@@ -159,7 +159,7 @@ Case draw_invalid(Backend& backend) {
 void rejects_invalid_inputs(Backend& backend, const Case& c) {
   const SmallSeqCase& s = payload_of<SmallSeqCase>(c);
   const Expected<AttentionInputs> inputs = attention_inputs(s);
-  if (!inputs) fail_case("the case has no inputs: " + describe(inputs.error()));
+  if (!inputs) fail_with("the case has no inputs: ", inputs.error());
   const Expected<SmallSeqResult> want = ref::small_seq(s.problem, inputs.value());
   const std::string expected =
       drawn_value<std::string>(c, "expected_code", want ? "" : std::string(to_string(want.error().code)));
@@ -169,7 +169,7 @@ void rejects_invalid_inputs(Backend& backend, const Case& c) {
   if (got) fail_case("accepted an input that must give " + expected);
   decline_if_unsupported(got.error());
   if (to_string(got.error().code) != expected)
-    fail_case("gave " + describe(got.error()) + " where " + expected + " was due");
+    fail_with("gave ", got.error(), " where " + expected + " was due");
 }
 
 }  // namespace

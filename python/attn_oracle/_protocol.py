@@ -14,6 +14,7 @@ module. Tested end to end by the ctest ``python_worker.*`` tests.
 from __future__ import annotations
 
 import json
+import math
 import struct
 
 import numpy as np
@@ -67,7 +68,7 @@ def read_frame(stream) -> tuple[dict, dict[str, np.ndarray]] | None:
         dtype = _WIRE_DTYPES.get(dtype_name)
         if dtype is None:
             raise ProtocolError(f"array {name} has dtype {dtype_name!r}")
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(shape)
         layout.append((name, dtype, tuple(shape), total, count))
         total += count * dtype.itemsize
     payload = _read_exactly(stream, total) if total else bytearray()
@@ -81,6 +82,8 @@ def read_frame(stream) -> tuple[dict, dict[str, np.ndarray]] | None:
 def wire_array(value) -> np.ndarray:
     """A value as an array of a wire dtype: integers as i64/i32, floats as f64/f32/f16."""
     a = np.asarray(value)
+    if a.dtype in _WIRE_NAMES and a.flags.c_contiguous:  # the common case, no copy
+        return a
     if a.dtype.newbyteorder("<") in _WIRE_NAMES:
         return np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
     if a.dtype.kind in "iub":

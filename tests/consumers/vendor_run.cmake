@@ -43,6 +43,14 @@ file(WRITE ${BINARY_DIR}/ctest-output.txt "${ctest_out}")
 if(ctest_rc EQUAL 0)
   fail("ctest passed; the planted bugs should fail it")
 endif()
+# A failure names its source location relative to attn-oracle, never by a path
+# inside the tree the package was built in.
+if(ctest_out MATCHES "(/[^ \n:]*conformance_gtest\\.cpp):[0-9]+")
+  fail("a failure names an absolute source path: ${CMAKE_MATCH_1}")
+endif()
+if(NOT ctest_out MATCHES "conformance/conformance_gtest\\.cpp:[0-9]+: Failure")
+  fail("no failure names conformance/conformance_gtest.cpp")
+endif()
 
 # --- the report
 set(report_dir ${BINARY_DIR}/packed_meta_conformance-report)

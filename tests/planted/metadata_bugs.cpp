@@ -264,6 +264,56 @@ Expected<Metadata> gap_counted_in_previous_document(const PackedBatch& batch) {
   return m;
 }
 
+// Each side's lengths counted from its own ids (a bincount per side): a
+// document with tokens on one side only keeps them, although a document with no
+// keys (or no queries) has no valid tokens on either side.
+Expected<Metadata> one_sided_document_counted(const PackedBatch& batch) {
+  auto md = ref::metadata(batch);
+  if (!md) return md;
+  Metadata m = md.value();
+  const BatchLayout l = validate_shapes(batch).value();
+  const int64_t M = m.max_segments;
+  for (int64_t r = 0; r < l.rows(); ++r) {
+    const RowView q = side_row(batch.q, l.q_extra, l, r), kv = side_row(batch.kv, l.kv_extra, l, r);
+    auto count = [](const RowView& row, int64_t id) { return std::count(row.ids, row.ids + row.len, id); };
+    for (int64_t k = 0; k < M; ++k) {
+      const int64_t nq = count(q, k + 1), nkv = count(kv, k + 1);
+      if ((nq == 0) == (nkv == 0)) continue;
+      m.q_seqlens[r * M + k] = nq, m.kv_seqlens[r * M + k] = nkv;
+    }
+  }
+  return m;
+}
+
+// cu_seqlens_kv started at the first document's begin instead of 0 (the kv
+// buffer's `cu_seqlens_k[0] = first_document_begin`, in a packed batch): the
+// first document's keys are cut short by its leading padding.
+Expected<Metadata> cu_seqlens_kv_from_first_document_begin(const PackedBatch& batch) {
+  auto md = ref::metadata(batch);
+  if (!md || md.value().documents() == 0) return md;
+  Metadata m = md.value();
+  m.cu_seqlens_kv[0] = m.ragged_offsets_kv[0];
+  return m;
+}
+
+// The prefix sums of the kv lengths leave out each row's last key: the last
+// document of every row loses its tail (an exclusive end taken as inclusive).
+Expected<Metadata> last_key_of_each_row_dropped(const PackedBatch& batch) {
+  auto md = ref::metadata(batch);
+  if (!md) return md;
+  Metadata m = md.value();
+  const int64_t tkv = validate_shapes(batch).value().kv_len, S = m.documents();
+  int64_t dropped = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    const bool last_of_row = s + 1 == S || m.ragged_offsets_kv[s + 1] / tkv != m.ragged_offsets_kv[s] / tkv;
+    const int64_t length = m.cu_seqlens_kv[s + 1] - m.cu_seqlens_kv[s];
+    m.cu_seqlens_kv[s] -= dropped;
+    if (last_of_row && length > 0) ++dropped;
+  }
+  m.cu_seqlens_kv[S] -= dropped;
+  return m;
+}
+
 }  // namespace
 
 std::vector<PlantedBug> metadata_bugs() {
@@ -292,6 +342,9 @@ std::vector<PlantedBug> metadata_bugs() {
       bug("too_many_before_noncontiguous", "validation order wrong: too_many_segments reported before noncontiguous_segment", "metadata/arbitraryInputsMatchReference", too_many_before_noncontiguous),
       bug("equal_positions_accepted", "positions compared with < for <=: an equal position inside a document accepted", "metadata/rejectsInvalidInputsWithTheirCode", equal_positions_accepted),
       bug("gap_counted_in_previous_document", "a length taken as next start minus own start: padding between documents counted", "metadata/matchesReference", gap_counted_in_previous_document),
+      bug("one_sided_document_counted", "lengths counted per side: a document with tokens on one side only kept them", "metadata/matchesReference", one_sided_document_counted),
+      bug("cu_seqlens_kv_from_first_document_begin", "cu_seqlens_kv started at the first document's begin, not 0", "metadata/drivesAttentionLikeTheReference", cu_seqlens_kv_from_first_document_begin),
+      bug("last_key_of_each_row_dropped", "the kv prefix sums left out each row's last key", "metadata/drivesAttentionLikeTheReference", last_key_of_each_row_dropped),
       bug("positions_as_int32", "positions stored as int32: one past INT32_MAX wraps", "metadata/extremePositionsChangeNothing", positions_as_int32),
       with_rows(4, in_extra_dims(bug("size_one_dims_only_leading", "broadcast as if size-1 extra dims only lead: kv slice = flat slice mod kv slices", "metadata/extraDimsEqualSliceBySlice", size_one_dims_only_leading))),
       in_extra_dims(bug("kv_extra_dims_ignored", "kv extra dims product taken as 1: every broadcast slice read kv slice 0", "metadata/extraDimsEqualSliceBySlice", kv_extra_dims_ignored)),

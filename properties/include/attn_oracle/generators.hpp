@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <ostream>
+#include <string_view>
 #include <vector>
 
 #include <rapidcheck.h>
@@ -68,6 +69,7 @@ PackedBatch build_batch(const BatchSpec& spec);
 //    row, tile edges up to 4095..4097 and drawn more often.
 enum class SizeProfile { ci, deep };
 SizeProfile size_profile();
+std::string_view to_string(SizeProfile profile);
 inline constexpr int kDeepMaxLen = 4100;
 
 // ------------------------------------------------------------------- valid inputs

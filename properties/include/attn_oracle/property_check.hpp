@@ -24,6 +24,11 @@ struct CaseDeclined {
 
 [[noreturn]] void fail_case(const std::string& message);
 [[noreturn]] void decline_case(const std::string& reason);
+// A call that returned `error`: the case fails with "<before><code> (<message>)<after>",
+// except that `unsupported` (a backend declining at call time) and
+// over_memory_budget (the suite's own limit, whoever passes it on) decline it:
+// neither is a verdict on the backend.
+[[noreturn]] void fail_with(const std::string& before, const Error& error, const std::string& after = "");
 inline void require(bool holds, const std::string& message) {
   if (!holds) fail_case(message);
 }

@@ -51,6 +51,7 @@ struct CheckReport {
   std::vector<std::pair<std::string, std::string>> versions;  // attn-oracle, commit, compiler, CUDA, cuDNN, device
   uint64_t seed = 0;
   int cases = 0, max_size = 0, max_failures = 0;
+  std::string profile = "ci";  // the size profile the inputs were drawn from (ATTN_ORACLE_PROFILE)
   std::vector<std::string> shards;  // "1/2": the shards this report holds ("1/1" unsharded)
   std::string filter, skips_file, xfails_file, failures_dir;
   std::vector<BackendInfo> backends;

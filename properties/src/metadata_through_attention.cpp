@@ -1,0 +1,181 @@
+// metadata_through_attention.cpp: see the header. Deliberately plain loops: it
+// plays a kernel, so it must read exactly the integers a kernel reads.
+#include "attn_oracle/metadata_through_attention.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+#include "attn_oracle/reference/metadata.hpp"
+#include "attn_oracle/validate.hpp"
+
+namespace attn_oracle {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+struct Run {
+  int64_t start = 0, length = 0;
+};
+
+// Document s's run on one side as a kernel reads it, or the reason it cannot be read.
+std::variant<Run, std::string> run_of(const std::vector<int64_t>& cu, const std::vector<int64_t>& ragged,
+                                      const char* side, size_t s, int64_t tokens) {
+  const int64_t length = cu[s + 1] - cu[s], start = ragged[s];
+  std::ostringstream why;
+  if (length < 0)
+    why << "cu_seqlens_" << side << "[" << s + 1 << "] = " << cu[s + 1] << " < cu_seqlens_" << side << "[" << s
+        << "] = " << cu[s] << ": a negative length";
+  else if (start < 0 || start > tokens || length > tokens - start)
+    why << "document " << s << " reads " << side << " tokens [" << start << ", " << start + length
+        << ") (ragged_offsets_" << side << "[" << s << "], cu_seqlens_" << side << "[" << s << ".." << s + 1
+        << "]) of a tensor of " << tokens;
+  if (why.tellp() > 0) return why.str();
+  return Run{start, length};
+}
+
+// One document: queries qr against keys kr under the index rule.
+void attend_document(Run qr, Run kr, MaskKind mask, Window window, const VarlenInputs& in, VarlenOutputs& out) {
+  const int64_t D = in.dim;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  std::vector<double> scores(kr.length);
+  for (int64_t a = 0; a < qr.length; ++a) {
+    const double* q = &in.q[(qr.start + a) * D];
+    double top = -std::numeric_limits<double>::infinity();
+    for (int64_t b = 0; b < kr.length; ++b) {
+      scores[b] = -std::numeric_limits<double>::infinity();
+      if (!ref::kernel_rule_allows(mask, window, a, b, qr.length, kr.length)) continue;
+      double dot = 0;
+      for (int64_t d = 0; d < D; ++d) dot += q[d] * in.k[(kr.start + b) * D + d];
+      scores[b] = dot * scale;
+      top = std::isnan(scores[b]) || scores[b] > top ? scores[b] : top;
+    }
+    double* o = &out.o[(qr.start + a) * D];
+    std::fill(o, o + D, 0.0);
+    if (top == -std::numeric_limits<double>::infinity()) {
+      out.lse[qr.start + a] = top;
+      continue;
+    }
+    double sum = 0;
+    for (int64_t b = 0; b < kr.length; ++b) {
+      if (scores[b] == -std::numeric_limits<double>::infinity()) continue;
+      const double p = std::exp(scores[b] - top);
+      sum += p;
+      for (int64_t d = 0; d < D; ++d) o[d] += p * in.v[(kr.start + b) * D + d];
+    }
+    for (int64_t d = 0; d < D; ++d) o[d] /= sum;
+    out.lse[qr.start + a] = top + std::log(sum);
+  }
+}
+
+// A value in [-1, 1) from (tensor, token, d): the same on every run and replay.
+double token_value(uint64_t tensor, int64_t token, int64_t d) {
+  uint64_t x = (tensor << 56) ^ (static_cast<uint64_t>(token) << 8) ^ static_cast<uint64_t>(d);
+  x ^= x >> 33, x *= 0xff51afd7ed558ccdULL, x ^= x >> 33, x *= 0xc4ceb9fe1a85ec53ULL, x ^= x >> 33;
+  return static_cast<double>(x >> 11) / static_cast<double>(uint64_t{1} << 52) - 1.0;
+}
+
+// Tokens [0, tokens) that some document of the compacted arrays holds.
+std::vector<bool> held_tokens(const std::vector<int64_t>& cu, const std::vector<int64_t>& ragged, int64_t tokens) {
+  std::vector<bool> held(tokens, false);
+  for (size_t s = 0; s + 1 < cu.size(); ++s)
+    for (int64_t t = ragged[s]; t < ragged[s] + cu[s + 1] - cu[s]; ++t) held[t] = true;
+  return held;
+}
+
+// The compacted document of `md` holding q token g, or -1.
+int64_t document_of(const Metadata& md, int64_t g) {
+  for (size_t s = 0; s + 1 < md.cu_seqlens_q.size(); ++s)
+    if (g >= md.ragged_offsets_q[s] && g < md.ragged_offsets_q[s] + md.cu_seqlens_q[s + 1] - md.cu_seqlens_q[s])
+      return static_cast<int64_t>(s);
+  return -1;
+}
+
+// The first of document s's integers that `got` has wrong, or "".
+std::string field_behind(const Metadata& got, const Metadata& want, int64_t s) {
+  const std::pair<const char*, std::pair<const std::vector<int64_t>*, const std::vector<int64_t>*>> fields[] = {
+      {"cu_seqlens_q", {&got.cu_seqlens_q, &want.cu_seqlens_q}},
+      {"cu_seqlens_kv", {&got.cu_seqlens_kv, &want.cu_seqlens_kv}},
+      {"ragged_offsets_q", {&got.ragged_offsets_q, &want.ragged_offsets_q}},
+      {"ragged_offsets_kv", {&got.ragged_offsets_kv, &want.ragged_offsets_kv}}};
+  for (const auto& [name, arrays] : fields)
+    for (int64_t i : {s, s + 1}) {
+      const auto &g = *arrays.first, &w = *arrays.second;
+      if (i >= static_cast<int64_t>(w.size())) continue;
+      if (i >= static_cast<int64_t>(g.size()))
+        return std::string(name) + " has " + std::to_string(g.size()) + " entries, expected " + std::to_string(w.size());
+      if (g[i] != w[i])
+        return std::string(name) + "[" + std::to_string(i) + "]: backend " + std::to_string(g[i]) + ", expected " +
+               std::to_string(w[i]);
+    }
+  return "";
+}
+
+bool same(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b)); }
+
+}  // namespace
+
+std::variant<VarlenOutputs, std::string> consume_metadata(const Metadata& md, MaskKind mask, Window window,
+                                                          const VarlenInputs& in) {
+  const size_t n = md.cu_seqlens_q.size();
+  if (n == 0 || md.cu_seqlens_kv.size() != n || md.ragged_offsets_q.size() != n || md.ragged_offsets_kv.size() != n)
+    return "the compacted arrays disagree on the number of documents: cu_seqlens_q " + std::to_string(n) +
+           ", cu_seqlens_kv " + std::to_string(md.cu_seqlens_kv.size()) + ", ragged_offsets_q " +
+           std::to_string(md.ragged_offsets_q.size()) + ", ragged_offsets_kv " + std::to_string(md.ragged_offsets_kv.size()) +
+           " entries";
+  VarlenOutputs out{std::vector<double>(in.q_tokens * in.dim, 0.0),
+                    std::vector<double>(in.q_tokens, -std::numeric_limits<double>::infinity())};
+  for (size_t s = 0; s + 1 < n; ++s) {
+    auto qr = run_of(md.cu_seqlens_q, md.ragged_offsets_q, "q", s, in.q_tokens);
+    auto kr = run_of(md.cu_seqlens_kv, md.ragged_offsets_kv, "kv", s, in.kv_tokens);
+    if (auto* why = std::get_if<std::string>(&qr)) return *why;
+    if (auto* why = std::get_if<std::string>(&kr)) return *why;
+    attend_document(std::get<Run>(qr), std::get<Run>(kr), mask, window, in, out);
+  }
+  return out;
+}
+
+VarlenInputs poisoned_inputs(const PackedBatch& batch, const Metadata& reference, int64_t dim) {
+  const BatchLayout l = validate_shapes(batch).value();
+  VarlenInputs in{l.rows() * l.q_len, l.rows() * l.kv_len, dim, {}, {}, {}};
+  const auto q_held = held_tokens(reference.cu_seqlens_q, reference.ragged_offsets_q, in.q_tokens);
+  const auto kv_held = held_tokens(reference.cu_seqlens_kv, reference.ragged_offsets_kv, in.kv_tokens);
+  auto fill = [dim](uint64_t tensor, int64_t tokens, const std::vector<bool>& held) {
+    std::vector<double> t(tokens * dim);
+    for (int64_t i = 0; i < tokens; ++i)
+      for (int64_t d = 0; d < dim; ++d) t[i * dim + d] = held[i] ? token_value(tensor, i, d) : kNaN;
+    return t;
+  };
+  in.q = fill(0, in.q_tokens, q_held), in.k = fill(1, in.kv_tokens, kv_held), in.v = fill(2, in.kv_tokens, kv_held);
+  return in;
+}
+
+std::optional<std::string> attention_difference(const PackedBatch& batch, const Metadata& got, const Metadata& want) {
+  const VarlenInputs in = poisoned_inputs(batch, want);
+  const auto truth = consume_metadata(want, batch.mask, batch.window, in);
+  if (auto* why = std::get_if<std::string>(&truth)) return "the reference's metadata cannot drive attention: " + *why;
+  const auto ran = consume_metadata(got, batch.mask, batch.window, in);
+  if (auto* why = std::get_if<std::string>(&ran)) return "a kernel driven by this metadata reads out of bounds: " + *why;
+  const VarlenOutputs &a = std::get<VarlenOutputs>(ran), &b = std::get<VarlenOutputs>(truth);
+  const int64_t tq = validate_shapes(batch).value().q_len;
+  for (int64_t g = 0; g < in.q_tokens; ++g)
+    for (int64_t d = 0; d <= in.dim; ++d) {
+      const bool is_lse = d == in.dim;
+      const double x = is_lse ? a.lse[g] : a.o[g * in.dim + d], y = is_lse ? b.lse[g] : b.o[g * in.dim + d];
+      if (same(x, y)) continue;
+      std::ostringstream os;
+      os << (is_lse ? "lse" : "o") << " of q token " << g << " (row " << g / tq << ", token " << g % tq << ")"
+         << (is_lse ? "" : ", d " + std::to_string(d)) << ": " << x << ", expected " << y << "; ";
+      const int64_t s = document_of(want, g), s_got = document_of(got, g);
+      std::string field = s >= 0 ? field_behind(got, want, s) : "";
+      if (field.empty() && s_got >= 0) field = field_behind(got, want, s_got);
+      if (s < 0) os << "the token is in no document, yet the backend's document " << s_got << " holds it";
+      else os << "document " << s;
+      os << (field.empty() ? "" : ": " + field);
+      return os.str();
+    }
+  return std::nullopt;
+}
+
+}  // namespace attn_oracle
