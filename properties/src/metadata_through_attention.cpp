@@ -22,14 +22,17 @@ struct Run {
 // Document s's run on one side as a kernel reads it, or the reason it cannot be read.
 std::variant<Run, std::string> run_of(const std::vector<int64_t>& cu, const std::vector<int64_t>& ragged,
                                       const char* side, size_t s, int64_t tokens) {
-  const int64_t length = cu[s + 1] - cu[s], start = ragged[s];
+  int64_t length = 0;
+  const int64_t start = ragged[s];
   std::ostringstream why;
-  if (length < 0)
+  if (__builtin_sub_overflow(cu[s + 1], cu[s], &length))
+    why << "cu_seqlens_" << side << "[" << s + 1 << "] - cu_seqlens_" << side << "[" << s << "] overflows int64";
+  else if (length < 0)
     why << "cu_seqlens_" << side << "[" << s + 1 << "] = " << cu[s + 1] << " < cu_seqlens_" << side << "[" << s
         << "] = " << cu[s] << ": a negative length";
   else if (start < 0 || start > tokens || length > tokens - start)
-    why << "document " << s << " reads " << side << " tokens [" << start << ", " << start + length
-        << ") (ragged_offsets_" << side << "[" << s << "], cu_seqlens_" << side << "[" << s << ".." << s + 1
+    why << "document " << s << " reads " << length << " " << side << " tokens from token " << start
+        << " (ragged_offsets_" << side << "[" << s << "], cu_seqlens_" << side << "[" << s << ".." << s + 1
         << "]) of a tensor of " << tokens;
   if (why.tellp() > 0) return why.str();
   return Run{start, length};
