@@ -160,6 +160,18 @@ TEST(Cli, UsageErrorsExitOne) {
   EXPECT_NE(help.out.find("usage"), std::string::npos);
 }
 
+TEST(Cli, CheckListPrintsThePropertyIdsAndRunsNothing) {
+  const CliRun all = run_cli("check --list");
+  ASSERT_EQ(all.status, 0);
+  EXPECT_EQ(all.out.rfind("metadata/matchesReference\n", 0), 0u) << all.out;
+  EXPECT_EQ(all.out.find("passed"), std::string::npos) << "nothing runs: " << all.out;
+  const CliRun some = run_cli("check --list --filter small_seq/");
+  ASSERT_EQ(some.status, 0);
+  EXPECT_EQ(some.out.find("metadata/"), std::string::npos) << some.out;
+  EXPECT_NE(some.out.find("small_seq/"), std::string::npos) << some.out;
+  EXPECT_EQ(run_cli("check --list --filter no_such/").status, 1);
+}
+
 TEST(Cli, BackendsListsTheReference) {
   const CliRun r = run_cli("backends");
   ASSERT_EQ(r.status, 0);

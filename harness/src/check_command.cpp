@@ -250,6 +250,10 @@ int run_check_command(const CheckOptions& options, const CheckEnvironment& env) 
     for (const PropertyDef& p : all_properties()) std::cerr << "  " << p.id << "\n";
     return 1;
   }
+  if (options.list) {  // one id a line, for tools that make a test of each (the pytest plugin)
+    for (const PropertyDef* p : properties) std::cout << p->id << "\n";
+    return 0;
+  }
   CheckReport report = start_report(options, settings, env, backends);
   Lists lists;
   if (!read_lists(options, backends, properties, lists, report)) return 1;

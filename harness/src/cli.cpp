@@ -71,7 +71,7 @@ commands:
   --backend 'exec:python3 -m attn_oracle.worker examples.numpy_backend:Backend'
   check [--backend NAME|all] [--cases N] [--seed S|random] [--filter PREFIX] [--deep]
         [--profile ci|deep] [--skips FILE] [--xfails FILE] [--report DIR] [--shard I/N] [--max-failures K]
-        [--case-timeout SECONDS] [--no-isolation]
+        [--case-timeout SECONDS] [--no-isolation] [--list]
                                   run every property (N draws each, default 100, seed
                                   20261122) on the chosen backends, each property in a
                                   child process so that a crash or a hang is reported
@@ -88,7 +88,8 @@ commands:
                                   heads drawn more often; --shard I/N: the draws k with
                                   k mod N = I - 1 (also GTEST_SHARD_INDEX/TOTAL_SHARDS);
                                   exit 1 on a failure or an expected failure that
-                                  passes, 130 when interrupted
+                                  passes, 130 when interrupted; --list: print the ids
+                                  of the properties that would run, run nothing
   report merge --out DIR REPORT.json|DIR...
                                   one report from the reports of a run's shards (a
                                   directory: every *.json in it)
@@ -309,6 +310,7 @@ int check_command(std::vector<std::string> argv, const CheckEnvironment& env) {
   CheckOptions options;
   options.deep = take_switch(argv, "--deep");
   options.isolate = !take_switch(argv, "--no-isolation");
+  options.list = take_switch(argv, "--list");
   std::string error;
   auto args = parse_args(argv, {"--backend", "--cases", "--seed", "--filter", "--skips", "--xfails", "--report",
                                 "--shard", "--max-failures", "--case-timeout", "--profile"},

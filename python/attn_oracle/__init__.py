@@ -1,5 +1,42 @@
-"""attn_oracle: a float64 test oracle and property-based conformance suite for packed attention."""
+"""attn_oracle: a float64 test oracle and property-based conformance suite for packed attention.
+
+- :mod:`attn_oracle.oracle`: the float64 reference on NumPy arrays (metadata,
+  explicit masks, attention forward and backward, small-seq).
+- :mod:`attn_oracle.cases`: case files (read, write, iterate, evaluate).
+- :mod:`attn_oracle.tolerance`: the tolerance rule on a backend's outputs.
+- ``python -m attn_oracle check MODULE:CLASS``: the C++ property suite against a
+  Python backend (:mod:`attn_oracle.cli`); ``serve`` is the worker side.
+- The pytest plugin (:mod:`attn_oracle.pytest_plugin`): one test per property.
+
+docs/python.md is the guide; errors carry the stable codes of docs/semantics.md.
+"""
 
 from .errors import AttnOracleError, Unsupported
 
-__all__ = ["AttnOracleError", "Unsupported"]
+_LAZY = {
+    # The extension, loaded on first use, so that `import attn_oracle` (the
+    # worker, the errors) works without it.
+    "metadata": "oracle", "explicit_mask": "oracle", "representability": "oracle", "attention": "oracle",
+    "small_seq": "oracle", "Metadata": "oracle", "AttentionResult": "oracle", "SmallSeqResult": "oracle",
+    "Case": "cases", "read_case": "cases", "write_case": "cases", "iter_cases": "cases", "eval_case": "cases",
+    "metadata_case": "cases", "attention_case": "cases",
+    "judge": "tolerance", "Verdict": "tolerance", "TensorCheck": "tolerance",
+    "serve": "worker",
+}
+
+__all__ = ["AttnOracleError", "Unsupported", *_LAZY]
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'attn_oracle' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

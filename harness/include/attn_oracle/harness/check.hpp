@@ -25,6 +25,7 @@ struct CheckOptions {
   int max_failures = 3;                // distinct failures per property
   bool isolate = true;                 // each property in a child process (isolation.hpp)
   double case_timeout_seconds = 120;   // a draw that runs longer in a child is a hang
+  bool list = false;                   // --list: print the ids of the properties that would run, run nothing
 };
 
 // What the program knows beyond the backend registry: its own name (the

@@ -1,0 +1,101 @@
+"""`python -m attn_oracle`: the command lines it builds, and the commands that
+pass through to the bundled attn-oracle. About 1 s."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import FIXTURES, REPO, cli_eval
+
+from attn_oracle import cli
+
+
+def python_m(*args, cwd=REPO, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "attn_oracle", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def test_a_target_becomes_an_exec_backend_with_the_rest_passed_through():
+    command = cli.command_line(["check", "mypkg.kernels:Backend", "--cases", "5", "--filter", "attention/"],
+                               python="/opt/my python/bin/python3")
+    assert command == [cli.bundled_cli(), "check", "--backend",
+                       "exec:'/opt/my python/bin/python3' -m attn_oracle.worker mypkg.kernels:Backend",
+                       "--cases", "5", "--filter", "attention/"]
+    assert cli.command_line(["replay", "m:C", "x.case.json"])[1:3] == ["replay", "--backend"]
+
+
+def test_anything_else_passes_through_unchanged():
+    assert cli.command_line(["replay", "--backend", "exec:w", "x.case.json"])[1:] == [
+        "replay", "--backend", "exec:w", "x.case.json"]
+    assert cli.command_line(["eval", "fixtures/design/ex1.case.json"])[1:] == ["eval", "fixtures/design/ex1.case.json"]
+    assert cli.command_line([])[1:] == ["--help"]
+    with pytest.raises(cli.UsageError):
+        cli.command_line(["check", "m:C", "--backend", "reference"])
+
+
+def test_targets_are_module_colon_class():
+    assert cli.is_target("examples.numpy_backend:Backend") and cli.is_target("m:Outer.Inner")
+    assert not cli.is_target("fixtures/design/ex1.case.json") and not cli.is_target("reference")
+
+
+def test_printed_lines_name_this_python():
+    assert cli.environment(python="/usr/bin/python3")["ATTN_ORACLE_PROGRAM"] in (
+        os.environ.get("ATTN_ORACLE_PROGRAM"), "/usr/bin/python3 -m attn_oracle")
+
+
+def test_eval_passes_through_with_the_clis_output_and_status():
+    done = python_m("eval", "fixtures/design/ex1.case.json")
+    assert done.returncode == 0
+    assert json.loads(done.stdout) == cli_eval(FIXTURES / "design" / "ex1.case.json")[1]
+    rejected = python_m("eval", "fixtures/design/ex4.case.json")
+    assert rejected.returncode == 2 and json.loads(rejected.stdout)["error"]["code"] == "too_many_segments"
+
+
+def test_check_lists_the_properties():
+    done = python_m("check", "--list")
+    ids = done.stdout.split()
+    assert done.returncode == 0 and "metadata/matchesReference" in ids and len(ids) == len(set(ids)) > 20
+    only = python_m("check", "--list", "--filter", "metadata/").stdout.split()
+    assert only == [i for i in ids if i.startswith("metadata/")]
+    assert python_m("check", "--list", "--filter", "nothing/").returncode == 1
+
+
+def test_the_console_script_runs_the_bundled_cli():
+    script = Path(sys.executable).with_name("attn-oracle")
+    if not script.exists():
+        pytest.skip(f"no console script next to {sys.executable}")
+    done = subprocess.run([str(script), "backends"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "reference" in done.stdout
+
+
+# End to end: the example backends of examples/ through a worker process. Each
+# run starts the CLI, a child per property and a Python worker: 2-10 s.
+
+
+def test_check_passes_the_numpy_example(tmp_path):
+    done = python_m("check", "examples.numpy_backend:Backend", "--cases", "3", "--report", str(tmp_path / "report"),
+                    env={"ATTN_ORACLE_FAILURES_DIR": str(tmp_path / "failures")})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert " 0 failed" in done.stdout and "numpy_backend:Backend" in done.stdout
+    report = json.loads((tmp_path / "report" / "conformance.json").read_text())
+    passed = [r["property"] for r in report["results"] if r["verdict"] == "passed"]
+    assert "metadata/matchesReference" in passed and "attention/matchesReference" in passed
+
+
+def test_the_planted_example_fails_and_its_printed_replay_line_reproduces_it(tmp_path):
+    done = python_m("check", "examples.planted_numpy_backend:Backend", "--filter", "metadata/matchesReference",
+                    "--report", str(tmp_path / "report"), env={"ATTN_ORACLE_FAILURES_DIR": str(tmp_path / "failures")})
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = [line.strip() for line in done.stdout.splitlines()]
+    mismatch = lines[lines.index(next(l for l in lines if l.startswith("FAILED"))) + 1]
+    replay = next(l for l in lines if l.startswith("replay: "))[len("replay: "):]
+    assert replay.startswith(cli.program_name() + " replay --backend 'exec:")
+    case_path = Path(next(l for l in lines if l.startswith("counterexample")).split(": ", 1)[1])
+    shrunk = json.loads(case_path.read_text())
+    assert shrunk["mask"].endswith("bottom_right") and len(shrunk["q"]["segment_ids"][0]) <= 4
+    replayed = subprocess.run(["/bin/sh", "-c", replay], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert replayed.returncode == 3, replayed.stdout + replayed.stderr
+    assert replayed.stdout.startswith("FAIL") and mismatch in replayed.stdout
