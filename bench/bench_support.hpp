@@ -25,6 +25,9 @@ class CapturingReporter : public benchmark::ConsoleReporter {
   // Mean wall-clock ms per iteration over the repetitions of `function`/T (any suffix
   // such as "/iterations:2"); < 0 if none ran.
   double mean_ms(const std::string& function, int64_t T) const;
+  // The same for the process's CPU time (on a shared machine, the time the
+  // benchmark was actually running, when it runs on one thread).
+  double mean_cpu_ms(const std::string& function, int64_t T) const;
 
  private:
   std::vector<Run> runs_;
@@ -61,6 +64,12 @@ void write_results(const ResultsFile& file, const std::string& dir, const std::s
 // --results) is set, writes them with write_results.
 void print_summary(const ResultsFile& file, const std::string& dir, const std::string& device,
                    const std::vector<std::string>& input_lines, const std::vector<std::string>& lines);
+
+// One thread's float64 peak in GFLOP/s: the best of three ~0.2 s runs of 12
+// independent multiply-add chains in the widest vector unit the CPU has (AVX2
+// FMA, else SSE2 multiply and add), per second of the thread's CPU time (so that
+// other processes on a shared machine do not lower it). `how` names what was measured.
+double float64_peak_gflops(std::string* how);
 
 // `docs` documents of one query and `keys` keys each (docs a multiple of docs_per_row),
 // as rows of `docs_per_row` documents: q row docs_per_row tokens, each query at

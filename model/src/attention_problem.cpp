@@ -126,9 +126,32 @@ std::optional<Error> check_tensor(const char* name, const std::vector<double>& t
   return Error{ErrorCode::bad_tensor_shape, os.str()};
 }
 
-// Tensors in, out and their gradients (q, o, do, dq and k, v, dk, dv), lse, and the
-// reference's per-row [Tq, Tkv] mask, scores, probabilities and dS; checked
-// before any size is multiplied out, so that the products cannot overflow.
+// The float64 references' scratch (ScoreMemory::query_tiles in attention.hpp).
+// `rows` are the factors of the broadcast row count (extra dims, then B).
+void add_query_tile_memory(MemoryNeed& need, const BatchLayout& l, const AttentionShape& s,
+                           const std::vector<int64_t>& rows, bool with_mask) {
+  const int64_t bytes = sizeof(double);
+  int64_t units = s.heads_kv;  // a row's kv heads (dense), every row's (per document)
+  for (int64_t f : rows)
+    if (!with_mask && __builtin_mul_overflow(units, f, &units)) units = INT64_MAX;
+  const int64_t workers = std::clamp<int64_t>(reference_threads(), 1, std::max<int64_t>(units, 1));
+  const int64_t tile = std::min(kReferenceTileRows, l.q_len);
+  need.add("per worker: P, dS and allowed flags of a [tile, Tkv] block", {workers, tile, l.kv_len, 2 * bytes + 1});
+  need.add("per worker: q, o, do, dq of a query tile", {workers, tile, s.head_dim, 4 * bytes});
+  need.add("per worker: K, V, dK, dV of a row's kv head and a tile's gathered keys",
+           {workers, l.kv_len, s.head_dim, 6 * bytes});
+  std::vector<int64_t> runs = rows;
+  runs.insert(runs.end(), {l.q_len, 3 * bytes});
+  need.add("the key runs each query attends and their index", runs);
+  if (!with_mask) return;
+  need.add("the explicit mask of one row", {l.q_len, l.kv_len});
+  need.add("the attended [tile, tile] blocks of one row",
+           {l.q_len / kReferenceTileRows + 1, l.kv_len / kReferenceTileRows + 1, bytes});
+}
+
+// Tensors in, out and their gradients (q, o, do, dq and k, v, dk, dv), lse, and
+// what `scores` holds besides; checked before any size is multiplied out, so
+// that the products cannot overflow.
 std::optional<Error> check_attention_memory(const BatchLayout& l, const AttentionShape& s, ScoreMemory scores) {
   const int64_t bytes = sizeof(double);
   std::vector<int64_t> rows = l.extra;
@@ -142,9 +165,17 @@ std::optional<Error> check_attention_memory(const BatchLayout& l, const Attentio
   need.add("q, o, do, dq [rows, Tq, Hq, D] x 4", with({l.q_len, s.heads_q, s.head_dim, 4, bytes}));
   need.add("k, v, dk, dv [rows, Tkv, Hkv, D] x 4", with({l.kv_len, s.heads_kv, s.head_dim, 4, bytes}));
   need.add("lse [rows, Hq, Tq]", with({s.heads_q, l.q_len, bytes}));
-  if (scores == ScoreMemory::dense_row)
-    need.add("the mask, scores, probabilities and dS of one row", {l.q_len, l.kv_len, 3 * bytes + 1});
-  return need.check("attention");
+  if (scores == ScoreMemory::streaming) return need.check("attention");
+  if (scores != ScoreMemory::dense_row) {
+    add_query_tile_memory(need, l, s, rows, scores == ScoreMemory::query_tiles_with_mask);
+    return need.check("attention");
+  }
+  // The naive run's row, or the dense reference's tiles where they need more.
+  MemoryNeed naive = need, tiles = need;
+  naive.add("the mask, scores, probabilities and dS of one row", {l.q_len, l.kv_len, 3 * bytes + 1});
+  add_query_tile_memory(tiles, l, s, rows, /*with_mask=*/true);
+  const bool tiles_more = !tiles.total() || (naive.total() && *tiles.total() > *naive.total());
+  return (tiles_more ? tiles : naive).check("attention");
 }
 
 std::string layout_name(const AttentionSizes& z, int64_t len, int64_t heads) {

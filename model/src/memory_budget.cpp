@@ -1,6 +1,7 @@
 // memory_budget.cpp: see memory_budget.hpp.
 #include "attn_oracle/memory_budget.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <cstdlib>
@@ -8,7 +9,8 @@
 namespace attn_oracle {
 namespace {
 
-std::atomic<int64_t> g_budget{0};  // 0: not set, read the environment
+std::atomic<int64_t> g_budget{0};   // 0: not set, read the environment
+std::atomic<int64_t> g_threads{0};  // 0: not set, read the environment
 
 std::string bytes_text(int64_t bytes) {
   std::string s = std::to_string(bytes) + " bytes";
@@ -45,6 +47,19 @@ int64_t memory_budget() {
 }
 
 void set_memory_budget(int64_t bytes) { g_budget.store(bytes > 0 ? bytes : 0); }
+
+int64_t reference_threads() {
+  if (const int64_t set = g_threads.load()) return set;
+  const char* env = std::getenv("ATTN_ORACLE_THREADS");
+  if (env == nullptr) return 1;
+  const std::string_view text(env);
+  int64_t threads = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), threads);
+  if (ec != std::errc() || ptr != text.data() + text.size() || threads < 1) return 1;
+  return std::min(threads, kMaxReferenceThreads);
+}
+
+void set_reference_threads(int64_t threads) { g_threads.store(std::clamp<int64_t>(threads, 0, kMaxReferenceThreads)); }
 
 void MemoryNeed::add(std::string_view what, const std::vector<int64_t>& factors) {
   if (overflow_) return;  // the message names the first item that overflowed

@@ -1,63 +1,56 @@
 // reference_attention.cpp: float64 attention (DESIGN section 5), computed two
-// independent ways that share only the data model.
+// independent ways that share only the data model and the tile arithmetic
+// (attention_tiles.hpp): where the attended pairs come from differs.
 //
 //  - Dense masked: every broadcast row against its explicit [Tq, Tkv] mask of
-//    section 3 (ids and positions, window included), in matrix form:
-//    S = scale Q K^T, P = masked softmax(S), O = P V; backward from the stored P.
+//    section 3 (ids and positions, window included). Query tiles of 64 rows
+//    against the [64, 64] key blocks of the row in which the mask attends
+//    anything (blocks with no attended pair add nothing, so skipping them
+//    changes no result); the tile's flags are the mask's entries.
 //  - Per document: every compacted document of the metadata (cu_seqlens,
-//    ragged_offsets) with the kernels' index rule on its trimmed runs, in scalar
-//    loops per query token; backward recomputes P from the log-sum-exp, as the
-//    fused kernels do.
+//    ragged_offsets) with the kernels' index rule on its trimmed runs. Query
+//    tiles of the document against the span of its keys the tile's queries
+//    attend; the flags are kernel_rule_allows on indices inside the runs.
 //
 // Semantics that are easy to get wrong:
 //  - scale defaults to 1/sqrt(head_dim); query head h reads kv head h / (Hq / Hkv),
-//    so dK and dV accumulate over the Hq / Hkv query heads sharing a kv head.
+//    so dK and dV accumulate over the Hq / Hkv query heads sharing a kv head
+//    (in head order, then tile order: one fixed order).
 //  - the softmax subtracts the maximum of the *allowed* scores only.
 //  - a query that attends nothing (padding, outside every document, emptied by a
 //    window or by bottom-right alignment with q longer than kv) gets o = 0,
-//    lse = -inf and dq = 0; a kv token nobody attends gets dk = dv = 0. These
-//    rows are skipped, never divided by a zero sum, so no NaN can appear.
+//    lse = -inf and dq = 0; a kv token nobody attends gets dk = dv = 0. No
+//    division by a zero sum, so no NaN can appear.
 //  - tensors are BSHD over broadcast rows, [R, T, H, D], which is also the THD
 //    tensor [R * T, H, D] that ragged_offsets (row * T + start) address.
 //
-// Tested by tests/reference_attention_test.cpp: hand-computed cases, dense ==
-// per-document on representable batches (cross-attention, bottom-right with q
-// longer than kv, windows, GQA, extra dims), and the backward of both against
-// central finite differences of sum(O * dO) for every mask kind.
+// Tested by tests/reference_attention_test.cpp (hand-computed cases, dense ==
+// per-document on representable batches, backward against central finite
+// differences for every mask kind) and tests/reference_tiles_test.cpp (both
+// against the scalar loops of reference/scalar/ on every fixture and on drawn
+// cases, tiles and key blocks cut at every edge, bitwise the same for any
+// thread count).
 #include "attn_oracle/reference/attention.hpp"
 
-#include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
-#include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "attention_tiles.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/validate.hpp"
 
 namespace attn_oracle::ref {
+
 namespace {
 
-using RowMajor = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using HeadMap = Eigen::Map<RowMajor, 0, Eigen::OuterStride<>>;
-using ConstHeadMap = Eigen::Map<const RowMajor, 0, Eigen::OuterStride<>>;
-
-constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-
-// Tokens [first, first + count) of head `head` of a [tokens, heads, D] tensor,
-// as a [count, D] matrix (rows strided by heads * D).
-// An empty block (a side with T = 0) points at the start: the tensor may be empty.
-ConstHeadMap head_block(const std::vector<double>& t, int64_t first, int64_t count,
-                        int64_t heads, int64_t head, int64_t dim) {
-  const int64_t at = count == 0 ? 0 : (first * heads + head) * dim;
-  return ConstHeadMap(t.data() + at, count, dim, Eigen::OuterStride<>(heads * dim));
-}
-HeadMap head_block(std::vector<double>& t, int64_t first, int64_t count, int64_t heads,
-                   int64_t head, int64_t dim) {
-  const int64_t at = count == 0 ? 0 : (first * heads + head) * dim;
-  return HeadMap(t.data() + at, count, dim, Eigen::OuterStride<>(heads * dim));
-}
+using tiles::kNegInf;
+using tiles::kTileRows;
+using tiles::Flags;
+using tiles::Matrix;
+using tiles::Scratch;
 
 // Outputs before anything is attended: o = 0, lse = -inf, gradients 0.
 AttentionResult empty_result(const AttentionSizes& z, bool backward) {
@@ -69,52 +62,6 @@ AttentionResult empty_result(const AttentionSizes& z, bool backward) {
                                  std::vector<double>(z.kv_elems(), 0.0),
                                  std::vector<double>(z.kv_elems(), 0.0)};
   return r;
-}
-
-// ---------------------------------------------------------------------------
-// Dense masked attention
-// ---------------------------------------------------------------------------
-
-// One (row, query head): writes O [Tq, D] and lse [Tq]; returns P [Tq, Tkv]
-// (zero outside the mask and on rows that attend nothing).
-RowMajor attention_fwd_dense_masked(const ConstHeadMap& q, const ConstHeadMap& k,
-                                    const ConstHeadMap& v, const RowMask& mask, double scale,
-                                    HeadMap o, double* lse) {
-  const RowMajor s = scale * (q * k.transpose());
-  RowMajor p = RowMajor::Zero(mask.q_len, mask.kv_len);
-  for (int64_t i = 0; i < mask.q_len; ++i) {
-    bool any = false;
-    double row_max = kNegInf;
-    for (int64_t j = 0; j < mask.kv_len; ++j)
-      if (mask(i, j)) {
-        any = true;
-        row_max = std::max(row_max, s(i, j));
-      }
-    if (!any) {
-      lse[i] = kNegInf;
-      continue;
-    }
-    double sum = 0.0;
-    for (int64_t j = 0; j < mask.kv_len; ++j)
-      if (mask(i, j)) sum += p(i, j) = std::exp(s(i, j) - row_max);
-    p.row(i) /= sum;
-    lse[i] = row_max + std::log(sum);
-  }
-  o.noalias() = p * v;
-  return p;
-}
-
-// One (row, query head): dQ for this head, dK and dV accumulated into the kv head.
-void attention_bwd_dense_masked(const RowMajor& p, const ConstHeadMap& q, const ConstHeadMap& k,
-                                const ConstHeadMap& v, const ConstHeadMap& o,
-                                const ConstHeadMap& d_o, double scale, HeadMap dq, HeadMap dk,
-                                HeadMap dv) {
-  const RowMajor dp = d_o * v.transpose();                            // [Tq, Tkv]
-  const Eigen::VectorXd delta = d_o.cwiseProduct(o).rowwise().sum();  // [Tq], rowsum(dO * O)
-  const RowMajor ds = p.cwiseProduct(dp.colwise() - delta);           // [Tq, Tkv]
-  dq.noalias() = scale * (ds * k);
-  dk.noalias() += scale * (ds.transpose() * q);
-  dv.noalias() += p.transpose() * d_o;
 }
 
 // The contract has no NaN and no infinity but lse's -inf. Validation bounds the
@@ -136,36 +83,144 @@ Expected<AttentionResult> finite_or_error(AttentionResult out) {
   return out;
 }
 
+// What a unit of either reference reads and writes.
+struct Job {
+  const AttentionProblem& problem;
+  const AttentionInputs& in;
+  const AttentionSizes& z;
+  double scale;
+  AttentionResult& out;
+  int64_t group() const { return z.heads_q / z.heads_kv; }
+  double* lse(int64_t row, int64_t head, int64_t token) {
+    return out.lse.data() + (row * z.heads_q + head) * z.q_len + token;
+  }
+};
+
+// Loads query rows [q0, q0 + m) of head h (global THD tokens) into the tile.
+void load_queries(Scratch& s, const Job& job, int64_t q0, int64_t m, int64_t h) {
+  const int64_t Hq = job.z.heads_q, D = job.z.head_dim;
+  s.q.topRows(m) = tiles::head_rows(job.in.q, q0, m, Hq, h, D);
+  if (job.problem.shape.backward) s.d_o.topRows(m) = tiles::head_rows(job.in.d_o, q0, m, Hq, h, D);
+}
+
+// Stores the tile's o (and dq) rows.
+void store_queries(const Scratch& s, Job& job, int64_t q0, int64_t m, int64_t h) {
+  const int64_t Hq = job.z.heads_q, D = job.z.head_dim;
+  tiles::head_rows(job.out.o, q0, m, Hq, h, D) = s.o.topRows(m);
+  if (job.problem.shape.backward) tiles::head_rows(job.out.grads->dq, q0, m, Hq, h, D) = s.dq.topRows(m);
+}
+
+// ---------------------------------------------------------------------------
+// Dense masked attention
+// ---------------------------------------------------------------------------
+
+// One worker's dense buffers: a tile's gathered keys and values, their dK, dV,
+// and the row's dK, dV of one kv head.
+struct DenseScratch {
+  Scratch tile;
+  Matrix k, v, dk, dv, row_dk, row_dv;  // [Tkv, D]
+  DenseScratch(int64_t q_len, int64_t kv_len, int64_t dim)
+      : tile(std::min(kTileRows, q_len), kv_len, dim), k(kv_len, dim), v(kv_len, dim), dk(kv_len, dim), dv(kv_len, dim),
+        row_dk(kv_len, dim), row_dv(kv_len, dim) {}
+};
+
+// The key blocks [b * 64, b * 64 + 64) in which the mask attends anything from
+// query tile t's rows, per tile, in key order.
+std::vector<std::vector<int64_t>> attended_key_blocks(const RowMask& mask) {
+  const int64_t q_tiles = (mask.q_len + kTileRows - 1) / kTileRows;
+  const int64_t kv_blocks = (mask.kv_len + kTileRows - 1) / kTileRows;
+  std::vector<std::vector<int64_t>> blocks(q_tiles);
+  for (int64_t t = 0; t < q_tiles; ++t)
+    for (int64_t b = 0; b < kv_blocks; ++b) {
+      const int64_t j0 = b * kTileRows, j1 = std::min(j0 + kTileRows, mask.kv_len);
+      bool any = false;
+      for (int64_t i = t * kTileRows; i < std::min((t + 1) * kTileRows, mask.q_len) && !any; ++i) {
+        const char* row = mask.allowed.data() + i * mask.kv_len;
+        any = std::find(row + j0, row + j1, 1) != row + j1;
+      }
+      if (any) blocks[t].push_back(b);
+    }
+  return blocks;
+}
+
+// Copies the keys and values of the attended blocks into s.k, s.v and the mask's
+// entries of query tile [a0, a0 + m) for them into the tile's flags; returns
+// how many keys that is.
+int64_t gather_keys(const RowMask& mask, const std::vector<int64_t>& blocks, int64_t a0, int64_t m,
+                    const tiles::ConstStridedMap& k, const tiles::ConstStridedMap& v, DenseScratch& s) {
+  int64_t n = 0;
+  for (int64_t b : blocks) {
+    const int64_t j0 = b * kTileRows, len = std::min(kTileRows, mask.kv_len - j0);
+    s.k.middleRows(n, len) = k.middleRows(j0, len);
+    s.v.middleRows(n, len) = v.middleRows(j0, len);
+    for (int64_t i = 0; i < m; ++i)
+      std::copy_n(mask.allowed.data() + (a0 + i) * mask.kv_len + j0, len, s.tile.allowed.row(i).data() + n);
+    n += len;
+  }
+  return n;
+}
+
+// Adds the gathered keys' dK, dV (s.dk, s.dv) to the row's (s.row_dk, s.row_dv).
+void scatter_key_gradients(const std::vector<int64_t>& blocks, int64_t kv_len, DenseScratch& s) {
+  int64_t n = 0;
+  for (int64_t b : blocks) {
+    const int64_t j0 = b * kTileRows, len = std::min(kTileRows, kv_len - j0);
+    s.row_dk.middleRows(j0, len) += s.dk.middleRows(n, len);
+    s.row_dv.middleRows(j0, len) += s.dv.middleRows(n, len);
+    n += len;
+  }
+}
+
+// Row r, kv head g: every query head of the group, every query tile.
+void dense_unit(Job& job, const RowMask& mask, const std::vector<std::vector<int64_t>>& blocks, int64_t r,
+                int64_t g, DenseScratch& s) {
+  const AttentionSizes& z = job.z;
+  const int64_t D = z.head_dim, Tq = z.q_len, Tkv = z.kv_len;
+  const bool backward = job.problem.shape.backward;
+  const auto k = tiles::head_rows(job.in.k, r * Tkv, Tkv, z.heads_kv, g, D);
+  const auto v = tiles::head_rows(job.in.v, r * Tkv, Tkv, z.heads_kv, g, D);
+  if (backward) {
+    s.row_dk.setZero();
+    s.row_dv.setZero();
+  }
+  for (int64_t h = g * job.group(); h < (g + 1) * job.group(); ++h)
+    for (size_t t = 0; t < blocks.size(); ++t) {
+      if (blocks[t].empty()) continue;  // lse stays -inf, o and dq 0
+      const int64_t a0 = int64_t(t) * kTileRows, m = std::min(kTileRows, Tq - a0);
+      const int64_t n = gather_keys(mask, blocks[t], a0, m, k, v, s);
+      load_queries(s.tile, job, r * Tq + a0, m, h);
+      if (backward) {
+        s.dk.topRows(n).setZero();
+        s.dv.topRows(n).setZero();
+      }
+      tiles::attend_tile(s.tile, m, s.k.topRows(n), s.v.topRows(n), job.scale, backward, job.lse(r, h, a0),
+                         s.dk.topRows(n), s.dv.topRows(n));
+      store_queries(s.tile, job, r * Tq + a0, m, h);
+      if (backward) scatter_key_gradients(blocks[t], Tkv, s);
+    }
+  if (!backward) return;
+  tiles::head_rows(job.out.grads->dk, r * Tkv, Tkv, z.heads_kv, g, D) = s.row_dk;
+  tiles::head_rows(job.out.grads->dv, r * Tkv, Tkv, z.heads_kv, g, D) = s.row_dv;
+}
+
 }  // namespace
 
 Expected<AttentionResult> attention_dense_masked(const AttentionProblem& problem,
                                                  const AttentionInputs& in) {
-  auto sizes = validate_attention(problem, &in);
+  auto sizes = validate_attention(problem, &in, ScoreMemory::query_tiles_with_mask);
   if (!sizes) return sizes.error();
   const AttentionSizes& z = sizes.value();
   const BatchLayout layout = validate_shapes(problem.batch).value();
-  const AttentionShape& shape = problem.shape;
-  const double scale = shape.effective_scale();
-  const int64_t group = z.heads_q / z.heads_kv, D = z.head_dim, Tq = z.q_len, Tkv = z.kv_len;
-  AttentionResult out = empty_result(z, shape.backward);
+  AttentionResult out = empty_result(z, problem.shape.backward);
+  Job job{problem, in, z, problem.shape.effective_scale(), out};
+  const int64_t workers = tiles::workers_for(z.heads_kv);
+  std::vector<DenseScratch> scratch;
+  for (int64_t w = 0; w < workers; ++w) scratch.emplace_back(z.q_len, z.kv_len, z.head_dim);
   for (int64_t r = 0; r < z.rows; ++r) {
     const RowMask mask = explicit_mask(problem.batch, layout, r, /*with_window=*/true);
-    for (int64_t h = 0; h < z.heads_q; ++h) {
-      const int64_t g = h / group;
-      const auto q = head_block(in.q, r * Tq, Tq, z.heads_q, h, D);
-      const auto k = head_block(in.k, r * Tkv, Tkv, z.heads_kv, g, D);
-      const auto v = head_block(in.v, r * Tkv, Tkv, z.heads_kv, g, D);
-      double* lse = out.lse.data() + (r * z.heads_q + h) * Tq;
-      const RowMajor p = attention_fwd_dense_masked(
-          q, k, v, mask, scale, head_block(out.o, r * Tq, Tq, z.heads_q, h, D), lse);
-      if (!shape.backward) continue;
-      AttentionGradients& gr = *out.grads;
-      const auto o = head_block(std::as_const(out.o), r * Tq, Tq, z.heads_q, h, D);
-      attention_bwd_dense_masked(p, q, k, v, o, head_block(in.d_o, r * Tq, Tq, z.heads_q, h, D),
-                                 scale, head_block(gr.dq, r * Tq, Tq, z.heads_q, h, D),
-                                 head_block(gr.dk, r * Tkv, Tkv, z.heads_kv, g, D),
-                                 head_block(gr.dv, r * Tkv, Tkv, z.heads_kv, g, D));
-    }
+    const auto blocks = attended_key_blocks(mask);
+    tiles::for_each_unit(z.heads_kv, workers,
+                         [&](int64_t g, int64_t w) { dense_unit(job, mask, blocks, r, g, scratch[w]); });
   }
   return finite_or_error(std::move(out));
 }
@@ -182,92 +237,137 @@ struct DocRuns {
   int64_t q0 = 0, lq = 0, kv0 = 0, lkv = 0;
 };
 
-// One document, one query head, scalar loops per query token. Writes O rows
-// and lse entries; queries the rule leaves with no key keep o = 0, lse = -inf.
-void attention_fwd_per_document(const DocRuns& d, const PackedBatch& b, double scale,
-                                const ConstHeadMap& q, const ConstHeadMap& k,
-                                const ConstHeadMap& v, HeadMap o, double* lse) {
-  for (int64_t a = 0; a < d.lq; ++a) {
-    double row_max = kNegInf;
-    int64_t attended = 0;
-    for (int64_t j = 0; j < d.lkv; ++j) {
-      if (!kernel_rule_allows(b.mask, b.window, a, j, d.lq, d.lkv)) continue;
-      row_max = std::max(row_max, scale * q.row(a).dot(k.row(j)));
-      ++attended;
-    }
-    if (attended == 0) continue;
-    double denominator = 0.0;
-    for (int64_t j = 0; j < d.lkv; ++j)
-      if (kernel_rule_allows(b.mask, b.window, a, j, d.lq, d.lkv))
-        denominator += std::exp(scale * q.row(a).dot(k.row(j)) - row_max);
-    for (int64_t j = 0; j < d.lkv; ++j) {
-      if (!kernel_rule_allows(b.mask, b.window, a, j, d.lq, d.lkv)) continue;
-      const double p = std::exp(scale * q.row(a).dot(k.row(j)) - row_max) / denominator;
-      for (int64_t c = 0; c < o.cols(); ++c) o(a, c) += p * v(j, c);
-    }
-    lse[a] = row_max + std::log(denominator);
-  }
-}
+// A run [first, end) of consecutive keys of a document that a query attends.
+struct KeyRun {
+  int64_t first = 0, end = 0;
+};
 
-// One document, one query head: P recomputed from lse; dQ rows written, dK and
-// dV rows accumulated into the kv head.
-void attention_bwd_per_document(const DocRuns& d, const PackedBatch& b, double scale,
-                                const ConstHeadMap& q, const ConstHeadMap& k,
-                                const ConstHeadMap& v, const ConstHeadMap& o,
-                                const ConstHeadMap& d_o, const double* lse, HeadMap dq,
-                                HeadMap dk, HeadMap dv) {
-  for (int64_t a = 0; a < d.lq; ++a) {
-    if (lse[a] == kNegInf) continue;
-    const double delta = d_o.row(a).dot(o.row(a));
-    for (int64_t j = 0; j < d.lkv; ++j) {
-      if (!kernel_rule_allows(b.mask, b.window, a, j, d.lq, d.lkv)) continue;
-      const double p = std::exp(scale * q.row(a).dot(k.row(j)) - lse[a]);
-      const double ds = p * (d_o.row(a).dot(v.row(j)) - delta);
-      for (int64_t c = 0; c < q.cols(); ++c) {
-        dq(a, c) += scale * ds * k(j, c);
-        dk(j, c) += scale * ds * q(a, c);
-        dv(j, c) += p * d_o(a, c);
+// One worker's per-document buffers: the document's K, V of one kv head and
+// their dK, dV.
+struct DocScratch {
+  Scratch tile;
+  Matrix k, v, dk, dv;  // [longest kv run, D]
+  DocScratch(int64_t max_queries, int64_t max_keys, int64_t dim)
+      : tile(std::min(kTileRows, max_queries), max_keys, dim), k(max_keys, dim), v(max_keys, dim), dk(max_keys, dim), dv(max_keys, dim) {}
+};
+
+struct Documents {
+  std::vector<DocRuns> runs;
+  std::vector<int64_t> first_of_row;  // documents first_of_row[r] .. first_of_row[r + 1] - 1 lie in row r
+  // The keys global q token t attends, by the kernels' index rule:
+  // key_runs[run_start[t]] .. key_runs[run_start[t + 1] - 1], in key order (one
+  // run under every mask kind: causal and window bounds cut a contiguous span).
+  std::vector<int64_t> run_start;
+  std::vector<KeyRun> key_runs;
+  int64_t max_queries = 0, max_keys = 0;
+};
+
+Documents documents_of(const Metadata& md, const PackedBatch& b, const AttentionSizes& z) {
+  Documents docs;
+  // Documents are listed row by row; a document's q run lies inside one row.
+  for (int64_t r = 0, s = 0; r <= z.rows; ++r) {
+    while (s < md.documents() && md.ragged_offsets_q[s] / z.q_len < r) ++s;
+    docs.first_of_row.push_back(s);
+  }
+  const int64_t tokens = z.rows * z.q_len;
+  docs.run_start.reserve(tokens + 1);
+  auto start_runs_up_to = [&](int64_t t) {  // tokens before t that no document holds have no run
+    while (int64_t(docs.run_start.size()) <= t) docs.run_start.push_back(int64_t(docs.key_runs.size()));
+  };
+  for (int64_t s = 0; s < md.documents(); ++s) {
+    const DocRuns d{md.ragged_offsets_q[s], md.cu_seqlens_q[s + 1] - md.cu_seqlens_q[s],
+                    md.ragged_offsets_kv[s], md.cu_seqlens_kv[s + 1] - md.cu_seqlens_kv[s]};
+    docs.runs.push_back(d);
+    docs.max_queries = std::max(docs.max_queries, d.lq);
+    docs.max_keys = std::max(docs.max_keys, d.lkv);
+    for (int64_t a = 0; a < d.lq; ++a) {
+      start_runs_up_to(d.q0 + a);
+      bool in_run = false;
+      for (int64_t j = 0; j < d.lkv; ++j) {
+        const bool allowed = kernel_rule_allows(b.mask, b.window, a, j, d.lq, d.lkv);
+        if (allowed && !in_run) docs.key_runs.push_back(KeyRun{j, j + 1});
+        if (allowed) docs.key_runs.back().end = j + 1;
+        in_run = allowed;
       }
     }
   }
+  start_runs_up_to(tokens);
+  return docs;
+}
+
+// The flags of query tile [a0, a0 + m) of document d over the keys it attends,
+// from the queries' key runs; returns that span of keys [c0, c1) (empty: none).
+KeyRun tile_flags(const Documents& docs, const DocRuns& d, int64_t a0, int64_t m, Flags& allowed) {
+  KeyRun span{d.lkv, 0};
+  const int64_t* start = docs.run_start.data() + d.q0 + a0;
+  if (start[0] == start[m]) return span;
+  span.first = docs.key_runs[start[0]].first;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t k = start[i]; k < start[i + 1]; ++k) {
+      span.first = std::min(span.first, docs.key_runs[k].first);
+      span.end = std::max(span.end, docs.key_runs[k].end);
+    }
+  const int64_t n = span.end - span.first;
+  allowed.topLeftCorner(m, n).setZero();
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t k = start[i]; k < start[i + 1]; ++k) {
+      const KeyRun& run = docs.key_runs[k];
+      allowed.row(i).segment(run.first - span.first, run.end - run.first).setOnes();
+    }
+  return span;
+}
+
+// One document, kv head g: every query head of the group, every query tile.
+void document_unit(Job& job, const Documents& docs, const DocRuns& d, int64_t g, DocScratch& s) {
+  const AttentionSizes& z = job.z;
+  const int64_t D = z.head_dim;
+  const bool backward = job.problem.shape.backward;
+  s.k.topRows(d.lkv) = tiles::head_rows(job.in.k, d.kv0, d.lkv, z.heads_kv, g, D);
+  s.v.topRows(d.lkv) = tiles::head_rows(job.in.v, d.kv0, d.lkv, z.heads_kv, g, D);
+  if (backward) {
+    s.dk.topRows(d.lkv).setZero();
+    s.dv.topRows(d.lkv).setZero();
+  }
+  for (int64_t h = g * job.group(); h < (g + 1) * job.group(); ++h)
+    for (int64_t a0 = 0; a0 < d.lq; a0 += kTileRows) {
+      const int64_t m = std::min(kTileRows, d.lq - a0);
+      const KeyRun span = tile_flags(docs, d, a0, m, s.tile.allowed);
+      if (span.first >= span.end) continue;  // lse stays -inf, o and dq 0
+      const int64_t c0 = span.first, n = span.end - span.first;
+      load_queries(s.tile, job, d.q0 + a0, m, h);
+      // lse is [R, Hq, Tq]; the document's q run lies inside row q0 / Tq.
+      double* lse = job.lse(d.q0 / z.q_len, h, d.q0 % z.q_len + a0);
+      tiles::attend_tile(s.tile, m, s.k.middleRows(c0, n), s.v.middleRows(c0, n), job.scale, backward, lse,
+                         s.dk.middleRows(c0, n), s.dv.middleRows(c0, n));
+      store_queries(s.tile, job, d.q0 + a0, m, h);
+    }
+  if (!backward) return;
+  tiles::head_rows(job.out.grads->dk, d.kv0, d.lkv, z.heads_kv, g, D) = s.dk.topRows(d.lkv);
+  tiles::head_rows(job.out.grads->dv, d.kv0, d.lkv, z.heads_kv, g, D) = s.dv.topRows(d.lkv);
 }
 
 }  // namespace
 
 Expected<AttentionResult> attention_per_document(const AttentionProblem& problem,
                                                  const AttentionInputs& in) {
-  auto sizes = validate_attention(problem, &in, ScoreMemory::streaming);
+  auto sizes = validate_attention(problem, &in, ScoreMemory::query_tiles);
   if (!sizes) return sizes.error();
   auto md = metadata(problem.batch);
   if (!md) return md.error();
   const AttentionSizes& z = sizes.value();
-  const AttentionShape& shape = problem.shape;
-  const double scale = shape.effective_scale();
-  const int64_t Hq = z.heads_q, Hkv = z.heads_kv, D = z.head_dim, Tq = z.q_len;
-  AttentionResult out = empty_result(z, shape.backward);
-  for (int64_t s = 0; s < md->documents(); ++s) {
-    const DocRuns d{md->ragged_offsets_q[s], md->cu_seqlens_q[s + 1] - md->cu_seqlens_q[s],
-                    md->ragged_offsets_kv[s], md->cu_seqlens_kv[s + 1] - md->cu_seqlens_kv[s]};
-    for (int64_t h = 0; h < Hq; ++h) {
-      const int64_t g = h / (Hq / Hkv);
-      // lse is [R, Hq, Tq]; a document's q run lies inside one row, so its
-      // entries are contiguous from token q0 = row * Tq + start.
-      double* lse = &out.lse[((d.q0 / Tq) * Hq + h) * Tq + d.q0 % Tq];
-      const auto q = head_block(in.q, d.q0, d.lq, Hq, h, D);
-      const auto k = head_block(in.k, d.kv0, d.lkv, Hkv, g, D);
-      const auto v = head_block(in.v, d.kv0, d.lkv, Hkv, g, D);
-      attention_fwd_per_document(d, problem.batch, scale, q, k, v,
-                                 head_block(out.o, d.q0, d.lq, Hq, h, D), lse);
-      if (!shape.backward) continue;
-      AttentionGradients& gr = *out.grads;
-      attention_bwd_per_document(d, problem.batch, scale, q, k, v,
-                                 head_block(std::as_const(out.o), d.q0, d.lq, Hq, h, D),
-                                 head_block(in.d_o, d.q0, d.lq, Hq, h, D), lse,
-                                 head_block(gr.dq, d.q0, d.lq, Hq, h, D),
-                                 head_block(gr.dk, d.kv0, d.lkv, Hkv, g, D),
-                                 head_block(gr.dv, d.kv0, d.lkv, Hkv, g, D));
-    }
-  }
+  AttentionResult out = empty_result(z, problem.shape.backward);
+  Job job{problem, in, z, problem.shape.effective_scale(), out};
+  const Documents docs = documents_of(md.value(), problem.batch, z);
+  // Units are (row, kv head): a row's documents have disjoint kv runs, so each
+  // unit writes its own o, lse, dq, dk, dv entries.
+  const int64_t units = z.rows * z.heads_kv, workers = tiles::workers_for(units);
+  std::vector<DocScratch> scratch;
+  for (int64_t w = 0; w < workers; ++w) scratch.emplace_back(docs.max_queries, docs.max_keys, z.head_dim);
+  tiles::for_each_unit(units, workers, [&](int64_t unit, int64_t w) {
+    const int64_t r = unit / z.heads_kv, g = unit % z.heads_kv;
+    for (int64_t s = docs.first_of_row[r]; s < docs.first_of_row[r + 1]; ++s)
+      document_unit(job, docs, docs.runs[s], g, scratch[w]);
+  });
   return finite_or_error(std::move(out));
 }
 

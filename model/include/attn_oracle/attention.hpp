@@ -73,11 +73,24 @@ struct AttentionSizes {
   int64_t heads_q = 0, heads_kv = 0, head_dim = 0;
 };
 
-// What a computation holds besides its tensors, for the memory budget: the
-// dense reference (and the naive same-precision run) one row's [Tq, Tkv] mask,
-// scores, probabilities and dS; a streaming one (the per-document reference,
-// the kernels) O(1) per query.
-enum class ScoreMemory { dense_row, streaming };
+// What a computation holds besides its tensors, for the memory budget:
+//  - dense_row: one row's [Tq, Tkv] mask, scores, probabilities and dS (the
+//    naive same-precision run of the tolerance rule), or query_tiles_with_mask
+//    where that is more: what judging a case against the token-level truth
+//    takes, so that a problem that passes with it runs on both;
+//  - streaming: O(1) per query (the kernels);
+//  - query_tiles: the float64 per-document reference, which works on query tiles
+//    of kReferenceTileRows rows: per worker (reference_threads(), at most one a
+//    unit it shares out), P, dS and the allowed flags of one
+//    [tile, Tkv] block, the tile's q, o, do, dq, and K, V, dK, dV of one kv head
+//    of a row with the gathered copies of a tile's keys ([Tkv, D] x 6); the
+//    runs of keys each query attends (one per document query under the
+//    kernels' index rule) and their index, 24 bytes a query;
+//  - query_tiles_with_mask: query_tiles plus one row's explicit [Tq, Tkv] mask
+//    and the list of its [tile, tile] blocks that attend anything (the dense
+//    reference).
+enum class ScoreMemory { dense_row, streaming, query_tiles, query_tiles_with_mask };
+inline constexpr int64_t kReferenceTileRows = 64;
 
 // Validates the batch (DESIGN section 2) and the heads (bad_heads), the memory
 // the tensors and `scores` need (over_memory_budget), then the tensor sizes

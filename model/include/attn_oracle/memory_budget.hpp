@@ -28,6 +28,14 @@ void set_memory_budget(int64_t bytes);
 // "4096", "64K", "512M", "4G" -> bytes; nullopt when malformed or not positive.
 std::optional<int64_t> parse_memory_size(std::string_view text);
 
+// Worker threads of the float64 references (reference/attention.hpp), here
+// because each worker's scratch is charged to the budget: ATTN_ORACLE_THREADS (a
+// positive integer, at most kMaxReferenceThreads; anything else reads as 1) when
+// set, else 1; set_reference_threads overrides (<= 0: back to the environment).
+inline constexpr int64_t kMaxReferenceThreads = 256;
+int64_t reference_threads();
+void set_reference_threads(int64_t threads);
+
 // Adds up named byte counts, each a product of factors, and checks the total.
 //   MemoryNeed need;
 //   need.add("explicit mask of one row", {q_len, kv_len});

@@ -6,7 +6,16 @@
 //    with the kernels' index rule on its trimmed runs.
 // They agree on representable inputs (tests/reference_attention_test.cpp, at
 // 1e-12 relative); the backward is checked against central finite differences
-// there too. The data model (problem, tensors, validation) is attn_oracle/attention.hpp.
+// there too. Both run Eigen block products on query tiles (reference/src/
+// attention_tiles.hpp); the scalar loops they replaced are kept as a test and
+// benchmark cross-check (reference/scalar/). The data model (problem, tensors,
+// validation) is attn_oracle/attention.hpp.
+//
+// Threads: reference_threads() (attn_oracle/memory_budget.hpp:
+// ATTN_ORACLE_THREADS or set_reference_threads, default 1). The per-document
+// reference shares out (row, kv head) pairs, the dense one a row's kv heads;
+// results are bitwise the same for every thread count and run, each worker
+// adding its own scratch to the memory the budget is asked for.
 #pragma once
 
 #include "attn_oracle/attention.hpp"
