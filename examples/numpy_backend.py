@@ -57,6 +57,31 @@ class Backend:
         same = (qi[:, None] == ki[None, :]) & (qi[:, None] != 0)
         return same & self.causal(kind, qp[:, None] - kp[None, :], shift)
 
+    def documents(self, qi, ki):  # (query indices, key indices) of each document one row's two sides share
+        for doc in np.intersect1d(qi[qi != 0], ki):
+            yield np.flatnonzero(qi == doc), np.flatnonzero(ki == doc)
+
+    def document_mask(self, batch, d, shift):  # one document's [q, kv] block: mask kind and window
+        mask = self.causal(batch.mask, d, shift)
+        (left, right), br = batch.window, batch.mask.endswith("bottom_right")
+        if left >= 0:
+            mask &= at_most(d, left + (shift if br else 0))
+        if right >= 0 and not br:
+            mask &= at_most(-d, right)
+        return mask
+
+    def row_mask(self, batch, qi, qp, ki, kp):  # [Tq, Tkv] bool: who attends whom in one row
+        mask = np.zeros((len(qi), len(ki)), bool)
+        for iq, ik in self.documents(qi, ki):
+            mask[np.ix_(iq, ik)] = self.document_mask(batch, qp[iq][:, None] - kp[ik][None, :], len(iq) - len(ik))
+        return mask
+
+    def checked_attention_rows(self, p, x):  # the rows' ids and positions, or decline what this example does not check
+        rows = self.rows(p.batch)[2]
+        if p.heads_kv < 1 or p.heads_q % p.heads_kv or x.q.ndim != 4 or not all(np.isfinite(t).all() for t in (x.q, x.k, x.v)):
+            raise Unsupported("heads, tensor shapes or values this example does not check")
+        return rows
+
     def metadata(self, b):
         extra, batch, (qi, qp, ki, kp) = self.rows(b)
         rows, m = len(qi), b.max_segments
@@ -79,23 +104,15 @@ class Backend:
         return out
 
     def attention(self, p, x):
-        extra, batch, (qi, qp, ki, kp) = self.rows(p.batch)
-        if p.heads_kv < 1 or p.heads_q % p.heads_kv or x.q.ndim != 4 or not all(np.isfinite(t).all() for t in (x.q, x.k, x.v)):
-            raise Unsupported("heads, tensor shapes or values this example does not check")
-        g, scale, (left, right) = p.heads_q // p.heads_kv, p.effective_scale, p.batch.window
+        qi, qp, ki, kp = self.checked_attention_rows(p, x)
+        g, scale = p.heads_q // p.heads_kv, p.effective_scale
         out = {"o": np.zeros_like(x.q), "lse": np.full((len(qi), p.heads_q, qi.shape[1]), -np.inf)}
         if p.backward:
             out.update(dq=np.zeros_like(x.q), dk=np.zeros_like(x.k), dv=np.zeros_like(x.v))
         for r in range(len(qi)):
-            for doc in np.intersect1d(qi[r][qi[r] != 0], ki[r]):
-                iq, ik = np.flatnonzero(qi[r] == doc), np.flatnonzero(ki[r] == doc)
+            for iq, ik in self.documents(qi[r], ki[r]):
                 d, shift = qp[r][iq][:, None] - kp[r][ik][None, :], len(iq) - len(ik)
-                mask = self.causal(p.batch.mask, d, shift)
-                br = p.batch.mask.endswith("bottom_right")
-                if left >= 0:
-                    mask &= at_most(d, left + (shift if br else 0))
-                if right >= 0 and not br:
-                    mask &= at_most(-d, right)
+                mask = self.document_mask(p.batch, d, shift)
                 q, k, v = x.q[r, iq], np.repeat(x.k[r, ik], g, 1), np.repeat(x.v[r, ik], g, 1)
                 s = np.where(mask, scale * np.einsum("qhd,khd->hqk", q, k), -np.inf)
                 top = np.max(s, -1, keepdims=True, initial=-np.inf)

@@ -1,6 +1,9 @@
 # python_worker.cmake: the process backend end to end with Python workers
 # (docs/protocol.md), one ctest test per CASE (tests/CMakeLists.txt):
 #   numpy_backend_passes      examples/numpy_backend.py passes metadata and attention
+#   jax_backend_passes, torch_backend_passes
+#                             examples/{jax,torch}_backend.py pass every attention
+#                             property (SKIP when PYTHON cannot import the framework)
 #   planted_fails_and_replays examples/planted_numpy_backend.py fails, shrinks to a
 #                             small case, and its printed replay line exits 3 with
 #                             the same message
@@ -73,6 +76,18 @@ if(CASE STREQUAL "numpy_backend_passes")
     expect("the hello" "numpy-example 1 \\(attn-oracle-worker/1\\)\\): metadata attention" "${out}")
     expect("a pass" "passed +${property} on exec:[^\n]*\\(([1-9][0-9]*) passed, [0-9]+ declined, 0 failed" "${out}")
   endforeach()
+elseif(CASE MATCHES "^(jax|torch)_backend_passes$")
+  set(framework ${CMAKE_MATCH_1})
+  execute_process(COMMAND ${PYTHON} -c "import ${framework}" RESULT_VARIABLE missing OUTPUT_QUIET ERROR_QUIET)
+  if(missing)
+    message("SKIP: ${PYTHON} cannot import ${framework}; configure with -DPython3_EXECUTABLE=<a Python that has "
+            "${framework} and numpy> to run examples/${framework}_backend.py")
+    return()
+  endif()
+  check_worker("${example}.${framework}_backend:Backend" attention/ 20)
+  expect_rc(0)
+  expect("the hello" "${framework}-example [^ ]+ \\(attn-oracle-worker/1\\)\\): attention\n" "${out}")
+  expect("a pass" "passed +attention/matchesReference on exec:[^\n]*\\(([1-9][0-9]*) passed" "${out}")
 elseif(CASE STREQUAL "planted_fails_and_replays")
   check_worker("${example}.planted_numpy_backend:Backend" metadata/matchesReference 100)
   expect_rc(1)
