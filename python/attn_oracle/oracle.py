@@ -43,7 +43,7 @@ DTYPES = ("fp32", "fp16", "bf16")
 
 @dataclass(frozen=True)
 class Metadata:
-    """The metadata of DESIGN section 4, read off the explicit mask.
+    """The metadata of docs/semantics.md section 3, read off the explicit mask.
 
     ``*_seqlens`` are ``[..., B, M]`` (slot k: valid tokens of document k+1),
     ``*_offsets`` ``[..., B, M+1]`` (row-local first valid token of each
@@ -89,7 +89,7 @@ class AttentionResult:
 
 @dataclass(frozen=True)
 class SmallSeqResult:
-    """The small-sequence reference (DESIGN section 6): ``o`` as in attention and
+    """The small-sequence reference (docs/case-files.md, ``small_seq``): ``o`` as in attention and
     ``p = softmax(S)`` as ``[docs, Hq, 16]`` (0 past a document's keys) instead
     of ``lse``; gradients with a ``do``."""
 
@@ -204,7 +204,7 @@ def explicit_mask(
     window: Sequence[int] = (-1, -1),
     with_window: bool = True,
 ) -> np.ndarray:
-    """The boolean attention mask ``[..., B, Tq, Tkv]`` of DESIGN section 3 for every row.
+    """The boolean attention mask ``[..., B, Tq, Tkv]`` of docs/semantics.md section 2 for every row.
 
     ``allowed[..., b, i, j]`` says whether query token i attends key token j:
     same document (id != 0), the causal or bottom-right term of the mask kind,
@@ -227,7 +227,7 @@ def representability(
 ) -> tuple[bool, str]:
     """Whether kernels that see only the trimmed runs of each document (and
     apply the mask by index) compute the token-level mask of this batch
-    (DESIGN section 4); when not, the second item names the first document and
+    (docs/semantics.md section 2); when not, the second item names the first document and
     token pair that differs."""
     args = _batch_args(q_segment_ids, q_segment_pos, kv_segment_ids, kv_segment_pos, mask, window, max_segments)
     return _core.representability(*args)

@@ -34,7 +34,7 @@ before it draws and runs a case; raise ``AttnOracleError(code, message)`` for an
 input the backend rejects (codes as in docs/semantics.md). Any other exception
 fails the case with its traceback; the worker goes on. Optional attributes:
 ``name``, ``version`` (shown in reports) and ``token_level_mask = True`` for a
-backend that computes DESIGN section 3's mask on any input, as a reference does.
+backend that computes docs/semantics.md section 2's mask on any input, as a reference does.
 
 Anything the backend prints goes to stderr (kept in the suite's report when a
 case fails); stdout belongs to the protocol.
@@ -70,7 +70,7 @@ CAPABILITIES = {
 
 @dataclass
 class Batch:
-    """A packed batch (DESIGN section 2). Ids [..., B, T]; positions a trailing suffix of that shape."""
+    """A packed batch (docs/semantics.md section 1). Ids [..., B, T]; positions a trailing suffix of that shape."""
 
     q_segment_ids: np.ndarray
     q_segment_pos: np.ndarray
@@ -126,7 +126,7 @@ class Sharding:
 
 @dataclass
 class KvBufferProblem:
-    """DESIGN section 7: document lengths, micro-sequence size m, heads, head_dim, dtype, scale, backward."""
+    """The shared K/V buffer (docs/semantics.md section 3): document lengths, micro-sequence size m, heads, head_dim, dtype, scale, backward."""
 
     doc_lengths: np.ndarray
     micro_seq_tokens: int
