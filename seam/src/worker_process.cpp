@@ -89,11 +89,11 @@ void WorkerProcess::start() {
   wire::Message greeting;
   Ended ended;
   try {
-    ended = transfer("", greeting);
+    ended = transfer("", greeting, hello_timeout());
   } catch (const wire::ProtocolError& e) {
     fail(std::string("the worker's first message is not a hello frame: ") + e.what(), false);
   }
-  if (ended == Ended::timeout) fail("the worker sent no hello within " + std::to_string(int(timeout_)) + " s", true);
+  if (ended == Ended::timeout) fail("the worker sent no hello within " + std::to_string(int(hello_timeout())) + " s", true);
   if (ended == Ended::eof) {
     drain_stderr(200);
     fail("the worker ended before its hello: " + stop(false), false);
@@ -117,7 +117,7 @@ wire::Message WorkerProcess::exchange(const std::string& op, const std::string& 
   wire::Message reply;
   Ended ended;
   try {
-    ended = transfer(frame, reply);
+    ended = transfer(frame, reply, timeout_);
   } catch (const wire::ProtocolError& e) {
     fail("the worker broke the protocol answering " + op + ": " + e.what(), false);
   }
@@ -132,8 +132,8 @@ wire::Message WorkerProcess::exchange(const std::string& op, const std::string& 
   return reply;
 }
 
-WorkerProcess::Ended WorkerProcess::transfer(const std::string& out, wire::Message& in) {
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_));
+WorkerProcess::Ended WorkerProcess::transfer(const std::string& out, wire::Message& in, double timeout_seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
   size_t written = 0;
   char chunk[1 << 16];
   for (;;) {

@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <string>
 
 #include "worker_protocol.hpp"
@@ -32,12 +33,15 @@ class WorkerProcess {
   std::string stderr_tail() const;
   const std::string& command() const { return command_; }
   double timeout() const { return timeout_; }
+  // The hello comes after the worker's imports (numpy, jax, torch: seconds on a
+  // loaded machine), so it gets at least 30 s whatever the per-call limit.
+  double hello_timeout() const { return std::max(timeout_, 30.0); }
 
  private:
   enum class Ended { message, eof, timeout };
   void start();
   // Writes `out`, reads until a whole message; ProtocolError on garbage.
-  Ended transfer(const std::string& out, wire::Message& in);
+  Ended transfer(const std::string& out, wire::Message& in, double timeout_seconds);
   void drain_stderr(int wait_ms);
   std::string stop(bool kill_it);  // "" or how it ended: "exit status 1", "SIGSEGV (signal 11)"
   [[noreturn]] void fail(const std::string& what, bool hang);
