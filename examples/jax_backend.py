@@ -1,5 +1,5 @@
 """A JAX backend for attn-oracle: attention through jax.nn.dot_product_attention,
-its backward by jax.vjp.
+its backward by jax.vjp, the two under one jax.jit.
 
 Served with ``python3 -m attn_oracle.worker examples.jax_backend:Backend``
 (needs ``jax``; the CPU build is enough). This is the shape a JAX backend takes:
@@ -9,6 +9,10 @@ and the mask are the NumPy example's (examples/numpy_backend.py), so what is
 judged here is the JAX side: GQA head mapping, scale, the lse and the
 gradients. ctest runs `check` on it when jax imports
 (python_worker.jax_backend_passes), and skips with a message otherwise.
+
+Every draw has new shapes, so each one compiles once (jit); op-by-op dispatch
+would compile every operation of the attention separately and cost ten times
+as much.
 """
 import jax
 
@@ -20,29 +24,32 @@ import numpy as np  # noqa: E402
 from examples.numpy_backend import Backend as NumpyBackend  # noqa: E402
 
 
+@jax.jit
+def attention_and_gradients(q, k, v, do, mask, scale):  # q, do [R, Tq, Hq, D]; k, v [R, Tkv, Hkv, D]; mask [R, Tq, Tkv]
+    attends = mask.any(-1)
+    # A query that attends nothing would take a softmax over nothing (NaN, and NaN
+    # gradients): it attends every key instead and its output is zeroed, which also
+    # zeroes what flows back through it.
+    runnable = (mask | ~attends[..., None])[:, None]  # [R, 1, Tq, Tkv]
+    keep = attends[..., None, None].astype(q.dtype)  # [R, Tq, 1, 1]
+
+    def forward(q, k, v):
+        return keep * jax.nn.dot_product_attention(q, k, v, mask=runnable, scale=scale, implementation="xla")
+
+    o, backward = jax.vjp(forward, q, k, v)
+    scores = scale * jnp.einsum("rqhd,rkhd->rhqk", q, jnp.repeat(k, q.shape[2] // k.shape[2], axis=2))
+    lse = jax.nn.logsumexp(jnp.where(mask[:, None], scores, -jnp.inf), axis=-1)  # [R, Hq, Tq]; -inf: no key
+    return o, lse, backward(do)
+
+
 class Backend:
     name, version, token_level_mask = "jax-example", jax.__version__, True
     masks = NumpyBackend()
 
     def attention(self, p, x):
         rows = self.masks.checked_attention_rows(p, x)
-        mask = np.stack([self.masks.row_mask(p.batch, *row) for row in zip(*rows)])  # [R, Tq, Tkv]
-        attends = mask.any(-1)  # [R, Tq]
-        # A query that attends nothing would take a softmax over nothing (NaN, and NaN
-        # gradients): it attends every key instead and its output is zeroed, which also
-        # zeroes what flows back through it.
-        runnable = jnp.asarray(mask | ~attends[..., None])[:, None]  # [R, 1, Tq, Tkv]
-        keep = jnp.asarray(attends, jnp.float64)[..., None, None]  # [R, Tq, 1, 1]
-        q, k, v = (jnp.asarray(t) for t in (x.q, x.k, x.v))  # [R, T, H, D]
-
-        def forward(q, k, v):
-            o = jax.nn.dot_product_attention(q, k, v, mask=runnable, scale=p.effective_scale, implementation="xla")
-            return keep * o
-
-        o, backward = jax.vjp(forward, q, k, v)
-        scores = p.effective_scale * jnp.einsum("rqhd,rkhd->rhqk", q, jnp.repeat(k, p.heads_q // p.heads_kv, axis=2))
-        lse = jax.nn.logsumexp(jnp.where(jnp.asarray(mask)[:, None], scores, -jnp.inf), axis=-1)  # -inf: no key
-        out = {"o": o, "lse": lse}
-        if p.backward:
-            out.update(zip(("dq", "dk", "dv"), backward(jnp.asarray(x.do))))
+        mask = np.stack([self.masks.row_mask(p.batch, *row) for row in zip(*rows)])
+        do = x.do if p.backward else np.zeros_like(x.q)
+        o, lse, (dq, dk, dv) = attention_and_gradients(x.q, x.k, x.v, do, mask, p.effective_scale)
+        out = {"o": o, "lse": lse} | ({"dq": dq, "dk": dk, "dv": dv} if p.backward else {})
         return {name: np.asarray(t) for name, t in out.items()}
