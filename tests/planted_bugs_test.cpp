@@ -194,6 +194,25 @@ TEST(PlantedBugs, MetadataBugsAttentionShowsAlsoFailTheExactProperty) {
   }
 }
 
+// The same for the shared K/V buffer: cu_seqlens_k[0] = first_document_begin
+// fails both the exact metadata property and the one that drives attention with
+// it, and the message names the field.
+TEST(PlantedBugs, KvBufferMetadataBugsAttentionShowsAlsoFailTheExactProperty) {
+  int seen = 0;
+  for (const PlantedBug& bug : planted::kv_buffer_bugs()) {
+    if (bug.property != "kv_buffer/metadataDrivesAttentionLikeTheReference") continue;
+    ++seen;
+    auto backend = bug.make();
+    const PropertyOutcome exact = run_property(*find_property("kv_buffer/metadataIsCanonical"), *backend, planted_settings());
+    EXPECT_EQ(exact.status, PropertyOutcome::Status::failed) << bug.name;
+    const PropertyOutcome through = run_property(*find_property(bug.property), *backend, planted_settings());
+    ASSERT_EQ(through.status, PropertyOutcome::Status::failed) << bug.name;
+    EXPECT_NE(through.failures.at(0).message.find("cu_seqlens_k[0]: backend "), std::string::npos)
+        << through.failures.at(0).message;
+  }
+  EXPECT_EQ(seen, 1);
+}
+
 // ------------------------------------------------------------ bugs in the oracle
 // The tolerance budget grows with the naive run's distance from the oracle, so a
 // wrong oracle must be caught by the naive run's own agreement with it, in the

@@ -139,6 +139,7 @@ void print_result(const CheckResult& r) {
               << std::setprecision(1) << o.seconds << " s)";
   std::cout << "\n";
   if (!r.note.empty()) std::cout << "    " << r.note << "\n";
+  if (!o.not_compared.empty() && r.verdict != Verdict::skipped) std::cout << "    note: " << not_compared_line(o) << "\n";
   if (!o.message.empty() && r.verdict != Verdict::passed) std::cout << "    " << o.message << "\n";
   for (const std::string& line : wholly_declined_classes(o)) std::cout << "    note: " << line << "\n";
   for (const PropertyFailure& f : o.failures) {

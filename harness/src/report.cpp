@@ -138,6 +138,7 @@ void markdown_property(const CheckResult& r, std::ostream& os) {
      << "), seed " << o.seed << ", " << seconds(o.seconds) << ", worst error / budget " << format_ratio(o.worst_ratio)
      << "\n";
   os << "- backend version: " << o.backend_version << "\n";
+  if (!o.not_compared.empty()) os << "- **" << not_compared_line(o) << "**\n";
   for (const std::string& line : wholly_declined_classes(o)) os << "- **" << line << "**\n";
   for (const auto& [reason, n] : o.decline_reasons) os << "- declined " << n << "x: " << reason << "\n";
   for (const char* kind : {"op", "mask", "dtype", "layout", "label"})
@@ -181,6 +182,7 @@ void merge_outcome(PropertyOutcome& into, const PropertyOutcome& add) {
     if (std::none_of(into.failures.begin(), into.failures.end(),
                      [&](const PropertyFailure& g) { return g.signature == f.signature; }))
       into.failures.push_back(f);
+  if (into.not_compared.empty()) into.not_compared = add.not_compared;
   if (add.worst_ratio) into.worst_ratio = std::max(into.worst_ratio.value_or(0.0), *add.worst_ratio);
   into.largest.rows = std::max(into.largest.rows, add.largest.rows);
   into.largest.tokens = std::max(into.largest.tokens, add.largest.tokens);
@@ -283,6 +285,7 @@ ojson outcome_to_json(const PropertyOutcome& o) {
   j["classes"] = classes;
   j["wholly_declined"] = wholly_declined_classes(o);
   j["worst_error_to_budget"] = ratio_json(o.worst_ratio);
+  j["not_compared"] = o.not_compared;
   j["mix"] = ojson(o.mix);
   j["largest"] = {{"rows", o.largest.rows}, {"tokens", o.largest.tokens}, {"devices", o.largest.devices}};
   j["seconds"] = std::round(o.seconds * 1000.0) / 1000.0;
@@ -310,6 +313,7 @@ PropertyOutcome outcome_from_json(const json& j) {
   for (auto it = classes.begin(); it != classes.end(); ++it)
     o.classes[it.key()] = {it.value().value("drawn", 0), it.value().value("declined", 0)};
   o.worst_ratio = ratio_from(j.value("worst_error_to_budget", json()));
+  o.not_compared = j.value("not_compared", std::vector<std::string>{});
   o.mix = j.value("mix", std::map<std::string, int>{});
   const json largest = j.value("largest", json::object());
   o.largest = CaseSize{largest.value("rows", int64_t{0}), largest.value("tokens", int64_t{0}),

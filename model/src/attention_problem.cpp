@@ -65,6 +65,24 @@ double round_to_format(double x, BinaryFormat f) {
 
 std::string_view to_string(Dtype dtype) { return kDtypeNames[static_cast<size_t>(dtype)]; }
 
+std::string_view to_string(Output output) {
+  switch (output) {
+    case Output::lse: return "lse";
+    case Output::gradients: return "gradients";
+    case Output::small_seq_p: return "small-seq P";
+  }
+  return "?";
+}
+
+bool ProducedOutputs::has(Output output) const {
+  switch (output) {
+    case Output::lse: return lse;
+    case Output::gradients: return gradients;
+    case Output::small_seq_p: return small_seq_p;
+  }
+  return false;
+}
+
 std::optional<Dtype> dtype_from_string(std::string_view name) {
   for (size_t i = 0; i < kDtypeNames.size(); ++i)
     if (kDtypeNames[i] == name) return static_cast<Dtype>(i);

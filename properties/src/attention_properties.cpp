@@ -35,8 +35,10 @@ Case attention_case(const AttentionProblem& problem, uint64_t seed) {
 
 // Draws a problem, moved to the nearest shape the backend supports (the check
 // declines one it still does not).
+// A backend without gradients (ProducedOutputs) gets forward problems only.
 Case draw_supported(Backend& backend, const AttentionOptions& options = {}) {
   AttentionDraw d = *attention_draw(options);
+  d.problem.shape.backward = d.problem.shape.backward && backend.outputs().gradients;
   d.problem.shape = nearest_supported_shape(
       d.problem, [&](const AttentionProblem& p) { return !backend.attention()->unsupported(p).has_value(); });
   return attention_case(d.problem, d.seed);
@@ -57,6 +59,7 @@ Drawn supported_case(Backend& backend, const Case& c) {
   if (!inputs) fail_with("the case has no inputs: ", inputs.error());
   if (auto e = validate_attention(a.problem, &inputs.value()); !e) decline_case("not a valid problem: " + describe(e.error()));
   if (auto reason = backend.attention()->unsupported(a.problem)) decline_case("unsupported: " + *reason);
+  if (a.problem.shape.backward && !backend.outputs().gradients) decline_case("the backend produces no gradients");
   return Drawn{a.problem, inputs.value()};
 }
 
@@ -75,17 +78,18 @@ AttentionResult run_or_fail(Backend& backend, const AttentionProblem& p, const A
   return std::move(r).value();
 }
 
-void assert_within_tolerance(const AttentionProblem& p, const AttentionInputs& in, const AttentionResult& got,
-                             const AttentionResult& want) {
-  for (const ToleranceCheck& check : check_attention_tolerance(p, in, got, want))
+// Only the outputs the backend produces are judged (the runner reports the rest as not compared).
+void assert_within_tolerance(Backend& backend, const AttentionProblem& p, const AttentionInputs& in,
+                             const AttentionResult& got, const AttentionResult& want) {
+  for (const ToleranceCheck& check : check_attention_tolerance(p, in, got, want, backend.outputs()))
     if (!check.pass) fail_case(check.describe());
 }
 
 // The metamorphic properties: the backend against itself on a transformed
 // problem, within twice the budget the float64 truth of `p` gives (tolerance.hpp).
-void assert_relation_holds(const AttentionProblem& p, const AttentionInputs& in, const AttentionResult& got,
-                           const AttentionResult& expected) {
-  for (const ToleranceCheck& check : check_relation_tolerance(p, in, got, expected))
+void assert_relation_holds(Backend& backend, const AttentionProblem& p, const AttentionInputs& in,
+                           const AttentionResult& got, const AttentionResult& expected) {
+  for (const ToleranceCheck& check : check_relation_tolerance(p, in, got, expected, backend.outputs()))
     if (!check.pass) fail_case(check.describe());
 }
 
@@ -93,7 +97,7 @@ void matches_reference(Backend& backend, const Case& c) {
   const Drawn d = supported_case(backend, c);
   decline_unrepresentable(backend, d.problem);
   const AttentionResult want = oracle().dense(d.problem, d.inputs).value();
-  assert_within_tolerance(d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs), want);
+  assert_within_tolerance(backend, d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs), want);
 }
 
 // On representable inputs the kernels' per-document view is the whole truth
@@ -103,7 +107,7 @@ void matches_per_document_reference(Backend& backend, const Case& c) {
   if (const auto r = ref::representability(d.problem.batch); !r.representable)
     decline_case("not representable: " + r.first_difference);
   const AttentionResult want = oracle().per_document(d.problem, d.inputs).value();
-  assert_within_tolerance(d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs), want);
+  assert_within_tolerance(backend, d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs), want);
 }
 
 // "o[3]" of a tensor: the first NaN, or "".
@@ -119,8 +123,9 @@ void unattended_tokens_are_exactly_zero(Backend& backend, const Case& c) {
   const Drawn d = supported_case(backend, c);
   decline_unrepresentable(backend, d.problem);  // the mask below is token-level
   const AttentionResult got = run_or_fail(backend, d.problem, d.inputs);
-  for (auto [name, t] : {std::pair{"o", &got.o}, std::pair{"lse", &got.lse}})
-    if (auto nan = first_nan(name, *t); !nan.empty()) fail_case(nan);
+  const bool has_lse = backend.outputs().lse;
+  if (auto nan = first_nan("o", got.o); !nan.empty()) fail_case(nan);
+  if (auto nan = first_nan("lse", got.lse); has_lse && !nan.empty()) fail_case(nan);
   if (got.grads)
     for (auto [name, t] : {std::pair{"dq", &got.grads->dq}, std::pair{"dk", &got.grads->dk}, std::pair{"dv", &got.grads->dv}})
       if (auto nan = first_nan(name, *t); !nan.empty()) fail_case(nan);
@@ -134,7 +139,7 @@ void unattended_tokens_are_exactly_zero(Backend& backend, const Case& c) {
       if (attends) continue;
       const std::string query = "row " + std::to_string(r) + " query " + std::to_string(i) + " attends nothing but ";
       for (int64_t h = 0; h < s.heads_q; ++h) {
-        const double lse = got.lse[(r * s.heads_q + h) * l.q_len + i];
+        const double lse = has_lse ? got.lse[(r * s.heads_q + h) * l.q_len + i] : -INFINITY;  // not produced: not judged
         require(std::isinf(lse) && lse < 0, query + "lse[head " + std::to_string(h) + "] = " + std::to_string(lse));
         for (int64_t k = 0; k < s.head_dim; ++k) {
           const int64_t at = ((r * l.q_len + i) * s.heads_q + h) * s.head_dim + k;
@@ -182,7 +187,7 @@ void document_permutation_invariance(Backend& backend, const Case& c) {
   const BatchLayout l = validate_shapes(d.problem.batch).value();
   const int64_t rows = l.rows(), tq = l.q_len;
   moved.lse.assign(before.lse.size(), -INFINITY);
-  for (int64_t t = 0; t < rows * tq; ++t)
+  for (int64_t t = 0; t < rows * tq && backend.outputs().lse; ++t)
     if (perm.q_from[t] >= 0)
       for (int64_t h = 0; h < s.heads_q; ++h) {
         const int64_t r = t / tq, old = perm.q_from[t];
@@ -192,7 +197,7 @@ void document_permutation_invariance(Backend& backend, const Case& c) {
     moved.grads = AttentionGradients{gather_tokens(before.grads->dq, perm.q_from, wq),
                                      gather_tokens(before.grads->dk, perm.kv_from, wkv),
                                      gather_tokens(before.grads->dv, perm.kv_from, wkv)};
-  assert_relation_holds(p2, in2, run_or_fail(backend, p2, in2), moved);
+  assert_relation_holds(backend, p2, in2, run_or_fail(backend, p2, in2), moved);
 }
 
 // The extreme values a draw is rewritten with (batch_transforms.hpp): an
@@ -230,7 +235,7 @@ void extreme_integers_change_nothing(Backend& backend, const Case& c) {
   if (truth->o != want.o || truth->lse != want.lse || !same_grads)
     fail_case("the reference's result changed with the extreme integers (oracle suspect)");
   classify(extreme.batch.window != d.problem.batch.window, "window rewritten");
-  assert_within_tolerance(extreme, d.inputs, run_or_fail(backend, extreme, d.inputs), want);
+  assert_within_tolerance(backend, extreme, d.inputs, run_or_fail(backend, extreme, d.inputs), want);
 }
 
 // Query head h reads kv head h / (Hq / Hkv): running the GQA problem equals
@@ -267,7 +272,7 @@ void gqa_equals_repeated_kv_heads(Backend& backend, const Case& c) {
   AttentionResult want{wide.o, wide.lse, std::nullopt};
   if (wide.grads) want.grads = AttentionGradients{wide.grads->dq, sum_back(wide.grads->dk), sum_back(wide.grads->dv)};
   classify(s.heads_kv == 1, "MQA");
-  assert_relation_holds(d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs), want);
+  assert_relation_holds(backend, d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs), want);
 }
 
 // The windowed problem of a draw: its left bound with right bound 0, on padding
@@ -303,7 +308,7 @@ void causal_window_equals_top_left_causal(Backend& backend, const Case& c) {
   decline_unrepresentable(backend, causal);
   classify(windowed.batch.window.left >= 0, "left bounded");
   const AttentionResult want = run_or_fail(backend, causal, d.inputs);
-  assert_relation_holds(windowed, d.inputs, run_or_fail(backend, windowed, d.inputs), want);
+  assert_relation_holds(backend, windowed, d.inputs, run_or_fail(backend, windowed, d.inputs), want);
 }
 
 // attention_into writes every logical output (tokens that attend nothing too)
@@ -312,7 +317,7 @@ void causal_window_equals_top_left_causal(Backend& backend, const Case& c) {
 // that exact bit pattern and no interior element is NaN.
 void guard_bands_stay_poisoned(Backend& backend, const Case& c) {
   const Drawn d = supported_case(backend, c);
-  GuardedAttentionBuffers buffers(d.problem);
+  GuardedAttentionBuffers buffers(d.problem, backend.outputs());
   if (auto e = backend.attention()->attention_into(d.problem, d.inputs, buffers.buffers()))
     fail_with("attention_into rejected a valid input: ", *e);
   if (auto violation = buffers.first_violation()) fail_case(*violation);

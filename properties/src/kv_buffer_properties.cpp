@@ -10,6 +10,7 @@
 #include <string>
 
 #include "attn_oracle/kv_buffer_generators.hpp"
+#include "attn_oracle/metadata_through_attention.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/reference/tolerance.hpp"
 #include "attn_oracle/reference/kv_buffer.hpp"
@@ -83,6 +84,21 @@ void streaming_matches_whole_sequence(Backend& backend, const KvBufferDraw& d) {
   const AttentionResult want = ref::kv_buffer_whole_sequence(d.problem, in).value();
   for (const ToleranceCheck& c : check_attention_tolerance(whole_sequence_problem(d.problem), in, got.value(), want))
     if (!c.pass) fail_case(c.describe());
+}
+
+// A varlen kernel reads micro-sequence i's keys at first_document_begin +
+// cu_seqlens_k: the backend's metadata must drive it bit for bit as the
+// reference's does, over a buffer that is NaN outside [first_document_begin, end).
+void metadata_drives_attention_like_the_reference(Backend& backend, const KvBufferDraw& d) {
+  decline_unsupported(backend, d);
+  const KvBufferSizes z = sizes_of(d);
+  for (int64_t i = 0; i < z.micro_sequences; ++i) {
+    auto got = capability(backend).micro_sequence(d.problem, i);
+    if (!got) fail_case("micro-sequence " + str(i) + " rejected: " + got.error().message);
+    const MicroSequenceMetadata want = ref::micro_sequence_metadata(d.problem, i).value();
+    if (auto diff = micro_sequence_attention_difference(z.tokens, got.value(), want))
+      fail_case("micro-sequence " + str(i) + " (first_document_begin " + str(want.first_document_begin) + "): " + *diff);
+  }
 }
 
 void metadata_is_canonical(Backend& backend, const KvBufferDraw& d) {
@@ -175,9 +191,14 @@ KvBufferDraw draw_of(const Case& c) {
 
 Case kv_case(const KvBufferDraw& d) { return Case{KvBufferCase{d.problem, d.seed}, {}, {}, {}}; }
 
-PropertyDef kv_property(const char* id, const char* summary, Check check) {
+// Streaming is judged on lse and the gradient buffer as much as on o: the
+// properties that run it need both.
+const std::vector<Output> kStreamedOutputs = {Output::lse, Output::gradients};
+
+PropertyDef kv_property(const char* id, const char* summary, Check check, std::vector<Output> needs = kStreamedOutputs) {
   return PropertyDef{id, Capability::kv_buffer, summary, [](Backend&) { return kv_case(*kv_buffer_draw()); },
-                     [check](Backend& backend, const Case& c) { check(backend, draw_of(c)); }};
+                     [check](Backend& backend, const Case& c) { check(backend, draw_of(c)); }, std::nullopt,
+                     std::move(needs)};
 }
 
 // The state machine: its command sequence is drawn with the problem and recorded.
@@ -202,7 +223,11 @@ std::vector<PropertyDef> kv_buffer_properties() {
       kv_property("kv_buffer/metadataIsCanonical",
                   "every micro-sequence's cu_seqlens start at 0 and end at the narrowed lengths; documents and "
                   "positions equal the reference",
-                  metadata_is_canonical),
+                  metadata_is_canonical, {}),
+      kv_property("kv_buffer/metadataDrivesAttentionLikeTheReference",
+                  "each micro-sequence's cu_seqlens and first_document_begin drive a float64 varlen kernel over a "
+                  "NaN-poisoned buffer exactly as the reference's do",
+                  metadata_drives_attention_like_the_reference, {}),
       kv_property("kv_buffer/inactivePrefixReceivesExactlyZero",
                   "a micro-sequence's backward leaves grad_buffer[0, first_document_begin) bitwise 0",
                   inactive_prefix_receives_exactly_zero),
@@ -213,7 +238,7 @@ std::vector<PropertyDef> kv_buffer_properties() {
       PropertyDef{"kv_buffer/stepsMatchModel", Capability::kv_buffer,
                   "state machine: slices written in any order, attended in order, backward in reverse, match a model "
                   "buffer and the oracle",
-                  draw_steps, steps_match_model},
+                  draw_steps, steps_match_model, std::nullopt, kStreamedOutputs},
   };
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <tuple>
 
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/validate.hpp"
@@ -117,6 +118,59 @@ std::string field_behind(const Metadata& got, const Metadata& want, int64_t s) {
 
 bool same(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b)); }
 
+// The first q token g and dimension d (d == dim: the lse) where `a` and `b`
+// differ, described as "o of q token 3, d 1: 0.25, expected nan"; nullopt if none.
+struct Change {
+  int64_t token = 0;
+  std::string what;
+};
+std::optional<Change> first_change(const VarlenOutputs& a, const VarlenOutputs& b, int64_t tokens, int64_t dim) {
+  for (int64_t g = 0; g < tokens; ++g)
+    for (int64_t d = 0; d <= dim; ++d) {
+      const bool is_lse = d == dim;
+      const double x = is_lse ? a.lse[g] : a.o[g * dim + d], y = is_lse ? b.lse[g] : b.o[g * dim + d];
+      if (same(x, y)) continue;
+      std::ostringstream os;
+      os << (is_lse ? "lse" : "o") << " of q token " << g << (is_lse ? "" : ", d " + std::to_string(d)) << ": " << x
+         << ", expected " << y;
+      return Change{g, os.str()};
+    }
+  return std::nullopt;
+}
+
+// A micro-sequence as the compacted arrays a kernel reads: q rows contiguous
+// from 0, keys at first_document_begin + cu_seqlens_k (or why that overflows).
+std::variant<Metadata, std::string> as_varlen(const MicroSequenceMetadata& m) {
+  Metadata md;
+  md.cu_seqlens_q = m.cu_seqlens_q, md.cu_seqlens_kv = m.cu_seqlens_k, md.ragged_offsets_q = m.cu_seqlens_q;
+  for (size_t s = 0; s < m.cu_seqlens_k.size(); ++s) {
+    int64_t at = 0;
+    if (__builtin_add_overflow(m.first_document_begin, m.cu_seqlens_k[s], &at))
+      return "first_document_begin " + std::to_string(m.first_document_begin) + " + cu_seqlens_k[" + std::to_string(s) +
+             "] " + std::to_string(m.cu_seqlens_k[s]) + " overflows int64";
+    md.ragged_offsets_kv.push_back(at);
+  }
+  return md;
+}
+
+// The first of document s's integers that `got` has wrong, or "".
+std::string micro_field_behind(const MicroSequenceMetadata& got, const MicroSequenceMetadata& want, int64_t s) {
+  if (got.first_document_begin != want.first_document_begin)
+    return "first_document_begin: backend " + std::to_string(got.first_document_begin) + ", expected " +
+           std::to_string(want.first_document_begin);
+  for (const auto& [name, g, w] : {std::tuple{"cu_seqlens_q", &got.cu_seqlens_q, &want.cu_seqlens_q},
+                                   std::tuple{"cu_seqlens_k", &got.cu_seqlens_k, &want.cu_seqlens_k}})
+    for (int64_t i : {s, s + 1}) {
+      if (i >= static_cast<int64_t>(w->size())) continue;
+      if (i >= static_cast<int64_t>(g->size()))
+        return std::string(name) + " has " + std::to_string(g->size()) + " entries, expected " + std::to_string(w->size());
+      if ((*g)[i] != (*w)[i])
+        return std::string(name) + "[" + std::to_string(i) + "]: backend " + std::to_string((*g)[i]) + ", expected " +
+               std::to_string((*w)[i]);
+    }
+  return "";
+}
+
 }  // namespace
 
 std::variant<VarlenOutputs, std::string> consume_metadata(const Metadata& md, MaskKind mask, Window window,
@@ -160,25 +214,43 @@ std::optional<std::string> attention_difference(const PackedBatch& batch, const 
   if (auto* why = std::get_if<std::string>(&truth)) return "the reference's metadata cannot drive attention: " + *why;
   const auto ran = consume_metadata(got, batch.mask, batch.window, in);
   if (auto* why = std::get_if<std::string>(&ran)) return "a kernel driven by this metadata reads out of bounds: " + *why;
-  const VarlenOutputs &a = std::get<VarlenOutputs>(ran), &b = std::get<VarlenOutputs>(truth);
-  const int64_t tq = validate_shapes(batch).value().q_len;
-  for (int64_t g = 0; g < in.q_tokens; ++g)
-    for (int64_t d = 0; d <= in.dim; ++d) {
-      const bool is_lse = d == in.dim;
-      const double x = is_lse ? a.lse[g] : a.o[g * in.dim + d], y = is_lse ? b.lse[g] : b.o[g * in.dim + d];
-      if (same(x, y)) continue;
-      std::ostringstream os;
-      os << (is_lse ? "lse" : "o") << " of q token " << g << " (row " << g / tq << ", token " << g % tq << ")"
-         << (is_lse ? "" : ", d " + std::to_string(d)) << ": " << x << ", expected " << y << "; ";
-      const int64_t s = document_of(want, g), s_got = document_of(got, g);
-      std::string field = s >= 0 ? field_behind(got, want, s) : "";
-      if (field.empty() && s_got >= 0) field = field_behind(got, want, s_got);
-      if (s < 0) os << "the token is in no document, yet the backend's document " << s_got << " holds it";
-      else os << "document " << s;
-      os << (field.empty() ? "" : ": " + field);
-      return os.str();
+  const auto change = first_change(std::get<VarlenOutputs>(ran), std::get<VarlenOutputs>(truth), in.q_tokens, in.dim);
+  if (!change) return std::nullopt;
+  const int64_t g = change->token, tq = validate_shapes(batch).value().q_len;
+  std::ostringstream os;
+  os << change->what << " (row " << g / tq << ", token " << g % tq << "); ";
+  const int64_t s = document_of(want, g), s_got = document_of(got, g);
+  std::string field = s >= 0 ? field_behind(got, want, s) : "";
+  if (field.empty() && s_got >= 0) field = field_behind(got, want, s_got);
+  if (s < 0) os << "the token is in no document, yet the backend's document " << s_got << " holds it";
+  else os << "document " << s;
+  os << (field.empty() ? "" : ": " + field);
+  return os.str();
+}
+
+std::optional<std::string> micro_sequence_attention_difference(int64_t buffer_tokens, const MicroSequenceMetadata& got,
+                                                               const MicroSequenceMetadata& want) {
+  const int64_t dim = 4, q_tokens = want.end - want.begin;
+  VarlenInputs in{q_tokens, buffer_tokens, dim, {}, {}, {}};
+  for (int64_t t = 0; t < q_tokens * dim; ++t) in.q.push_back(token_value(0, t / dim, t % dim));
+  for (uint64_t tensor : {1, 2})
+    for (int64_t t = 0; t < buffer_tokens * dim; ++t) {
+      const bool held = t / dim >= want.first_document_begin && t / dim < want.end;
+      (tensor == 1 ? in.k : in.v).push_back(held ? token_value(tensor, t / dim, t % dim) : kNaN);
     }
-  return std::nullopt;
+  const auto want_md = as_varlen(want), got_md = as_varlen(got);
+  if (auto* why = std::get_if<std::string>(&want_md)) return "the reference's metadata cannot drive attention: " + *why;
+  if (auto* why = std::get_if<std::string>(&got_md)) return "a kernel driven by this metadata cannot address the buffer: " + *why;
+  const auto truth = consume_metadata(std::get<Metadata>(want_md), MaskKind::causal_bottom_right, Window{}, in);
+  if (auto* why = std::get_if<std::string>(&truth)) return "the reference's metadata cannot drive attention: " + *why;
+  const auto ran = consume_metadata(std::get<Metadata>(got_md), MaskKind::causal_bottom_right, Window{}, in);
+  if (auto* why = std::get_if<std::string>(&ran)) return "a kernel driven by this metadata reads out of bounds: " + *why;
+  const auto change = first_change(std::get<VarlenOutputs>(ran), std::get<VarlenOutputs>(truth), q_tokens, dim);
+  if (!change) return std::nullopt;
+  int64_t s = 0;
+  while (s + 2 < static_cast<int64_t>(want.cu_seqlens_q.size()) && change->token >= want.cu_seqlens_q[s + 1]) ++s;
+  const std::string field = micro_field_behind(got, want, s);
+  return change->what + "; document " + std::to_string(s) + (field.empty() ? "" : ": " + field);
 }
 
 }  // namespace attn_oracle

@@ -234,6 +234,27 @@ void settle_status(PropertyOutcome& o) {
   }
 }
 
+std::vector<std::string> outputs_not_compared(const PropertyDef& property, const ProducedOutputs& produced) {
+  std::vector<Output> judged;
+  switch (property.needs) {
+    case Capability::metadata: case Capability::kv_buffer: break;  // kv_buffer needs them all (needs_outputs)
+    case Capability::small_seq: judged = {Output::small_seq_p, Output::gradients}; break;
+    default: judged = {Output::lse, Output::gradients};
+  }
+  std::vector<std::string> out;
+  for (Output o : judged)
+    if (!produced.has(o)) out.emplace_back(to_string(o));
+  return out;
+}
+
+std::string not_compared_line(const PropertyOutcome& o) {
+  std::string names;
+  for (size_t i = 0; i < o.not_compared.size(); ++i)
+    names += (i == 0 ? "" : i + 1 == o.not_compared.size() ? " and " : ", ") + o.not_compared[i];
+  if (names.empty()) return "";
+  return names + " not compared (the backend does not produce " + (o.not_compared.size() == 1 ? "it" : "them") + ")";
+}
+
 std::vector<std::string> wholly_declined_classes(const PropertyOutcome& o) {
   std::vector<std::string> out;
   for (const auto& [name, counts] : o.classes) {
@@ -325,6 +346,13 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
     out.message = "backend " + out.backend + " lacks the " + std::string(to_string(*needed)) + " capability";
     return out;
   }
+  for (Output needed : property.needs_outputs) {
+    if (backend.outputs().has(needed)) continue;
+    out.status = PropertyOutcome::Status::skipped;
+    out.message = "backend " + out.backend + " does not produce " + std::string(to_string(needed));
+    return out;
+  }
+  out.not_compared = outputs_not_compared(property, backend.outputs());
   RunSettings s = settings;
   s.max_size = std::clamp(s.max_size, 0, 100);
   s.shard_count = std::max(1, s.shard_count);

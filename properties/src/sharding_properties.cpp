@@ -99,7 +99,7 @@ void valid_triples_match_unsharded_run(Backend& backend, const Case& c) {
   if (!got) fail_with("the sharded run rejected a valid call: ", got.error());
   const Expected<AttentionResult> want = oracle().dense(d.draw.problem, d.inputs);
   if (!want) fail_with("generator bug: the reference rejects the unsharded problem: ", want.error());
-  for (const ToleranceCheck& check : check_attention_tolerance(d.draw.problem, d.inputs, got.value(), want.value()))
+  for (const ToleranceCheck& check : check_attention_tolerance(d.draw.problem, d.inputs, got.value(), want.value(), backend.outputs()))
     if (!check.pass) fail_case("sharded vs unsharded: " + check.describe());
 }
 

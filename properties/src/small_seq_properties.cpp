@@ -30,9 +30,11 @@ AttentionShape nearest_supported(SmallSeqCapability& cap, const AttentionProblem
   return nearest_supported_shape(problem, [&](const AttentionProblem& p) { return !cap.unsupported(p).has_value(); });
 }
 
-// Draws a small-seq problem, moved to the nearest shape the backend supports.
+// Draws a small-seq problem, moved to the nearest shape the backend supports
+// (forward only for a backend without gradients).
 Case draw_supported(Backend& backend) {
   AttentionDraw d = *small_seq_draw();
+  d.problem.shape.backward = d.problem.shape.backward && backend.outputs().gradients;
   d.problem.shape = nearest_supported(*backend.small_seq(), d.problem);
   return small_seq_case(d);
 }
@@ -50,6 +52,7 @@ Drawn supported_case(Backend& backend, const Case& c) {
   if (auto docs = small_seq_documents(s.problem, &inputs.value()); !docs)
     decline_case("not a valid small-seq problem (" + describe(docs.error()) + "); rejectsInvalidInputsWithTheirCode judges those");
   if (auto reason = backend.small_seq()->unsupported(s.problem)) decline_case("unsupported: " + *reason);
+  if (s.problem.shape.backward && !backend.outputs().gradients) decline_case("the backend produces no gradients");
   classify(s.problem.shape.heads_q > s.problem.shape.heads_kv, "GQA");
   classify(s.problem.batch.window.left >= 0 || s.problem.batch.window.right >= 0, "window");
   return Drawn{s.problem, inputs.value()};
@@ -70,7 +73,8 @@ void assert_within_tolerance(const std::vector<ToleranceCheck>& checks) {
 void matches_reference(Backend& backend, const Case& c) {
   const Drawn d = supported_case(backend, c);
   const SmallSeqResult want = ref::small_seq(d.problem, d.inputs).value();
-  assert_within_tolerance(check_small_seq_tolerance(d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs), want));
+  assert_within_tolerance(
+      check_small_seq_tolerance(d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs), want, backend.outputs()));
 }
 
 // The small-seq path and the same backend's general fused attention agree on o
@@ -89,7 +93,7 @@ void matches_general_attention(Backend& backend, const Case& c) {
   if (!general) fail_with("the backend's attention rejected a valid input: ", general.error());
   // Two runs of one backend: the budget is the float64 truth's (tolerance.hpp), lse aside.
   const AttentionResult got{small.o, general->lse, small.grads};
-  assert_within_tolerance(check_relation_tolerance(d.problem, d.inputs, got, general.value()));
+  assert_within_tolerance(check_relation_tolerance(d.problem, d.inputs, got, general.value(), backend.outputs()));
 }
 
 // P [docs, Hq, 16]: a query that attends some key has a row summing to 1 over
@@ -186,7 +190,7 @@ std::vector<PropertyDef> small_seq_properties() {
       {"small_seq/probabilityRowsSumToOneAndZeroPastKeys", c,
        "P rows sum to 1 over the document's unmasked keys; masked slots, slots past the keys and rows of queries that "
        "attend nothing are exactly 0",
-       draw_supported, probability_rows_sum_to_one},
+       draw_supported, probability_rows_sum_to_one, std::nullopt, {Output::small_seq_p}},
       {"small_seq/rejectsInvalidInputsWithTheirCode", c,
        "two queries in a document, 0 or 17+ keys, heads_q % heads_kv != 0 give exactly their code", draw_invalid,
        rejects_invalid_inputs},

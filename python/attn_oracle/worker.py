@@ -33,8 +33,13 @@ call, without the tensors) returning a reason or None, which the suite asks
 before it draws and runs a case; raise ``AttnOracleError(code, message)`` for an
 input the backend rejects (codes as in docs/semantics.md). Any other exception
 fails the case with its traceback; the worker goes on. Optional attributes:
-``name``, ``version`` (shown in reports) and ``token_level_mask = True`` for a
-backend that computes docs/semantics.md section 2's mask on any input, as a reference does.
+``name``, ``version`` (shown in reports), ``token_level_mask = True`` for a
+backend that computes the mask of docs/semantics.md section 2 on any input, as a reference does,
+and ``outputs``: the optional outputs it produces, among ``"lse"``,
+``"gradients"`` and ``"small_seq_p"`` (default: all). A backend with
+``outputs = ("gradients",)`` returns no lse; properties judge what it produces
+and the summary says "lse not compared"; one without ``"gradients"`` is given
+forward problems only.
 
 Anything the backend prints goes to stderr (kept in the suite's report when a
 case fails); stdout belongs to the protocol.
@@ -186,8 +191,24 @@ METADATA_FIELDS = ("q_seqlens", "kv_seqlens", "q_offsets", "kv_offsets", "cu_seq
 MICRO_SEQUENCE_FIELDS = ("cu_seqlens_q", "cu_seqlens_k", "q_document", "q_position", "kv_document", "kv_position")
 
 
-def _outputs(result: Any, first: tuple, backward: bool) -> dict:
-    return _fields(result, first + (("dq", "dk", "dv") if backward else ()))
+OPTIONAL_OUTPUTS = ("lse", "gradients", "small_seq_p")
+
+
+def produced_outputs(backend) -> tuple:
+    """The optional outputs a backend produces: its ``outputs`` attribute, or all of them."""
+    declared = getattr(backend, "outputs", None)
+    if declared is None:
+        return OPTIONAL_OUTPUTS
+    unknown = [o for o in declared if o not in OPTIONAL_OUTPUTS]
+    if isinstance(declared, str) or unknown:
+        raise TypeError(f"the backend's outputs {declared!r} must list optional outputs among {OPTIONAL_OUTPUTS}")
+    return tuple(o for o in OPTIONAL_OUTPUTS if o in declared)
+
+
+def _outputs(backend, result: Any, first: tuple, backward: bool) -> dict:
+    produced = produced_outputs(backend)
+    names = [n for n in first if {"lse": "lse", "p": "small_seq_p"}.get(n, "gradients") in produced or n == "o"]
+    return _fields(result, tuple(names) + (("dq", "dk", "dv") if backward and "gradients" in produced else ()))
 
 
 # ------------------------------------------------------------------ ops
@@ -197,12 +218,12 @@ def _op_metadata(backend, h, a):
 
 def _op_attention(backend, h, a):
     p = _problem(h, a)
-    return {}, _outputs(backend.attention(p, _inputs(a)), ("o", "lse"), p.backward)
+    return {}, _outputs(backend, backend.attention(p, _inputs(a)), ("o", "lse"), p.backward)
 
 
 def _op_small_seq(backend, h, a):
     p = _problem(h, a)
-    return {}, _outputs(backend.small_seq(p, _inputs(a)), ("o", "p"), p.backward)
+    return {}, _outputs(backend, backend.small_seq(p, _inputs(a)), ("o", "p"), p.backward)
 
 
 def _op_validate_sharding(backend, h, a):
@@ -212,7 +233,7 @@ def _op_validate_sharding(backend, h, a):
 
 def _op_sharded_attention(backend, h, a):
     p = _problem(h, a)
-    return {}, _outputs(backend.sharded_attention(_sharding(h), p, _inputs(a)), ("o", "lse"), p.backward)
+    return {}, _outputs(backend, backend.sharded_attention(_sharding(h), p, _inputs(a)), ("o", "lse"), p.backward)
 
 
 def _op_kv_micro_sequence(backend, h, a):
@@ -240,7 +261,7 @@ def _op_kv_attend(backend, h, a):
 
 def _op_kv_stream(backend, h, a):
     p = _kv_problem(h)
-    return {}, _outputs(backend.kv_stream(p, _inputs(a)), ("o", "lse"), p.backward)
+    return {}, _outputs(backend, backend.kv_stream(p, _inputs(a)), ("o", "lse"), p.backward)
 
 
 def _op_unsupported(backend, h, a):
@@ -260,9 +281,10 @@ OPS = {name[len("_op_"):]: fn for name, fn in globals().items() if name.startswi
 
 # ------------------------------------------------------------------ serving
 def hello(backend) -> dict:
-    """What the worker says first: protocol, name, version, capabilities, decline hooks."""
+    """What the worker says first: protocol, name, version, capabilities, decline hooks, outputs."""
     served = [c for c, methods in CAPABILITIES.items() if all(callable(getattr(backend, m, None)) for m in methods)]
     return {
+        "outputs": list(produced_outputs(backend)),
         "protocol": _protocol.PROTOCOL,
         "name": str(getattr(backend, "name", type(backend).__name__)),
         "version": str(getattr(backend, "version", "unversioned")),

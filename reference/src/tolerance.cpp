@@ -381,15 +381,17 @@ void append_gradient_checks(std::vector<ToleranceCheck>& checks, const std::opti
 std::vector<ToleranceCheck> check_attention_tolerance(const AttentionProblem& problem,
                                                       const AttentionInputs& inputs,
                                                       const AttentionResult& backend,
-                                                      const AttentionResult& reference) {
+                                                      const AttentionResult& reference,
+                                                      const ProducedOutputs& produced) {
   const AttentionResult naive = naive_same_precision(problem, inputs);
   const Dtype dtype = problem.shape.dtype;
   std::vector<ToleranceCheck> checks;
   checks.push_back(
       check_tolerance("o", backend.o, reference.o, naive.o, kOutputToleranceFactor, dtype));
-  checks.push_back(check_tolerance("lse", backend.lse, reference.lse, naive.lse,
-                                   kOutputToleranceFactor, Dtype::fp32));
-  append_gradient_checks(checks, backend.grads, reference.grads, naive.grads, dtype);
+  if (produced.lse)
+    checks.push_back(check_tolerance("lse", backend.lse, reference.lse, naive.lse,
+                                     kOutputToleranceFactor, Dtype::fp32));
+  if (produced.gradients) append_gradient_checks(checks, backend.grads, reference.grads, naive.grads, dtype);
   return checks;
 }
 
@@ -398,7 +400,8 @@ std::vector<ToleranceCheck> check_attention_tolerance(const AttentionProblem& pr
 namespace attn_oracle {
 
 std::vector<ToleranceCheck> check_relation_tolerance(const AttentionProblem& problem, const AttentionInputs& inputs,
-                                                     const AttentionResult& got, const AttentionResult& expected) {
+                                                     const AttentionResult& got, const AttentionResult& expected,
+                                                     const ProducedOutputs& produced) {
   const AttentionResult naive = naive_same_precision(problem, inputs);
   const Expected<AttentionResult> truth_or = ref::attention_dense_masked(problem, inputs);
   const AttentionResult truth = truth_or ? truth_or.value() : AttentionResult{};
@@ -409,8 +412,9 @@ std::vector<ToleranceCheck> check_relation_tolerance(const AttentionProblem& pro
   };
   std::vector<ToleranceCheck> checks;
   checks.push_back(check("o", got.o, expected.o, naive.o, truth.o, kOutputToleranceFactor, dtype));
-  checks.push_back(check("lse", got.lse, expected.lse, naive.lse, truth.lse, kOutputToleranceFactor, Dtype::fp32));
-  if (!expected.grads) return checks;
+  if (produced.lse)
+    checks.push_back(check("lse", got.lse, expected.lse, naive.lse, truth.lse, kOutputToleranceFactor, Dtype::fp32));
+  if (!expected.grads || !produced.gradients) return checks;
   const AttentionGradients none;
   const AttentionGradients& g = got.grads ? *got.grads : none;
   const AttentionGradients& n = naive.grads ? *naive.grads : none;

@@ -42,23 +42,22 @@ std::vector<Capability> Backend::capabilities() {
 }
 
 // ------------------------------------------------------------------- guard-banded buffers
-GuardedAttentionBuffers::GuardedAttentionBuffers(const AttentionProblem& problem) {
+GuardedAttentionBuffers::GuardedAttentionBuffers(const AttentionProblem& problem, const ProducedOutputs& produced) {
   const auto sizes = validate_attention(problem);
   if (!sizes) return;
   const double poison = std::bit_cast<double>(kPoison);
-  auto add = [&](std::string name, int64_t elems) {
+  tensors_.reserve(5);  // no reallocation: each slot points into its tensor's storage
+  auto add = [&](double*& slot, std::string name, int64_t elems) {
     tensors_.push_back(Guarded{std::move(name), std::vector<double>(elems + 2 * kGuard, poison), elems});
+    slot = tensors_.back().storage.data() + kGuard;
   };
-  tensors_.reserve(5);
-  add("o", sizes->q_elems());
-  add("lse", sizes->lse_elems());
+  add(buffers_.o, "o", sizes->q_elems());
+  if (produced.lse) add(buffers_.lse, "lse", sizes->lse_elems());
   if (problem.shape.backward) {
-    add("dq", sizes->q_elems());
-    add("dk", sizes->kv_elems());
-    add("dv", sizes->kv_elems());
+    add(buffers_.dq, "dq", sizes->q_elems());
+    add(buffers_.dk, "dk", sizes->kv_elems());
+    add(buffers_.dv, "dv", sizes->kv_elems());
   }
-  double** slots[] = {&buffers_.o, &buffers_.lse, &buffers_.dq, &buffers_.dk, &buffers_.dv};
-  for (size_t t = 0; t < tensors_.size(); ++t) *slots[t] = tensors_[t].storage.data() + kGuard;
 }
 
 std::optional<std::string> GuardedAttentionBuffers::first_violation() const {

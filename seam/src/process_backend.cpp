@@ -5,6 +5,7 @@
 // something else: the case fails with it, the worker lives on).
 #include "attn_oracle/process_backend.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "worker_process.hpp"
@@ -31,6 +32,13 @@ class Worker {
     return false;
   }
   bool flag(const char* key) { return process_.hello().value(key, false) == true; }
+  // The hello's "outputs" (checked by WorkerProcess); all of them when it has none.
+  ProducedOutputs outputs() {
+    const json& h = process_.hello();
+    if (!h.contains("outputs")) return {};
+    auto has = [&](const char* name) { return std::find(h["outputs"].begin(), h["outputs"].end(), name) != h["outputs"].end(); };
+    return ProducedOutputs{has("lse"), has("gradients"), has("small_seq_p")};
+  }
   std::string version() {
     const json& h = process_.hello();
     auto text = [&](const char* key) { return h.contains(key) && h[key].is_string() ? h[key].get<std::string>() : std::string("?"); };
@@ -123,7 +131,7 @@ class ProcessAttention final : public AttentionCapability {
     wire::put_problem(r, p);
     wire::put_inputs(r, p, in);
     return reply_as<AttentionResult>(w_, "attention", w_.ask("attention", r),
-                                     [&](const Message& m) { return wire::read_attention_result(m, p.shape.backward); });
+                                     [&](const Message& m) { return wire::read_attention_result(m, p.shape.backward, w_.outputs()); });
   }
   bool token_level_mask() const override { return token_level_mask_; }
   bool token_level_mask_ = false;
@@ -145,7 +153,7 @@ class ProcessSmallSeq final : public SmallSeqCapability {
     wire::put_problem(r, p);
     wire::put_inputs(r, p, in);
     return reply_as<SmallSeqResult>(w_, "small_seq", w_.ask("small_seq", r),
-                                    [&](const Message& m) { return wire::read_small_seq_result(m, p.shape.backward); });
+                                    [&](const Message& m) { return wire::read_small_seq_result(m, p.shape.backward, w_.outputs()); });
   }
 
  private:
@@ -174,7 +182,7 @@ class ProcessSharding final : public ShardingCapability {
     wire::put_problem(r, p);
     wire::put_inputs(r, p, in);
     return reply_as<AttentionResult>(w_, "sharded_attention", w_.ask("sharded_attention", r),
-                                     [&](const Message& m) { return wire::read_attention_result(m, p.shape.backward); });
+                                     [&](const Message& m) { return wire::read_attention_result(m, p.shape.backward, w_.outputs()); });
   }
   bool token_level_mask() const override { return token_level_mask_; }
   bool token_level_mask_ = false;
@@ -236,7 +244,7 @@ class ProcessKvBuffer final : public KvBufferCapability {
     r.add("v", rows_shape(in.v.size(), p.shape.heads_kv, p.shape.head_dim), in.v);
     if (p.shape.backward) r.add("do", rows_shape(in.d_o.size(), p.shape.heads_q, p.shape.head_dim), in.d_o);
     return reply_as<AttentionResult>(w_, "kv_stream", w_.ask("kv_stream", r),
-                                     [&](const Message& m) { return wire::read_attention_result(m, p.shape.backward); });
+                                     [&](const Message& m) { return wire::read_attention_result(m, p.shape.backward, w_.outputs()); });
   }
 
  private:
@@ -271,6 +279,7 @@ class ProcessBackend final : public Backend {
     return worker_.serves("sharding") ? &sharding_ : nullptr;
   }
   KvBufferCapability* kv_buffer() override { return worker_.serves("kv_buffer") ? &kv_buffer_ : nullptr; }
+  ProducedOutputs outputs() const override { return worker_.outputs(); }
 
  private:
   std::string command_;

@@ -10,8 +10,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <set>
 #include <thread>
 
 #include "attn_oracle/backend.hpp"
@@ -104,6 +106,13 @@ void WorkerProcess::start() {
     fail("the worker speaks protocol " + protocol + "; this build speaks " + kWorkerProtocol + " (docs/protocol.md)", false);
   if (!h.contains("capabilities") || !h["capabilities"].is_array() || h["capabilities"].empty())
     fail("the worker's hello announces no capability: " + h.dump().substr(0, 300), false);
+  if (h.contains("outputs")) {
+    const nlohmann::json& outputs = h["outputs"];
+    const std::set<nlohmann::json> known = {"lse", "gradients", "small_seq_p"};
+    if (!outputs.is_array() || std::any_of(outputs.begin(), outputs.end(), [&](const nlohmann::json& o) { return !known.count(o); }))
+      fail("the worker's hello has outputs " + outputs.dump().substr(0, 200) +
+               ": a list of the optional outputs it produces, each \"lse\", \"gradients\" or \"small_seq_p\"", false);
+  }
   hello_ = h;
 }
 

@@ -272,12 +272,14 @@ std::optional<AttentionGradients> read_grads(const Message& m, bool backward) {
 }
 }  // namespace
 
-AttentionResult read_attention_result(const Message& m, bool backward) {
-  return AttentionResult{floats(m, "o"), floats(m, "lse"), read_grads(m, backward)};
+AttentionResult read_attention_result(const Message& m, bool backward, const ProducedOutputs& produced) {
+  return AttentionResult{floats(m, "o"), produced.lse ? floats(m, "lse") : std::vector<double>{},
+                         read_grads(m, backward && produced.gradients)};
 }
 
-SmallSeqResult read_small_seq_result(const Message& m, bool backward) {
-  return SmallSeqResult{floats(m, "o"), floats(m, "p"), read_grads(m, backward)};
+SmallSeqResult read_small_seq_result(const Message& m, bool backward, const ProducedOutputs& produced) {
+  return SmallSeqResult{floats(m, "o"), produced.small_seq_p ? floats(m, "p") : std::vector<double>{},
+                        read_grads(m, backward && produced.gradients)};
 }
 
 MicroSequenceMetadata read_micro_sequence(const Message& m) {

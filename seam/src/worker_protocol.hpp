@@ -97,8 +97,9 @@ nlohmann::json sharded_shapes_json(const ShardedShapes& shapes);
 nlohmann::json kv_problem_json(const KvBufferProblem& problem);
 
 Metadata read_metadata(const Message& m);
-AttentionResult read_attention_result(const Message& m, bool backward);
-SmallSeqResult read_small_seq_result(const Message& m, bool backward);
+// An output the worker does not produce (its hello's "outputs") is not read.
+AttentionResult read_attention_result(const Message& m, bool backward, const ProducedOutputs& produced);
+SmallSeqResult read_small_seq_result(const Message& m, bool backward, const ProducedOutputs& produced);
 MicroSequenceMetadata read_micro_sequence(const Message& m);
 
 }  // namespace attn_oracle::wire

@@ -125,6 +125,19 @@ void cu_seqlens_k_from_first_document_begin(PlantedKvBuffer& kv) {
   };
 }
 
+// q_position counted from the micro-sequence's first query instead of from its
+// document's start: only a document that began in an earlier micro-sequence
+// changes, and a varlen kernel never reads positions, so attention does not show it.
+void q_position_from_the_micro_sequence_start(PlantedKvBuffer& kv) {
+  kv.plan = [](const KvBufferProblem& p, int64_t i) {
+    auto md = ref::micro_sequence_metadata(p, i);
+    if (md)
+      for (size_t t = 0; t < md.value().q_position.size(); ++t)
+        if (md->q_document[t] == md->q_document[0]) md.value().q_position[t] = static_cast<int64_t>(t);
+    return md;
+  };
+}
+
 // The backward runs over the unnarrowed buffer [0, end) with the inactive prefix
 // merged into the first active document, and adds the prefix rows' dK/dV too.
 void inactive_prefix_grads_accumulated(PlantedKvBuffer& kv) {
@@ -213,7 +226,8 @@ void prefix_masked_by_zero_weight(PlantedKvBuffer& kv) {
 
 std::vector<PlantedBug> kv_buffer_bugs() {
   return {
-      bug("cu_seqlens_k_from_first_document_begin", "a micro-sequence's cu_seqlens_k starts at first_document_begin instead of 0 (a real pipeline's bug)", "kv_buffer/metadataIsCanonical", cu_seqlens_k_from_first_document_begin),
+      bug("cu_seqlens_k_from_first_document_begin", "a micro-sequence's cu_seqlens_k starts at first_document_begin instead of 0 (a real pipeline's bug)", "kv_buffer/metadataDrivesAttentionLikeTheReference", cu_seqlens_k_from_first_document_begin),
+      bug("q_position_from_the_micro_sequence_start", "q_position of a document that began in an earlier micro-sequence counted from the micro-sequence's start, not the document's", "kv_buffer/metadataIsCanonical", q_position_from_the_micro_sequence_start),
       bug("inactive_prefix_grads_accumulated", "a micro-sequence's backward adds dK/dV into the inactive prefix [0, first_document_begin)", "kv_buffer/inactivePrefixReceivesExactlyZero", inactive_prefix_grads_accumulated),
       bug("slice_written_at_wrong_frontier", "the slice goes to i x (its own length): right for full micro-sequences, but the shorter last one lands before its frontier", "kv_buffer/stepsMatchModel", slice_written_at_wrong_frontier),
       bug("top_left_for_straddling_document", "a document that began in an earlier micro-sequence aligned top-left instead of bottom-right", "kv_buffer/streamingMatchesWholeSequence", top_left_for_straddling_document),

@@ -64,6 +64,22 @@ struct AttentionResult {
   std::optional<AttentionGradients> grads;  // present iff shape.backward
 };
 
+// The outputs besides o that a backend may not produce (torch SDPA and many
+// training stacks return no lse; a forward-only kernel has no gradients). A
+// backend declares what it produces (Backend::outputs); properties judge only
+// that, say what they did not compare, and skip a property that needs a
+// missing output. A backend without gradients is never given a backward problem.
+enum class Output { lse, gradients, small_seq_p };
+std::string_view to_string(Output output);  // "lse", "gradients", "small-seq P"
+
+struct ProducedOutputs {
+  bool lse = true;          // AttentionResult::lse (and a micro-sequence's lse)
+  bool gradients = true;    // dq, dk, dv
+  bool small_seq_p = true;  // SmallSeqResult::p
+  bool has(Output output) const;
+  bool operator==(const ProducedOutputs&) const = default;
+};
+
 // Sizes of each tensor for a validated problem; the layout of rows is BatchLayout's.
 struct AttentionSizes {
   int64_t rows = 0, q_len = 0, kv_len = 0;

@@ -17,6 +17,7 @@
 #include <variant>
 #include <vector>
 
+#include "attn_oracle/kv_buffer.hpp"
 #include "attn_oracle/metadata.hpp"
 #include "attn_oracle/packed_batch.hpp"
 
@@ -46,5 +47,13 @@ VarlenInputs poisoned_inputs(const PackedBatch& batch, const Metadata& reference
 // nullopt when `got` drives attention exactly as `want` does; else one line: the
 // first output that differs and the metadata field that explains it.
 std::optional<std::string> attention_difference(const PackedBatch& batch, const Metadata& got, const Metadata& want);
+
+// The same for a micro-sequence of a shared K/V buffer of `buffer_tokens`
+// tokens: the kernel reads its queries at cu_seqlens_q and its keys at
+// first_document_begin + cu_seqlens_k, bottom-right causal per document. The
+// buffer holds NaN outside the reference's [first_document_begin, end), so a
+// wrong start or length reads the poison, an earlier document, or past the end.
+std::optional<std::string> micro_sequence_attention_difference(int64_t buffer_tokens, const MicroSequenceMetadata& got,
+                                                               const MicroSequenceMetadata& want);
 
 }  // namespace attn_oracle

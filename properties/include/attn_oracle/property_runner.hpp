@@ -42,7 +42,12 @@ struct PropertyDef {
   std::function<Case(Backend&)> draw;                  // one case, from generators
   std::function<void(Backend&, const Case&)> check;    // fail_case / decline_case
   std::optional<Capability> also_needs = std::nullopt;  // a second capability, skipped likewise
+  std::vector<Output> needs_outputs = {};  // skipped, with the reason, on a backend that does not produce one
 };
+
+// The optional outputs (attention.hpp) a property of this capability would
+// judge that the backend does not produce: "lse" for a backend without lse.
+std::vector<std::string> outputs_not_compared(const PropertyDef& property, const ProducedOutputs& produced);
 
 // The seed of every run that is not given one: runs are reproducible by default.
 inline constexpr uint64_t kDefaultSeed = 20261122;
@@ -103,6 +108,7 @@ struct PropertyOutcome {
   // Worst error / budget of the float tolerance checks of passing draws;
   // nullopt for exact properties.
   std::optional<double> worst_ratio;
+  std::vector<std::string> not_compared;  // outputs_not_compared: "lse not compared" in every summary
   std::map<std::string, int> mix;   // what the draws held: "mask causal", "dtype bf16 fwd", "layout GQA", labels
   CaseSize largest;                 // the largest draw
   double seconds = 0.0;
@@ -115,6 +121,8 @@ void settle_status(PropertyOutcome& o);
 // times and declined every time: a backend that declines all backward problems
 // shows here, not as a quiet pass.
 std::vector<std::string> wholly_declined_classes(const PropertyOutcome& o);
+// "lse not compared (the backend does not produce it)", or "" when all were.
+std::string not_compared_line(const PropertyOutcome& o);
 
 using ProgressFn = std::function<void(int draws_done, int draws_total)>;
 

@@ -19,11 +19,12 @@ namespace attn_oracle {
 // [docs, Hq, 16] for a valid small-seq problem; empty when it is not one.
 std::vector<double> small_seq_naive_p(const AttentionProblem& problem, const AttentionInputs& inputs);
 
-// Checks o, P, then dq, dk, dv when the reference has gradients.
-// `inputs` are the dtype-rounded inputs both results saw.
+// Checks o, P, then dq, dk, dv when the reference has gradients: those of them
+// the backend produces. `inputs` are the dtype-rounded inputs both results saw.
 std::vector<ToleranceCheck> check_small_seq_tolerance(const AttentionProblem& problem,
                                                       const AttentionInputs& inputs,
                                                       const SmallSeqResult& backend,
-                                                      const SmallSeqResult& reference);
+                                                      const SmallSeqResult& reference,
+                                                      const ProducedOutputs& produced = {});
 
 }  // namespace attn_oracle

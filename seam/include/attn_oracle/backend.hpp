@@ -62,7 +62,7 @@ class AttentionCapability {
   // supports_attention_into(); the property is skipped for the others.
   struct Buffers {
     double* o = nullptr;    // [R, Tq, Hq, D]
-    double* lse = nullptr;  // [R, Hq, Tq]
+    double* lse = nullptr;  // [R, Hq, Tq]; null when the backend produces no lse
     double* dq = nullptr;   // [R, Tq, Hq, D]
     double* dk = nullptr;   // [R, Tkv, Hkv, D]
     double* dv = nullptr;   // [R, Tkv, Hkv, D]
@@ -132,6 +132,9 @@ class Backend {
   virtual SmallSeqCapability* small_seq() { return nullptr; }
   virtual ShardingCapability* sharding() { return nullptr; }
   virtual KvBufferCapability* kv_buffer() { return nullptr; }
+  // The optional outputs this backend produces (attention.hpp), for every
+  // capability: all of them unless it says otherwise.
+  virtual ProducedOutputs outputs() const { return {}; }
 
   bool has(Capability capability);
   std::vector<Capability> capabilities();
@@ -180,7 +183,8 @@ class GuardedAttentionBuffers {
   static constexpr uint64_t kPoison = 0x7ff8'dead'beef'0bad;  // a quiet NaN with a payload
 
   // The sizes come from validate_attention; an invalid problem gives empty buffers.
-  explicit GuardedAttentionBuffers(const AttentionProblem& problem);
+  // An output the backend does not produce gets no buffer (a null pointer).
+  explicit GuardedAttentionBuffers(const AttentionProblem& problem, const ProducedOutputs& produced = {});
   GuardedAttentionBuffers(const GuardedAttentionBuffers&) = delete;  // buffers() points inside
   GuardedAttentionBuffers& operator=(const GuardedAttentionBuffers&) = delete;
   const AttentionCapability::Buffers& buffers() const { return buffers_; }

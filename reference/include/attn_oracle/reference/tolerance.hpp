@@ -96,10 +96,13 @@ void append_gradient_checks(std::vector<ToleranceCheck>& checks, const std::opti
                             const std::optional<AttentionGradients>& reference,
                             const std::optional<AttentionGradients>& naive, Dtype dtype);
 
+// `produced`: what the backend produces (attention.hpp); an output it does not
+// produce is not checked.
 std::vector<ToleranceCheck> check_attention_tolerance(const AttentionProblem& problem,
                                                       const AttentionInputs& inputs,
                                                       const AttentionResult& backend,
-                                                      const AttentionResult& reference);
+                                                      const AttentionResult& reference,
+                                                      const ProducedOutputs& produced = {});
 
 // A backend against itself: `got` on `problem`, `expected` the same backend on a
 // transformed problem with its outputs moved into `problem`'s layout (a document
@@ -111,6 +114,7 @@ std::vector<ToleranceCheck> check_attention_tolerance(const AttentionProblem& pr
 // mask of (representable, for kernels: DESIGN section 4).
 std::vector<ToleranceCheck> check_relation_tolerance(const AttentionProblem& problem,
                                                      const AttentionInputs& inputs, const AttentionResult& got,
-                                                     const AttentionResult& expected);
+                                                     const AttentionResult& expected,
+                                                     const ProducedOutputs& produced = {});
 
 }  // namespace attn_oracle
