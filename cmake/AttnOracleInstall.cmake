@@ -1,4 +1,4 @@
-# `cmake --install` of the vendoring package AttnOracle: the data model, the reference, the seam, the
+# `cmake --install` of the vendoring package AttnOracle: the data model, the convention adapters, the reference, the seam, the
 # properties, the harness (CLI verbs, check, reports) and the conformance suite (an object library: its objects are
 # installed and land in every executable that links it, so that its tests
 # register), their headers, and AttnOracleConfig.cmake with its version file.
@@ -8,6 +8,7 @@ include(CMakePackageConfigHelpers)
 
 set(ATTN_ORACLE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/AttnOracle)
 set_target_properties(attn_oracle_model PROPERTIES EXPORT_NAME model)
+set_target_properties(attn_oracle_adapters PROPERTIES EXPORT_NAME adapters)
 set_target_properties(attn_oracle_reference PROPERTIES EXPORT_NAME reference)
 set_target_properties(attn_oracle_seam PROPERTIES EXPORT_NAME seam)
 set_target_properties(attn_oracle_properties PROPERTIES EXPORT_NAME properties)
@@ -15,14 +16,15 @@ set_target_properties(attn_oracle_harness PROPERTIES EXPORT_NAME harness)
 set_target_properties(attn_oracle_conformance PROPERTIES EXPORT_NAME conformance)
 set_target_properties(attn_oracle_conformance_main PROPERTIES EXPORT_NAME conformance_main)
 
-install(TARGETS attn_oracle_model attn_oracle_reference attn_oracle_seam attn_oracle_properties attn_oracle_harness
+install(TARGETS attn_oracle_model attn_oracle_adapters attn_oracle_reference attn_oracle_seam attn_oracle_properties attn_oracle_harness
         attn_oracle_conformance attn_oracle_conformance_main
   EXPORT AttnOracleTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   OBJECTS DESTINATION ${CMAKE_INSTALL_LIBDIR}/attn_oracle/objects
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/model/include/ ${PROJECT_SOURCE_DIR}/reference/include/
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/model/include/ ${PROJECT_SOURCE_DIR}/adapters/include/
+        ${PROJECT_SOURCE_DIR}/reference/include/
         ${PROJECT_SOURCE_DIR}/seam/include/ ${PROJECT_SOURCE_DIR}/properties/include/
         ${PROJECT_SOURCE_DIR}/harness/include/
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})

@@ -24,6 +24,7 @@
 #include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/replay.hpp"
 #include "attn_oracle/reference_backend.hpp"
+#include "planted/convention_mocks.hpp"
 #include "planted/planted_backends.hpp"
 #include "planted/planted_runner.hpp"
 #include "planted/tiled_attention.hpp"
@@ -37,7 +38,7 @@ using planted::planted_settings;
 std::vector<PlantedBug> all_bugs() {
   std::vector<PlantedBug> bugs;
   for (auto* group : {planted::metadata_bugs, planted::attention_bugs, planted::small_seq_bugs,
-                      planted::kv_buffer_bugs, planted::sharding_bugs})
+                      planted::kv_buffer_bugs, planted::sharding_bugs, planted::convention_bugs})
     for (PlantedBug& b : group()) bugs.push_back(std::move(b));
   return bugs;
 }
@@ -128,6 +129,28 @@ TEST(PlantedTiledForward, WithoutABugPassesEveryAttentionProperty) {
     ran += o.status == PropertyOutcome::Status::passed;
   }
   EXPECT_GE(ran, 6);
+}
+
+// The mock kernels written in FlashAttention's (both versions' -1 rules) and
+// cuDNN's conventions, run through their adapters, pass every attention
+// property they can run; what an adapter refuses they declare unsupported.
+TEST(ConventionMocks, WithoutAMistakePassEveryAttentionProperty) {
+  using adapters::flash_attention::Version;
+  std::vector<std::unique_ptr<Backend>> mocks;
+  mocks.push_back(planted::flash_attention_mock("mock-flash-attention-3", {}, Version::fa3));
+  mocks.push_back(planted::flash_attention_mock("mock-flash-attention-2", {}, Version::fa2));
+  mocks.push_back(planted::cudnn_mock("mock-cudnn"));
+  for (auto& mock : mocks) {
+    int ran = 0;
+    for (const PropertyDef& p : all_properties()) {
+      if (p.id.rfind("attention/", 0) != 0) continue;
+      const PropertyOutcome o = run_property(p, *mock, planted_settings());
+      if (o.status == PropertyOutcome::Status::skipped) continue;
+      EXPECT_EQ(o.status, PropertyOutcome::Status::passed) << mock->name() << ", " << p.id << ": " << o.message;
+      ran += o.status == PropertyOutcome::Status::passed;
+    }
+    EXPECT_GE(ran, 6) << mock->name();
+  }
 }
 
 // eval prints a NaN as the string "nan" (never null, which is no number at all)
