@@ -7,9 +7,10 @@ This is the shape a PyTorch backend takes: NumPy in, ``torch.from_numpy`` at
 the edge and the [R, H, T, D] layout SDPA wants, a boolean mask, autograd for
 the gradients, ``.numpy()`` out. The batch checks and the mask are the NumPy
 example's (examples/numpy_backend.py), so what is judged here is the torch
-side: layout, GQA, scale, the lse and the gradients. ctest runs `check` on it
-when torch imports (python_worker.torch_backend_passes), and skips with a
-message otherwise.
+side: layout, GQA, scale and the gradients. SDPA returns no lse, so the backend
+says ``outputs = ("gradients",)`` and every summary line says "lse not
+compared". ctest runs `check` on it when torch imports
+(python_worker.torch_backend_passes), and skips with a message otherwise.
 """
 import numpy as np
 import torch
@@ -28,6 +29,7 @@ def tokens_first(t):  # tensor [R, H, T, D] -> NumPy [R, T, H, D]
 
 class Backend:
     name, version, token_level_mask = "torch-example", torch.__version__, True
+    outputs = ("gradients",)  # no lse: SDPA does not return it
     masks = NumpyBackend()
 
     def attention(self, p, x):
@@ -40,10 +42,7 @@ class Backend:
         q, k, v = (heads_first(t, p.backward) for t in (x.q, x.k, x.v))
         o = attends * scaled_dot_product_attention(q, k, v, attn_mask=mask | ~attends, scale=p.effective_scale,
                                                    enable_gqa=p.heads_q != p.heads_kv)
-        with torch.no_grad():
-            scores = p.effective_scale * q @ k.repeat_interleave(p.heads_q // p.heads_kv, 1).transpose(-1, -2)
-            lse = torch.logsumexp(scores.masked_fill(~mask, -torch.inf), -1)  # [R, H, Tq]; -inf: no key
-        out = {"o": tokens_first(o), "lse": lse.numpy()}
+        out = {"o": tokens_first(o)}
         if p.backward:
             o.backward(heads_first(x.do))
             out.update(dq=tokens_first(q.grad), dk=tokens_first(k.grad), dv=tokens_first(v.grad))
