@@ -132,6 +132,7 @@ TEST_P(Property, Check) {
   RecordProperty("draws", o.drawn);
   RecordProperty("declined", o.declined);
   for (const std::string& line : wholly_declined_classes(o)) std::cout << "[ note     ] " << line << "\n";
+  if (!o.not_compared.empty() && r.verdict != Verdict::skipped) std::cout << "[ note     ] " << not_compared_line(o) << "\n";
   switch (r.verdict) {
     case Verdict::passed: return;
     case Verdict::xfail: std::cout << "[ xfail    ] " << r.note << "\n" << failures_text(r); return;

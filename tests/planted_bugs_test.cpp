@@ -212,8 +212,9 @@ TEST(PlantedBugs, MetadataBugsAttentionShowsAlsoFailTheExactProperty) {
     EXPECT_EQ(exact.status, PropertyOutcome::Status::failed) << bug.name;
     const PropertyOutcome through = run_property(*find_property(bug.property), *backend, planted_settings());
     ASSERT_EQ(through.status, PropertyOutcome::Status::failed) << bug.name;
-    if (bug.name == "last_key_of_each_row_dropped")
+    if (bug.name == "last_key_of_each_row_dropped") {
       EXPECT_NE(through.failures.at(0).message.find("cu_seqlens_kv["), std::string::npos) << through.failures.at(0).message;
+    }
   }
 }
 

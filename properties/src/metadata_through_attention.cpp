@@ -118,22 +118,26 @@ std::string field_behind(const Metadata& got, const Metadata& want, int64_t s) {
 
 bool same(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b)); }
 
-// The first q token g and dimension d (d == dim: the lse) where `a` and `b`
-// differ, described as "o of q token 3, d 1: 0.25, expected nan"; nullopt if none.
+// The first output where two runs differ: q token `token`, dimension `dim`
+// (-1: the lse), with both values.
 struct Change {
-  int64_t token = 0;
-  std::string what;
+  int64_t token = 0, dim = -1;
+  double got = 0, want = 0;
+  // "o of q token 3 (row 0, token 3), d 1: 0.25, expected nan", `where` after the token.
+  std::string describe(const std::string& where = "") const {
+    std::ostringstream os;
+    os << (dim < 0 ? "lse" : "o") << " of q token " << token << where << (dim < 0 ? "" : ", d " + std::to_string(dim))
+       << ": " << got << ", expected " << want;
+    return os.str();
+  }
 };
+
 std::optional<Change> first_change(const VarlenOutputs& a, const VarlenOutputs& b, int64_t tokens, int64_t dim) {
   for (int64_t g = 0; g < tokens; ++g)
     for (int64_t d = 0; d <= dim; ++d) {
       const bool is_lse = d == dim;
       const double x = is_lse ? a.lse[g] : a.o[g * dim + d], y = is_lse ? b.lse[g] : b.o[g * dim + d];
-      if (same(x, y)) continue;
-      std::ostringstream os;
-      os << (is_lse ? "lse" : "o") << " of q token " << g << (is_lse ? "" : ", d " + std::to_string(d)) << ": " << x
-         << ", expected " << y;
-      return Change{g, os.str()};
+      if (!same(x, y)) return Change{g, is_lse ? -1 : d, x, y};
     }
   return std::nullopt;
 }
@@ -218,7 +222,7 @@ std::optional<std::string> attention_difference(const PackedBatch& batch, const 
   if (!change) return std::nullopt;
   const int64_t g = change->token, tq = validate_shapes(batch).value().q_len;
   std::ostringstream os;
-  os << change->what << " (row " << g / tq << ", token " << g % tq << "); ";
+  os << change->describe(" (row " + std::to_string(g / tq) + ", token " + std::to_string(g % tq) + ")") << "; ";
   const int64_t s = document_of(want, g), s_got = document_of(got, g);
   std::string field = s >= 0 ? field_behind(got, want, s) : "";
   if (field.empty() && s_got >= 0) field = field_behind(got, want, s_got);
@@ -250,7 +254,7 @@ std::optional<std::string> micro_sequence_attention_difference(int64_t buffer_to
   int64_t s = 0;
   while (s + 2 < static_cast<int64_t>(want.cu_seqlens_q.size()) && change->token >= want.cu_seqlens_q[s + 1]) ++s;
   const std::string field = micro_field_behind(got, want, s);
-  return change->what + "; document " + std::to_string(s) + (field.empty() ? "" : ": " + field);
+  return change->describe() + "; document " + std::to_string(s) + (field.empty() ? "" : ": " + field);
 }
 
 }  // namespace attn_oracle

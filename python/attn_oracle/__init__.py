@@ -4,6 +4,8 @@
   explicit masks, attention forward and backward, small-seq).
 - :mod:`attn_oracle.cases`: case files (read, write, iterate, evaluate).
 - :mod:`attn_oracle.tolerance`: the tolerance rule on a backend's outputs.
+- :mod:`attn_oracle.adapters`: FlashAttention, cuDNN, PyTorch and
+  TransformerEngine arguments to and from our packed batch.
 - ``python -m attn_oracle check MODULE:CLASS``: the C++ property suite against a
   Python backend (:mod:`attn_oracle.cli`); ``serve`` is the worker side.
 - The pytest plugin (:mod:`attn_oracle.pytest_plugin`): one test per property.

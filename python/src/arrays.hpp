@@ -60,5 +60,6 @@ Shape concat(const Shape& extra, std::initializer_list<int64_t> tail);
 void bind_oracle(nb::module_& m);
 void bind_cases(nb::module_& m);
 void bind_tolerance(nb::module_& m);
+void bind_adapters(nb::module_& m);
 
 }  // namespace attn_oracle::python

@@ -1,6 +1,7 @@
 // core_module.cpp: attn_oracle._core, the nanobind extension of the Python
 // package: the float64 oracle (oracle_bindings.cpp), case files
-// (case_bindings.cpp) and the tolerance rule (tolerance_bindings.cpp). Its
+// (case_bindings.cpp), the tolerance rule (tolerance_bindings.cpp) and the
+// convention adapters (adapter_bindings.cpp). Its
 // functions take positional arguments in the layouts of the C++ API; the
 // documented surface is the pure-Python modules around it (docs/python.md).
 #include <nanobind/stl/string.h>
@@ -14,6 +15,7 @@ NB_MODULE(_core, m) {
   py::bind_oracle(m);
   py::bind_cases(m);
   py::bind_tolerance(m);
+  py::bind_adapters(m);
   m.def("memory_budget", &attn_oracle::memory_budget);
   m.def("set_memory_budget", [](int64_t bytes) {
     if (bytes < 1) py::raise(attn_oracle::ErrorCode::over_memory_budget, "the memory budget must be positive");

@@ -1,0 +1,147 @@
+"""Convention adapters: other stacks' attention arguments to and from our packed batch.
+
+Each stack gets a pair of functions, ``*_to_batch`` (their arguments in, our
+batch out) and ``*_from_batch`` (our batch in, their arguments out). Our batch is
+a dict whose keys are the batch arguments of :mod:`attn_oracle.oracle`
+(``q_segment_ids``, ``q_segment_pos``, ``kv_segment_ids``, ``kv_segment_pos``,
+``mask``, ``window``, ``max_segments``), so ``oracle.metadata(**batch)`` and
+``oracle.attention(q, k, v, **batch)`` take it as it is.
+
+The adapters run the C++ ones (``adapters/`` in the repository): a conversion
+is exact or refused. An input a stack cannot express (our top-left causal on a
+document with more keys than queries, for FlashAttention) raises
+:class:`attn_oracle.AttnOracleError` with code ``unsupported`` and a message
+naming the row, document and first query that would attend differently;
+malformed arguments raise ``bad_metadata`` or ``bad_window``.
+docs/conventions.md has the tables and a worked example per stack.
+
+>>> batch = flash_attention_to_batch([0, 2], [0, 3], causal=True)
+>>> batch["mask"], batch["q_segment_ids"].tolist(), batch["kv_segment_ids"].tolist()
+('causal_bottom_right', [[1, 1]], [[1, 1, 1]])
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from . import _core
+from .oracle import _batch_args
+
+__all__ = [
+    "flash_attention_to_batch", "flash_attention_from_batch", "cudnn_to_batch", "cudnn_from_batch",
+    "sdpa_to_batch", "sdpa_from_batch", "flex_document_mask_to_batch", "flex_document_mask_from_batch",
+    "transformer_engine_thd_to_batch", "transformer_engine_thd_from_batch", "transformer_engine_mask_kind",
+]
+
+
+def _ints(values) -> list[int]:
+    return [int(v) for v in np.asarray(values, dtype=np.int64).reshape(-1)]
+
+
+def _from(batch: dict) -> tuple:
+    return _batch_args(batch["q_segment_ids"], batch["q_segment_pos"], batch.get("kv_segment_ids"),
+                       batch.get("kv_segment_pos"), batch["mask"], batch.get("window", (-1, -1)), batch["max_segments"])
+
+
+# ---------------------------------------------------------------- FlashAttention
+def flash_attention_to_batch(cu_seqlens_q, cu_seqlens_k, max_seqlen_q: Optional[int] = None,
+                             max_seqlen_k: Optional[int] = None, *, causal: bool = False,
+                             window_size: Sequence[int] = (-1, -1), version: str = "fa3") -> dict:
+    """``flash_attn_varlen_func``'s mask arguments as one row of our model.
+
+    ``causal=True`` is FlashAttention's bottom-right causal (our
+    ``causal_bottom_right``); a ``-1`` window side is unbounded in ``"fa3"`` and
+    ``max_seqlen_k`` in ``"fa2"``. ``max_seqlen_*`` default to the longest document.
+    """
+    cu_q, cu_k = _ints(cu_seqlens_q), _ints(cu_seqlens_k)
+    longest = lambda cu: max((b - a for a, b in zip(cu, cu[1:])), default=0)  # noqa: E731
+    return _core.flash_to_batch(cu_q, cu_k, longest(cu_q) if max_seqlen_q is None else int(max_seqlen_q),
+                                longest(cu_k) if max_seqlen_k is None else int(max_seqlen_k), bool(causal),
+                                tuple(int(s) for s in window_size), version)
+
+
+def flash_attention_from_batch(batch: dict, *, version: str = "fa3") -> dict:
+    """Our batch as a ``flash_attn_varlen_func`` call.
+
+    Returns ``cu_seqlens_q``, ``cu_seqlens_k``, ``max_seqlen_q``, ``max_seqlen_k``,
+    ``causal``, ``window_size`` and the gather indices ``q_tokens`` / ``kv_tokens``:
+    FlashAttention's packed token ``t`` is our flat token ``q_tokens[t]`` of the
+    ``[R * Tq]`` token axis (gather q with them, scatter the outputs back; tokens
+    left out attend nothing: ``o = 0``).
+    """
+    return _core.flash_from_batch(*_from(batch), version)
+
+
+# ---------------------------------------------------------------- cuDNN
+def cudnn_to_batch(seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, *, diagonal_alignment: str = "top_left",
+                   left_bound: Optional[int] = None, right_bound: Optional[int] = None,
+                   q_elements_per_token: int = 1, kv_elements_per_token: int = 1) -> dict:
+    """cuDNN ragged SDPA's attributes as one row of our model.
+
+    The left bound is exclusive (cuDNN ``left_bound`` = our window left + 1);
+    ``right_bound=0`` is causal under the alignment. Ragged offsets are in
+    elements; ``*_elements_per_token`` (H x D for cuDNN's own tensors) turns them
+    into tokens.
+    """
+    return _core.cudnn_to_batch(_ints(seq_len_q), _ints(seq_len_kv), _ints(ragged_offset_q), _ints(ragged_offset_kv),
+                                int(q_elements_per_token), int(kv_elements_per_token), diagonal_alignment,
+                                None if left_bound is None else int(left_bound),
+                                None if right_bound is None else int(right_bound))
+
+
+def cudnn_from_batch(batch: dict, *, q_elements_per_token: int = 1, kv_elements_per_token: int = 1) -> dict:
+    """Our batch as cuDNN ragged SDPA attributes on our own ``[R, T, H, D]`` tensors.
+
+    Returns ``seq_len_q``, ``seq_len_kv``, ``ragged_offset_q``, ``ragged_offset_kv``
+    (offsets in elements: token x ``*_elements_per_token``), ``diagonal_alignment``,
+    ``left_bound`` and ``right_bound`` (``None`` when unset).
+    """
+    return _core.cudnn_from_batch(*_from(batch), int(q_elements_per_token), int(kv_elements_per_token))
+
+
+# ---------------------------------------------------------------- PyTorch
+def sdpa_to_batch(batch: int, q_len: int, kv_len: int, *, causal: str = "none") -> dict:
+    """``scaled_dot_product_attention`` on ``[batch, H, q_len, D]``: ``causal`` is
+    ``"none"``, ``"is_causal"`` (top-left: our ``causal``) or ``"causal_lower_right"``
+    (our ``causal_bottom_right``)."""
+    return _core.sdpa_to_batch(int(batch), int(q_len), int(kv_len), causal)
+
+
+def sdpa_from_batch(batch: dict) -> dict:
+    """Our batch as an SDPA call (``batch``, ``q_len``, ``kv_len``, ``causal``): one
+    document per row filling it; anything else is refused."""
+    return _core.sdpa_from_batch(*_from(batch))
+
+
+def flex_document_mask_to_batch(document_id, *, causal: bool = False, sliding_window: int = -1) -> dict:
+    """A flex-attention document mask (``document_id [B, T]``: -1 padding, else 0, 1, ...
+    one run each) with an optional causal term and sliding window."""
+    return _core.flex_to_batch(np.ascontiguousarray(document_id, dtype=np.int64), bool(causal), int(sliding_window))
+
+
+def flex_document_mask_from_batch(batch: dict) -> dict:
+    """Our batch as a flex-attention document mask (``document_id``, ``causal``, ``sliding_window``)."""
+    return _core.flex_from_batch(*_from(batch))
+
+
+# ---------------------------------------------------------------- TransformerEngine
+def transformer_engine_mask_kind(attn_mask_type: str) -> str:
+    """Our mask kind for TransformerEngine's ``attn_mask_type`` (the names are ours)."""
+    return _core.te_mask_kind(attn_mask_type)
+
+
+def transformer_engine_thd_to_batch(attn_mask_type: str, cu_seqlens_q, cu_seqlens_kv, *,
+                                    window_size: Sequence[int] = (-1, -1), cu_seqlens_q_padded=(),
+                                    cu_seqlens_kv_padded=()) -> dict:
+    """TransformerEngine's THD arguments (``cu_seqlens_*`` of valid tokens and, with
+    padding between documents, ``cu_seqlens_*_padded``) as one row of our model."""
+    return _core.te_thd_to_batch(attn_mask_type, tuple(int(s) for s in window_size), _ints(cu_seqlens_q),
+                                 _ints(cu_seqlens_kv), _ints(cu_seqlens_q_padded), _ints(cu_seqlens_kv_padded))
+
+
+def transformer_engine_thd_from_batch(batch: dict) -> dict:
+    """Our batch as TransformerEngine THD arguments (``attn_mask_type``, ``window_size``,
+    ``cu_seqlens_q``, ``cu_seqlens_kv``, ``cu_seqlens_q_padded``, ``cu_seqlens_kv_padded``)."""
+    return _core.te_thd_from_batch(*_from(batch))
