@@ -144,13 +144,15 @@ class AttentionOp final : public TypedCaseOp<AttentionCase> {
       return j;
     }
     if (auto reason = cap->unsupported(p)) return j.skip(declined(backend, *reason)), j;
+    if (p.shape.backward && !backend.outputs().gradients) return j.skip(declined(backend, "it produces no gradients")), j;
     if (!cap->token_level_mask())
       if (const auto r = ref::representability(p.batch); !r.representable)
-        return j.skip("not representable (DESIGN section 4: this backend applies the index rule): " + r.first_difference), j;
+        return j.skip("not representable (docs/semantics.md section 2: this backend applies the index rule): " +
+                      r.first_difference), j;
     const Expected<AttentionResult> got = cap->attention(p, inputs.value());
     const Expected<AttentionResult> want = ref::attention_dense_masked(p, inputs.value());
     if (judge_errors(got, want, j)) return j;
-    judge_tolerance(check_attention_tolerance(p, inputs.value(), got.value(), want.value()), j);
+    judge_tolerance(check_attention_tolerance(p, inputs.value(), got.value(), want.value(), backend.outputs()), j);
     return j;
   }
 
@@ -198,7 +200,7 @@ class SmallSeqOp final : public TypedCaseOp<SmallSeqCase> {
       if (auto reason = cap->unsupported(c.problem)) return j.skip(declined(backend, *reason)), j;
     const Expected<SmallSeqResult> got = cap->small_seq(c.problem, inputs.value());
     if (judge_errors(got, want, j)) return j;
-    judge_tolerance(check_small_seq_tolerance(c.problem, inputs.value(), got.value(), want.value()), j);
+    judge_tolerance(check_small_seq_tolerance(c.problem, inputs.value(), got.value(), want.value(), backend.outputs()), j);
     return j;
   }
 
