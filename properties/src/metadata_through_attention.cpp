@@ -2,11 +2,11 @@
 // plays a kernel, so it must read exactly the integers a kernel reads.
 #include "attn_oracle/metadata_through_attention.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <sstream>
-#include <tuple>
 
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/validate.hpp"
@@ -96,24 +96,42 @@ int64_t document_of(const Metadata& md, int64_t g) {
   return -1;
 }
 
-// The first of document s's integers that `got` has wrong, or "".
-std::string field_behind(const Metadata& got, const Metadata& want, int64_t s) {
-  const std::pair<const char*, std::pair<const std::vector<int64_t>*, const std::vector<int64_t>*>> fields[] = {
-      {"cu_seqlens_q", {&got.cu_seqlens_q, &want.cu_seqlens_q}},
-      {"cu_seqlens_kv", {&got.cu_seqlens_kv, &want.cu_seqlens_kv}},
-      {"ragged_offsets_q", {&got.ragged_offsets_q, &want.ragged_offsets_q}},
-      {"ragged_offsets_kv", {&got.ragged_offsets_kv, &want.ragged_offsets_kv}}};
-  for (const auto& [name, arrays] : fields)
+// One compacted array of the backend's metadata beside the reference's.
+struct FieldPair {
+  const char* name;
+  const std::vector<int64_t>* got;
+  const std::vector<int64_t>* want;
+};
+
+// The first of entries s and s + 1 (document s's) that `got` has wrong, or "".
+std::string first_wrong_entry(std::initializer_list<FieldPair> fields, int64_t s) {
+  for (const FieldPair& f : fields)
     for (int64_t i : {s, s + 1}) {
-      const auto &g = *arrays.first, &w = *arrays.second;
+      const auto &g = *f.got, &w = *f.want;
       if (i >= static_cast<int64_t>(w.size())) continue;
       if (i >= static_cast<int64_t>(g.size()))
-        return std::string(name) + " has " + std::to_string(g.size()) + " entries, expected " + std::to_string(w.size());
+        return std::string(f.name) + " has " + std::to_string(g.size()) + " entries, expected " + std::to_string(w.size());
       if (g[i] != w[i])
-        return std::string(name) + "[" + std::to_string(i) + "]: backend " + std::to_string(g[i]) + ", expected " +
+        return std::string(f.name) + "[" + std::to_string(i) + "]: backend " + std::to_string(g[i]) + ", expected " +
                std::to_string(w[i]);
     }
   return "";
+}
+
+std::string field_behind(const Metadata& got, const Metadata& want, int64_t s) {
+  return first_wrong_entry({{"cu_seqlens_q", &got.cu_seqlens_q, &want.cu_seqlens_q},
+                            {"cu_seqlens_kv", &got.cu_seqlens_kv, &want.cu_seqlens_kv},
+                            {"ragged_offsets_q", &got.ragged_offsets_q, &want.ragged_offsets_q},
+                            {"ragged_offsets_kv", &got.ragged_offsets_kv, &want.ragged_offsets_kv}},
+                           s);
+}
+
+// [tokens, dim] values of `tensor`, NaN in every token not held.
+std::vector<double> poisoned_tensor(uint64_t tensor, int64_t tokens, int64_t dim, const std::vector<bool>& held) {
+  std::vector<double> t(tokens * dim);
+  for (int64_t i = 0; i < tokens; ++i)
+    for (int64_t d = 0; d < dim; ++d) t[i * dim + d] = held[i] ? token_value(tensor, i, d) : kNaN;
+  return t;
 }
 
 bool same(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b)); }
@@ -157,22 +175,25 @@ std::variant<Metadata, std::string> as_varlen(const MicroSequenceMetadata& m) {
   return md;
 }
 
-// The first of document s's integers that `got` has wrong, or "".
 std::string micro_field_behind(const MicroSequenceMetadata& got, const MicroSequenceMetadata& want, int64_t s) {
   if (got.first_document_begin != want.first_document_begin)
     return "first_document_begin: backend " + std::to_string(got.first_document_begin) + ", expected " +
            std::to_string(want.first_document_begin);
-  for (const auto& [name, g, w] : {std::tuple{"cu_seqlens_q", &got.cu_seqlens_q, &want.cu_seqlens_q},
-                                   std::tuple{"cu_seqlens_k", &got.cu_seqlens_k, &want.cu_seqlens_k}})
-    for (int64_t i : {s, s + 1}) {
-      if (i >= static_cast<int64_t>(w->size())) continue;
-      if (i >= static_cast<int64_t>(g->size()))
-        return std::string(name) + " has " + std::to_string(g->size()) + " entries, expected " + std::to_string(w->size());
-      if ((*g)[i] != (*w)[i])
-        return std::string(name) + "[" + std::to_string(i) + "]: backend " + std::to_string((*g)[i]) + ", expected " +
-               std::to_string((*w)[i]);
-    }
-  return "";
+  return first_wrong_entry({{"cu_seqlens_q", &got.cu_seqlens_q, &want.cu_seqlens_q},
+                            {"cu_seqlens_k", &got.cu_seqlens_k, &want.cu_seqlens_k}},
+                           s);
+}
+
+// Both metadata through the kernel over `in`: the first output they change, or
+// the sentence that ends the comparison (metadata a kernel cannot read).
+std::variant<std::optional<Change>, std::string> compare_through_kernel(const Metadata& got, const Metadata& want,
+                                                                        MaskKind mask, Window window,
+                                                                        const VarlenInputs& in) {
+  const auto truth = consume_metadata(want, mask, window, in);
+  if (auto* why = std::get_if<std::string>(&truth)) return "the reference's metadata cannot drive attention: " + *why;
+  const auto ran = consume_metadata(got, mask, window, in);
+  if (auto* why = std::get_if<std::string>(&ran)) return "a kernel driven by this metadata reads out of bounds: " + *why;
+  return first_change(std::get<VarlenOutputs>(ran), std::get<VarlenOutputs>(truth), in.q_tokens, in.dim);
 }
 
 }  // namespace
@@ -202,23 +223,15 @@ VarlenInputs poisoned_inputs(const PackedBatch& batch, const Metadata& reference
   VarlenInputs in{l.rows() * l.q_len, l.rows() * l.kv_len, dim, {}, {}, {}};
   const auto q_held = held_tokens(reference.cu_seqlens_q, reference.ragged_offsets_q, in.q_tokens);
   const auto kv_held = held_tokens(reference.cu_seqlens_kv, reference.ragged_offsets_kv, in.kv_tokens);
-  auto fill = [dim](uint64_t tensor, int64_t tokens, const std::vector<bool>& held) {
-    std::vector<double> t(tokens * dim);
-    for (int64_t i = 0; i < tokens; ++i)
-      for (int64_t d = 0; d < dim; ++d) t[i * dim + d] = held[i] ? token_value(tensor, i, d) : kNaN;
-    return t;
-  };
-  in.q = fill(0, in.q_tokens, q_held), in.k = fill(1, in.kv_tokens, kv_held), in.v = fill(2, in.kv_tokens, kv_held);
+  in.q = poisoned_tensor(0, in.q_tokens, dim, q_held);
+  in.k = poisoned_tensor(1, in.kv_tokens, dim, kv_held), in.v = poisoned_tensor(2, in.kv_tokens, dim, kv_held);
   return in;
 }
 
 std::optional<std::string> attention_difference(const PackedBatch& batch, const Metadata& got, const Metadata& want) {
-  const VarlenInputs in = poisoned_inputs(batch, want);
-  const auto truth = consume_metadata(want, batch.mask, batch.window, in);
-  if (auto* why = std::get_if<std::string>(&truth)) return "the reference's metadata cannot drive attention: " + *why;
-  const auto ran = consume_metadata(got, batch.mask, batch.window, in);
-  if (auto* why = std::get_if<std::string>(&ran)) return "a kernel driven by this metadata reads out of bounds: " + *why;
-  const auto change = first_change(std::get<VarlenOutputs>(ran), std::get<VarlenOutputs>(truth), in.q_tokens, in.dim);
+  const auto compared = compare_through_kernel(got, want, batch.mask, batch.window, poisoned_inputs(batch, want));
+  if (auto* why = std::get_if<std::string>(&compared)) return *why;
+  const auto& change = std::get<std::optional<Change>>(compared);
   if (!change) return std::nullopt;
   const int64_t g = change->token, tq = validate_shapes(batch).value().q_len;
   std::ostringstream os;
@@ -235,24 +248,20 @@ std::optional<std::string> attention_difference(const PackedBatch& batch, const 
 std::optional<std::string> micro_sequence_attention_difference(int64_t buffer_tokens, const MicroSequenceMetadata& got,
                                                                const MicroSequenceMetadata& want) {
   const int64_t dim = 4, q_tokens = want.end - want.begin;
-  VarlenInputs in{q_tokens, buffer_tokens, dim, {}, {}, {}};
-  for (int64_t t = 0; t < q_tokens * dim; ++t) in.q.push_back(token_value(0, t / dim, t % dim));
-  for (uint64_t tensor : {1, 2})
-    for (int64_t t = 0; t < buffer_tokens * dim; ++t) {
-      const bool held = t / dim >= want.first_document_begin && t / dim < want.end;
-      (tensor == 1 ? in.k : in.v).push_back(held ? token_value(tensor, t / dim, t % dim) : kNaN);
-    }
+  std::vector<bool> held(buffer_tokens, false);
+  for (int64_t t = std::max<int64_t>(0, want.first_document_begin); t < std::min(want.end, buffer_tokens); ++t) held[t] = true;
+  const VarlenInputs in{q_tokens, buffer_tokens, dim, poisoned_tensor(0, q_tokens, dim, std::vector<bool>(q_tokens, true)),
+                        poisoned_tensor(1, buffer_tokens, dim, held), poisoned_tensor(2, buffer_tokens, dim, held)};
   const auto want_md = as_varlen(want), got_md = as_varlen(got);
   if (auto* why = std::get_if<std::string>(&want_md)) return "the reference's metadata cannot drive attention: " + *why;
   if (auto* why = std::get_if<std::string>(&got_md)) return "a kernel driven by this metadata cannot address the buffer: " + *why;
-  const auto truth = consume_metadata(std::get<Metadata>(want_md), MaskKind::causal_bottom_right, Window{}, in);
-  if (auto* why = std::get_if<std::string>(&truth)) return "the reference's metadata cannot drive attention: " + *why;
-  const auto ran = consume_metadata(std::get<Metadata>(got_md), MaskKind::causal_bottom_right, Window{}, in);
-  if (auto* why = std::get_if<std::string>(&ran)) return "a kernel driven by this metadata reads out of bounds: " + *why;
-  const auto change = first_change(std::get<VarlenOutputs>(ran), std::get<VarlenOutputs>(truth), q_tokens, dim);
+  const Metadata& reference = std::get<Metadata>(want_md);
+  const auto compared =
+      compare_through_kernel(std::get<Metadata>(got_md), reference, MaskKind::causal_bottom_right, Window{}, in);
+  if (auto* why = std::get_if<std::string>(&compared)) return *why;
+  const auto& change = std::get<std::optional<Change>>(compared);
   if (!change) return std::nullopt;
-  int64_t s = 0;
-  while (s + 2 < static_cast<int64_t>(want.cu_seqlens_q.size()) && change->token >= want.cu_seqlens_q[s + 1]) ++s;
+  const int64_t s = std::max<int64_t>(0, document_of(reference, change->token));  // every query is in a document
   const std::string field = micro_field_behind(got, want, s);
   return change->describe() + "; document " + std::to_string(s) + (field.empty() ? "" : ": " + field);
 }
