@@ -21,7 +21,8 @@ import numpy as np
 
 from attn_oracle import adapters
 from attn_oracle.errors import Unsupported
-from examples.flash_convention_backend import attend_documents, scatter_back, tokens
+from examples.flash_convention_backend import scatter_back, tokens
+from examples.numpy_backend import attend_documents
 
 
 def cudnn_ragged_sdpa(q, k, v, do, attrs, scale, left_bound_exclusive=True):
@@ -38,9 +39,9 @@ def cudnn_ragged_sdpa(q, k, v, do, attrs, scale, left_bound_exclusive=True):
             allowed &= c > diagonal - left if left_bound_exclusive else c >= diagonal - left
         return allowed
 
-    runs = [(np.arange(oq, oq + lq), np.arange(ok, ok + lk)) for oq, lq, ok, lk in
+    runs = [(np.arange(oq, oq + lq), np.arange(ok, ok + lk), allowed_of(lq, lk)) for oq, lq, ok, lk in
             zip(attrs["ragged_offset_q"], attrs["seq_len_q"], attrs["ragged_offset_kv"], attrs["seq_len_kv"])]
-    return attend_documents(q, k, v, do, runs, allowed_of, scale)
+    return attend_documents(q, k, v, do, runs, scale)
 
 
 class Backend:

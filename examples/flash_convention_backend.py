@@ -22,40 +22,12 @@ import numpy as np
 
 from attn_oracle import adapters
 from attn_oracle.errors import Unsupported
-
-
-def attend_documents(q, k, v, do, runs, allowed_of, scale):
-    """Softmax attention per document of packed tensors (q, do [tq, Hq, D]; k, v [tk, Hkv, D]).
-
-    ``runs`` gives each document's (q rows, k rows) as index arrays; ``allowed_of(lq, lk)``
-    its [lq, lk] mask. Returns out, lse [Hq, tq] (+inf where a query attends nothing, as
-    FlashAttention writes it) and dq, dk, dv (zeros without ``do``).
-    """
-    out, lse = np.zeros_like(q), np.full((q.shape[1], len(q)), np.inf)
-    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
-    g = q.shape[1] // k.shape[1]
-    for iq, ik in runs:
-        allowed = allowed_of(len(iq), len(ik))
-        qd, kd, vd = q[iq], np.repeat(k[ik], g, 1), np.repeat(v[ik], g, 1)
-        s = np.where(allowed, scale * np.einsum("qhd,khd->hqk", qd, kd), -np.inf)
-        top = s.max(-1, keepdims=True, initial=-np.inf)
-        e = np.exp(s - np.where(np.isfinite(top), top, 0))
-        total = e.sum(-1, keepdims=True)
-        p = e / np.where(total > 0, total, 1)
-        out[iq] = np.einsum("hqk,khd->qhd", p, vd)
-        lse[:, iq] = np.where(total > 0, np.log(np.where(total > 0, total, 1)) + top, np.inf)[..., 0]
-        if do is not None:
-            dod = do[iq]
-            ds = p * (np.einsum("qhd,khd->hqk", dod, vd) - np.einsum("qhd,qhd->hq", dod, out[iq])[..., None])
-            dq[iq] = scale * np.einsum("hqk,khd->qhd", ds, kd)
-            fold = lambda t: t.reshape(len(ik), k.shape[1], g, k.shape[2]).sum(2)  # noqa: E731
-            dk[ik] = fold(scale * np.einsum("hqk,qhd->khd", ds, qd))
-            dv[ik] = fold(np.einsum("hqk,qhd->khd", p, dod))
-    return out, lse, dq, dk, dv
+from examples.numpy_backend import attend_documents
 
 
 def flash_varlen(q, k, v, do, cu_seqlens_q, cu_seqlens_k, causal, window_size, scale, bottom_right=True):
-    """FlashAttention's varlen attention: q, do [total_q, Hq, D]; k, v [total_k, Hkv, D]."""
+    """FlashAttention's varlen attention: q, do [total_q, Hq, D]; k, v [total_k, Hkv, D].
+    Returns out, softmax_lse [Hq, total_q] and dq, dk, dv."""
     left, right = window_size
 
     def allowed_of(lq, lk):
@@ -70,16 +42,17 @@ def flash_varlen(q, k, v, do, cu_seqlens_q, cu_seqlens_k, causal, window_size, s
             allowed &= j <= diagonal + right
         return allowed
 
-    runs = [(np.arange(q0, q1), np.arange(k0, k1))
+    runs = [(np.arange(q0, q1), np.arange(k0, k1), allowed_of(q1 - q0, k1 - k0))
             for (q0, q1), (k0, k1) in zip(zip(cu_seqlens_q, cu_seqlens_q[1:]), zip(cu_seqlens_k, cu_seqlens_k[1:]))]
-    return attend_documents(q, k, v, do, runs, allowed_of, scale)
+    out, lse, *grads = attend_documents(q, k, v, do, runs, scale)
+    return (out, np.where(np.isneginf(lse), np.inf, lse), *grads)  # FlashAttention's lse: +inf when nothing is attended
 
 
 def scatter_back(p, x, iq, ik, out, lse, grads):
-    """Packed results at our flat tokens iq (q) and ik (kv), in our layouts; lse +inf -> -inf."""
+    """Packed results at our flat tokens iq (q) and ik (kv), in our layouts."""
     rows, tq, hq, d = x.q.shape
     o, ours = np.zeros((rows * tq, hq, d)), np.full((rows * tq, hq), -np.inf)
-    o[iq], ours[iq] = out, np.where(np.isposinf(lse), -np.inf, lse).T
+    o[iq], ours[iq] = out, lse.T
     result = {"o": o.reshape(x.q.shape), "lse": ours.reshape(rows, tq, hq).transpose(0, 2, 1)}
     if p.backward:
         for name, packed, like, at in zip(("dq", "dk", "dv"), grads, (x.q, x.k, x.v), (iq, ik, ik)):
@@ -103,7 +76,8 @@ class Backend:
         call = adapters.flash_attention_from_batch(asdict(p.batch), version="fa3")  # unsupported: declined
         iq, ik = call["q_tokens"], call["kv_tokens"]
         do = tokens(x.do)[iq] if p.backward else None
-        out, lse, *grads = flash_varlen(tokens(x.q)[iq], tokens(x.k)[ik], tokens(x.v)[ik], do, call["cu_seqlens_q"],
+        out, softmax_lse, *grads = flash_varlen(tokens(x.q)[iq], tokens(x.k)[ik], tokens(x.v)[ik], do, call["cu_seqlens_q"],
                                         call["cu_seqlens_k"], call["causal"], call["window_size"], p.effective_scale,
                                         self.bottom_right)
+        lse = np.where(np.isposinf(softmax_lse), -np.inf, softmax_lse)  # theirs +inf, ours -inf
         return scatter_back(p, x, iq, ik, out, lse, grads)

@@ -105,28 +105,45 @@ class Backend:
 
     def attention(self, p, x):
         qi, qp, ki, kp = self.checked_attention_rows(p, x)
-        g, scale = p.heads_q // p.heads_kv, p.effective_scale
         out = {"o": np.zeros_like(x.q), "lse": np.full((len(qi), p.heads_q, qi.shape[1]), -np.inf)}
         if p.backward:
             out.update(dq=np.zeros_like(x.q), dk=np.zeros_like(x.k), dv=np.zeros_like(x.v))
         for r in range(len(qi)):
-            for iq, ik in self.documents(qi[r], ki[r]):
-                d, shift = qp[r][iq][:, None] - kp[r][ik][None, :], len(iq) - len(ik)
-                mask = self.document_mask(p.batch, d, shift)
-                q, k, v = x.q[r, iq], np.repeat(x.k[r, ik], g, 1), np.repeat(x.v[r, ik], g, 1)
-                s = np.where(mask, scale * np.einsum("qhd,khd->hqk", q, k), -np.inf)
-                top = np.max(s, -1, keepdims=True, initial=-np.inf)
-                e = np.exp(s - np.where(np.isfinite(top), top, 0))
-                total = e.sum(-1, keepdims=True)
-                prob = e / np.where(total > 0, total, 1)
-                o = np.einsum("hqk,khd->qhd", prob, v)
-                out["o"][r, iq] = o
-                out["lse"][r][:, iq] = np.where(total > 0, np.log(np.where(total > 0, total, 1)) + top, -np.inf)[..., 0]
-                if p.backward:
-                    do = x.do[r, iq]
-                    ds = prob * (np.einsum("qhd,khd->hqk", do, v) - np.einsum("qhd,qhd->hq", do, o)[..., None])
-                    out["dq"][r, iq] = scale * np.einsum("hqk,khd->qhd", ds, k)
-                    fold = lambda t: t.reshape(len(ik), p.heads_kv, g, p.head_dim).sum(2)
-                    out["dk"][r, ik] = fold(scale * np.einsum("hqk,qhd->khd", ds, q))
-                    out["dv"][r, ik] = fold(np.einsum("hqk,qhd->khd", prob, do))
+            runs = [(iq, ik, self.document_mask(p.batch, qp[r][iq][:, None] - kp[r][ik][None, :], len(iq) - len(ik)))
+                    for iq, ik in self.documents(qi[r], ki[r])]
+            o, lse, *grads = attend_documents(x.q[r], x.k[r], x.v[r], x.do[r] if p.backward else None, runs,
+                                              p.effective_scale)
+            out["o"][r], out["lse"][r] = o, lse
+            if p.backward:
+                out["dq"][r], out["dk"][r], out["dv"][r] = grads
         return out
+
+
+def attend_documents(q, k, v, do, runs, scale):
+    """Softmax attention of each document of one token axis, forward and (given ``do``) backward.
+
+    q, do ``[tq, Hq, D]``; k, v ``[tk, Hkv, D]``; ``runs`` holds each document's
+    (query indices, key indices, ``[lq, lk]`` mask). Returns o, lse ``[Hq, tq]``
+    (-inf where a query attends nothing) and dq, dk, dv (zeros without ``do``).
+    The convention examples (flash_ and cudnn_convention_backend.py) use it too.
+    """
+    out, lse = np.zeros_like(q), np.full((q.shape[1], len(q)), -np.inf)
+    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
+    g = q.shape[1] // k.shape[1]
+    for iq, ik, mask in runs:
+        qd, kd, vd = q[iq], np.repeat(k[ik], g, 1), np.repeat(v[ik], g, 1)
+        s = np.where(mask, scale * np.einsum("qhd,khd->hqk", qd, kd), -np.inf)
+        top = np.max(s, -1, keepdims=True, initial=-np.inf)
+        e = np.exp(s - np.where(np.isfinite(top), top, 0))
+        total = e.sum(-1, keepdims=True)
+        prob = e / np.where(total > 0, total, 1)
+        out[iq] = np.einsum("hqk,khd->qhd", prob, vd)
+        lse[:, iq] = np.where(total > 0, np.log(np.where(total > 0, total, 1)) + top, -np.inf)[..., 0]
+        if do is not None:
+            dod = do[iq]
+            ds = prob * (np.einsum("qhd,khd->hqk", dod, vd) - np.einsum("qhd,qhd->hq", dod, out[iq])[..., None])
+            dq[iq] = scale * np.einsum("hqk,khd->qhd", ds, kd)
+            fold = lambda t: t.reshape(len(ik), k.shape[1], g, k.shape[2]).sum(2)  # noqa: E731  sum each GQA group
+            dk[ik] = fold(scale * np.einsum("hqk,qhd->khd", ds, qd))
+            dv[ik] = fold(np.einsum("hqk,qhd->khd", prob, dod))
+    return out, lse, dq, dk, dv

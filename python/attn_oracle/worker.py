@@ -205,10 +205,13 @@ def produced_outputs(backend) -> tuple:
     return tuple(o for o in OPTIONAL_OUTPUTS if o in declared)
 
 
+OPTIONAL_ARRAYS = {"lse": "lse", "p": "small_seq_p"}  # array -> the optional output it belongs to
+
+
 def _outputs(backend, result: Any, first: tuple, backward: bool) -> dict:
     produced = produced_outputs(backend)
-    names = [n for n in first if {"lse": "lse", "p": "small_seq_p"}.get(n, "gradients") in produced or n == "o"]
-    return _fields(result, tuple(names) + (("dq", "dk", "dv") if backward and "gradients" in produced else ()))
+    names = tuple(n for n in first if n not in OPTIONAL_ARRAYS or OPTIONAL_ARRAYS[n] in produced)
+    return _fields(result, names + (("dq", "dk", "dv") if backward and "gradients" in produced else ()))
 
 
 # ------------------------------------------------------------------ ops

@@ -112,12 +112,7 @@ class FlashMock final : public Backend, AttentionCapability {
         call->params, gather(in.q, call->q_tokens, hq * d), gather(in.k, call->kv_tokens, hkv * d),
         gather(in.v, call->kv_tokens, hkv * d), hq, hkv, d, problem.shape.effective_scale(), mistakes_.flash_causal_top_left);
     AttentionResult r = fa::outputs_to_ours(call.value(), fwd.out, fwd.softmax_lse, sizes.value());
-    if (problem.shape.backward) {
-      auto reference = ref::attention_dense_masked(problem, in);
-      if (!reference) return reference.error();
-      r.grads = reference->grads;
-    }
-    return r;
+    return with_reference_gradients(std::move(r), problem, in);
   }
 
  private:
@@ -170,12 +165,7 @@ class CudnnMock final : public Backend, AttentionCapability {
         }
       }
     }
-    if (problem.shape.backward) {
-      auto reference = ref::attention_dense_masked(problem, in);
-      if (!reference) return reference.error();
-      r.grads = reference->grads;
-    }
-    return r;
+    return with_reference_gradients(std::move(r), problem, in);
   }
 
  private:

@@ -4,6 +4,15 @@
 #include "attn_oracle/reference/attention.hpp"
 
 namespace attn_oracle::planted {
+
+Expected<AttentionResult> with_reference_gradients(AttentionResult forward, const AttentionProblem& problem,
+                                                   const AttentionInputs& in) {
+  if (!problem.shape.backward) return forward;
+  auto reference = ref::attention_dense_masked(problem, in);
+  if (!reference) return reference.error();
+  forward.grads = std::move(reference->grads);
+  return forward;
+}
 namespace {
 
 class MetadataOnly final : public Backend, MetadataCapability {

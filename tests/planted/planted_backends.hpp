@@ -32,6 +32,11 @@ Expected<AttentionResult> with_kv_head_modulo(const AttentionProblem& problem, c
                                               Expected<AttentionResult> (*compute)(const AttentionProblem&,
                                                                                    const AttentionInputs&));
 
+// `forward` with the float64 reference's gradients when the problem is backward:
+// the planted forward-only kernels (tiled, convention mocks) are judged on o and lse.
+Expected<AttentionResult> with_reference_gradients(AttentionResult forward, const AttentionProblem& problem,
+                                                   const AttentionInputs& in);
+
 std::vector<PlantedBug> metadata_bugs();
 std::vector<PlantedBug> attention_bugs();
 std::vector<PlantedBug> small_seq_bugs();

@@ -3,6 +3,8 @@
 // where a kernel's would.
 #include "planted/tiled_attention.hpp"
 
+#include "planted/planted_backends.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -134,12 +136,7 @@ Expected<AttentionResult> tiled_attention(const AttentionProblem& problem, const
       }
     }
   }
-  if (problem.shape.backward) {
-    auto reference = ref::attention_dense_masked(problem, inputs);
-    if (!reference) return reference.error();
-    out.grads = reference->grads;
-  }
-  return out;
+  return with_reference_gradients(std::move(out), problem, inputs);
 }
 
 namespace {
