@@ -14,7 +14,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "attn_oracle/case_file.hpp"
 #include "attn_oracle/harness/check.hpp"
+#include "attn_oracle/replay.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/reference_backend.hpp"
 
@@ -119,6 +121,21 @@ TEST(OptionalOutputs, WithoutLseTheOutputIsStillJudged) {
   ASSERT_FALSE(o.failures.empty());
   EXPECT_EQ(o.failures[0].message.rfind("o: FAIL", 0), 0u) << o.failures[0].message;
   EXPECT_EQ(o.failures[0].message.find("lse"), std::string::npos) << o.failures[0].message;
+}
+
+// A fixture judged on a backend (`eval --backend`, a replay without a property
+// record) follows the same declaration: a backward fixture passes without lse,
+// and is skipped, with the reason, on a backend without gradients.
+TEST(OptionalOutputs, AFixtureIsJudgedOnWhatTheBackendProduces) {
+  const Expected<Case> c = read_case_file(std::string(ATTN_ORACLE_FIXTURES_DIR) + "/regressions/window_right_int64_max.case.json");
+  ASSERT_TRUE(c) << c.error().message;
+  ASSERT_TRUE(std::get<AttentionCase>(c->payload).problem.shape.backward);
+  Declaring no_lse("no-lse", ProducedOutputs{.lse = false}), no_gradients("no-gradients", ProducedOutputs{.gradients = false});
+  const Judgement without_lse = judge_case(no_lse, c.value());
+  EXPECT_EQ(without_lse.status, Judgement::Status::pass) << testing::PrintToString(without_lse.lines);
+  const Judgement without_gradients = judge_case(no_gradients, c.value());
+  EXPECT_EQ(without_gradients.status, Judgement::Status::skip) << testing::PrintToString(without_gradients.lines);
+  EXPECT_EQ(no_gradients.backward_calls, 0);
 }
 
 std::string slurp(const fs::path& p) {
