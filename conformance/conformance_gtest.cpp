@@ -95,10 +95,17 @@ void write_result(const CheckResult& r, const RunSettings& s) {
 
 std::string failures_text(const CheckResult& r) {
   std::ostringstream os;
-  for (const PropertyFailure& f : r.outcome.failures)
-    os << f.message << "\ncounterexample (draw " << f.draw << ", " << f.shrinks << " shrinks): " << f.case_path << "\n"
-       << file_text(f.case_path) << "replay: " << f.replay_command << "\nrerun: " << f.rerun_command << "\n"
-       << (f.backend_log.empty() ? "" : "the worker's stderr ended with:\n" + f.backend_log + "\n");
+  const PropertyOutcome& o = r.outcome;
+  if (!o.failure_summary.empty()) os << "FAILED: " << o.failure_summary << "\n";
+  if (const std::string cost = triage_cost_line(o); !cost.empty()) os << cost << "\n";
+  for (const TriageEntry& e : triage_entries(o)) {
+    if (!e.heading.empty()) os << e.heading << (e.failure ? "" : ": " + e.example) << "\n";
+    if (const PropertyFailure* f = e.failure)
+      os << f->message << "\ncounterexample (draw " << f->draw << ", " << f->shrinks << " shrinks): " << f->case_path
+         << "\n" << file_text(f->case_path) << "replay: " << f->replay_command << "\nrerun: " << f->rerun_command << "\n"
+         << (f->backend_log.empty() ? "" : "the worker's stderr ended with:\n" + f->backend_log + "\n");
+    if (!e.decline.empty()) os << "  " << e.decline << "\n";
+  }
   return os.str();
 }
 

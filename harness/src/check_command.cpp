@@ -142,13 +142,19 @@ void print_result(const CheckResult& r) {
   if (!o.not_compared.empty() && r.verdict != Verdict::skipped) std::cout << "    note: " << not_compared_line(o) << "\n";
   if (!o.message.empty() && r.verdict != Verdict::passed) std::cout << "    " << o.message << "\n";
   for (const std::string& line : wholly_declined_classes(o)) std::cout << "    note: " << line << "\n";
-  for (const PropertyFailure& f : o.failures) {
-    std::cout << "    " << f.message << "\n";
-    std::cout << "    counterexample (draw " << f.draw << ", " << f.shrinks << " shrinks): " << f.case_path << "\n";
-    print_case_file(f.case_path);
-    std::cout << "    replay: " << f.replay_command << "\n    rerun: " << f.rerun_command << "\n";
-    print_backend_log(f.backend_log);
+  if (!o.failure_summary.empty()) std::cout << "    FAILED: " << o.failure_summary << "\n";
+  for (const TriageEntry& e : triage_entries(o)) {
+    if (!e.heading.empty()) std::cout << "    " << e.heading << (e.failure ? "" : ": " + e.example) << "\n";
+    if (const PropertyFailure* f = e.failure) {
+      std::cout << "    " << f->message << "\n";
+      std::cout << "    counterexample (draw " << f->draw << ", " << f->shrinks << " shrinks): " << f->case_path << "\n";
+      print_case_file(f->case_path);
+      std::cout << "    replay: " << f->replay_command << "\n    rerun: " << f->rerun_command << "\n";
+      print_backend_log(f->backend_log);
+    }
+    if (!e.decline.empty()) std::cout << "      " << e.decline << "\n";
   }
+  if (const std::string cost = triage_cost_line(o); !cost.empty()) std::cout << "    " << cost << "\n";
 }
 
 struct Lists {

@@ -75,8 +75,13 @@ commands:
                                   run every property (N draws each, default 100, seed
                                   20261122) on the chosen backends, each property in a
                                   child process so that a crash or a hang is reported
-                                  and the run goes on; up to K (3) distinct failures a
-                                  property, each shrunk and written; write
+                                  and the run goes on; every failing draw is kept and
+                                  clustered by root (wrong answers on ordinary inputs
+                                  first, then input classes such as a side with no
+                                  tokens, with the decline that would take each out,
+                                  then exceptions, then crashes); K (3) clusters shown
+                                  in full, each shrunk and written, the rest one line
+                                  each; write
                                   DIR/conformance.{md,json} (default DIR: report);
                                   FILEs: skip and expected-failure lists (a test-id or
                                   property prefix a line, `version=V`, `# reason`;

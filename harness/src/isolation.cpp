@@ -441,7 +441,6 @@ PropertyOutcome run_property_isolated(const PropertyDef& property, Backend& back
   const int total = (settings.cases - settings.shard_index + settings.shard_count - 1) / std::max(1, settings.shard_count);
   RunSettings s = settings;
   for (;;) {
-    s.max_failures = settings.max_failures - static_cast<int>(out.failures.size());
     s.known_signatures.clear();
     for (const PropertyFailure& f : out.failures) s.known_signatures.insert(f.signature);
     ChildRun run = run_child(property, backend, s, isolation, total, out.drawn, progress);
@@ -451,10 +450,14 @@ PropertyOutcome run_property_isolated(const PropertyDef& property, Backend& back
     if (run.path.empty()) ++out.drawn, ++out.failed;
     if (!s.known_signatures.count(std::string(kCrashSignature)))
       out.failures.push_back(shrink_crash(property, backend, s, isolation, run.draw, run.path, run.how, run.timed_out));
+    else  // the crash shown already: one more draw of its cluster
+      for (const PropertyFailure& f : out.failures)
+        if (f.signature == kCrashSignature) merge_clusters(out.clusters, {cluster_of_message(f.message, run.draw)});
     s.first_draw = run.draw + 1;
     // After a hang, more of the same would cost a time limit each: stop there.
-    if (run.timed_out || static_cast<int>(out.failures.size()) >= settings.max_failures || s.first_draw >= settings.cases) break;
+    if (run.timed_out || s.first_draw >= settings.cases) break;
   }
+  rank_failures(out, settings.max_failures);
   settle_status(out);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;

@@ -37,6 +37,7 @@ ojson failure_to_json(const PropertyFailure& f) {
   ojson j;
   j["message"] = f.message;
   j["signature"] = f.signature;
+  j["cluster"] = f.cluster;
   j["draw"] = f.draw;
   j["shrinks"] = f.shrinks;
   j["nondeterministic"] = f.nondeterministic;
@@ -47,10 +48,44 @@ ojson failure_to_json(const PropertyFailure& f) {
   return j;
 }
 
+ojson cluster_to_json(const FailureCluster& c) {
+  ojson j;
+  j["key"] = c.key;
+  j["rank"] = std::string(to_string(c.rank));
+  if (c.input_class) j["input_class"] = std::string(to_string(*c.input_class));
+  if (!c.decline.empty()) j["decline"] = c.decline;
+  j["draws"] = c.draws;
+  j["first_draw"] = c.first_draw;
+  j["example"] = c.example;
+  j["counterexample"] = c.counterexample;
+  j["shown"] = c.shown;
+  return j;
+}
+
+FailureCluster cluster_from_json(const json& j) {
+  FailureCluster c;
+  c.key = j.value("key", "");
+  const std::string rank = j.value("rank", "");
+  for (FailureRank r : {FailureRank::wrong_on_ordinary_input, FailureRank::wrong_on_input_class, FailureRank::exception,
+                        FailureRank::crash})
+    if (rank == to_string(r)) c.rank = r;
+  const std::string cls = j.value("input_class", "");
+  for (InputClass k : kInputClasses)
+    if (cls == to_string(k)) c.input_class = k;
+  c.decline = j.value("decline", "");
+  c.draws = j.value("draws", 0);
+  c.first_draw = j.value("first_draw", 0);
+  c.example = j.value("example", "");
+  c.counterexample = j.value("counterexample", "");
+  c.shown = j.value("shown", false);
+  return c;
+}
+
 PropertyFailure failure_from_json(const json& j) {
   PropertyFailure f;
   f.message = j.value("message", "");
   f.signature = j.value("signature", "");
+  f.cluster = j.value("cluster", "");
   f.draw = j.value("draw", 0);
   f.shrinks = j.value("shrinks", 0);
   f.nondeterministic = j.value("nondeterministic", false);
@@ -146,11 +181,17 @@ void markdown_property(const CheckResult& r, std::ostream& os) {
   if (o.drawn > 0)
     os << "- largest draw: " << o.largest.rows << " rows, " << o.largest.tokens << " tokens, " << o.largest.devices
        << " devices\n";
-  for (const PropertyFailure& f : o.failures) {
-    os << "\n```\n" << f.message << "\n```\n\n";
-    os << "- counterexample (draw " << f.draw << ", " << f.shrinks << " shrinks): `" << f.case_path << "`\n";
-    os << "- replay: `" << f.replay_command << "`\n- rerun: `" << f.rerun_command << "`\n";
-    if (!f.backend_log.empty()) os << "- the worker's stderr ended with:\n\n```\n" << f.backend_log << (f.backend_log.ends_with('\n') ? "" : "\n") << "```\n";
+  if (!o.failure_summary.empty()) os << "- **FAILED: " << o.failure_summary << "**\n";
+  if (const std::string cost = triage_cost_line(o); !cost.empty()) os << "- " << cost << "\n";
+  for (const TriageEntry& e : triage_entries(o)) {
+    if (!e.heading.empty()) os << "\n**" << e.heading << "**" << (e.failure ? "" : ": `" + e.example + "`") << "\n";
+    if (const PropertyFailure* f = e.failure) {
+      os << "\n```\n" << f->message << "\n```\n\n";
+      os << "- counterexample (draw " << f->draw << ", " << f->shrinks << " shrinks): `" << f->case_path << "`\n";
+      os << "- replay: `" << f->replay_command << "`\n- rerun: `" << f->rerun_command << "`\n";
+      if (!f->backend_log.empty()) os << "- the worker's stderr ended with:\n\n```\n" << f->backend_log << (f->backend_log.ends_with('\n') ? "" : "\n") << "```\n";
+    }
+    if (!e.decline.empty()) os << "\n- `" << e.decline << "`\n";
   }
 }
 
@@ -182,6 +223,8 @@ void merge_outcome(PropertyOutcome& into, const PropertyOutcome& add) {
     if (std::none_of(into.failures.begin(), into.failures.end(),
                      [&](const PropertyFailure& g) { return g.signature == f.signature; }))
       into.failures.push_back(f);
+  merge_clusters(into.clusters, add.clusters);
+  into.shrunk += add.shrunk, into.shrink_trials += add.shrink_trials;
   if (into.not_compared.empty()) into.not_compared = add.not_compared;
   if (add.worst_ratio) into.worst_ratio = std::max(into.worst_ratio.value_or(0.0), *add.worst_ratio);
   into.largest.rows = std::max(into.largest.rows, add.largest.rows);
@@ -291,6 +334,10 @@ ojson outcome_to_json(const PropertyOutcome& o) {
   j["seconds"] = std::round(o.seconds * 1000.0) / 1000.0;
   j["failures"] = ojson::array();
   for (const PropertyFailure& f : o.failures) j["failures"].push_back(failure_to_json(f));
+  j["clusters"] = ojson::array();
+  for (const FailureCluster& c : o.clusters) j["clusters"].push_back(cluster_to_json(c));
+  if (!o.failure_summary.empty()) j["failure_summary"] = o.failure_summary;
+  j["shrunk"] = {{"draws", o.shrunk}, {"trials", o.shrink_trials}};
   return j;
 }
 
@@ -320,6 +367,10 @@ PropertyOutcome outcome_from_json(const json& j) {
                        largest.value("devices", int64_t{1})};
   o.seconds = j.value("seconds", 0.0);
   for (const json& f : j.value("failures", json::array())) o.failures.push_back(failure_from_json(f));
+  for (const json& c : j.value("clusters", json::array())) o.clusters.push_back(cluster_from_json(c));
+  o.failure_summary = j.value("failure_summary", "");
+  const json shrunk = j.value("shrunk", json::object());
+  o.shrunk = shrunk.value("draws", 0), o.shrink_trials = shrunk.value("trials", 0);
   return o;
 }
 

@@ -69,11 +69,12 @@ Trial run_trial(const PropertyDef& p, Backend& backend, const rc::Shrinkable<Cas
   return t;
 }
 
-// The first shrink that still fails, again and again (RapidCheck's strategy);
-// `path` is each accepted shrink's index among its siblings. A hang ends it:
-// each smaller case that still hangs would cost a whole time limit.
+// The first shrink that still fails with the same root (`stays`), again and
+// again (RapidCheck's strategy); `path` is each accepted shrink's index among
+// its siblings. A hang ends it: each smaller case that still hangs would cost a
+// whole time limit. `trials` counts what it cost.
 Trial shrink(const PropertyDef& p, Backend& backend, const RunSettings& s, int draw, rc::Shrinkable<Case> best,
-             Trial failing, int& steps) {
+             Trial failing, int& steps, int& trials, const std::function<bool(const Trial&)>& stays) {
   std::vector<size_t> path;
   auto shrinks = best.shrinks();
   size_t index = 0;
@@ -83,8 +84,9 @@ Trial shrink(const PropertyDef& p, Backend& backend, const RunSettings& s, int d
     path.push_back(index);
     if (s.before_trial) s.before_trial(draw, path);
     Trial t = run_trial(p, backend, *next);
+    ++trials;
     path.pop_back();
-    if (t.kind != Trial::Kind::failed || !t.c) {
+    if (t.kind != Trial::Kind::failed || !t.c || !stays(t)) {
       ++index;
       continue;
     }
@@ -94,6 +96,28 @@ Trial shrink(const PropertyDef& p, Backend& backend, const RunSettings& s, int d
     shrinks = best.shrinks();
     index = 0;
     ++steps;
+  }
+  return failing;
+}
+
+// A shrunk failure in an input class, tried without it (out_of_input_classes):
+// the first transformed case that still fails with the same root replaces it,
+// as long as classes come off.
+Trial out_of_classes(const PropertyDef& p, Backend& backend, const Triage& triage, const Triage::Draw& d,
+                     Trial failing, int& trials) {
+  for (int round = 0; round < 3; ++round) {
+    const size_t classes = input_classes_of(*failing.c).size();
+    bool lifted = false;
+    for (const Case& c : out_of_input_classes(*failing.c)) {
+      Trial t = run_trial(p, backend, rc::shrinkable::just(c));
+      ++trials;
+      if (t.kind != Trial::Kind::failed || !t.c || !triage.same_root(d, t.message, *t.c) ||
+          input_classes_of(*t.c).size() >= classes)
+        continue;
+      failing = std::move(t), lifted = true;
+      break;
+    }
+    if (!lifted) break;
   }
   return failing;
 }
@@ -357,12 +381,10 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
   s.max_size = std::clamp(s.max_size, 0, 100);
   s.shard_count = std::max(1, s.shard_count);
   const rc::Gen<Case> gen = rc::gen::exec([&property, &backend] { return property.draw(backend); });
-  std::set<std::string> signatures = s.known_signatures;
-  const size_t files_before = signatures.size() - signatures.count(std::string(kCrashSignature));
+  Triage triage(s.max_failures, s.known_signatures, out.backend, property.needs);
   const int total = (s.cases - s.shard_index + s.shard_count - 1) / s.shard_count;
   const int first = s.shard_index + std::max(0, s.first_draw - s.shard_index + s.shard_count - 1) / s.shard_count * s.shard_count;
-  for (int k = first; k < s.cases && static_cast<int>(out.failures.size()) < s.max_failures;
-       k += s.shard_count) {
+  for (int k = first; k < s.cases; k += s.shard_count) {
     const rc::Shrinkable<Case> shrinkable = gen(random_for(s.seed, k), size_for(s, k));
     if (s.before_trial) s.before_trial(k, {});
     Trial t = run_trial(property, backend, shrinkable);
@@ -390,22 +412,35 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
       continue;
     }
     ++out.failed;
-    if (signatures.count(failure_signature(t.message))) continue;  // a failure already shrunk
+    const Triage::Draw d = triage.classify(k, t.message, t.c ? &*t.c : nullptr);
+    if (!t.c || !triage.take(d)) {  // a root shrunk already, or past the shrink budget: one line
+      if (t.hung) break;
+      continue;
+    }
+    const bool hung = t.hung;
     PropertyFailure f;
     f.draw = k;
-    t = shrink(property, backend, s, k, shrinkable, std::move(t), f.shrinks);
+    ++out.shrunk;
+    t = shrink(property, backend, s, k, shrinkable, std::move(t), f.shrinks, out.shrink_trials,
+               [&](const Trial& candidate) { return triage.same_root(d, candidate.message, *candidate.c); });
+    if (!t.hung && !input_classes_of(*t.c).empty())
+      t = out_of_classes(property, backend, triage, d, std::move(t), out.shrink_trials);
     f.message = t.message;
-    f.signature = failure_signature(t.message);
+    f.signature = d.group;
     f.backend_log = t.backend_log;
-    if (!t.c) continue;  // only the draw failed: nothing to write (cannot happen after a case was drawn)
     f.counterexample = std::move(*t.c);
     if (!t.hung) confirm_determinism(property, backend, f);
-    if (!signatures.insert(f.signature).second) continue;
-    save(f, out, s, files_before + out.failures.size());
-    if (s.on_failure) s.on_failure(f);
-    out.failures.push_back(std::move(f));
-    if (t.hung) break;  // more of the same would cost a time limit each (the draws after it are not run)
+    if (triage.place(d, f.message, f.counterexample, f.shrinks)) {
+      f.cluster = triage.last_cluster();
+      save(f, out, s, out.failures.size());
+      triage.attach(f.cluster, f.case_path);
+      if (s.on_failure) s.on_failure(f);
+      out.failures.push_back(std::move(f));
+    }
+    if (hung) break;  // more of the same would cost a time limit each (the draws after it are not run)
   }
+  out.clusters = triage.clusters();
+  rank_failures(out, s.max_failures);
   settle_status(out);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;

@@ -91,7 +91,10 @@ def run_property(target: str, property_id: str, check_args: Sequence[str] = ()) 
         return PropertyRun(property_id, "FAILED", output, "the report has no result for this property")
     result = mine[0]
     failures = result.get("failures") or [{}]
-    message = result.get("note") or result.get("message") or failures[0].get("message", "")
+    # A verdict's own words first: an expected-failure note, or that no failure
+    # is a wrong answer on ordinary inputs; else the highest-ranked failure.
+    message = (result.get("note") or result.get("failure_summary") or result.get("message")
+               or failures[0].get("message", ""))
     return PropertyRun(property_id, result["verdict"], output, message)
 
 

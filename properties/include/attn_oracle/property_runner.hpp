@@ -16,8 +16,9 @@
 // counted per reason), or fails. A failure is shrunk (the first shrink that
 // still fails, again and again: RapidCheck's strategy), checked twice more
 // (a backend whose answer changes is reported as nondeterministic), written as
-// a case file with the property record that replays it, and the run goes on:
-// up to max_failures distinct failures (by the check that failed) per property.
+// a case file with the property record that replays it, and the run goes on
+// to the end of its budget: every failing draw is kept and clustered by root
+// (triage.hpp), and the max_failures highest-ranked clusters are shown in full.
 // Only RapidCheck's public generator API is used (Gen, Random, Shrinkable).
 #pragma once
 
@@ -32,6 +33,7 @@
 #include "attn_oracle/case_file.hpp"
 #include "attn_oracle/case_op.hpp"
 #include "attn_oracle/property_check.hpp"
+#include "attn_oracle/triage.hpp"
 
 namespace attn_oracle {
 
@@ -57,13 +59,13 @@ struct RunSettings {
   int max_size = 100;     // RapidCheck size; kept <= 100
   uint64_t seed = kDefaultSeed;
   int shard_index = 0, shard_count = 1;  // this process runs draws k with k % count == index
-  int max_failures = 3;   // distinct failures per property before the run stops
+  int max_failures = 3;   // failure clusters shown in full per property (the others get a line each)
   std::string failures_dir;  // where counterexample case files go
   std::string program = "attn-oracle";  // the command the printed replay and rerun lines start with
   // Where a resumed run starts (isolation.hpp: after a crash, a fresh child
   // goes on from the next draw) and the failures it has already reported.
   int first_draw = 0;
-  std::set<std::string> known_signatures;
+  std::set<std::string> known_signatures;  // Triage groups shrunk already
   // Called with every case that passed (the coverage tally).
   std::function<void(const Case&)> on_case_passed;
   // Called before each trial: draw k, and the shrink path from draw k to the
@@ -85,7 +87,8 @@ RunSettings default_run_settings();
 // One distinct failure of a property: shrunk, written, and how to get back to it.
 struct PropertyFailure {
   std::string message;    // the check's one-line message (or "nondeterministic backend: ...")
-  std::string signature;  // what makes it distinct: the message's lead, numbers blanked
+  std::string signature;  // the Triage group of the draw it was shrunk from
+  std::string cluster;    // the key of its FailureCluster
   Case counterexample;    // with its PropertyRecord
   int draw = 0;           // the draw it was found at
   int shrinks = 0;
@@ -103,7 +106,10 @@ struct PropertyOutcome {
   std::map<std::string, int> decline_reasons;  // reason (numbers blanked) -> draws
   // class ("mask causal", "dtype bf16", "backward") -> (draws, declined draws)
   std::map<std::string, std::pair<int, int>> classes;
-  std::vector<PropertyFailure> failures;       // distinct, in the order found
+  std::vector<PropertyFailure> failures;       // shrunk, one per cluster shown in full, highest rank first
+  std::vector<FailureCluster> clusters;        // every failing draw's cluster, ranked (triage.hpp)
+  std::string failure_summary;                 // "2 input classes rejected or answered wrongly; no wrong answer ..."
+  int shrunk = 0, shrink_trials = 0;           // draws shrunk, and the trials that cost
   std::string message;                         // why it was skipped
   // Worst error / budget of the float tolerance checks of passing draws;
   // nullopt for exact properties.

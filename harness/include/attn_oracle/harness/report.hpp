@@ -81,6 +81,8 @@ nlohmann::ordered_json outcome_to_json(const PropertyOutcome& o);
 PropertyOutcome outcome_from_json(const nlohmann::json& j);
 nlohmann::ordered_json failure_to_json(const PropertyFailure& f);
 PropertyFailure failure_from_json(const nlohmann::json& j);
+nlohmann::ordered_json cluster_to_json(const FailureCluster& c);
+FailureCluster cluster_from_json(const nlohmann::json& j);
 // Sums `add` into `into`: the same property on the same backend, over other
 // draws (another shard, or the draws after a crash). Failures join by signature;
 // the status is left to the caller.

@@ -1,0 +1,149 @@
+// triage.hpp: what a property's failing draws amount to, so that the first run
+// shows the bug that matters.
+//
+// A backend that does not take a whole class of inputs (a side with no tokens,
+// vmapped extra dims: input_class.hpp) fails on many draws, each with a
+// different field or message. Counted one signature at a time, those shallow
+// failures would fill every slot before the draw that shows a wrong answer on
+// an ordinary input. So the runner keeps every failing draw of the budget and
+// triage clusters them by root:
+//  - a wrong answer whose shrunk case is in an input class: one cluster per
+//    class, whatever field or side differs;
+//  - a wrong answer on an ordinary input: one cluster per failure signature;
+//  - an exception or a rejection of a valid input: by its message with the
+//    values folded; a crash or hang: by how it ended.
+// Clusters rank in that order reversed: wrong answers on ordinary inputs first,
+// then wrong answers on input classes, then exceptions, then crashes. The first
+// `shown` clusters with a shrunk counterexample are shown in full; the rest get
+// one line each with their count. Shrinking is bounded: at most `shown` draws
+// that look ordinary and `shown` that do not are shrunk per property, and a
+// shrink stays with its root (the same check failing the same way, no input
+// class the drawn case did not have), so a deep bug never shrinks into a
+// shallow class nor into another bug.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "attn_oracle/backend.hpp"
+#include "attn_oracle/case_file.hpp"
+#include "attn_oracle/input_class.hpp"
+
+namespace attn_oracle {
+
+enum class FailureKind { wrong_answer, exception, crash };
+// A check's message read as one of the three: "exception: ...", "the worker's
+// backend raised ...", "backend rejected a valid input: ..." are exceptions;
+// a crash or hang of the backend or its worker is a crash.
+FailureKind failure_kind(const std::string& message);
+
+enum class FailureRank { wrong_on_ordinary_input, wrong_on_input_class, exception, crash };
+std::string_view to_string(FailureRank rank);  // "wrong answer on ordinary inputs", ...
+
+// The input classes of a case's packed batch; none for an op without one (kv_buffer).
+std::vector<InputClass> input_classes_of(const Case& c);
+
+struct FailureCluster {
+  std::string key;  // "input class: a side with no tokens", "wrong answer: q_seqlens[#]", "exception: ...", "crash: SIGSEGV"
+  FailureRank rank = FailureRank::wrong_on_ordinary_input;
+  std::optional<InputClass> input_class;  // of its shrunk case, or of a drawn one when none was shrunk
+  std::string decline;  // the one line the backend could add to decline the class, when there is one
+  int draws = 0;        // failing draws in it
+  int first_draw = 0;
+  std::string example;         // a message of it (the shrunk one when shrunk)
+  std::string counterexample;  // its case file, when one was shrunk
+  bool shown = false;          // shown in full (PropertyOutcome::failures)
+  bool operator==(const FailureCluster&) const = default;
+};
+
+// One line: "wrong answer on an input class (a side with no tokens), 31 draws from draw 2".
+std::string cluster_line(const FailureCluster& c);
+
+// The streaming half, used by the runner draw by draw.
+class Triage {
+ public:
+  struct Draw {
+    int draw = 0;
+    FailureKind kind = FailureKind::wrong_answer;
+    std::vector<InputClass> classes;  // of the drawn (unshrunk) case
+    std::string group;                // kind, signature and classes: draws alike before shrinking
+    std::string message;
+  };
+
+  // `shown`: clusters shown in full; `known`: groups an earlier process of this
+  // run shrank already (isolation.hpp), never shrunk again; `decline_hook`:
+  // how the backend would write a decline (decline_line).
+  Triage(int shown, std::set<std::string> known, std::string backend, Capability capability);
+
+  Draw classify(int draw, const std::string& message, const Case* drawn) const;
+  // Counts the draw; true when it opens a group that is worth shrinking now.
+  bool take(const Draw& d);
+  // Whether a shrink candidate (its message and case) stays with the draw's root.
+  bool same_root(const Draw& d, const std::string& message, const Case& candidate) const;
+  // The shrunk failure of a group: its cluster. False when that cluster already
+  // has one (the failure is merged into it and not kept).
+  bool place(const Draw& d, const std::string& shrunk_message, const Case& shrunk, int shrinks_taken);
+  // Attaches the kept failure's case file to its cluster.
+  void attach(const std::string& cluster, const std::string& case_path);
+  const std::string& last_cluster() const { return last_cluster_; }
+  std::vector<FailureCluster> clusters() const;
+
+ private:
+  FailureCluster& cluster_for(const std::string& key, FailureRank rank, std::optional<InputClass> cls, int draw);
+  int shown_;
+  std::set<std::string> known_;
+  std::string backend_;
+  Capability capability_;
+  std::map<std::string, std::string> group_cluster_;  // group -> cluster key
+  std::map<std::string, FailureCluster> clusters_;
+  std::set<std::string> with_failure_;
+  int ordinary_shrinks_ = 0, other_shrinks_ = 0;
+  std::string last_cluster_;
+};
+
+// The same case with one input class taken out, where that is a plain
+// transformation of a metadata batch: the broadcast slices of vmapped extra
+// dims stacked as rows, then each slice alone; each row of a batch with an
+// empty side alone. A shrunk failure
+// that still fails the same way on one of them did not need the class: it is
+// clustered as what it is (the runner tries these after shrinking).
+std::vector<Case> out_of_input_classes(const Case& c);
+
+// The decline a backend named `backend` would add to its `capability` hook to
+// decline `c`, in its own language: C++ for a linked backend, Python for an
+// attn_oracle.worker, the protocol's words for another worker.
+std::string decline_line(const std::string& backend, Capability capability, InputClass c);
+
+// The cluster of a failure known only by its message (a crash the supervising
+// process shrank, a failure a crashed child reported).
+FailureCluster cluster_of_message(const std::string& message, int draw);
+
+struct PropertyOutcome;
+struct PropertyFailure;
+// Orders the outcome's clusters by rank (then draws, then first draw), gives
+// every failure a cluster, keeps the first `shown` clusters' failures in
+// PropertyOutcome::failures (the others' stay one line each), and sets the
+// verdict's message when no failure is a wrong answer on an ordinary input.
+// Idempotent: the supervising process calls it again after merging children.
+void rank_failures(PropertyOutcome& outcome, int shown);
+// The failures of an outcome as printed, one entry per cluster in rank order:
+// its heading ("[2] wrong answer on an input class (a side with no tokens), 31
+// draws from draw 2"), its shown failure or, for the others, the example
+// message, and its decline. An outcome without clusters lists its failures.
+struct TriageEntry {
+  std::string heading;
+  const PropertyFailure* failure = nullptr;  // shown in full; null: one line (heading + example)
+  std::string example;
+  std::string decline;
+};
+std::vector<TriageEntry> triage_entries(const PropertyOutcome& outcome);
+// "40 failing draws in 3 clusters; 2 shrunk (87 trials), 1 one line", or "" without failures.
+std::string triage_cost_line(const PropertyOutcome& outcome);
+
+// Adds `add`'s clusters into `into` by key (draws summed).
+void merge_clusters(std::vector<FailureCluster>& into, const std::vector<FailureCluster>& add);
+
+}  // namespace attn_oracle

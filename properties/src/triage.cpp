@@ -1,0 +1,353 @@
+// triage.cpp: clustering a property's failing draws by root (triage.hpp).
+#include "attn_oracle/triage.hpp"
+
+#include <algorithm>
+#include <regex>
+
+#include "attn_oracle/batch_transforms.hpp"
+#include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/validate.hpp"
+
+namespace attn_oracle {
+namespace {
+
+bool starts_with(const std::string& s, std::string_view prefix) { return s.rfind(prefix, 0) == 0; }
+
+// Values folded: numbers become '#', a bracketed list of them one "[#...]", so
+// that one exception raised on many inputs is one cluster.
+std::string folded(const std::string& message) {
+  static const std::regex number("-?[0-9]+(\\.[0-9]+)?(e[-+]?[0-9]+)?");
+  static const std::regex list("[\\[(]#(, *#)*,? *[\\])]");
+  std::string out = std::regex_replace(message, number, "#");
+  out = std::regex_replace(out, list, "[#...]");
+  return out.substr(0, 160);
+}
+
+// "SIGSEGV", "a hang", or the message folded: how a crash ended.
+std::string crash_how(const std::string& message) {
+  static const std::regex signal("SIG[A-Z]+");
+  std::smatch m;
+  if (std::regex_search(message, m, signal)) return m.str();
+  if (message.find("no answer within") != std::string::npos || message.find("answered nothing") != std::string::npos)
+    return "a hang";
+  if (message.find("broke the protocol") != std::string::npos) return "a protocol error";
+  return folded(message);
+}
+
+std::string classes_text(const std::vector<InputClass>& classes) {
+  std::string out;
+  for (InputClass c : classes) out += (out.empty() ? "" : ", ") + std::string(to_string(c));
+  return out;
+}
+
+// The cluster key and rank of a failure of `kind` whose case is in `classes`.
+std::pair<std::string, FailureRank> root_of(FailureKind kind, const std::vector<InputClass>& classes,
+                                            const std::string& message) {
+  switch (kind) {
+    case FailureKind::crash: return {"crash: " + crash_how(message), FailureRank::crash};
+    case FailureKind::exception: return {"exception: " + folded(message), FailureRank::exception};
+    case FailureKind::wrong_answer: break;
+  }
+  if (!classes.empty())
+    return {"input class: " + std::string(to_string(classes.front())), FailureRank::wrong_on_input_class};
+  return {"wrong answer: " + failure_signature(message), FailureRank::wrong_on_ordinary_input};
+}
+
+const PackedBatch* batch_of(const Case& c) {
+  if (const auto* m = c.as<MetadataCase>()) return &m->batch;
+  if (const AttentionCase* a = attention_fields(c.payload)) return &a->problem.batch;
+  return nullptr;
+}
+
+// The condition, in Python, on the hook's argument `arg` ("batch" or "problem.batch").
+std::string python_condition(InputClass c, const std::string& b) {
+  switch (c) {
+    case InputClass::empty_side:
+      return "any(not (ids != 0).any(-1).all() for ids in (" + b + ".q_segment_ids, " + b + ".kv_segment_ids))";
+    case InputClass::extra_dims: return b + ".q_segment_ids.ndim > 2 or " + b + ".kv_segment_ids.ndim > 2";
+    case InputClass::int_limits:
+      return "max([int(abs(a).max(initial=0)) for a in (" + b + ".q_segment_pos, " + b + ".kv_segment_pos)] + [" + b +
+             ".max_segments, *" + b + ".window]) > 2**31 - 1";
+  }
+  return "False";
+}
+
+std::string_view class_enum(InputClass c) {
+  switch (c) {
+    case InputClass::empty_side: return "empty_side";
+    case InputClass::extra_dims: return "extra_dims";
+    case InputClass::int_limits: return "int_limits";
+  }
+  return "?";
+}
+
+// The broadcast slices stacked as rows of one [slices x B, T] batch: what a
+// vmapped batch is, written as a plain one.
+PackedBatch extra_dims_as_rows(const PackedBatch& batch, const BatchLayout& layout) {
+  PackedBatch out = batch;
+  const int64_t slices = shape_product(layout.extra);
+  for (auto [to, len] : {std::pair{&out.q, layout.q_len}, std::pair{&out.kv, layout.kv_len}}) {
+    to->segment_ids = IntArray({slices * layout.batch, len}, {});
+    to->segment_pos = IntArray({slices * layout.batch, len}, {});
+  }
+  for (int64_t e = 0; e < slices; ++e) {
+    const PackedBatch slice = extra_slice(batch, layout, e);
+    for (auto [from, to] : {std::pair{&slice.q, &out.q}, std::pair{&slice.kv, &out.kv}}) {
+      to->segment_ids.data.insert(to->segment_ids.data.end(), from->segment_ids.data.begin(), from->segment_ids.data.end());
+      to->segment_pos.data.insert(to->segment_pos.data.end(), from->segment_pos.data.begin(), from->segment_pos.data.end());
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+FailureKind failure_kind(const std::string& m) {
+  if (starts_with(m, "the backend crashed or hung") || m.find("the worker ended") != std::string::npos ||
+      m.find("answered nothing to") != std::string::npos || m.find("broke the protocol") != std::string::npos)
+    return FailureKind::crash;
+  if (starts_with(m, "exception: ") || starts_with(m, "an exception that is not") ||
+      m.find("the worker's backend raised ") != std::string::npos || m.find("rejected a valid input") != std::string::npos)
+    return FailureKind::exception;
+  return FailureKind::wrong_answer;
+}
+
+std::string_view to_string(FailureRank rank) {
+  switch (rank) {
+    case FailureRank::wrong_on_ordinary_input: return "wrong answer on ordinary inputs";
+    case FailureRank::wrong_on_input_class: return "wrong answer on an input class";
+    case FailureRank::exception: return "exception or rejection";
+    case FailureRank::crash: return "crash or hang";
+  }
+  return "?";
+}
+
+std::vector<InputClass> input_classes_of(const Case& c) {
+  const PackedBatch* b = batch_of(c);
+  return b ? input_classes(*b) : std::vector<InputClass>{};
+}
+
+std::string cluster_line(const FailureCluster& c) {
+  std::string what(to_string(c.rank));
+  if (c.input_class && c.rank == FailureRank::wrong_on_input_class) what += " (" + std::string(to_string(*c.input_class)) + ")";
+  else if (c.input_class) what += " on " + std::string(to_string(*c.input_class));
+  return what + ", " + std::to_string(c.draws) + (c.draws == 1 ? " draw" : " draws") + " from draw " +
+         std::to_string(c.first_draw);
+}
+
+std::string decline_line(const std::string& backend, Capability capability, InputClass c) {
+  const bool batch_hook = capability == Capability::metadata;
+  const bool problem_hook = capability == Capability::attention || capability == Capability::attention_buffers ||
+                            capability == Capability::small_seq;
+  if (!batch_hook && !problem_hook) return "";
+  const std::string reason = "\"" + std::string(to_string(c)) + "\"";
+  const std::string cap(to_string(capability == Capability::attention_buffers ? Capability::attention : capability));
+  if (!backend.starts_with(kProcessBackendPrefix)) {
+    const std::string hook = batch_hook ? "MetadataCapability::unsupported(const PackedBatch& batch)"
+                             : capability == Capability::small_seq
+                                 ? "SmallSeqCapability::unsupported(const AttentionProblem& problem)"
+                                 : "AttentionCapability::unsupported(const AttentionProblem& problem)";
+    return "decline in " + hook + ": if (in_input_class(" + (batch_hook ? "batch" : "problem.batch") +
+           ", InputClass::" + std::string(class_enum(c)) + ")) return " + reason + ";";
+  }
+  if (backend.find("attn_oracle.worker") != std::string::npos) {
+    const std::string arg = batch_hook ? "batch" : "problem";
+    return "decline in def unsupported_" + cap + "(self, " + arg + "): if " +
+           python_condition(c, batch_hook ? "batch" : "problem.batch") + ": return " + reason;
+  }
+  return "decline: answer the worker's \"unsupported\" request for " + cap + " with {\"unsupported\": " + reason +
+         "} when the batch has " + std::string(to_string(c)) + " (docs/protocol.md)";
+}
+
+std::vector<Case> out_of_input_classes(const Case& c) {
+  const auto* m = c.as<MetadataCase>();
+  if (!m) return {};
+  const Expected<BatchLayout> layout = validate_shapes(m->batch);
+  if (!layout) return {};
+  std::vector<Case> out;
+  const auto with_batch = [&](PackedBatch b) {
+    Case lifted = c;
+    lifted.payload = MetadataCase{std::move(b)};
+    out.push_back(std::move(lifted));
+  };
+  if (in_input_class(m->batch, InputClass::extra_dims)) {
+    with_batch(extra_dims_as_rows(m->batch, *layout));
+    for (int64_t e = 0; e < shape_product(layout->extra); ++e) with_batch(extra_slice(m->batch, *layout, e));
+  }
+  else if (in_input_class(m->batch, InputClass::empty_side) && layout->batch > 1)
+    for (int64_t b = 0; b < layout->batch; ++b) with_batch(keep_row(m->batch, b));
+  return out;
+}
+
+FailureCluster cluster_of_message(const std::string& message, int draw) {
+  FailureCluster c;
+  std::tie(c.key, c.rank) = root_of(failure_kind(message), {}, message);
+  if (starts_with(message, "nondeterministic backend")) c.key = "nondeterministic backend";
+  c.draws = 1, c.first_draw = draw, c.example = message;
+  return c;
+}
+
+// ------------------------------------------------------------------ Triage
+Triage::Triage(int shown, std::set<std::string> known, std::string backend, Capability capability)
+    : shown_(std::max(shown, 1)), known_(std::move(known)), backend_(std::move(backend)), capability_(capability) {}
+
+Triage::Draw Triage::classify(int draw, const std::string& message, const Case* drawn) const {
+  Draw d;
+  d.draw = draw, d.message = message, d.kind = failure_kind(message);
+  if (drawn) d.classes = input_classes_of(*drawn);
+  const std::string lead = d.kind == FailureKind::wrong_answer ? failure_signature(message) : root_of(d.kind, {}, message).first;
+  d.group = lead + " | " + classes_text(d.classes);
+  return d;
+}
+
+FailureCluster& Triage::cluster_for(const std::string& key, FailureRank rank, std::optional<InputClass> cls, int draw) {
+  auto [it, added] = clusters_.try_emplace(key);
+  FailureCluster& c = it->second;
+  if (added) {
+    c.key = key, c.rank = rank, c.input_class = cls, c.first_draw = draw;
+    if (cls) c.decline = decline_line(backend_, capability_, *cls);
+  }
+  c.first_draw = std::min(c.first_draw, draw);
+  return c;
+}
+
+bool Triage::take(const Draw& d) {
+  if (auto seen = group_cluster_.find(d.group); seen != group_cluster_.end()) {
+    ++clusters_[seen->second].draws;
+    return false;
+  }
+  const bool ordinary = d.kind == FailureKind::wrong_answer && d.classes.empty();
+  int& budget = ordinary ? ordinary_shrinks_ : other_shrinks_;
+  if (!known_.count(d.group) && budget < shown_) {
+    ++budget;
+    return true;  // counted in place(), once its cluster is known
+  }
+  // Not shrunk: classed by the drawn case, which stays one line.
+  const auto [key, rank] = root_of(d.kind, d.classes, d.message);
+  FailureCluster& c = cluster_for(key, rank, d.classes.empty() ? std::nullopt : std::optional(d.classes.front()), d.draw);
+  if (c.example.empty()) c.example = d.message;
+  ++c.draws;
+  group_cluster_[d.group] = key;
+  return false;
+}
+
+bool Triage::same_root(const Draw& d, const std::string& message, const Case& candidate) const {
+  // The same check failing the same way (Hypothesis's "same origin"): a shrink
+  // that drifts to another field's mismatch is another bug, and would hide it.
+  if (failure_kind(message) != d.kind) return false;
+  if (d.kind == FailureKind::wrong_answer && failure_signature(message) != failure_signature(d.message)) return false;
+  if (d.kind == FailureKind::exception && folded(message) != folded(d.message)) return false;
+  for (InputClass c : input_classes_of(candidate))
+    if (std::find(d.classes.begin(), d.classes.end(), c) == d.classes.end()) return false;
+  return true;
+}
+
+bool Triage::place(const Draw& d, const std::string& shrunk_message, const Case& shrunk, int) {
+  const std::vector<InputClass> classes = input_classes_of(shrunk);
+  auto [key, rank] = root_of(d.kind, classes, shrunk_message);
+  if (starts_with(shrunk_message, "nondeterministic backend")) key = "nondeterministic backend";
+  FailureCluster& c = cluster_for(key, rank, classes.empty() ? std::nullopt : std::optional(classes.front()), d.draw);
+  ++c.draws;
+  group_cluster_[d.group] = key;
+  last_cluster_ = key;
+  if (!with_failure_.insert(key).second) return false;
+  c.example = shrunk_message;
+  return true;
+}
+
+void Triage::attach(const std::string& cluster, const std::string& case_path) {
+  if (auto it = clusters_.find(cluster); it != clusters_.end()) it->second.counterexample = case_path;
+}
+
+std::vector<FailureCluster> Triage::clusters() const {
+  std::vector<FailureCluster> out;
+  for (const auto& [key, c] : clusters_) out.push_back(c);
+  return out;
+}
+
+// ------------------------------------------------------------------ ranking
+void merge_clusters(std::vector<FailureCluster>& into, const std::vector<FailureCluster>& add) {
+  for (const FailureCluster& c : add) {
+    auto it = std::find_if(into.begin(), into.end(), [&](const FailureCluster& d) { return d.key == c.key; });
+    if (it == into.end()) {
+      into.push_back(c);
+      continue;
+    }
+    it->draws += c.draws;
+    it->first_draw = std::min(it->first_draw, c.first_draw);
+    if (it->counterexample.empty()) it->counterexample = c.counterexample, it->example = c.example;
+  }
+}
+
+void rank_failures(PropertyOutcome& o, int shown) {
+  // Every failure in a cluster: those a crashed child or the supervisor reported have none yet.
+  for (PropertyFailure& f : o.failures) {
+    const auto known = [&] {
+      return std::any_of(o.clusters.begin(), o.clusters.end(), [&](const FailureCluster& c) { return c.key == f.cluster; });
+    };
+    if (f.cluster.empty() || !known()) {
+      FailureCluster c = cluster_of_message(f.message, f.draw);
+      if (!f.cluster.empty()) c.key = f.cluster;
+      c.counterexample = f.case_path;
+      f.cluster = c.key;
+      merge_clusters(o.clusters, {c});
+    }
+    for (FailureCluster& c : o.clusters)
+      if (c.key == f.cluster && c.counterexample.empty()) c.counterexample = f.case_path, c.example = f.message;
+  }
+  std::stable_sort(o.clusters.begin(), o.clusters.end(), [](const FailureCluster& a, const FailureCluster& b) {
+    if (a.rank != b.rank) return a.rank < b.rank;
+    if (a.draws != b.draws) return a.draws > b.draws;
+    return a.first_draw < b.first_draw;
+  });
+  std::vector<PropertyFailure> kept;
+  for (FailureCluster& c : o.clusters) {
+    c.shown = false;
+    if (static_cast<int>(kept.size()) >= shown) continue;
+    auto f = std::find_if(o.failures.begin(), o.failures.end(), [&](const PropertyFailure& g) { return g.cluster == c.key; });
+    if (f == o.failures.end()) continue;
+    c.shown = true;
+    kept.push_back(*f);
+  }
+  o.failures = std::move(kept);
+  o.failure_summary.clear();
+  if (o.clusters.empty() || o.clusters.front().rank == FailureRank::wrong_on_ordinary_input) return;
+  const auto crashes = std::count_if(o.clusters.begin(), o.clusters.end(),
+                                     [](const FailureCluster& c) { return c.rank == FailureRank::crash; });
+  const auto classes = static_cast<long>(o.clusters.size()) - crashes;
+  std::string what;
+  if (classes > 0)
+    what = std::to_string(classes) + (classes == 1 ? " input class" : " input classes") + " rejected or answered wrongly";
+  if (crashes > 0)
+    what += (what.empty() ? "" : "; ") + std::to_string(crashes) + (crashes == 1 ? " crash or hang" : " crashes or hangs");
+  o.failure_summary = what + "; no wrong answer on ordinary inputs in " + std::to_string(o.passed + o.failed) +
+                      " judged draws";
+}
+
+std::vector<TriageEntry> triage_entries(const PropertyOutcome& o) {
+  std::vector<TriageEntry> out;
+  if (o.clusters.empty()) {
+    for (const PropertyFailure& f : o.failures) out.push_back({"", &f, "", ""});
+    return out;
+  }
+  int n = 0;
+  for (const FailureCluster& c : o.clusters) {
+    TriageEntry e{"[" + std::to_string(++n) + "] " + cluster_line(c), nullptr, c.example, c.decline};
+    for (const PropertyFailure& f : o.failures)
+      if (c.shown && f.cluster == c.key) e.failure = &f;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+std::string triage_cost_line(const PropertyOutcome& o) {
+  if (o.clusters.empty()) return "";
+  const size_t shown = o.failures.size();
+  std::string line = std::to_string(o.failed) + (o.failed == 1 ? " failing draw" : " failing draws") + " in " +
+                     std::to_string(o.clusters.size()) + (o.clusters.size() == 1 ? " cluster" : " clusters") + "; " +
+                     std::to_string(o.shrunk) + " shrunk (" + std::to_string(o.shrink_trials) + " trials)";
+  if (o.clusters.size() > shown) line += ", " + std::to_string(o.clusters.size() - shown) + " shown in one line";
+  return line;
+}
+
+}  // namespace attn_oracle
