@@ -40,6 +40,7 @@ ojson failure_to_json(const PropertyFailure& f) {
   j["draw"] = f.draw;
   j["shrinks"] = f.shrinks;
   j["nondeterministic"] = f.nondeterministic;
+  if (f.from_store) j["from_store"] = true;
   j["counterexample"] = f.case_path;
   j["replay"] = f.replay_command;
   j["rerun"] = f.rerun_command;
@@ -54,6 +55,7 @@ PropertyFailure failure_from_json(const json& j) {
   f.draw = j.value("draw", 0);
   f.shrinks = j.value("shrinks", 0);
   f.nondeterministic = j.value("nondeterministic", false);
+  f.from_store = j.value("from_store", false);
   f.case_path = j.value("counterexample", "");
   f.replay_command = j.value("replay", "");
   f.rerun_command = j.value("rerun", "");
@@ -140,6 +142,7 @@ void markdown_property(const CheckResult& r, std::ostream& os) {
   os << "- backend version: " << o.backend_version << "\n";
   if (!o.not_compared.empty()) os << "- **" << not_compared_line(o) << "**\n";
   for (const std::string& line : wholly_declined_classes(o)) os << "- **" << line << "**\n";
+  for (const std::string& line : store_lines(o.store)) os << "- store: " << line << "\n";
   for (const auto& [reason, n] : o.decline_reasons) os << "- declined " << n << "x: " << reason << "\n";
   for (const char* kind : {"op", "mask", "dtype", "layout", "label"})
     if (auto line = mix_line(o.mix, kind); !line.empty()) os << "- drawn " << kind << ": " << line << "\n";
@@ -148,7 +151,7 @@ void markdown_property(const CheckResult& r, std::ostream& os) {
        << " devices\n";
   for (const PropertyFailure& f : o.failures) {
     os << "\n```\n" << f.message << "\n```\n\n";
-    os << "- counterexample (draw " << f.draw << ", " << f.shrinks << " shrinks): `" << f.case_path << "`\n";
+    os << "- counterexample (" << counterexample_origin(f) << "): `" << f.case_path << "`\n";
     os << "- replay: `" << f.replay_command << "`\n- rerun: `" << f.rerun_command << "`\n";
     if (!f.backend_log.empty()) os << "- the worker's stderr ended with:\n\n```\n" << f.backend_log << (f.backend_log.ends_with('\n') ? "" : "\n") << "```\n";
   }
@@ -188,6 +191,7 @@ void merge_outcome(PropertyOutcome& into, const PropertyOutcome& add) {
   into.largest.tokens = std::max(into.largest.tokens, add.largest.tokens);
   into.largest.devices = std::max(into.largest.devices, add.largest.devices);
   into.seconds += add.seconds;
+  merge_store_replay(into.store, add.store);
   if (into.message.empty()) into.message = add.message;
 }
 
@@ -291,6 +295,7 @@ ojson outcome_to_json(const PropertyOutcome& o) {
   j["seconds"] = std::round(o.seconds * 1000.0) / 1000.0;
   j["failures"] = ojson::array();
   for (const PropertyFailure& f : o.failures) j["failures"].push_back(failure_to_json(f));
+  if (!o.store.empty()) j["store"] = store_replay_to_json(o.store);
   return j;
 }
 
@@ -320,6 +325,7 @@ PropertyOutcome outcome_from_json(const json& j) {
                        largest.value("devices", int64_t{1})};
   o.seconds = j.value("seconds", 0.0);
   for (const json& f : j.value("failures", json::array())) o.failures.push_back(failure_from_json(f));
+  if (j.contains("store")) o.store = store_replay_from_json(j["store"]);
   return o;
 }
 
@@ -333,7 +339,8 @@ std::string report_json(const CheckReport& report) {
   j["settings"] = {{"seed", report.seed},          {"cases", report.cases},         {"max_size", report.max_size},
                    {"profile", report.profile},
                    {"max_failures", report.max_failures}, {"shards", report.shards}, {"filter", report.filter},
-                   {"skips", report.skips_file},   {"xfails", report.xfails_file},  {"failures_dir", report.failures_dir}};
+                   {"skips", report.skips_file},   {"xfails", report.xfails_file},  {"failures_dir", report.failures_dir},
+                   {"store", report.store}};
   j["backends"] = ojson::array();
   for (const BackendInfo& b : report.backends)
     j["backends"].push_back({{"name", b.name}, {"version", b.version}, {"capabilities", b.capabilities}});
@@ -362,6 +369,7 @@ Expected<CheckReport> report_from_json(const json& j) {
     r.shards = s.value("shards", std::vector<std::string>{});
     r.filter = s.value("filter", ""), r.skips_file = s.value("skips", ""), r.xfails_file = s.value("xfails", "");
     r.failures_dir = s.value("failures_dir", "");
+    r.store = s.value("store", false);
     for (const json& b : j.value("backends", json::array()))
       r.backends.push_back({b.value("name", ""), b.value("version", ""), b.value("capabilities", std::vector<std::string>{})});
     r.warnings = j.value("warnings", std::vector<std::string>{});
@@ -387,7 +395,7 @@ std::string report_markdown(const CheckReport& report) {
   if (!report.filter.empty()) os << "- filter: `" << report.filter << "`\n";
   if (!report.skips_file.empty()) os << "- skips: `" << report.skips_file << "`\n";
   if (!report.xfails_file.empty()) os << "- expected failures: `" << report.xfails_file << "`\n";
-  os << "- counterexamples: `" << report.failures_dir << "`\n";
+  os << "- counterexamples: `" << report.failures_dir << "`" << (report.store ? " (a failure store: its saved failures run first)" : "") << "\n";
   for (const std::string& w : report.warnings) os << "- warning: " << w << "\n";
   os << "\n**" << report.count(Verdict::passed) << " passed, " << report.count(Verdict::failed) << " failed, "
      << report.count(Verdict::skipped) << " skipped, " << report.count(Verdict::xfail) << " expected failures, "
