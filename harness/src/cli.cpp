@@ -10,7 +10,7 @@
 //                                   FAIL (3) or SKIP (4: nothing judged); default backend:
 //                                   the one the case records, else reference
 //   check   [--backend NAME|all] [--cases N] [--seed S] [--filter PREFIX] [--deep]
-//           [--skips FILE] [--xfails FILE] [--report DIR]
+//           [--skips FILE] [--xfails FILE] [--report DIR] [--store DIR|--no-store]
 //   backends                        registered backends, versions, capabilities
 //   promote CASE OUT --note TEXT    CASE plus the reference's result, for fixtures/
 //   export --npy DIR [--fixtures D] fixtures as .npy files + index.json (npy_export.hpp)
