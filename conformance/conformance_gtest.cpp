@@ -81,6 +81,7 @@ void write_result(const CheckResult& r, const RunSettings& s) {
   report.profile = std::string(to_string(size_profile()));
   report.shards = {std::to_string(s.shard_index + 1) + "/" + std::to_string(s.shard_count)};
   report.failures_dir = std::filesystem::absolute(s.failures_dir).string();
+  report.store = s.use_store;
   auto backend = BackendRegistry::instance().make(r.outcome.backend);
   BackendInfo info{backend->name(), backend->version(), {}};
   for (Capability c : backend->capabilities()) info.capabilities.emplace_back(to_string(c));
@@ -101,7 +102,7 @@ std::string failures_text(const CheckResult& r) {
   for (const TriageEntry& e : triage_entries(o)) {
     if (!e.heading.empty()) os << e.heading << (e.failure ? "" : ": " + e.example) << "\n";
     if (const PropertyFailure* f = e.failure)
-      os << f->message << "\ncounterexample (draw " << f->draw << ", " << f->shrinks << " shrinks): " << f->case_path
+      os << f->message << "\ncounterexample (" << counterexample_origin(*f) << "): " << f->case_path
          << "\n" << file_text(f->case_path) << "replay: " << f->replay_command << "\nrerun: " << f->rerun_command << "\n"
          << (f->backend_log.empty() ? "" : "the worker's stderr ended with:\n" + f->backend_log + "\n");
     if (!e.decline.empty()) os << "  " << e.decline << "\n";
@@ -138,6 +139,7 @@ TEST_P(Property, Check) {
   write_result(r, settings);
   RecordProperty("draws", o.drawn);
   RecordProperty("declined", o.declined);
+  for (const std::string& line : store_lines(o.store)) std::cout << "[ store    ] " << line << "\n";
   for (const std::string& line : wholly_declined_classes(o)) std::cout << "[ note     ] " << line << "\n";
   if (!o.not_compared.empty() && r.verdict != Verdict::skipped) std::cout << "[ note     ] " << not_compared_line(o) << "\n";
   switch (r.verdict) {

@@ -82,6 +82,7 @@ RunSettings settings(const std::string& dir) {
   s.cases = 40;
   s.failures_dir = (fs::temp_directory_path() / "attn_oracle_isolation_test" / dir).string();
   s.program = this_program();
+  s.use_store = false;  // the same result every run (this binary's main turns the store on)
   return s;
 }
 
@@ -124,6 +125,22 @@ TEST(Isolation, APropertyThatCrashedGoesOnDrawingAndReportsTheOtherBug) {
   EXPECT_EQ(o.drawn, s.cases);
   EXPECT_EQ(o.passed + o.declined + o.failed, o.drawn);
   EXPECT_NE(o.failures[0].case_path, o.failures[1].case_path);
+}
+
+// A stored case that crashes the child replaying it is a failure from the
+// store, not shrunk again; a fresh child then draws without replaying.
+TEST(Isolation, AStoredCrashIsAFailureFromTheStoreAndTheDrawsGoOn) {
+  RunSettings s = settings("stored_crash");
+  fs::remove_all(s.failures_dir);
+  s.use_store = true;
+  ASSERT_EQ(isolated("aborting", "metadata/matchesReference", s).status, PropertyOutcome::Status::failed);
+  const PropertyOutcome o = isolated("aborting", "metadata/matchesReference", s);
+  ASSERT_EQ(o.failures.size(), 1u);
+  EXPECT_TRUE(o.failures[0].from_store);
+  EXPECT_NE(o.failures[0].message.find("SIGABRT"), std::string::npos) << o.failures[0].message;
+  EXPECT_EQ(o.store.replayed, 1);
+  EXPECT_EQ(o.store.still_failing, 1);
+  EXPECT_EQ(o.drawn, s.cases);
 }
 
 TEST(Isolation, AHangFailsThePropertyAfterTheCaseTimeLimit) {

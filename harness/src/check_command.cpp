@@ -89,7 +89,11 @@ void print_header(const CheckReport& r, const CheckEnvironment& env) {
   if (!env.backends_note.empty()) std::cout << "  " << env.backends_note << "\n";
   for (const auto& [k, v] : r.versions) std::cout << "  " << k << ": " << v << "\n";
   const char* rc = std::getenv("RC_PARAMS");
-  std::cout << "  env: RC_PARAMS=" << (rc ? rc : "") << " ATTN_ORACLE_FAILURES_DIR=" << r.failures_dir << "\n\n";
+  const char* store = std::getenv("ATTN_ORACLE_STORE");
+  std::cout << "  env: RC_PARAMS=" << (rc ? rc : "") << " ATTN_ORACLE_FAILURES_DIR=" << r.failures_dir
+            << " ATTN_ORACLE_STORE=" << (store ? store : "") << "\n";
+  std::cout << "  failure store: " << (r.store ? "on, " + r.failures_dir + " (its saved failures run first)" : "off")
+            << "\n\n";
 }
 
 void print_table(const CheckReport& report) {
@@ -143,11 +147,12 @@ void print_result(const CheckResult& r) {
   if (!o.message.empty() && r.verdict != Verdict::passed) std::cout << "    " << o.message << "\n";
   for (const std::string& line : wholly_declined_classes(o)) std::cout << "    note: " << line << "\n";
   if (!o.failure_summary.empty()) std::cout << "    FAILED: " << o.failure_summary << "\n";
+  for (const std::string& line : store_lines(o.store)) std::cout << "    store: " << line << "\n";
   for (const TriageEntry& e : triage_entries(o)) {
     if (!e.heading.empty()) std::cout << "    " << e.heading << (e.failure ? "" : ": " + e.example) << "\n";
     if (const PropertyFailure* f = e.failure) {
       std::cout << "    " << f->message << "\n";
-      std::cout << "    counterexample (draw " << f->draw << ", " << f->shrinks << " shrinks): " << f->case_path << "\n";
+      std::cout << "    counterexample (" << counterexample_origin(*f) << "): " << f->case_path << "\n";
       print_case_file(f->case_path);
       std::cout << "    replay: " << f->replay_command << "\n    rerun: " << f->rerun_command << "\n";
       print_backend_log(f->backend_log);
@@ -208,6 +213,9 @@ RunSettings check_settings(const CheckOptions& options, const CheckEnvironment& 
   if (options.shard) s.shard_index = options.shard->first, s.shard_count = options.shard->second;
   s.max_failures = options.max_failures;
   s.program = env.program;
+  if (!std::getenv("ATTN_ORACLE_STORE")) s.use_store = true;  // `check` keeps its failures by default
+  if (options.store_dir) s.failures_dir = *options.store_dir, s.use_store = true;
+  if (options.no_store) s.use_store = false;
   return s;
 }
 
@@ -227,7 +235,10 @@ CheckReport start_report(const CheckOptions& options, const RunSettings& setting
   report.skips_file = options.skips_file;
   report.xfails_file = options.xfails_file;
   report.failures_dir = std::filesystem::absolute(settings.failures_dir).string();
+  report.store = settings.use_store;
   for (const auto& b : backends) {
+    if (settings.use_store)
+      for (std::string& note : orphaned_store_notes(settings.failures_dir, b->identity())) report.warnings.push_back(std::move(note));
     BackendInfo info{b->name(), b->version(), {}};
     for (Capability c : b->capabilities()) info.capabilities.emplace_back(to_string(c));
     report.backends.push_back(std::move(info));

@@ -10,7 +10,7 @@
 //                                   FAIL (3) or SKIP (4: nothing judged); default backend:
 //                                   the one the case records, else reference
 //   check   [--backend NAME|all] [--cases N] [--seed S] [--filter PREFIX] [--deep]
-//           [--skips FILE] [--xfails FILE] [--report DIR]
+//           [--skips FILE] [--xfails FILE] [--report DIR] [--store DIR|--no-store]
 //   backends                        registered backends, versions, capabilities
 //   promote CASE OUT --note TEXT    CASE plus the reference's result, for fixtures/
 //   export --npy DIR [--fixtures D] fixtures as .npy files + index.json (npy_export.hpp)
@@ -71,7 +71,7 @@ commands:
   --backend 'exec:python3 -m attn_oracle.worker examples.numpy_backend:Backend'
   check [--backend NAME|all] [--cases N] [--seed S|random] [--filter PREFIX] [--deep]
         [--profile ci|deep] [--skips FILE] [--xfails FILE] [--report DIR] [--shard I/N] [--max-failures K]
-        [--case-timeout SECONDS] [--no-isolation] [--list]
+        [--case-timeout SECONDS] [--no-isolation] [--list] [--store DIR | --no-store]
                                   run every property (N draws each, default 100, seed
                                   20261122) on the chosen backends, each property in a
                                   child process so that a crash or a hang is reported
@@ -94,7 +94,13 @@ commands:
                                   k mod N = I - 1 (also GTEST_SHARD_INDEX/TOTAL_SHARDS);
                                   exit 1 on a failure or an expected failure that
                                   passes, 130 when interrupted; --list: print the ids
-                                  of the properties that would run, run nothing
+                                  of the properties that would run, run nothing;
+                                  the failures a run finds are kept in the failures
+                                  directory and replayed first by the next run on the
+                                  same backend (name and version), a fixed one retired
+                                  after 3 passing runs: --store DIR keeps them (and
+                                  every counterexample) in DIR, --no-store replays and
+                                  keeps none (also ATTN_ORACLE_STORE=off|DIR)
   report merge --out DIR REPORT.json|DIR...
                                   one report from the reports of a run's shards (a
                                   directory: every *.json in it)
@@ -316,9 +322,10 @@ int check_command(std::vector<std::string> argv, const CheckEnvironment& env) {
   options.deep = take_switch(argv, "--deep");
   options.isolate = !take_switch(argv, "--no-isolation");
   options.list = take_switch(argv, "--list");
+  options.no_store = take_switch(argv, "--no-store");
   std::string error;
   auto args = parse_args(argv, {"--backend", "--cases", "--seed", "--filter", "--skips", "--xfails", "--report",
-                                "--shard", "--max-failures", "--case-timeout", "--profile"},
+                                "--shard", "--max-failures", "--case-timeout", "--profile", "--store"},
                          error);
   if (!args) return usage_error(error);
   if (!args->positional.empty()) return usage_error("check takes no positional arguments");
@@ -334,6 +341,11 @@ int check_command(std::vector<std::string> argv, const CheckEnvironment& env) {
   options.skips_file = flag(*args, "--skips", env_or("ATTN_ORACLE_SKIPS", ""));
   options.xfails_file = flag(*args, "--xfails", env_or("ATTN_ORACLE_XFAILS", ""));
   options.report_dir = flag(*args, "--report", options.report_dir);
+  if (args->flags.count("--store")) {
+    if (options.no_store) return usage_error("give either --store DIR or --no-store, not both");
+    if (args->flags["--store"].empty()) return usage_error("--store needs a directory");
+    options.store_dir = args->flags["--store"];
+  }
   if (options.backend != "all" && !BackendRegistry::instance().make(options.backend))
     return usage_error("unknown backend " + options.backend + " (registered: " + registered_names() + ")");
   if (args->flags.count("--cases")) {

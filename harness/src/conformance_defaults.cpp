@@ -26,6 +26,9 @@ void apply_conformance_defaults() {
                                     std::pair{"ATTN_ORACLE_XFAILS", &d.xfails_file},
                                     std::pair{"ATTN_ORACLE_SKIPS", &d.skips_file}})
     if (!value->empty()) setenv(name, value->c_str(), /*overwrite=*/0);
+  // A conformance binary keeps its failures for the next run (failure_store.hpp)
+  // unless told otherwise: ATTN_ORACLE_STORE=off, or a directory.
+  setenv("ATTN_ORACLE_STORE", "on", /*overwrite=*/0);
 }
 
 }  // namespace attn_oracle

@@ -178,7 +178,8 @@ std::vector<std::string> settings_args(const std::string& verb, const PropertyDe
           "--cases", std::to_string(s.cases), "--max-size", std::to_string(s.max_size), "--shard",
           std::to_string(s.shard_index) + "/" + std::to_string(s.shard_count), "--max-failures",
           std::to_string(s.max_failures), "--failures-dir", s.failures_dir, "--program", s.program,
-          "--first-draw", std::to_string(s.first_draw), "--known", nlohmann::json(s.known_signatures).dump()};
+          "--first-draw", std::to_string(s.first_draw), "--known", nlohmann::json(s.known_signatures).dump(),
+          "--store", s.use_store ? (s.replay_store ? "replay" : "keep") : "off"};
 }
 
 // ------------------------------------------------------------------ crashes
@@ -263,21 +264,37 @@ PropertyFailure shrink_crash(const PropertyDef& p, Backend& b, const RunSettings
   }
   f.message = "the backend crashed or hung while this case was checked: " + how;
   f.signature = "crash";
-  std::string stem = p.id;
-  for (char& c : stem)
-    if (c == '/') c = '.';
-  const auto file = std::filesystem::path(s.failures_dir) / backend_dir_name(b.name()) / (stem + ".crash.case.json");
+  const auto file = std::filesystem::path(property_store_dir(s.failures_dir, b.identity(), p.id)) /
+                    ("crash." + std::to_string(getpid()) + ".tmp");
   std::filesystem::create_directories(file.parent_path());
   // Written by a fresh child, which also shows whether the case crashes alone,
-  // without the candidates that ran before it in the same process.
+  // without the candidates that ran before it in the same process; then kept
+  // under its hash like every counterexample.
   const CrashTrial alone =
       trial_in_fresh_child(p, b, s, draw, path, iso.case_timeout_seconds, std::filesystem::absolute(file).string());
   if (alone.kind != CrashTrial::Kind::crashed && !hang)
     f.message += " (run alone in a fresh process it did not crash: the crash depends on earlier calls)";
-  if (std::filesystem::exists(file)) f.case_path = std::filesystem::absolute(file).string();
+  if (const Expected<Case> written = read_case_file(file.string()))
+    f.case_path = keep_counterexample(written.value(), b.identity(), p.id, s);
+  std::error_code ec;
+  std::filesystem::remove(file, ec);
   f.replay_command = s.program + " replay --backend " + shell_word(b.name()) + " " + shell_word(f.case_path);
   f.rerun_command = s.program + " check --backend " + shell_word(b.name()) + " --filter " + p.id + " --seed " +
                     std::to_string(s.seed) + " --cases " + std::to_string(s.cases);
+  return f;
+}
+
+// A stored case that crashed or hung the child replaying it: a failure from
+// the store, not shrunk again.
+PropertyFailure stored_crash(const PropertyDef& p, Backend& b, const RunSettings& s, const std::string& case_path,
+                             const std::string& how) {
+  PropertyFailure f;
+  f.message = "the backend crashed or hung while this case was checked: " + how;
+  f.signature = std::string(kCrashSignature);
+  f.from_store = true;
+  f.case_path = case_path;
+  f.replay_command = s.program + " replay --backend " + shell_word(b.name()) + " " + shell_word(case_path);
+  f.rerun_command = s.program + " check --backend " + shell_word(b.name()) + " --filter " + p.id;
   return f;
 }
 
@@ -309,6 +326,7 @@ std::optional<ChildArgs> parse_child(const std::vector<std::string>& args) {
       else if (k == "--write-case") c.write_case = v;
       else if (k == "--first-draw") c.settings.first_draw = std::stoi(v);
       else if (k == "--known") c.settings.known_signatures = nlohmann::json::parse(v).get<std::set<std::string>>();
+      else if (k == "--store") c.settings.use_store = v != "off", c.settings.replay_store = v == "replay";
       else if (k == "--shard") {
         const size_t slash = v.find('/');
         c.settings.shard_index = std::stoi(v.substr(0, slash)), c.settings.shard_count = std::stoi(v.substr(slash + 1));
@@ -369,6 +387,8 @@ int run_isolation_child(const std::vector<std::string>& args) {
   };
   s.after_draw = [](int draw, std::string_view kind) { say("draw " + std::to_string(draw) + " " + std::string(kind)); };
   s.on_failure = [](const PropertyFailure& f) { say("failure " + failure_to_json(f).dump()); };
+  s.before_stored_case = [](const std::string& path) { say("stored " + path); };
+  s.on_store_replayed = [](const StoreReplay& r) { say("store " + store_replay_to_json(r).dump()); };
   const PropertyOutcome o = run_property(*property, *backend, s);
   say("outcome " + outcome_to_json(o).dump());
   return 0;
@@ -384,6 +404,7 @@ struct ChildRun {
   std::string how;          // how it died
   int draw = 0;             // the trial in flight when it died
   std::vector<size_t> path;
+  std::string stored_case;  // the stored case in flight when it died (failure_store.hpp)
 };
 
 ChildRun run_child(const PropertyDef& property, Backend& backend, const RunSettings& settings,
@@ -401,7 +422,13 @@ ChildRun run_child(const PropertyDef& property, Backend& backend, const RunSetti
       run.outcome = outcome_from_json(nlohmann::json::parse(line->substr(8)));
       return run;
     }
-    if (verb == "trial") {
+    if (verb == "stored") {
+      run.stored_case = line->substr(7);
+    } else if (verb == "store") {
+      out.store = store_replay_from_json(nlohmann::json::parse(line->substr(6)));
+      run.stored_case.clear();
+    } else if (verb == "trial") {
+      run.stored_case.clear();
       std::string p;
       words >> run.draw >> p;
       run.path = path_from(p);
@@ -429,7 +456,7 @@ ChildRun run_child(const PropertyDef& property, Backend& backend, const RunSetti
 // Children in turn: each runs the property from a draw on; when one crashes,
 // the crash is shrunk and reported (once per property) and the next child
 // goes on from the draw after it, with the failures found so far, until the
-// draws or the failure budget run out. A hang ends the property.
+// draws run out. A hang ends the property.
 PropertyOutcome run_property_isolated(const PropertyDef& property, Backend& backend, const RunSettings& settings,
                                       const IsolationSettings& isolation, const ProgressFn& progress) {
   for (std::optional<Capability> needed : {std::optional<Capability>(property.needs), property.also_needs})
@@ -446,6 +473,12 @@ PropertyOutcome run_property_isolated(const PropertyDef& property, Backend& back
     ChildRun run = run_child(property, backend, s, isolation, total, out.drawn, progress);
     merge_outcome(out, run.outcome);
     if (!run.crashed) break;
+    if (!run.stored_case.empty()) {  // a stored case crashed it: a failure as it is, and no replay again
+      out.failures.push_back(stored_crash(property, backend, s, run.stored_case, run.how));
+      ++out.store.replayed, ++out.store.still_failing;
+      s.replay_store = false;
+      continue;
+    }
     // A crash in the search is a draw that failed; in a shrink, that draw was counted already.
     if (run.path.empty()) ++out.drawn, ++out.failed;
     if (!s.known_signatures.count(std::string(kCrashSignature)))

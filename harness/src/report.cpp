@@ -41,6 +41,7 @@ ojson failure_to_json(const PropertyFailure& f) {
   j["draw"] = f.draw;
   j["shrinks"] = f.shrinks;
   j["nondeterministic"] = f.nondeterministic;
+  if (f.from_store) j["from_store"] = true;
   j["counterexample"] = f.case_path;
   j["replay"] = f.replay_command;
   j["rerun"] = f.rerun_command;
@@ -59,6 +60,7 @@ ojson cluster_to_json(const FailureCluster& c) {
   j["example"] = c.example;
   j["counterexample"] = c.counterexample;
   j["shown"] = c.shown;
+  if (c.stored) j["stored"] = true;
   return j;
 }
 
@@ -78,6 +80,7 @@ FailureCluster cluster_from_json(const json& j) {
   c.example = j.value("example", "");
   c.counterexample = j.value("counterexample", "");
   c.shown = j.value("shown", false);
+  c.stored = j.value("stored", false);
   return c;
 }
 
@@ -89,6 +92,7 @@ PropertyFailure failure_from_json(const json& j) {
   f.draw = j.value("draw", 0);
   f.shrinks = j.value("shrinks", 0);
   f.nondeterministic = j.value("nondeterministic", false);
+  f.from_store = j.value("from_store", false);
   f.case_path = j.value("counterexample", "");
   f.replay_command = j.value("replay", "");
   f.rerun_command = j.value("rerun", "");
@@ -175,6 +179,7 @@ void markdown_property(const CheckResult& r, std::ostream& os) {
   os << "- backend version: " << o.backend_version << "\n";
   if (!o.not_compared.empty()) os << "- **" << not_compared_line(o) << "**\n";
   for (const std::string& line : wholly_declined_classes(o)) os << "- **" << line << "**\n";
+  for (const std::string& line : store_lines(o.store)) os << "- store: " << line << "\n";
   for (const auto& [reason, n] : o.decline_reasons) os << "- declined " << n << "x: " << reason << "\n";
   for (const char* kind : {"op", "mask", "dtype", "layout", "label"})
     if (auto line = mix_line(o.mix, kind); !line.empty()) os << "- drawn " << kind << ": " << line << "\n";
@@ -187,7 +192,7 @@ void markdown_property(const CheckResult& r, std::ostream& os) {
     if (!e.heading.empty()) os << "\n**" << e.heading << "**" << (e.failure ? "" : ": `" + e.example + "`") << "\n";
     if (const PropertyFailure* f = e.failure) {
       os << "\n```\n" << f->message << "\n```\n\n";
-      os << "- counterexample (draw " << f->draw << ", " << f->shrinks << " shrinks): `" << f->case_path << "`\n";
+      os << "- counterexample (" << counterexample_origin(*f) << "): `" << f->case_path << "`\n";
       os << "- replay: `" << f->replay_command << "`\n- rerun: `" << f->rerun_command << "`\n";
       if (!f->backend_log.empty()) os << "- the worker's stderr ended with:\n\n```\n" << f->backend_log << (f->backend_log.ends_with('\n') ? "" : "\n") << "```\n";
     }
@@ -231,6 +236,7 @@ void merge_outcome(PropertyOutcome& into, const PropertyOutcome& add) {
   into.largest.tokens = std::max(into.largest.tokens, add.largest.tokens);
   into.largest.devices = std::max(into.largest.devices, add.largest.devices);
   into.seconds += add.seconds;
+  merge_store_replay(into.store, add.store);
   if (into.message.empty()) into.message = add.message;
 }
 
@@ -338,6 +344,7 @@ ojson outcome_to_json(const PropertyOutcome& o) {
   for (const FailureCluster& c : o.clusters) j["clusters"].push_back(cluster_to_json(c));
   if (!o.failure_summary.empty()) j["failure_summary"] = o.failure_summary;
   j["shrunk"] = {{"draws", o.shrunk}, {"trials", o.shrink_trials}};
+  if (!o.store.empty()) j["store"] = store_replay_to_json(o.store);
   return j;
 }
 
@@ -371,6 +378,7 @@ PropertyOutcome outcome_from_json(const json& j) {
   o.failure_summary = j.value("failure_summary", "");
   const json shrunk = j.value("shrunk", json::object());
   o.shrunk = shrunk.value("draws", 0), o.shrink_trials = shrunk.value("trials", 0);
+  if (j.contains("store")) o.store = store_replay_from_json(j["store"]);
   return o;
 }
 
@@ -384,7 +392,8 @@ std::string report_json(const CheckReport& report) {
   j["settings"] = {{"seed", report.seed},          {"cases", report.cases},         {"max_size", report.max_size},
                    {"profile", report.profile},
                    {"max_failures", report.max_failures}, {"shards", report.shards}, {"filter", report.filter},
-                   {"skips", report.skips_file},   {"xfails", report.xfails_file},  {"failures_dir", report.failures_dir}};
+                   {"skips", report.skips_file},   {"xfails", report.xfails_file},  {"failures_dir", report.failures_dir},
+                   {"store", report.store}};
   j["backends"] = ojson::array();
   for (const BackendInfo& b : report.backends)
     j["backends"].push_back({{"name", b.name}, {"version", b.version}, {"capabilities", b.capabilities}});
@@ -413,6 +422,7 @@ Expected<CheckReport> report_from_json(const json& j) {
     r.shards = s.value("shards", std::vector<std::string>{});
     r.filter = s.value("filter", ""), r.skips_file = s.value("skips", ""), r.xfails_file = s.value("xfails", "");
     r.failures_dir = s.value("failures_dir", "");
+    r.store = s.value("store", false);
     for (const json& b : j.value("backends", json::array()))
       r.backends.push_back({b.value("name", ""), b.value("version", ""), b.value("capabilities", std::vector<std::string>{})});
     r.warnings = j.value("warnings", std::vector<std::string>{});
@@ -438,7 +448,7 @@ std::string report_markdown(const CheckReport& report) {
   if (!report.filter.empty()) os << "- filter: `" << report.filter << "`\n";
   if (!report.skips_file.empty()) os << "- skips: `" << report.skips_file << "`\n";
   if (!report.xfails_file.empty()) os << "- expected failures: `" << report.xfails_file << "`\n";
-  os << "- counterexamples: `" << report.failures_dir << "`\n";
+  os << "- counterexamples: `" << report.failures_dir << "`" << (report.store ? " (a failure store: its saved failures run first)" : "") << "\n";
   for (const std::string& w : report.warnings) os << "- warning: " << w << "\n";
   os << "\n**" << report.count(Verdict::passed) << " passed, " << report.count(Verdict::failed) << " failed, "
      << report.count(Verdict::skipped) << " skipped, " << report.count(Verdict::xfail) << " expected failures, "

@@ -167,13 +167,6 @@ std::string blank_numbers(const std::string& text) {
   return std::regex_replace(text, number, "#");
 }
 
-std::string file_stem(const std::string& id) {
-  std::string out = id;
-  for (char& c : out)
-    if (c == '/') c = '.';
-  return out;
-}
-
 // The first path where JSON `a` and `b` differ, with both values.
 std::string first_difference(const nlohmann::json& a, const nlohmann::json& b, const std::string& path) {
   if (a.type() == b.type() && a.is_structured() && a.size() == b.size()) {
@@ -213,7 +206,7 @@ void confirm_determinism(const PropertyDef& p, Backend& backend, PropertyFailure
   }
 }
 
-void save(PropertyFailure& f, const PropertyOutcome& out, const RunSettings& s, size_t index) {
+void save(PropertyFailure& f, const PropertyOutcome& out, const RunSettings& s, const Backend& backend) {
   PropertyRecord& record = f.counterexample.property ? *f.counterexample.property : f.counterexample.property.emplace();
   record.id = out.property;
   record.backend = out.backend;
@@ -222,9 +215,7 @@ void save(PropertyFailure& f, const PropertyOutcome& out, const RunSettings& s, 
   f.counterexample.note = "counterexample of " + out.property + " on backend " + out.backend + " (seed " +
                           std::to_string(s.seed) + ", draw " + std::to_string(f.draw) + ", " +
                           std::to_string(f.shrinks) + " shrinks): " + f.message;
-  const std::string stem = file_stem(out.property) + (index == 0 ? "" : "." + std::to_string(index + 1));
-  const std::filesystem::path path = std::filesystem::path(s.failures_dir) / backend_dir_name(out.backend) / (stem + ".case.json");
-  if (write_case_file(path.string(), f.counterexample)) f.case_path = std::filesystem::absolute(path).string();
+  f.case_path = keep_counterexample(f.counterexample, backend.identity(), out.property, s);
   f.replay_command = s.program + " replay --backend " + shell_word(out.backend) + " " + shell_word(f.case_path);
   f.rerun_command = s.program + " check --backend " + shell_word(out.backend) + " --filter " + out.property + " --seed " +
                     std::to_string(s.seed) + " --cases " + std::to_string(s.cases);
@@ -353,6 +344,10 @@ RunSettings default_run_settings() {
   }
   const char* dir = std::getenv("ATTN_ORACLE_FAILURES_DIR");
   s.failures_dir = dir && *dir ? dir : "attn-oracle-failures";
+  // "off" (or unset), "on" (in the failures directory), or the store's own directory.
+  const std::string store = std::getenv("ATTN_ORACLE_STORE") ? std::getenv("ATTN_ORACLE_STORE") : "";
+  s.use_store = !store.empty() && store != "off" && store != "0";
+  if (s.use_store && store != "on" && store != "1") s.failures_dir = store;
   return s;
 }
 
@@ -381,7 +376,9 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
   s.max_size = std::clamp(s.max_size, 0, 100);
   s.shard_count = std::max(1, s.shard_count);
   const rc::Gen<Case> gen = rc::gen::exec([&property, &backend] { return property.draw(backend); });
+  replay_stored_failures(property, backend, s, out);  // before any draw; their groups become known
   Triage triage(s.max_failures, s.known_signatures, out.backend, property.needs);
+  for (PropertyFailure& f : out.failures) triage.adopt(f);
   const int total = (s.cases - s.shard_index + s.shard_count - 1) / s.shard_count;
   const int first = s.shard_index + std::max(0, s.first_draw - s.shard_index + s.shard_count - 1) / s.shard_count * s.shard_count;
   for (int k = first; k < s.cases; k += s.shard_count) {
@@ -430,9 +427,9 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
     f.backend_log = t.backend_log;
     f.counterexample = std::move(*t.c);
     if (!t.hung) confirm_determinism(property, backend, f);
-    if (triage.place(d, f.message, f.counterexample, f.shrinks)) {
+    if (triage.place(d, f.message, f.counterexample)) {
       f.cluster = triage.last_cluster();
-      save(f, out, s, out.failures.size());
+      save(f, out, s, backend);
       triage.attach(f.cluster, f.case_path);
       if (s.on_failure) s.on_failure(f);
       out.failures.push_back(std::move(f));

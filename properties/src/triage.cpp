@@ -131,8 +131,9 @@ std::string cluster_line(const FailureCluster& c) {
   std::string what(to_string(c.rank));
   if (c.input_class && c.rank == FailureRank::wrong_on_input_class) what += " (" + std::string(to_string(*c.input_class)) + ")";
   else if (c.input_class) what += " on " + std::string(to_string(*c.input_class));
+  if (c.draws == 0) return what + ", from the store";
   return what + ", " + std::to_string(c.draws) + (c.draws == 1 ? " draw" : " draws") + " from draw " +
-         std::to_string(c.first_draw);
+         std::to_string(c.first_draw) + (c.stored ? ", and from the store" : "");
 }
 
 std::string decline_line(const std::string& backend, Capability capability, InputClass c) {
@@ -195,9 +196,14 @@ Triage::Draw Triage::classify(int draw, const std::string& message, const Case* 
   Draw d;
   d.draw = draw, d.message = message, d.kind = failure_kind(message);
   if (drawn) d.classes = input_classes_of(*drawn);
-  const std::string lead = d.kind == FailureKind::wrong_answer ? failure_signature(message) : root_of(d.kind, {}, message).first;
-  d.group = lead + " | " + classes_text(d.classes);
+  d.group = failure_group(message, drawn);
   return d;
+}
+
+std::string failure_group(const std::string& message, const Case* c) {
+  const FailureKind kind = failure_kind(message);
+  const std::string lead = kind == FailureKind::wrong_answer ? failure_signature(message) : root_of(kind, {}, message).first;
+  return lead + " | " + classes_text(c ? input_classes_of(*c) : std::vector<InputClass>{});
 }
 
 FailureCluster& Triage::cluster_for(const std::string& key, FailureRank rank, std::optional<InputClass> cls, int draw) {
@@ -207,7 +213,7 @@ FailureCluster& Triage::cluster_for(const std::string& key, FailureRank rank, st
     c.key = key, c.rank = rank, c.input_class = cls, c.first_draw = draw;
     if (cls) c.decline = decline_line(backend_, capability_, *cls);
   }
-  c.first_draw = std::min(c.first_draw, draw);
+  if (draw >= 0) c.first_draw = c.first_draw < 0 ? draw : std::min(c.first_draw, draw);
   return c;
 }
 
@@ -242,17 +248,31 @@ bool Triage::same_root(const Draw& d, const std::string& message, const Case& ca
   return true;
 }
 
-bool Triage::place(const Draw& d, const std::string& shrunk_message, const Case& shrunk, int) {
+std::string Triage::place_in_cluster(const Draw& d, const std::string& message, const Case& shrunk, bool count_draw) {
   const std::vector<InputClass> classes = input_classes_of(shrunk);
-  auto [key, rank] = root_of(d.kind, classes, shrunk_message);
-  if (starts_with(shrunk_message, "nondeterministic backend")) key = "nondeterministic backend";
-  FailureCluster& c = cluster_for(key, rank, classes.empty() ? std::nullopt : std::optional(classes.front()), d.draw);
-  ++c.draws;
+  auto [key, rank] = root_of(d.kind, classes, message);
+  if (starts_with(message, "nondeterministic backend")) key = "nondeterministic backend";
+  FailureCluster& c = cluster_for(key, rank, classes.empty() ? std::nullopt : std::optional(classes.front()),
+                                  count_draw ? d.draw : -1);
+  c.draws += count_draw;
   group_cluster_[d.group] = key;
   last_cluster_ = key;
+  return key;
+}
+
+bool Triage::place(const Draw& d, const std::string& shrunk_message, const Case& shrunk) {
+  const std::string key = place_in_cluster(d, shrunk_message, shrunk, true);
   if (!with_failure_.insert(key).second) return false;
-  c.example = shrunk_message;
+  clusters_[key].example = shrunk_message;
   return true;
+}
+
+void Triage::adopt(PropertyFailure& f) {
+  const Draw d = classify(-1, f.message, &f.counterexample);
+  f.cluster = place_in_cluster(d, f.message, f.counterexample, false);
+  FailureCluster& c = clusters_[f.cluster];
+  c.stored = true;
+  if (with_failure_.insert(f.cluster).second) c.example = f.message, c.counterexample = f.case_path;
 }
 
 void Triage::attach(const std::string& cluster, const std::string& case_path) {

@@ -16,6 +16,10 @@ Every property of ``attn-oracle check --list`` then becomes a test item
 fails (showing the property's counterexample and its replay line) or skips
 (a capability the backend lacks, every draw declined) as the property did.
 ``-k``, ``-x`` and ``--deselect`` select properties as they select tests.
+Each property's run uses the failure store as ``check`` does: the failures of
+the last run are checked first and the test's output says so (``store: 1
+saved failure replayed: 1 still fails``); ``ATTN_ORACLE_STORE`` and
+``--attn-oracle-args "--store DIR"`` / ``"--no-store"`` choose it.
 
 Without the option the plugin does nothing. Instead of it, a test module can
 hold one line, :func:`conformance_test`::

@@ -39,10 +39,12 @@ class Worker {
     auto has = [&](const char* name) { return std::find(h["outputs"].begin(), h["outputs"].end(), name) != h["outputs"].end(); };
     return ProducedOutputs{has("lse"), has("gradients"), has("small_seq_p")};
   }
-  std::string version() {
+  std::string version() { return hello_text("name") + " " + hello_text("version") + " (" + kWorkerProtocol + ")"; }
+  BackendIdentity identity() { return {hello_text("name"), hello_text("version")}; }
+
+  std::string hello_text(const char* key) {
     const json& h = process_.hello();
-    auto text = [&](const char* key) { return h.contains(key) && h[key].is_string() ? h[key].get<std::string>() : std::string("?"); };
-    return text("name") + " " + text("version") + " (" + kWorkerProtocol + ")";
+    return h.contains(key) && h[key].is_string() ? h[key].get<std::string>() : std::string("?");
   }
 
   // The reply to `request` (its op set here), or the worker's code for it.
@@ -268,6 +270,8 @@ class ProcessBackend final : public Backend {
 
   std::string name() const override { return std::string(kProcessBackendPrefix) + command_; }
   std::string version() const override { return worker_.version(); }
+  // The worker's own name and version: the same however its command line is written.
+  BackendIdentity identity() const override { return worker_.identity(); }
   MetadataCapability* metadata() override { return worker_.serves("metadata") ? &metadata_ : nullptr; }
   AttentionCapability* attention() override {
     attention_.token_level_mask_ = worker_.flag("token_level_mask");

@@ -32,6 +32,7 @@
 #include "attn_oracle/backend.hpp"
 #include "attn_oracle/case_file.hpp"
 #include "attn_oracle/case_op.hpp"
+#include "attn_oracle/failure_store.hpp"
 #include "attn_oracle/property_check.hpp"
 #include "attn_oracle/triage.hpp"
 
@@ -60,7 +61,13 @@ struct RunSettings {
   uint64_t seed = kDefaultSeed;
   int shard_index = 0, shard_count = 1;  // this process runs draws k with k % count == index
   int max_failures = 3;   // failure clusters shown in full per property (the others get a line each)
-  std::string failures_dir;  // where counterexample case files go
+  std::string failures_dir;  // where counterexample case files go (failure_store.hpp)
+  // Whether failures_dir is also a failure store: its failures replayed first,
+  // new ones kept for the next run. Off here, so that a test's result never
+  // depends on an earlier run; `check` and the conformance binaries turn it on
+  // (ATTN_ORACLE_STORE, --store DIR, --no-store).
+  bool use_store = false;
+  bool replay_store = true;  // false once a stored case crashed the child replaying it (isolation.hpp)
   std::string program = "attn-oracle";  // the command the printed replay and rerun lines start with
   // Where a resumed run starts (isolation.hpp: after a crash, a fresh child
   // goes on from the next draw) and the failures it has already reported.
@@ -74,14 +81,19 @@ struct RunSettings {
   std::function<void(int draw, const std::vector<size_t>& path)> before_trial;
   // Called after each draw of the search with "passed", "declined" or "failed".
   std::function<void(int draw, std::string_view kind)> after_draw;
-  // Called with each distinct failure once it is shrunk and written.
+  // Called with each distinct failure once it is shrunk and written (or replayed from the store).
   std::function<void(const struct PropertyFailure&)> on_failure;
+  // Called before each stored case is checked, and with what the replay found.
+  std::function<void(const std::string& case_path)> before_stored_case;
+  std::function<void(const StoreReplay&)> on_store_replayed;
 };
 
 // From RC_PARAMS (max_success = cases, max_size, seed), ATTN_ORACLE_FAILURES_DIR
-// (default: attn-oracle-failures under the working directory) and
-// ATTN_ORACLE_SHARD ("I/N", which a conformance binary sets from GoogleTest's
-// GTEST_SHARD_INDEX / GTEST_TOTAL_SHARDS).
+// (default: attn-oracle-failures under the working directory),
+// ATTN_ORACLE_STORE (unset or "off": no store; "on": the store in the failures
+// directory; a directory: the store there, which is then the failures
+// directory) and ATTN_ORACLE_SHARD ("I/N", which a conformance binary sets
+// from GoogleTest's GTEST_SHARD_INDEX / GTEST_TOTAL_SHARDS).
 RunSettings default_run_settings();
 
 // One distinct failure of a property: shrunk, written, and how to get back to it.
@@ -93,6 +105,7 @@ struct PropertyFailure {
   int draw = 0;           // the draw it was found at
   int shrinks = 0;
   bool nondeterministic = false;
+  bool from_store = false;  // a stored case of an earlier run that still fails (failure_store.hpp)
   std::string case_path, replay_command, rerun_command;
   std::string backend_log;  // the end of a worker process's stderr, when the backend is one (process_backend.hpp)
 };
@@ -110,6 +123,7 @@ struct PropertyOutcome {
   std::vector<FailureCluster> clusters;        // every failing draw's cluster, ranked (triage.hpp)
   std::string failure_summary;                 // "2 input classes rejected or answered wrongly; no wrong answer ..."
   int shrunk = 0, shrink_trials = 0;           // draws shrunk, and the trials that cost
+  StoreReplay store;                           // what replaying the failure store found
   std::string message;                         // why it was skipped
   // Worst error / budget of the float tolerance checks of passing draws;
   // nullopt for exact properties.

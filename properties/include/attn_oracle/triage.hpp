@@ -34,6 +34,8 @@
 
 namespace attn_oracle {
 
+struct PropertyFailure;
+
 enum class FailureKind { wrong_answer, exception, crash };
 // A check's message read as one of the three: "exception: ...", "the worker's
 // backend raised ...", "backend rejected a valid input: ..." are exceptions;
@@ -56,6 +58,7 @@ struct FailureCluster {
   std::string example;         // a message of it (the shrunk one when shrunk)
   std::string counterexample;  // its case file, when one was shrunk
   bool shown = false;          // shown in full (PropertyOutcome::failures)
+  bool stored = false;         // its failure came from the failure store (failure_store.hpp)
   bool operator==(const FailureCluster&) const = default;
 };
 
@@ -85,7 +88,10 @@ class Triage {
   bool same_root(const Draw& d, const std::string& message, const Case& candidate) const;
   // The shrunk failure of a group: its cluster. False when that cluster already
   // has one (the failure is merged into it and not kept).
-  bool place(const Draw& d, const std::string& shrunk_message, const Case& shrunk, int shrinks_taken);
+  bool place(const Draw& d, const std::string& shrunk_message, const Case& shrunk);
+  // A failure shrunk before this run (the failure store's): its cluster, with
+  // no draw counted; its group is never shrunk again. Sets f.cluster.
+  void adopt(PropertyFailure& f);
   // Attaches the kept failure's case file to its cluster.
   void attach(const std::string& cluster, const std::string& case_path);
   const std::string& last_cluster() const { return last_cluster_; }
@@ -93,6 +99,7 @@ class Triage {
 
  private:
   FailureCluster& cluster_for(const std::string& key, FailureRank rank, std::optional<InputClass> cls, int draw);
+  std::string place_in_cluster(const Draw& d, const std::string& message, const Case& shrunk, bool count_draw);
   int shown_;
   std::set<std::string> known_;
   std::string backend_;
@@ -120,6 +127,10 @@ std::string decline_line(const std::string& backend, Capability capability, Inpu
 // The cluster of a failure known only by its message (a crash the supervising
 // process shrank, a failure a crashed child reported).
 FailureCluster cluster_of_message(const std::string& message, int draw);
+
+// The group of a failure (its kind, signature and the case's input classes):
+// the failure store's cases and a resumed child's known failures are named by it.
+std::string failure_group(const std::string& message, const Case* c);
 
 struct PropertyOutcome;
 struct PropertyFailure;

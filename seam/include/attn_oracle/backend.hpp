@@ -122,6 +122,12 @@ class KvBufferCapability {
   virtual Expected<AttentionResult> stream(const KvBufferProblem& problem, const AttentionInputs& inputs) = 0;
 };
 
+// Who the code under test is, however it was started: its failures are stored
+// under this name and version (failure_store.hpp).
+struct BackendIdentity {
+  std::string name, version;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -135,6 +141,9 @@ class Backend {
   // The optional outputs this backend produces (attention.hpp), for every
   // capability: all of them unless it says otherwise.
   virtual ProducedOutputs outputs() const { return {}; }
+  // Its name() and version(), unless they depend on how it was started (an
+  // `exec:` backend's name is its command line; its identity is its worker's).
+  virtual BackendIdentity identity() const { return {name(), version()}; }
 
   bool has(Capability capability);
   std::vector<Capability> capabilities();

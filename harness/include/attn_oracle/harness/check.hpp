@@ -26,6 +26,11 @@ struct CheckOptions {
   bool isolate = true;                 // each property in a child process (isolation.hpp)
   double case_timeout_seconds = 120;   // a draw that runs longer in a child is a hang
   bool list = false;                   // --list: print the ids of the properties that would run, run nothing
+  // The failure store (failure_store.hpp): on, in the failures directory,
+  // unless ATTN_ORACLE_STORE says otherwise; --store DIR puts it (and every
+  // counterexample) in DIR; --no-store replays nothing and keeps nothing.
+  std::optional<std::string> store_dir;
+  bool no_store = false;
 };
 
 // What the program knows beyond the backend registry: its own name (the

@@ -18,7 +18,9 @@ struct ConformanceDefaults {
 
 // Records the defaults; returns true (so that it can initialise a static).
 bool set_conformance_defaults(ConformanceDefaults defaults);
-// Sets each variable the environment does not already set from the defaults.
+// Sets each variable the environment does not already set from the defaults,
+// and ATTN_ORACLE_STORE to "on" (failure_store.hpp): a conformance binary
+// replays the failures of its last run first.
 void apply_conformance_defaults();
 
 }  // namespace attn_oracle

@@ -54,6 +54,7 @@ struct CheckReport {
   std::string profile = "ci";  // the size profile the inputs were drawn from (ATTN_ORACLE_PROFILE)
   std::vector<std::string> shards;  // "1/2": the shards this report holds ("1/1" unsharded)
   std::string filter, skips_file, xfails_file, failures_dir;
+  bool store = false;  // failures_dir is a failure store: its failures were replayed first
   std::vector<BackendInfo> backends;
   std::vector<std::string> warnings;
   std::vector<CheckResult> results;  // property-major, in registry order
