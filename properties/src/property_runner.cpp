@@ -255,6 +255,11 @@ std::string not_compared_line(const PropertyOutcome& o) {
   return names + " not compared (the backend does not produce " + (o.not_compared.size() == 1 ? "it" : "them") + ")";
 }
 
+std::string thin_judgement(const PropertyOutcome& o) {
+  if (o.status != PropertyOutcome::Status::passed || o.drawn == 0 || o.judged() * 10 >= o.drawn) return "";
+  return "judged only " + std::to_string(o.judged()) + " of " + std::to_string(o.drawn) + " draws";
+}
+
 std::vector<std::string> wholly_declined_classes(const PropertyOutcome& o) {
   std::vector<std::string> out;
   for (const auto& [name, counts] : o.classes) {
@@ -352,6 +357,12 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
     out.message = "backend " + out.backend + " does not produce " + std::string(to_string(needed));
     return out;
   }
+  if (property.excluded_by)
+    if (auto why = property.excluded_by(backend.domain())) {
+      out.status = PropertyOutcome::Status::skipped;
+      out.message = "backend " + out.backend + "'s domain (" + to_string(backend.domain()) + ") excludes what it needs: " + *why;
+      return out;
+    }
   out.not_compared = outputs_not_compared(property, backend.outputs());
   RunSettings s = settings;
   s.max_size = std::clamp(s.max_size, 0, 100);
