@@ -132,10 +132,12 @@ void print_backend_log(const std::string& log) {
 
 void print_result(const CheckResult& r) {
   const PropertyOutcome& o = r.outcome;
-  std::cout << "  " << std::left << std::setw(9) << to_string(r.verdict) << o.property << " on " << o.backend;
+  const std::string verdict = verdict_text(r);
+  std::cout << "  " << std::left << std::setw(9) << verdict << (verdict.size() < 9 ? "" : " ") << o.property << " on "
+            << o.backend;
   if (o.drawn > 0)
     std::cout << " (" << o.passed << " passed, " << o.declined << " declined, " << o.failed << " failed of " << o.drawn
-              << " draws, worst error/budget " << format_ratio(o.worst_ratio) << ", " << std::fixed
+              << " draws: " << o.judged() << " judged, worst error/budget " << format_ratio(o.worst_ratio) << ", " << std::fixed
               << std::setprecision(1) << o.seconds << " s)";
   std::cout << "\n";
   if (!r.note.empty()) std::cout << "    " << r.note << "\n";

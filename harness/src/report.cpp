@@ -131,11 +131,11 @@ std::string mix_line(const std::map<std::string, int>& mix, const std::string& k
 
 void markdown_property(const CheckResult& r, std::ostream& os) {
   const PropertyOutcome& o = r.outcome;
-  os << "\n### `" << r.id() << "`: " << to_string(r.verdict) << "\n\n";
+  os << "\n### `" << r.id() << "`: " << verdict_text(r) << "\n\n";
   if (!r.note.empty()) os << "- " << r.note << "\n";
   if (!o.message.empty()) os << "- " << o.message << "\n";
-  os << "- draws: " << o.drawn << " (passed " << o.passed << ", declined " << o.declined << ", failed " << o.failed
-     << "), seed " << o.seed << ", " << seconds(o.seconds) << ", worst error / budget " << format_ratio(o.worst_ratio)
+  os << "- draws: " << o.drawn << " (judged " << o.judged() << ": passed " << o.passed << ", failed " << o.failed
+     << "; declined " << o.declined << "), seed " << o.seed << ", " << seconds(o.seconds) << ", worst error / budget " << format_ratio(o.worst_ratio)
      << "\n";
   os << "- backend version: " << o.backend_version << "\n";
   if (!o.not_compared.empty()) os << "- **" << not_compared_line(o) << "**\n";
@@ -264,9 +264,14 @@ std::string format_ratio(const std::optional<double>& ratio) {
   return buf;
 }
 
+std::string verdict_text(const CheckResult& r) {
+  const std::string thin = r.verdict == Verdict::passed ? thin_judgement(r.outcome) : "";
+  return thin.empty() ? std::string(to_string(r.verdict)) : "passed, but " + thin;
+}
+
 std::string table_cell(const CheckResult& r) {
   if (r.verdict == Verdict::skipped) return "skipped";
-  return std::string(to_string(r.verdict)) + " " + std::to_string(r.outcome.passed) + " " +
+  return verdict_text(r) + " " + std::to_string(r.outcome.passed) + " " +
          format_ratio(r.outcome.worst_ratio);
 }
 
@@ -277,7 +282,8 @@ ojson outcome_to_json(const PropertyOutcome& o) {
   j["backend_version"] = o.backend_version;
   j["status"] = std::string(to_string(o.status));
   j["seed"] = o.seed;
-  j["draws"] = {{"total", o.drawn}, {"passed", o.passed}, {"declined", o.declined}, {"failed", o.failed}};
+  j["draws"] = {{"total", o.drawn}, {"passed", o.passed}, {"declined", o.declined}, {"failed", o.failed},
+                {"judged", o.judged()}};
   if (!o.message.empty()) j["message"] = o.message;
   j["decline_reasons"] = ojson(o.decline_reasons);
   ojson classes = ojson::object();
