@@ -85,6 +85,7 @@ void print_header(const CheckReport& r, const CheckEnvironment& env) {
     std::cout << "  backend " << b.name << " (" << b.version << "):";
     for (const std::string& c : b.capabilities) std::cout << " " << c;
     std::cout << "\n";
+    if (b.domain != "every input") std::cout << "    domain: " << b.domain << "\n";
   }
   if (!env.backends_note.empty()) std::cout << "  " << env.backends_note << "\n";
   for (const auto& [k, v] : r.versions) std::cout << "  " << k << ": " << v << "\n";
@@ -224,7 +225,7 @@ CheckReport start_report(const CheckOptions& options, const RunSettings& setting
   report.xfails_file = options.xfails_file;
   report.failures_dir = std::filesystem::absolute(settings.failures_dir).string();
   for (const auto& b : backends) {
-    BackendInfo info{b->name(), b->version(), {}};
+    BackendInfo info{b->name(), b->version(), {}, to_string(b->domain())};
     for (Capability c : b->capabilities()) info.capabilities.emplace_back(to_string(c));
     report.backends.push_back(std::move(info));
   }

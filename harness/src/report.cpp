@@ -342,7 +342,7 @@ std::string report_json(const CheckReport& report) {
                    {"skips", report.skips_file},   {"xfails", report.xfails_file},  {"failures_dir", report.failures_dir}};
   j["backends"] = ojson::array();
   for (const BackendInfo& b : report.backends)
-    j["backends"].push_back({{"name", b.name}, {"version", b.version}, {"capabilities", b.capabilities}});
+    j["backends"].push_back({{"name", b.name}, {"version", b.version}, {"capabilities", b.capabilities}, {"domain", b.domain}});
   j["warnings"] = report.warnings;
   ojson summary;
   for (Verdict v : {Verdict::passed, Verdict::failed, Verdict::skipped, Verdict::xfail, Verdict::xpass})
@@ -369,7 +369,8 @@ Expected<CheckReport> report_from_json(const json& j) {
     r.filter = s.value("filter", ""), r.skips_file = s.value("skips", ""), r.xfails_file = s.value("xfails", "");
     r.failures_dir = s.value("failures_dir", "");
     for (const json& b : j.value("backends", json::array()))
-      r.backends.push_back({b.value("name", ""), b.value("version", ""), b.value("capabilities", std::vector<std::string>{})});
+      r.backends.push_back({b.value("name", ""), b.value("version", ""), b.value("capabilities", std::vector<std::string>{}),
+                            b.value("domain", std::string("every input"))});
     r.warnings = j.value("warnings", std::vector<std::string>{});
     for (const json& x : j.value("results", json::array()))
       r.results.push_back(CheckResult{outcome_from_json(x), verdict_from(x.value("verdict", "FAILED")), x.value("note", "")});
@@ -386,7 +387,7 @@ std::string report_markdown(const CheckReport& report) {
   os << "\n## Versions\n\n";
   for (const auto& [k, v] : report.versions) os << "- " << k << ": " << v << "\n";
   for (const BackendInfo& b : report.backends)
-    os << "- backend `" << b.name << "`: " << b.version << " (" << joined(b.capabilities, ", ") << ")\n";
+    os << "- backend `" << b.name << "`: " << b.version << " (" << joined(b.capabilities, ", ") << "; domain: " << b.domain << ")\n";
   os << "\n## Settings\n\n- seed " << report.seed << ", " << report.cases << " draws per property, max_size "
      << report.max_size << ", size profile " << report.profile << ", up to " << report.max_failures << " distinct failures per property\n";
   os << "- shards: " << joined(report.shards, ", ") << "\n";

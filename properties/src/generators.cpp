@@ -335,11 +335,13 @@ rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
     return rc::gen::build<BatchSpec>(
         rc::gen::set(&BatchSpec::mask, rc::gen::just(h.mask)), rc::gen::set(&BatchSpec::window, window(o.domain.windows)),
         rc::gen::set(&BatchSpec::spare_capacity, spare), rc::gen::set(&BatchSpec::q_trailing, trailing),
-        rc::gen::set(&BatchSpec::kv_trailing, trailing), rc::gen::set(&BatchSpec::no_padding, rc::gen::just(o.domain.no_padding)),
+        rc::gen::set(&BatchSpec::kv_trailing, trailing),
         rc::gen::set(&BatchSpec::q, side_spec(h.extra.first, o.contiguous_positions, o.domain.positions_from_zero)),
         rc::gen::set(&BatchSpec::kv, side_spec(h.extra.second, o.contiguous_positions, o.domain.positions_from_zero)),
         rc::gen::set(&BatchSpec::slices, slices));
   });
+  // Set after drawing, so that the draws of every other domain stay as they were.
+  if (o.domain.no_padding) spec = rc::gen::map(spec, [](BatchSpec s) { return s.no_padding = true, s; });
   if (o.domain.self_attention_only) spec = rc::gen::map(spec, kv_as_q);
   return rc::gen::map(spec, build_batch);
 }

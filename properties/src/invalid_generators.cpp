@@ -72,12 +72,22 @@ std::pair<PackedSide*, int64_t> pick_row(PackedBatch& b, int64_t choice) {
   return choice < q_rows ? std::pair{&b.q, choice} : std::pair{&b.kv, choice - q_rows};
 }
 
-InvalidBatch inject_row_violation(PackedBatch b, Violation v, int64_t choice, int64_t amount, MaskKind non_padding,
-                                  bool q_only) {
+// What the domain asks of a planted violation: the mask a padding token goes
+// under, the mask of a canonical batch, and whether only q is edited (then
+// copied to kv, for self-attention).
+struct Planting {
+  MaskKind non_padding = MaskKind::causal;
+  MaskKind canonical = MaskKind::padding;
+  bool q_only = false;
+};
+
+InvalidBatch inject_row_violation(PackedBatch b, Violation v, int64_t choice, int64_t amount, const Planting& planting) {
+  const bool q_only = planting.q_only;
+  const MaskKind non_padding = planting.non_padding;
   if (q_only) choice %= std::max<int64_t>(1, shape_product(b.q.segment_ids.shape) / std::max<int64_t>(1, b.q.segment_ids.shape.back()));
   auto [side, row] = pick_row(b, choice);
   const int64_t len = side->segment_ids.shape.back();
-  if (len == 0) return canonical(ErrorCode::ids_out_of_order, b.mask);
+  if (len == 0) return canonical(ErrorCode::ids_out_of_order, planting.canonical);
   int64_t* ids = side->segment_ids.data.data() + row * len;
   const std::vector<Run> docs = documents(*side, row);
   switch (v) {
@@ -90,12 +100,12 @@ InvalidBatch inject_row_violation(PackedBatch b, Violation v, int64_t choice, in
     case Violation::noncontiguous_segment:
       // The first document's id again on the last token, after another id or
       // (odd `amount`) after padding; needs a token between them.
-      if (docs.empty() || docs.front().end >= len - 1) return canonical(ErrorCode::noncontiguous_segment, b.mask);
+      if (docs.empty() || docs.front().end >= len - 1) return canonical(ErrorCode::noncontiguous_segment, planting.canonical);
       ids[len - 1] = ids[docs.front().begin];
       if (amount % 2 == 1) ids[len - 2] = 0;
       return {b, ErrorCode::noncontiguous_segment};
     case Violation::ids_out_of_order: {
-      if (docs.size() < 2) return canonical(ErrorCode::ids_out_of_order, b.mask);
+      if (docs.size() < 2) return canonical(ErrorCode::ids_out_of_order, planting.canonical);
       const Run first = docs[docs.size() - 2], second = docs.back();
       const int64_t a = ids[first.begin], c = ids[second.begin];
       std::fill(ids + first.begin, ids + first.end, c);
@@ -115,13 +125,13 @@ InvalidBatch inject_row_violation(PackedBatch b, Violation v, int64_t choice, in
         pos[d.begin] = -amount;
         return {b, ErrorCode::negative_position};
       }
-      if (d.end - d.begin < 2) return canonical(ErrorCode::positions_not_increasing, b.mask);
+      if (d.end - d.begin < 2) return canonical(ErrorCode::positions_not_increasing, planting.canonical);
       const int64_t t = d.begin + 1 + choice % (d.end - d.begin - 1);
       pos[t] = pos[t - 1] - (amount - 1);
       return {b, ErrorCode::positions_not_increasing};
     }
     default:
-      return canonical(ErrorCode::positions_not_increasing, b.mask);
+      return canonical(ErrorCode::positions_not_increasing, planting.canonical);
   }
 }
 
@@ -170,7 +180,7 @@ InvalidBatch inject_whole_input_violation(PackedBatch b, Violation v, int64_t am
       prepend_mismatched_dims(b);
       return {b, ErrorCode::extra_dims_mismatch};
     default:
-      return canonical(ErrorCode::positions_not_increasing, b.mask);
+      return canonical(ErrorCode::positions_not_increasing, MaskKind::padding);
   }
 }
 
@@ -223,12 +233,13 @@ rc::Gen<InvalidBatch> invalid_batch(const InputDomain& domain) {
     return rc::gen::map(rc::gen::tuple(base, rc::gen::inRange<int64_t>(0, 1000), rc::gen::inRange<int64_t>(1, 4)),
                         [v, domain](const std::tuple<PackedBatch, int64_t, int64_t>& t) {
                           const auto& [b, choice, amount] = t;
-                          const bool self = domain.self_attention_only;
+                          const Planting planting{non_padding_kind(domain).value_or(MaskKind::causal),
+                                                  domain.takes_mask(MaskKind::padding) ? MaskKind::padding : b.mask,
+                                                  domain.self_attention_only};
                           InvalidBatch d = v <= Violation::extra_dims_mismatch
                                                ? inject_whole_input_violation(b, v, amount)
-                                               : inject_row_violation(b, v, choice, amount,
-                                                                      non_padding_kind(domain).value_or(MaskKind::causal), self);
-                          return self ? as_self_attention(std::move(d), v) : d;
+                                               : inject_row_violation(b, v, choice, amount, planting);
+                          return planting.q_only ? as_self_attention(std::move(d), v) : d;
                         });
   });
 }

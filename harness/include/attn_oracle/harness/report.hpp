@@ -44,6 +44,7 @@ struct CheckResult {
 struct BackendInfo {
   std::string name, version;
   std::vector<std::string> capabilities;
+  std::string domain = "every input";  // to_string(Backend::domain())
 };
 
 struct CheckReport {
