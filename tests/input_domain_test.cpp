@@ -10,6 +10,8 @@
 //    transformers' flash path does when B > 1 (a document at the start of row
 //    b + 1 with the id of row b's last one merges with it), fails
 //    metadata/matchesReference on each of 5 seeds at 100 draws;
+//  - a pass on fewer than a tenth of its draws reads "passed, but judged only
+//    N of 100 draws", its verdict still passed;
 //  - a backend whose hooks decline only what a transformed problem holds (a
 //    row that ends in padding: permuting documents moves padding to the end)
 //    and that answers garbage there is declined, never failed.
@@ -19,6 +21,7 @@
 #include <iostream>
 
 #include "attn_oracle/generators.hpp"
+#include "attn_oracle/harness/report.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/reference/metadata.hpp"
@@ -263,6 +266,22 @@ TEST(DeclaredDomain, ThePlantedTwinThatMergesRowsFailsOnEverySeed) {
     std::cout << "seed " << seed << ": caught at draw " << o.failures.front().draw << " (judged " << o.judged()
               << " of " << o.drawn << "): " << o.failures.front().message << "\n";
   }
+}
+
+// Declining through the hooks leaves a pass that rests on almost nothing: it says so.
+TEST(DeclaredDomain, APassOnFewerThanATenthOfItsDrawsSaysSo) {
+  SelfAttentionReference by_hooks(false);
+  const PropertyOutcome o = run_property(*find_property("metadata/matchesReference"), by_hooks, default_run_settings());
+  ASSERT_EQ(o.status, PropertyOutcome::Status::passed);
+  ASSERT_LT(o.judged() * 10, o.drawn);
+  const CheckResult r = verdict_of(o, nullptr);
+  EXPECT_EQ(r.verdict, Verdict::passed);  // exit codes do not change
+  EXPECT_EQ(verdict_text(r), "passed, but judged only " + std::to_string(o.judged()) + " of 100 draws");
+  EXPECT_EQ(table_cell(r).rfind("passed, but judged only", 0), 0u) << table_cell(r);
+  EXPECT_EQ(outcome_to_json(o)["draws"]["judged"], o.judged());
+  SelfAttentionReference declared(true);
+  EXPECT_EQ(verdict_text(verdict_of(run_property(*find_property("metadata/matchesReference"), declared,
+                                                 default_run_settings()), nullptr)), "passed");
 }
 
 // ---------------------------------------------------------------- transformed problems

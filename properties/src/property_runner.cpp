@@ -234,6 +234,18 @@ void settle_status(PropertyOutcome& o) {
   }
 }
 
+std::optional<std::string> skipped_before_drawing(const PropertyDef& property, Backend& backend) {
+  for (std::optional<Capability> needed : {std::optional<Capability>(property.needs), property.also_needs})
+    if (needed && !backend.has(*needed))
+      return "backend " + backend.name() + " lacks the " + std::string(to_string(*needed)) + " capability";
+  for (Output needed : property.needs_outputs)
+    if (!backend.outputs().has(needed)) return "backend " + backend.name() + " does not produce " + std::string(to_string(needed));
+  if (property.excluded_by)
+    if (auto why = property.excluded_by(backend.domain()))
+      return "backend " + backend.name() + "'s domain (" + to_string(backend.domain()) + ") excludes what it needs: " + *why;
+  return std::nullopt;
+}
+
 std::vector<std::string> outputs_not_compared(const PropertyDef& property, const ProducedOutputs& produced) {
   std::vector<Output> judged;
   switch (property.needs) {
@@ -345,24 +357,11 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
   out.backend = backend.name();
   out.backend_version = backend.version();
   out.seed = settings.seed;
-  for (std::optional<Capability> needed : {std::optional<Capability>(property.needs), property.also_needs}) {
-    if (!needed || backend.has(*needed)) continue;
+  if (auto why = skipped_before_drawing(property, backend)) {
     out.status = PropertyOutcome::Status::skipped;
-    out.message = "backend " + out.backend + " lacks the " + std::string(to_string(*needed)) + " capability";
+    out.message = *why;
     return out;
   }
-  for (Output needed : property.needs_outputs) {
-    if (backend.outputs().has(needed)) continue;
-    out.status = PropertyOutcome::Status::skipped;
-    out.message = "backend " + out.backend + " does not produce " + std::string(to_string(needed));
-    return out;
-  }
-  if (property.excluded_by)
-    if (auto why = property.excluded_by(backend.domain())) {
-      out.status = PropertyOutcome::Status::skipped;
-      out.message = "backend " + out.backend + "'s domain (" + to_string(backend.domain()) + ") excludes what it needs: " + *why;
-      return out;
-    }
   out.not_compared = outputs_not_compared(property, backend.outputs());
   RunSettings s = settings;
   s.max_size = std::clamp(s.max_size, 0, 100);

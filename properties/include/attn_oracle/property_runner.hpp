@@ -49,6 +49,10 @@ struct PropertyDef {
   std::function<std::optional<std::string>(const InputDomain&)> excluded_by = {};
 };
 
+// Why `property` is skipped on `backend` before any draw: a capability or an
+// output it lacks, or a domain that excludes what the property needs.
+std::optional<std::string> skipped_before_drawing(const PropertyDef& property, Backend& backend);
+
 // The optional outputs (attention.hpp) a property of this capability would
 // judge that the backend does not produce: "lse" for a backend without lse.
 std::vector<std::string> outputs_not_compared(const PropertyDef& property, const ProducedOutputs& produced);
