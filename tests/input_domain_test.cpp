@@ -25,6 +25,7 @@
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/reference/metadata.hpp"
+#include "attn_oracle/small_seq.hpp"
 #include "attn_oracle/validate.hpp"
 
 namespace attn_oracle {
@@ -205,7 +206,7 @@ rc::Gen<InputDomain> some_domain() {
 
 RC_GTEST_PROP(DomainGenerators, everyValidDrawIsInsideItsDomain, ()) {
   const InputDomain d = *some_domain();
-  const AttentionDraw draw = *attention_draw(AttentionOptions{.batch = within(d, {.max_rows = 3, .domain = {}})});
+  const AttentionDraw draw = *attention_draw(AttentionOptions{.batch = within(d, {.max_rows = 3})});
   const auto checked = validate(draw.problem.batch);
   if (!checked) RC_FAIL(checked.error().message);
   const auto why = outside_domain(d, draw.problem);
@@ -220,6 +221,21 @@ RC_GTEST_PROP(DomainGenerators, everyInvalidDrawIsInsideItsDomainWithItsCode, ()
   const Expected<Metadata> got = ref::metadata(draw.batch);
   RC_ASSERT(!got);
   RC_ASSERT(to_string(got.error().code) == to_string(draw.expected));
+}
+
+// A decode kernel that takes one row, causal masks without padding, no
+// windows, positions from 0 and bf16 at head_dim 64.
+RC_GTEST_PROP(DomainGenerators, everySmallSeqDrawIsInsideItsDomain, ()) {
+  InputDomain d;
+  d.no_padding = d.positions_from_zero = true;
+  d.windows = false;
+  d.max_rows = 1;
+  d.mask_kinds = {MaskKind::causal, MaskKind::causal_bottom_right, MaskKind::padding_causal};
+  d.dtypes = {Dtype::bf16};
+  d.head_dims = {64};
+  const AttentionDraw draw = *small_seq_draw(SmallSeqOptions{.domain = d});
+  if (const auto docs = small_seq_documents(draw.problem, nullptr); !docs) RC_FAIL(docs.error().message);
+  if (const auto why = outside_domain(d, draw.problem)) RC_FAIL(*why);
 }
 
 RC_GTEST_PROP(DomainGenerators, everyArbitraryDrawIsInsideItsDomain, ()) {

@@ -91,7 +91,7 @@ struct BatchOptions {
   // drawn and copied to kv for self-attention; no gaps or trailing padding;
   // positions from 0; rows, extra dims, mask kinds and windows it takes), and
   // attention_draw takes its dtypes and head dims.
-  InputDomain domain;
+  InputDomain domain = {};
 };
 
 // The mask kinds a batch may be drawn with: the domain's, of the padding kinds
@@ -124,7 +124,7 @@ struct AttentionDraw {
 // tile-edge mode (sides of 63..65 and 127..129 tokens: a kernel that drops keys
 // past a tile or a buffer shows there).
 struct AttentionOptions {
-  BatchOptions batch{.max_rows = 2, .max_docs = 4, .max_len = 140, .extra_dims = false, .tile_edge_weight = 5, .domain = {}};
+  BatchOptions batch{.max_rows = 2, .max_docs = 4, .max_len = 140, .extra_dims = false, .tile_edge_weight = 5};
   bool backward = true;
   bool low_precision = true;  // draw fp16 / bf16 as well as fp32
   bool gqa = false;           // heads_q > heads_kv always (GQA, or MQA when heads_kv = 1)
@@ -176,6 +176,10 @@ struct SmallSeqOptions {
   int max_docs = 6;           // documents per row
   bool backward = true;
   bool low_precision = true;  // fp16 / bf16 as well as fp32
+  // The backend's domain: its mask kinds (non-padding ones for no padding),
+  // rows, windows, dtypes and head dims; positions from 0 put every query at
+  // its document's first key, position 0. Self-attention it cannot take.
+  InputDomain domain = {};
 };
 // Heads as attention_draw (heads_kv 1..2, group {1, 2, 4}, head dims mostly
 // {1, 2, 4, 8}, sometimes 64), every mask kind, windows sometimes.

@@ -67,7 +67,7 @@ std::optional<std::string> outside_domain(const InputDomain& domain, const Packe
 // The batch, and the dtype and head dim (attention, small-seq, sharding).
 std::optional<std::string> outside_domain(const InputDomain& domain, const AttentionProblem& problem);
 // The dtype and head dim only: a K/V buffer problem is a whole sequence of
-// documents the capability's own contract describes (DESIGN section 7).
+// documents whose layout the K/V buffer capability itself defines.
 std::optional<std::string> outside_domain(const InputDomain& domain, const KvBufferProblem& problem);
 
 }  // namespace attn_oracle
