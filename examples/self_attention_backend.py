@@ -6,7 +6,8 @@ q and kv, no padding, and positions that restart at 0 in every document;
 metadata that way, per row, so it is right only inside that domain, and says
 so with ``domain``: the suite then draws inside it and judges (almost) every
 draw instead of declining the cross-attention, padded and offset ones.
-Attention is numpy_backend's. Served with ``python3 -m attn_oracle.worker
+Attention is numpy_backend's, and like it, this example declines invalid
+inputs rather than validating them. Served with ``python3 -m attn_oracle.worker
 examples.self_attention_backend:Backend``; python/tests/test_domain.py checks it.
 """
 import numpy as np
@@ -21,6 +22,7 @@ class Backend(numpy_backend.Backend):
                     mask_kinds=("causal", "no_mask"), windows=False)
 
     def metadata(self, b):
+        self.rows(b)  # declines an invalid batch: like numpy_backend, this example does not validate
         ids, pos, m = b.q_segment_ids, np.broadcast_to(b.q_segment_pos, b.q_segment_ids.shape), b.max_segments
         rows, t = ids.shape
         seqlens, offsets = np.zeros((rows, m), np.int64), np.full((rows, m + 1), -1, np.int64)

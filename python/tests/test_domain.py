@@ -51,15 +51,21 @@ def check(tmp_path, prefix, cases):
                            "--filter", prefix, "--cases", str(cases), "--report", str(tmp_path / prefix)],
                           cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads((tmp_path / prefix / "conformance.json").read_text())["results"]
+    return json.loads((tmp_path / prefix / "conformance.json").read_text())["results"], done.stdout
 
 
 def test_a_self_attention_backend_is_judged_on_its_draws(tmp_path):
     cases = 20
-    results = check(tmp_path, "metadata/", cases) + check(tmp_path, "attention/matchesReference", cases)
+    metadata, printed = check(tmp_path, "metadata/", cases)
+    results = metadata + check(tmp_path, "attention/matchesReference", cases)[0]
     judged = {r["property"]: r["draws"]["judged"] for r in results if r["verdict"] == "passed"}
     skipped = {r["property"]: r.get("message", "") for r in results if r["verdict"] == "skipped"}
-    assert judged["metadata/matchesReference"] == cases and judged["attention/matchesReference"] == cases
-    assert all(n >= 0.9 * cases for n in judged.values()), judged
+    # Like numpy_backend, the example declines invalid inputs (and a batch of
+    # zero tokens): the valid draws are judged, a pass on arbitrary ones says
+    # how little it rests on.
+    invalid = "metadata/arbitraryInputsMatchReference"
+    assert {"metadata/matchesReference", "attention/matchesReference", invalid} <= set(judged)
+    assert all(n >= 0.9 * cases for p, n in judged.items() if p != invalid), judged
+    assert f"passed, but judged only {judged[invalid]} of {cases} draws" in printed
     assert "excludes what it needs: it inserts padding tokens" in skipped["metadata/trailingPaddingChangesNothing"]
-    assert all(r["draws"]["total"] == 0 for r in results if r["verdict"] == "skipped")
+    assert all(r["draws"]["total"] == 0 for r in results if r["verdict"] == "skipped" and "domain" in r.get("message", ""))
