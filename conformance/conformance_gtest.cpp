@@ -15,7 +15,8 @@
 //  - fails with every distinct failure's one-line mismatch, its counterexample
 //    file and the replay line (this binary, so it runs as printed);
 //  - is skipped, with the reasons, when the backend lacks the capability or
-//    declined every draw; declines of whole classes are printed;
+//    declined every draw; declines of whole classes are printed, and so is how
+//    many draws it judged (a pass on fewer than a tenth of them is noted);
 //  - writes its result to ATTN_ORACLE_RESULTS_DIR (when set) for `report merge`.
 #include <gtest/gtest.h>
 
@@ -140,6 +141,10 @@ TEST_P(Property, Check) {
   RecordProperty("draws", o.drawn);
   RecordProperty("declined", o.declined);
   for (const std::string& line : store_lines(o.store)) std::cout << "[ store    ] " << line << "\n";
+  RecordProperty("judged", o.judged());
+  std::cout << "[ judged   ] " << o.judged() << " of " << o.drawn << " draws\n";
+  if (const std::string thin = verdict_text(r); r.verdict == Verdict::passed && thin != "passed")
+    std::cout << "[ note     ] " << thin << "\n";
   for (const std::string& line : wholly_declined_classes(o)) std::cout << "[ note     ] " << line << "\n";
   if (!o.not_compared.empty() && r.verdict != Verdict::skipped) std::cout << "[ note     ] " << not_compared_line(o) << "\n";
   switch (r.verdict) {

@@ -11,6 +11,11 @@
 #                             each a clean failure of the case with the worker's
 #                             stderr in the output and in the report
 #   wrong_protocol_version    a clear error naming both versions, exit 1
+#   domain_travels            examples/self_attention_backend.py's domain reaches
+#                             the suite through the hello: printed, and the draws
+#                             are judged rather than declined
+#   bad_domain                a domain with an unknown mask kind: a clear error
+#                             naming the key, exit 1
 # Prints "SKIP: ..." (the test's SKIP_REGULAR_EXPRESSION) without python3 + numpy.
 # Each case costs 2-6 s, mostly Python starting.
 #
@@ -139,6 +144,17 @@ elseif(CASE STREQUAL "wrong_protocol_version")
   check_worker("${PYTHON} tests/workers/wrong_protocol_worker.py" metadata/matchesReference 10)
   expect_rc(1)
   expect("a clear error" "the worker speaks protocol attn-oracle-worker/0; this build speaks attn-oracle-worker/1" "${err}")
+elseif(CASE STREQUAL "domain_travels")
+  check_worker("${example}.self_attention_backend:Backend" metadata/matchesReference 30)
+  expect_rc(0)
+  expect("the domain, from the hello" "\n    domain: self-attention only, no padding, positions from 0, no extra dims, masks causal and no_mask, no windows\n" "${out}")
+  expect("every draw judged" "passed +metadata/matchesReference on exec:[^\n]*\\(30 passed, 0 declined, 0 failed of 30 draws: 30 judged" "${out}")
+  file(READ ${WORK_DIR}/report/conformance.json report)
+  expect("the domain, in the report" "\"domain\": \"self-attention only, no padding" "${report}")
+elseif(CASE STREQUAL "bad_domain")
+  check_worker("${PYTHON} tests/workers/bad_domain_worker.py" metadata/matchesReference 10)
+  expect_rc(1)
+  expect("a clear error" "the worker's hello has a bad domain: domain.mask_kinds is \\[\"causal\",\"sideways\"\\]: a list of mask kinds" "${err}")
 else()
   message(FATAL_ERROR "unknown CASE ${CASE}")
 endif()

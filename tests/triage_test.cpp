@@ -162,10 +162,12 @@ TEST(Triage, ExceptionsClusterByTheirMessageWithValuesFolded) {
 TEST(Triage, DeclinesAreWrittenInTheBackendsLanguage) {
   EXPECT_EQ(decline_line("cpu", Capability::metadata, InputClass::extra_dims),
             "decline in MetadataCapability::unsupported(const PackedBatch& batch): "
-            "if (in_input_class(batch, InputClass::extra_dims)) return \"vmapped extra dims\";");
+            "if (in_input_class(batch, InputClass::extra_dims)) return \"vmapped extra dims\"; "
+            "(or declare it: InputDomain::extra_dims = false)");
   EXPECT_EQ(decline_line("exec:python3 -m attn_oracle.worker m:B", Capability::attention, InputClass::extra_dims),
             "decline in def unsupported_attention(self, problem): if problem.batch.q_segment_ids.ndim > 2 or "
-            "problem.batch.kv_segment_ids.ndim > 2: return \"vmapped extra dims\"");
+            "problem.batch.kv_segment_ids.ndim > 2: return \"vmapped extra dims\"  "
+            "(or declare it: domain = Domain(extra_dims=False))");
   EXPECT_NE(decline_line("exec:./my_worker", Capability::metadata, InputClass::empty_side).find("\"unsupported\""),
             std::string::npos);
   EXPECT_EQ(decline_line("cpu", Capability::kv_buffer, InputClass::empty_side), "") << "no hook sees a batch";

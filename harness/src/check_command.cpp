@@ -85,6 +85,7 @@ void print_header(const CheckReport& r, const CheckEnvironment& env) {
     std::cout << "  backend " << b.name << " (" << b.version << "):";
     for (const std::string& c : b.capabilities) std::cout << " " << c;
     std::cout << "\n";
+    if (b.domain != "every input") std::cout << "    domain: " << b.domain << "\n";
   }
   if (!env.backends_note.empty()) std::cout << "  " << env.backends_note << "\n";
   for (const auto& [k, v] : r.versions) std::cout << "  " << k << ": " << v << "\n";
@@ -136,10 +137,12 @@ void print_backend_log(const std::string& log) {
 
 void print_result(const CheckResult& r) {
   const PropertyOutcome& o = r.outcome;
-  std::cout << "  " << std::left << std::setw(9) << to_string(r.verdict) << o.property << " on " << o.backend;
+  const std::string verdict = verdict_text(r);
+  std::cout << "  " << std::left << std::setw(9) << verdict << (verdict.size() < 9 ? "" : " ") << o.property << " on "
+            << o.backend;
   if (o.drawn > 0)
     std::cout << " (" << o.passed << " passed, " << o.declined << " declined, " << o.failed << " failed of " << o.drawn
-              << " draws, worst error/budget " << format_ratio(o.worst_ratio) << ", " << std::fixed
+              << " draws: " << o.judged() << " judged, worst error/budget " << format_ratio(o.worst_ratio) << ", " << std::fixed
               << std::setprecision(1) << o.seconds << " s)";
   std::cout << "\n";
   if (!r.note.empty()) std::cout << "    " << r.note << "\n";
@@ -239,7 +242,7 @@ CheckReport start_report(const CheckOptions& options, const RunSettings& setting
   for (const auto& b : backends) {
     if (settings.use_store)
       for (std::string& note : orphaned_store_notes(settings.failures_dir, b->identity())) report.warnings.push_back(std::move(note));
-    BackendInfo info{b->name(), b->version(), {}};
+    BackendInfo info{b->name(), b->version(), {}, to_string(b->domain())};
     for (Capability c : b->capabilities()) info.capabilities.emplace_back(to_string(c));
     report.backends.push_back(std::move(info));
   }

@@ -459,8 +459,7 @@ ChildRun run_child(const PropertyDef& property, Backend& backend, const RunSetti
 // draws run out. A hang ends the property.
 PropertyOutcome run_property_isolated(const PropertyDef& property, Backend& backend, const RunSettings& settings,
                                       const IsolationSettings& isolation, const ProgressFn& progress) {
-  for (std::optional<Capability> needed : {std::optional<Capability>(property.needs), property.also_needs})
-    if (needed && !backend.has(*needed)) return run_property(property, backend, settings);  // a skip; nothing runs
+  if (skipped_before_drawing(property, backend)) return run_property(property, backend, settings);  // nothing runs
   PropertyOutcome out;
   out.property = property.id, out.backend = backend.name(), out.backend_version = backend.version();
   out.seed = settings.seed;

@@ -170,11 +170,11 @@ std::string mix_line(const std::map<std::string, int>& mix, const std::string& k
 
 void markdown_property(const CheckResult& r, std::ostream& os) {
   const PropertyOutcome& o = r.outcome;
-  os << "\n### `" << r.id() << "`: " << to_string(r.verdict) << "\n\n";
+  os << "\n### `" << r.id() << "`: " << verdict_text(r) << "\n\n";
   if (!r.note.empty()) os << "- " << r.note << "\n";
   if (!o.message.empty()) os << "- " << o.message << "\n";
-  os << "- draws: " << o.drawn << " (passed " << o.passed << ", declined " << o.declined << ", failed " << o.failed
-     << "), seed " << o.seed << ", " << seconds(o.seconds) << ", worst error / budget " << format_ratio(o.worst_ratio)
+  os << "- draws: " << o.drawn << " (judged " << o.judged() << ": passed " << o.passed << ", failed " << o.failed
+     << "; declined " << o.declined << "), seed " << o.seed << ", " << seconds(o.seconds) << ", worst error / budget " << format_ratio(o.worst_ratio)
      << "\n";
   os << "- backend version: " << o.backend_version << "\n";
   if (!o.not_compared.empty()) os << "- **" << not_compared_line(o) << "**\n";
@@ -313,9 +313,14 @@ std::string format_ratio(const std::optional<double>& ratio) {
   return buf;
 }
 
+std::string verdict_text(const CheckResult& r) {
+  const std::string thin = r.verdict == Verdict::passed ? thin_judgement(r.outcome) : "";
+  return thin.empty() ? std::string(to_string(r.verdict)) : "passed, but " + thin;
+}
+
 std::string table_cell(const CheckResult& r) {
   if (r.verdict == Verdict::skipped) return "skipped";
-  return std::string(to_string(r.verdict)) + " " + std::to_string(r.outcome.passed) + " " +
+  return verdict_text(r) + " " + std::to_string(r.outcome.passed) + " " +
          format_ratio(r.outcome.worst_ratio);
 }
 
@@ -326,7 +331,8 @@ ojson outcome_to_json(const PropertyOutcome& o) {
   j["backend_version"] = o.backend_version;
   j["status"] = std::string(to_string(o.status));
   j["seed"] = o.seed;
-  j["draws"] = {{"total", o.drawn}, {"passed", o.passed}, {"declined", o.declined}, {"failed", o.failed}};
+  j["draws"] = {{"total", o.drawn}, {"passed", o.passed}, {"declined", o.declined}, {"failed", o.failed},
+                {"judged", o.judged()}};
   if (!o.message.empty()) j["message"] = o.message;
   j["decline_reasons"] = ojson(o.decline_reasons);
   ojson classes = ojson::object();
@@ -396,7 +402,7 @@ std::string report_json(const CheckReport& report) {
                    {"store", report.store}};
   j["backends"] = ojson::array();
   for (const BackendInfo& b : report.backends)
-    j["backends"].push_back({{"name", b.name}, {"version", b.version}, {"capabilities", b.capabilities}});
+    j["backends"].push_back({{"name", b.name}, {"version", b.version}, {"capabilities", b.capabilities}, {"domain", b.domain}});
   j["warnings"] = report.warnings;
   ojson summary;
   for (Verdict v : {Verdict::passed, Verdict::failed, Verdict::skipped, Verdict::xfail, Verdict::xpass})
@@ -424,7 +430,8 @@ Expected<CheckReport> report_from_json(const json& j) {
     r.failures_dir = s.value("failures_dir", "");
     r.store = s.value("store", false);
     for (const json& b : j.value("backends", json::array()))
-      r.backends.push_back({b.value("name", ""), b.value("version", ""), b.value("capabilities", std::vector<std::string>{})});
+      r.backends.push_back({b.value("name", ""), b.value("version", ""), b.value("capabilities", std::vector<std::string>{}),
+                            b.value("domain", std::string("every input"))});
     r.warnings = j.value("warnings", std::vector<std::string>{});
     for (const json& x : j.value("results", json::array()))
       r.results.push_back(CheckResult{outcome_from_json(x), verdict_from(x.value("verdict", "FAILED")), x.value("note", "")});
@@ -441,7 +448,7 @@ std::string report_markdown(const CheckReport& report) {
   os << "\n## Versions\n\n";
   for (const auto& [k, v] : report.versions) os << "- " << k << ": " << v << "\n";
   for (const BackendInfo& b : report.backends)
-    os << "- backend `" << b.name << "`: " << b.version << " (" << joined(b.capabilities, ", ") << ")\n";
+    os << "- backend `" << b.name << "`: " << b.version << " (" << joined(b.capabilities, ", ") << "; domain: " << b.domain << ")\n";
   os << "\n## Settings\n\n- seed " << report.seed << ", " << report.cases << " draws per property, max_size "
      << report.max_size << ", size profile " << report.profile << ", up to " << report.max_failures << " distinct failures per property\n";
   os << "- shards: " << joined(report.shards, ", ") << "\n";

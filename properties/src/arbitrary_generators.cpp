@@ -1,14 +1,16 @@
 // arbitrary_generators.cpp: small unstructured batches for the precedence of
 // error codes (DESIGN section 2). Ids in -1..4, positions near the token index,
 // M in 0..4, extra dims that may or may not broadcast, positions either full
-// shape or a [B, T] suffix. About a third of the draws are valid.
+// shape or a [B, T] suffix. About a third of the draws are valid. Inside a
+// domain's shape fields (input_domain.hpp), positions from 0 where it asks.
 #include "attn_oracle/generators.hpp"
 #include "attn_oracle/shrinking_choice.hpp"
 
 namespace attn_oracle {
 namespace {
 
-rc::Gen<Shape> extra_dims() {
+rc::Gen<Shape> extra_dims(bool enabled) {
+  if (!enabled) return rc::gen::just(Shape{});
   return shrinking_weighted<Shape>({{4, rc::gen::just(Shape{})},
                                         {2, rc::gen::container<Shape>(1, rc::gen::inRange<int64_t>(1, 4))},
                                         {1, rc::gen::container<Shape>(2, rc::gen::inRange<int64_t>(1, 3))}});
@@ -39,8 +41,8 @@ rc::Gen<std::vector<int64_t>> positions_of(int64_t n, int64_t len) {
 constexpr int64_t kMaxRows = 3, kMaxLen = 8;
 
 // A side drawn at the largest shape [extra..., kMaxRows, kMaxLen]; `cut` trims it.
-rc::Gen<PackedSide> full_side() {
-  return rc::gen::mapcat(rc::gen::pair(extra_dims(), rc::gen::arbitrary<bool>()), [](const std::pair<Shape, bool>& h) {
+rc::Gen<PackedSide> full_side(bool extra) {
+  return rc::gen::mapcat(rc::gen::pair(extra_dims(extra), rc::gen::arbitrary<bool>()), [](const std::pair<Shape, bool>& h) {
     Shape ids_shape = h.first;
     ids_shape.push_back(kMaxRows);
     ids_shape.push_back(kMaxLen);
@@ -63,26 +65,61 @@ IntArray cut(const IntArray& a, int64_t batch, int64_t len) {
   return out;
 }
 
+// Positions restarted at 0 in every run of one id, each token keeping how far
+// it was nudged down: for a domain of positions from 0, whose valid inputs
+// must be documents 0, 1, 2, ... (a nudge still breaks one, as an invalid input).
+PackedSide restart_positions(PackedSide side) {
+  const IntArray& ids = side.segment_ids;
+  const int64_t len = ids.shape.back(), pos_size = std::max<int64_t>(1, shape_product(side.segment_pos.shape));
+  IntArray pos = IntArray::filled(ids.shape, 0);
+  int64_t run_index = 0;
+  for (int64_t t = 0; t < static_cast<int64_t>(ids.data.size()) && len > 0 && !side.segment_pos.data.empty(); ++t) {
+    const int64_t col = t % len, nudge = col - side.segment_pos.data[t % pos_size];
+    run_index = col == 0 || ids.data[t - 1] != ids.data[t] ? 0 : run_index + 1;
+    pos.data[t] = run_index - nudge;
+  }
+  side.segment_pos = pos;
+  return side;
+}
+
+// For a domain without padding, under a padding kind (where id 0 is valid
+// padding): each 0 continues the id before it (1 at a row's start).
+PackedSide without_padding(PackedSide side) {
+  IntArray& ids = side.segment_ids;
+  const int64_t len = ids.shape.back();
+  for (int64_t t = 0; t < static_cast<int64_t>(ids.data.size()) && len > 0; ++t)
+    if (ids.data[t] == 0) ids.data[t] = t % len == 0 ? 1 : ids.data[t - 1];
+  return side;
+}
+
 }  // namespace
 
 // Drawn at full size throughout: the inputs are tiny anyway (T <= 8), and
 // size-scaled ranges would leave the first half of a run with T near 0. Arrays
 // are drawn at the largest shape and cut to B and T afterwards, so that shrinking
 // B or T keeps the remaining tokens as they were (a redraw would lose the failure).
-rc::Gen<PackedBatch> arbitrary_batch() {
+rc::Gen<PackedBatch> arbitrary_batch(const InputDomain& domain) {
+  std::vector<MaskKind> masks;
+  for (MaskKind kind : kAllMaskKinds)
+    if (domain.takes_mask(kind)) masks.push_back(kind);
   auto full = rc::gen::build<PackedBatch>(
-      rc::gen::set(&PackedBatch::q, full_side()), rc::gen::set(&PackedBatch::kv, full_side()),
-      rc::gen::set(&PackedBatch::mask, shrinking_element(std::vector<MaskKind>(std::begin(kAllMaskKinds), std::end(kAllMaskKinds)))),
+      rc::gen::set(&PackedBatch::q, full_side(domain.extra_dims)), rc::gen::set(&PackedBatch::kv, full_side(domain.extra_dims)),
+      rc::gen::set(&PackedBatch::mask, shrinking_element(masks)),
       rc::gen::set(&PackedBatch::max_segments, shrinking_weighted<int64_t>({{8, rc::gen::inRange<int64_t>(1, 5)}, {1, rc::gen::just<int64_t>(0)}})));
-  auto sizes = rc::gen::tuple(rc::gen::inRange<int64_t>(1, kMaxRows + 1), rc::gen::inRange<int64_t>(0, kMaxLen + 1),
+  const int64_t max_rows = domain.max_rows > 0 ? std::min(kMaxRows, domain.max_rows) : kMaxRows;
+  auto sizes = rc::gen::tuple(rc::gen::inRange<int64_t>(1, max_rows + 1), rc::gen::inRange<int64_t>(0, kMaxLen + 1),
                               rc::gen::inRange<int64_t>(0, kMaxLen + 1));
-  return rc::gen::resize(100, rc::gen::map(rc::gen::pair(sizes, full), [](std::pair<std::tuple<int64_t, int64_t, int64_t>, PackedBatch> p) {
+  const bool self = domain.self_attention_only, from_zero = domain.positions_from_zero, no_padding = domain.no_padding;
+  return rc::gen::resize(100, rc::gen::map(rc::gen::pair(sizes, full), [=](std::pair<std::tuple<int64_t, int64_t, int64_t>, PackedBatch> p) {
     const auto [batch, q_len, kv_len] = p.first;
     PackedBatch& b = p.second;
     for (auto [s, len] : {std::pair{&b.q, q_len}, std::pair{&b.kv, kv_len}}) {
       s->segment_ids = cut(s->segment_ids, batch, len);
       s->segment_pos = cut(s->segment_pos, batch, len);
     }
+    if (no_padding && allows_padding(b.mask)) b.q = without_padding(b.q), b.kv = without_padding(b.kv);
+    if (from_zero) b.q = restart_positions(b.q), b.kv = restart_positions(b.kv);
+    if (self) b.kv = b.q;
     return b;
   }));
 }

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "attn_oracle/backend_calls.hpp"
 #include "attn_oracle/batch_transforms.hpp"
 #include "attn_oracle/generators.hpp"
 #include "attn_oracle/oracle.hpp"
@@ -33,14 +34,15 @@ Case attention_case(const AttentionProblem& problem, uint64_t seed) {
   return Case{AttentionCase{problem, seed, std::nullopt}, {}, {}, {}};
 }
 
-// Draws a problem, moved to the nearest shape the backend supports (the check
-// declines one it still does not).
+// Draws a problem inside the backend's domain, moved to the nearest shape it
+// supports (the check declines one it still does not).
 // A backend without gradients (ProducedOutputs) gets forward problems only.
-Case draw_supported(Backend& backend, const AttentionOptions& options = {}) {
+Case draw_supported(Backend& backend, AttentionOptions options = {}) {
+  options.batch.domain = backend.domain();
   AttentionDraw d = *attention_draw(options);
   d.problem.shape.backward = d.problem.shape.backward && backend.outputs().gradients;
   d.problem.shape = nearest_supported_shape(
-      d.problem, [&](const AttentionProblem& p) { return !backend.attention()->unsupported(p).has_value(); });
+      d.problem, [&](const AttentionProblem& p) { return !attention_declines(backend, p).has_value(); });
   return attention_case(d.problem, d.seed);
 }
 
@@ -58,7 +60,7 @@ Drawn supported_case(Backend& backend, const Case& c) {
   const Expected<AttentionInputs> inputs = attention_inputs(a);
   if (!inputs) fail_with("the case has no inputs: ", inputs.error());
   if (auto e = validate_attention(a.problem, &inputs.value()); !e) decline_case("not a valid problem: " + describe(e.error()));
-  if (auto reason = backend.attention()->unsupported(a.problem)) decline_case("unsupported: " + *reason);
+  require_attention_takes(backend, a.problem);
   if (a.problem.shape.backward && !backend.outputs().gradients) decline_case("the backend produces no gradients");
   return Drawn{a.problem, inputs.value()};
 }
@@ -72,8 +74,9 @@ void decline_unrepresentable(Backend& backend, const AttentionProblem& p) {
   if (const auto r = ref::representability(p.batch); !r.representable) decline_case("not representable: " + r.first_difference);
 }
 
+// Every problem a property runs (transformed ones too) is asked of the backend first.
 AttentionResult run_or_fail(Backend& backend, const AttentionProblem& p, const AttentionInputs& in) {
-  Expected<AttentionResult> r = backend.attention()->attention(p, in);
+  Expected<AttentionResult> r = call_attention(backend, p, in);
   if (!r) fail_with("backend rejected a valid input: ", r.error());
   return std::move(r).value();
 }
@@ -177,6 +180,7 @@ void document_permutation_invariance(Backend& backend, const Case& c) {
   const PermutedBatch perm = permute_documents(d.problem.batch, drawn_value<uint64_t>(c, "permutation_seed", 0));
   AttentionProblem p2 = d.problem;
   p2.batch = perm.batch;
+  require_attention_takes(backend, p2);  // before either run: a decline costs nothing
   const AttentionShape& s = d.problem.shape;
   const int64_t wq = s.heads_q * s.head_dim, wkv = s.heads_kv * s.head_dim;
   AttentionInputs in2{gather_tokens(d.inputs.q, perm.q_from, wq), gather_tokens(d.inputs.k, perm.kv_from, wkv),
@@ -227,7 +231,7 @@ void extreme_integers_change_nothing(Backend& backend, const Case& c) {
   const Drawn d = supported_case(backend, c);
   AttentionProblem extreme = d.problem;
   extreme.batch = extreme_batch_of(c, d.problem.batch);
-  if (auto reason = backend.attention()->unsupported(extreme)) decline_case("unsupported: " + *reason);
+  require_attention_takes(backend, extreme);
   decline_unrepresentable(backend, d.problem);
   const AttentionResult want = oracle().dense(d.problem, d.inputs).value();
   const Expected<AttentionResult> truth = oracle().dense(extreme, d.inputs);
@@ -250,7 +254,7 @@ void gqa_equals_repeated_kv_heads(Backend& backend, const Case& c) {
   if (s.heads_q == s.heads_kv) decline_case("not a GQA problem");
   AttentionProblem repeated = d.problem;
   repeated.shape.heads_kv = s.heads_q;
-  if (auto reason = backend.attention()->unsupported(repeated)) decline_case("repeated heads unsupported: " + *reason);
+  require_attention_takes(backend, repeated);
   const int64_t group = s.heads_q / s.heads_kv, dim = s.head_dim;
   const int64_t kv_tokens = static_cast<int64_t>(d.inputs.k.size()) / (s.heads_kv * dim);
   auto wide_at = [&](int64_t t, int64_t h) { return (t * s.heads_q + h) * dim; };
@@ -305,7 +309,7 @@ void causal_window_equals_top_left_causal(Backend& backend, const Case& c) {
   AttentionProblem causal = windowed;
   causal.batch.mask = mask == MaskKind::padding ? MaskKind::padding_causal : MaskKind::causal;
   causal.batch.window = Window{windowed.batch.window.left, -1};
-  if (auto reason = backend.attention()->unsupported(causal)) decline_case("unsupported: " + *reason);
+  require_attention_takes(backend, causal);
   decline_unrepresentable(backend, windowed);
   decline_unrepresentable(backend, causal);
   classify(windowed.batch.window.left >= 0, "left bounded");
@@ -320,9 +324,25 @@ void causal_window_equals_top_left_causal(Backend& backend, const Case& c) {
 void guard_bands_stay_poisoned(Backend& backend, const Case& c) {
   const Drawn d = supported_case(backend, c);
   GuardedAttentionBuffers buffers(d.problem, backend.outputs());
-  if (auto e = backend.attention()->attention_into(d.problem, d.inputs, buffers.buffers()))
+  if (auto e = call_attention_into(backend, d.problem, d.inputs, buffers.buffers()))
     fail_with("attention_into rejected a valid input: ", *e);
   if (auto violation = buffers.first_violation()) fail_case(*violation);
+}
+
+// ---------------------------------------------------------------- what a domain excludes
+
+std::optional<std::string> needs_extreme_integers(const InputDomain& d) {
+  if (d.positions_from_zero) return "it moves positions to the top of the int64 range";
+  return std::nullopt;
+}
+
+// A (left, 0) window on padding or no_mask beside its causal twin.
+std::optional<std::string> needs_window_and_its_causal_twin(const InputDomain& d) {
+  if (!d.windows) return "it runs a (left, 0) window";
+  const bool pair = (d.takes_mask(MaskKind::padding) && d.takes_mask(MaskKind::padding_causal)) ||
+                    (d.takes_mask(MaskKind::no_mask) && d.takes_mask(MaskKind::causal));
+  if (!pair) return "it needs padding and padding_causal, or no_mask and causal";
+  return std::nullopt;
 }
 
 }  // namespace
@@ -345,11 +365,11 @@ std::vector<PropertyDef> attention_properties() {
        draw_gqa, gqa_equals_repeated_kv_heads},
       {"attention/causalWindowEqualsTopLeftCausal", a,
        "window (left, 0) on padding / no_mask equals padding_causal / causal with window (left, -1) on the same backend",
-       draw_windowed, causal_window_equals_top_left_causal},
+       draw_windowed, causal_window_equals_top_left_causal, std::nullopt, {}, needs_window_and_its_causal_twin},
       {"attention/extremeIntegersChangeNothing", a,
        "positions near INT64_MAX and huge or INT64_MIN window sides that mean the same give the reference's result "
        "of the original",
-       draw_extreme_integers, extreme_integers_change_nothing},
+       draw_extreme_integers, extreme_integers_change_nothing, std::nullopt, {}, needs_extreme_integers},
       {"attention/guardBandsStayPoisoned", Capability::attention_buffers,
        "attention_into leaves NaN guard bands around o, lse, dq, dk, dv untouched and writes every logical output",
        draw_any, guard_bands_stay_poisoned},

@@ -67,7 +67,7 @@ int64_t slice_for(int64_t s, const Shape& side_extra, const Shape& extra) {
 
 PackedSide build_side(const BatchSpec& spec, const SideSpec& side, bool q, const Shape& extra,
                       int64_t* max_id) {
-  const bool padding = allows_padding(spec.mask);
+  const bool padding = allows_padding(spec.mask) && !spec.no_padding;
   const int64_t batch = spec.slices.front().size();
   const int64_t side_slices = shape_product(side.extra);
   std::vector<std::vector<Token>> rows;
@@ -158,14 +158,16 @@ std::vector<int> tile_edge_lengths(int max_len) {
   return out;
 }
 
-rc::Gen<MaskKind> mask_kind(bool any_mask) {
-  if (!any_mask)
-    return shrinking_element<MaskKind>({MaskKind::padding, MaskKind::padding_causal,
-                                        MaskKind::padding_causal_bottom_right});
-  return shrinking_element(std::vector<MaskKind>(std::begin(kAllMaskKinds), std::end(kAllMaskKinds)));
+// A property that needs a kind the domain excludes is skipped before it draws;
+// the fallback keeps a direct caller of the generator drawing.
+rc::Gen<MaskKind> mask_kind(const BatchOptions& o) {
+  std::vector<MaskKind> kinds = drawable_masks(o);
+  if (kinds.empty()) kinds.assign(std::begin(kAllMaskKinds), std::end(kAllMaskKinds));
+  return shrinking_element(kinds);
 }
 
-rc::Gen<Window> window() {
+rc::Gen<Window> window(bool windows) {
+  if (!windows) return rc::gen::just(Window{});
   auto side = shrinking_weighted<int64_t>(
       {{3, rc::gen::just<int64_t>(-1)}, {1, rc::gen::just<int64_t>(0)}, {3, rc::gen::inRange<int64_t>(0, 9)}});
   return shrinking_weighted<Window>({
@@ -232,14 +234,17 @@ rc::Gen<std::vector<DocSpec>> row_spec(EdgeMode mode, bool padding, const BatchO
   return rc::gen::map(docs, [o](std::vector<DocSpec> d) { return fit_row(std::move(d), o.max_len - kMaxTrailing, o.max_docs - 1); });
 }
 
-rc::Gen<SideSpec> side_spec(Shape extra, bool contiguous_only) {
+// Broadcast positions run along the whole row (not from 0 in each document):
+// never drawn for a domain of positions from 0.
+rc::Gen<SideSpec> side_spec(Shape extra, bool contiguous_only, bool from_zero) {
+  auto broadcast_pos = from_zero ? rc::gen::just(false) : rc::gen::arbitrary<bool>();
   auto mode = contiguous_only ? rc::gen::just(PositionMode::contiguous)
                               : shrinking_weighted<PositionMode>({{6, rc::gen::just(PositionMode::contiguous)},
                                                                       {2, rc::gen::just(PositionMode::offset)},
                                                                       {2, rc::gen::just(PositionMode::striped)}});
   return rc::gen::build<SideSpec>(rc::gen::set(&SideSpec::mode, mode),
                                   rc::gen::set(&SideSpec::stride, rc::gen::inRange(2, 5)),
-                                  rc::gen::set(&SideSpec::broadcast_pos, rc::gen::arbitrary<bool>()),
+                                  rc::gen::set(&SideSpec::broadcast_pos, broadcast_pos),
                                   rc::gen::set(&SideSpec::extra, rc::gen::just(std::move(extra))));
 }
 
@@ -275,6 +280,17 @@ rc::Gen<std::pair<Shape, Shape>> extra_shapes(bool enabled) {
       {{5, rc::gen::just(std::pair<Shape, Shape>{})}, {2, variant}, {2, inner_one}});
 }
 
+// Self-attention: the q side drawn is the kv side too. The spec keeps both, so
+// shrinking still acts on the q lengths and the copy follows.
+BatchSpec kv_as_q(BatchSpec spec) {
+  spec.kv = spec.q;
+  spec.kv_trailing = spec.q_trailing;
+  for (auto& slice : spec.slices)
+    for (auto& row : slice)
+      for (DocSpec& d : row) d.kv_len = d.q_len, d.kv_gap = d.q_gap, d.kv_start = d.q_start;
+  return spec;
+}
+
 }  // namespace
 
 SizeProfile size_profile() {
@@ -295,10 +311,15 @@ rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
     std::pair<Shape, Shape> extra;
     int rows;
   };
-  auto head = rc::gen::construct<Head>(mask_kind(o.any_mask), edge_mode(o.tile_edge_weight), extra_shapes(o.extra_dims),
+  const InputDomain& d = o.domain;
+  if (d.max_rows > 0) o.max_rows = std::max(1, static_cast<int>(std::min<int64_t>(o.max_rows, d.max_rows)));
+  o.extra_dims = o.extra_dims && d.extra_dims;
+  o.contiguous_positions = o.contiguous_positions || d.positions_from_zero;
+  auto head = rc::gen::construct<Head>(mask_kind(o), edge_mode(o.tile_edge_weight), extra_shapes(o.extra_dims),
                                        rc::gen::inRange(1, o.max_rows + 1));
   auto spec = rc::gen::mapcat(head, [o](Head h) {
-    const bool padding = allows_padding(h.mask);
+    const bool padding = allows_padding(h.mask) && !o.domain.no_padding;
+    if (o.domain.self_attention_only) h.extra.second = h.extra.first;
     const Shape extra = broadcast_shapes(h.extra.first, h.extra.second).value();
     auto rows = rc::gen::container<std::vector<std::vector<DocSpec>>>(h.rows, row_spec(h.mode, padding, o));
     auto slices = rc::gen::container<std::vector<std::vector<std::vector<DocSpec>>>>(
@@ -312,22 +333,44 @@ rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
                             : rc::gen::just(0);
     auto spare = h.mode == EdgeMode::exactly_m ? rc::gen::just(0) : rc::gen::inRange(0, 2);
     return rc::gen::build<BatchSpec>(
-        rc::gen::set(&BatchSpec::mask, rc::gen::just(h.mask)), rc::gen::set(&BatchSpec::window, window()),
+        rc::gen::set(&BatchSpec::mask, rc::gen::just(h.mask)), rc::gen::set(&BatchSpec::window, window(o.domain.windows)),
         rc::gen::set(&BatchSpec::spare_capacity, spare), rc::gen::set(&BatchSpec::q_trailing, trailing),
         rc::gen::set(&BatchSpec::kv_trailing, trailing),
-        rc::gen::set(&BatchSpec::q, side_spec(h.extra.first, o.contiguous_positions)),
-        rc::gen::set(&BatchSpec::kv, side_spec(h.extra.second, o.contiguous_positions)),
+        rc::gen::set(&BatchSpec::q, side_spec(h.extra.first, o.contiguous_positions, o.domain.positions_from_zero)),
+        rc::gen::set(&BatchSpec::kv, side_spec(h.extra.second, o.contiguous_positions, o.domain.positions_from_zero)),
         rc::gen::set(&BatchSpec::slices, slices));
   });
+  // Set after drawing, so that the draws of every other domain stay as they were.
+  if (o.domain.no_padding) spec = rc::gen::map(spec, [](BatchSpec s) { return s.no_padding = true, s; });
+  if (o.domain.self_attention_only) spec = rc::gen::map(spec, kv_as_q);
   return rc::gen::map(spec, build_batch);
+}
+
+std::vector<MaskKind> drawable_masks(const BatchOptions& o) {
+  std::vector<MaskKind> out;
+  for (MaskKind kind : kAllMaskKinds)
+    if (o.domain.takes_mask(kind) && (o.any_mask || allows_padding(kind))) out.push_back(kind);
+  return out;
+}
+
+BatchOptions within(const InputDomain& domain, BatchOptions options) {
+  options.domain = domain;
+  return options;
 }
 
 }  // namespace attn_oracle
 
 namespace attn_oracle {
-
 namespace {
 
+// The domain's dtypes among those the options draw; all of the domain's when
+// they exclude each other (fp32 only asked of a backend without fp32).
+std::vector<Dtype> drawable_dtypes(const AttentionOptions& o) {
+  std::vector<Dtype> out;
+  for (Dtype dtype : {Dtype::fp32, Dtype::fp16, Dtype::bf16})
+    if (o.batch.domain.takes_dtype(dtype) && (o.low_precision || dtype == Dtype::fp32)) out.push_back(dtype);
+  return out.empty() ? o.batch.domain.dtypes : out;
+}
 
 }  // namespace
 
@@ -337,12 +380,15 @@ rc::Gen<AttentionDraw> attention_draw(AttentionOptions o) {
     Dtype dtype;
     bool backward, explicit_scale;
   };
-  auto dtype = o.low_precision ? shrinking_element<Dtype>({Dtype::fp32, Dtype::fp16, Dtype::bf16})
-                               : rc::gen::just(Dtype::fp32);
+  auto dtype = shrinking_element<Dtype>(drawable_dtypes(o));
   auto group = o.gqa ? shrinking_element<int64_t>({2, 4}) : shrinking_element<int64_t>({1, 2, 4});
   // 9 draws in 14 from {1, 2, 4, 8}, 4 in 14 the kernels' 64, 128 or 256 (where
   // a kernel's wide-head path lives); a failure shrinks towards head_dim 1.
-  auto dim = shrinking_element<int64_t>({1, 2, 4, 8, 1, 2, 4, 8, 1, 16, 64, 64, 128, 256});
+  // A domain's head dims are drawn alike, shrinking towards the smallest.
+  std::vector<int64_t> dims = o.batch.domain.head_dims;
+  std::sort(dims.begin(), dims.end());
+  if (dims.empty()) dims = {1, 2, 4, 8, 1, 2, 4, 8, 1, 16, 64, 64, 128, 256};
+  auto dim = shrinking_element<int64_t>(dims);
   auto heads = rc::gen::construct<Heads>(
       shrinking_element<int64_t>({1, 2}), group, dim, dtype,
       o.backward ? rc::gen::arbitrary<bool>() : rc::gen::just(false),

@@ -3,6 +3,7 @@
 // no code of higher precedence applies (for example a too-large id goes on the
 // last token of a row, where it cannot split a document into two runs).
 #include <algorithm>
+#include <optional>
 
 #include "attn_oracle/generators.hpp"
 #include "attn_oracle/shrinking_choice.hpp"
@@ -42,17 +43,21 @@ std::vector<Run> documents(const PackedSide& side, int64_t row) {
   return runs;
 }
 
-// The smallest batch showing `code`, for when the drawn batch has no room for it.
-InvalidBatch canonical(ErrorCode code) {
+// The smallest batch showing `code` under `mask` (the drawn one, so that it
+// stays inside the domain), for when the drawn batch has no room for it.
+InvalidBatch canonical(ErrorCode code, MaskKind mask) {
   PackedBatch b;
-  b.mask = MaskKind::padding;
+  b.mask = mask;
   b.max_segments = 2;
   b.kv.segment_ids = IntArray({1, 2}, {1, 2});
   b.kv.segment_pos = IntArray({1, 2}, {0, 0});
   b.q = b.kv;
   switch (code) {
     case ErrorCode::ids_out_of_order: b.q.segment_ids.data = {2, 1}; break;
-    case ErrorCode::noncontiguous_segment: b.q.segment_ids = IntArray({1, 3}, {1, 0, 1}); b.q.segment_pos = IntArray({1, 3}, {0, 0, 1}); break;
+    case ErrorCode::noncontiguous_segment:
+      b.q.segment_ids = IntArray({1, 3}, {1, allows_padding(mask) ? 0 : 2, 1});
+      b.q.segment_pos = IntArray({1, 3}, {0, 0, 1});
+      break;
     case ErrorCode::positions_not_increasing: b.q.segment_ids.data = {1, 1}; b.q.segment_pos.data = {1, 1}; break;
     default: b.q.segment_ids.data = {1, 1}; b.q.segment_pos.data = {0, -1}; code = ErrorCode::positions_not_increasing;
   }
@@ -67,10 +72,22 @@ std::pair<PackedSide*, int64_t> pick_row(PackedBatch& b, int64_t choice) {
   return choice < q_rows ? std::pair{&b.q, choice} : std::pair{&b.kv, choice - q_rows};
 }
 
-InvalidBatch inject_row_violation(PackedBatch b, Violation v, int64_t choice, int64_t amount) {
+// What the domain asks of a planted violation: the mask a padding token goes
+// under, the mask of a canonical batch, and whether only q is edited (then
+// copied to kv, for self-attention).
+struct Planting {
+  MaskKind non_padding = MaskKind::causal;
+  MaskKind canonical = MaskKind::padding;
+  bool q_only = false;
+};
+
+InvalidBatch inject_row_violation(PackedBatch b, Violation v, int64_t choice, int64_t amount, const Planting& planting) {
+  const bool q_only = planting.q_only;
+  const MaskKind non_padding = planting.non_padding;
+  if (q_only) choice %= std::max<int64_t>(1, shape_product(b.q.segment_ids.shape) / std::max<int64_t>(1, b.q.segment_ids.shape.back()));
   auto [side, row] = pick_row(b, choice);
   const int64_t len = side->segment_ids.shape.back();
-  if (len == 0) return canonical(ErrorCode::ids_out_of_order);
+  if (len == 0) return canonical(ErrorCode::ids_out_of_order, planting.canonical);
   int64_t* ids = side->segment_ids.data.data() + row * len;
   const std::vector<Run> docs = documents(*side, row);
   switch (v) {
@@ -83,12 +100,12 @@ InvalidBatch inject_row_violation(PackedBatch b, Violation v, int64_t choice, in
     case Violation::noncontiguous_segment:
       // The first document's id again on the last token, after another id or
       // (odd `amount`) after padding; needs a token between them.
-      if (docs.empty() || docs.front().end >= len - 1) return canonical(ErrorCode::noncontiguous_segment);
+      if (docs.empty() || docs.front().end >= len - 1) return canonical(ErrorCode::noncontiguous_segment, planting.canonical);
       ids[len - 1] = ids[docs.front().begin];
       if (amount % 2 == 1) ids[len - 2] = 0;
       return {b, ErrorCode::noncontiguous_segment};
     case Violation::ids_out_of_order: {
-      if (docs.size() < 2) return canonical(ErrorCode::ids_out_of_order);
+      if (docs.size() < 2) return canonical(ErrorCode::ids_out_of_order, planting.canonical);
       const Run first = docs[docs.size() - 2], second = docs.back();
       const int64_t a = ids[first.begin], c = ids[second.begin];
       std::fill(ids + first.begin, ids + first.end, c);
@@ -96,7 +113,7 @@ InvalidBatch inject_row_violation(PackedBatch b, Violation v, int64_t choice, in
       return {b, ErrorCode::ids_out_of_order};
     }
     case Violation::padding_with_non_padding_mask:
-      if (allows_padding(b.mask)) b.mask = MaskKind::causal;  // drawn without padding tokens
+      if (allows_padding(b.mask)) b.mask = non_padding;  // drawn without padding tokens
       ids[len - 1] = 0;
       return {b, ErrorCode::padding_with_non_padding_mask};
     case Violation::positions_not_increasing:
@@ -108,13 +125,13 @@ InvalidBatch inject_row_violation(PackedBatch b, Violation v, int64_t choice, in
         pos[d.begin] = -amount;
         return {b, ErrorCode::negative_position};
       }
-      if (d.end - d.begin < 2) return canonical(ErrorCode::positions_not_increasing);
+      if (d.end - d.begin < 2) return canonical(ErrorCode::positions_not_increasing, planting.canonical);
       const int64_t t = d.begin + 1 + choice % (d.end - d.begin - 1);
       pos[t] = pos[t - 1] - (amount - 1);
       return {b, ErrorCode::positions_not_increasing};
     }
     default:
-      return canonical(ErrorCode::positions_not_increasing);
+      return canonical(ErrorCode::positions_not_increasing, planting.canonical);
   }
 }
 
@@ -163,28 +180,66 @@ InvalidBatch inject_whole_input_violation(PackedBatch b, Violation v, int64_t am
       prepend_mismatched_dims(b);
       return {b, ErrorCode::extra_dims_mismatch};
     default:
-      return canonical(ErrorCode::positions_not_increasing);
+      return canonical(ErrorCode::positions_not_increasing, MaskKind::padding);
   }
+}
+
+// The mask a padding token is planted under: causal, or another non-padding
+// kind the domain takes; nullopt when it takes none.
+std::optional<MaskKind> non_padding_kind(const InputDomain& d) {
+  for (MaskKind kind : {MaskKind::causal, MaskKind::no_mask, MaskKind::causal_bottom_right})
+    if (d.takes_mask(kind)) return kind;
+  return std::nullopt;
+}
+
+// The violations an input inside the domain's shape fields can carry: a
+// self-attention backend takes one batch for both sides, so q and kv can
+// differ in no row count or extra dims.
+std::vector<Violation> violations_within(const InputDomain& d) {
+  std::vector<Violation> out;
+  for (Violation v : {Violation::bad_max_segments, Violation::rank_mismatch, Violation::shape_mismatch,
+                      Violation::batch_mismatch, Violation::extra_dims_mismatch, Violation::negative_id,
+                      Violation::noncontiguous_segment, Violation::too_many_segments, Violation::ids_out_of_order,
+                      Violation::padding_with_non_padding_mask, Violation::positions_not_increasing,
+                      Violation::negative_position}) {
+    const bool two_sided = v == Violation::batch_mismatch || v == Violation::extra_dims_mismatch;
+    if (two_sided && d.self_attention_only) continue;
+    if (v == Violation::extra_dims_mismatch && !d.extra_dims) continue;
+    // kv becomes [1, 2, T] (or [1, 1, T] beside two q rows)
+    if (v == Violation::batch_mismatch && (!d.extra_dims || d.max_rows == 1)) continue;
+    if (v == Violation::padding_with_non_padding_mask && !non_padding_kind(d)) continue;
+    out.push_back(v);
+  }
+  return out;
+}
+
+// Self-attention: the side the violation went into is both sides (rank_mismatch
+// edits kv's positions, every other violation q or neither).
+InvalidBatch as_self_attention(InvalidBatch d, Violation v) {
+  if (v == Violation::rank_mismatch) d.batch.q = d.batch.kv;
+  else d.batch.kv = d.batch.q;
+  return d;
 }
 
 }  // namespace
 
-rc::Gen<InvalidBatch> invalid_batch() {
-  auto violation = shrinking_element<Violation>({
-      Violation::bad_max_segments, Violation::rank_mismatch, Violation::shape_mismatch,
-      Violation::batch_mismatch, Violation::extra_dims_mismatch, Violation::negative_id,
-      Violation::noncontiguous_segment, Violation::too_many_segments, Violation::ids_out_of_order,
-      Violation::padding_with_non_padding_mask, Violation::positions_not_increasing,
-      Violation::negative_position});
-  return rc::gen::mapcat(violation, [](Violation v) {
-    BatchOptions options;
+rc::Gen<InvalidBatch> invalid_batch(const InputDomain& domain) {
+  auto violation = shrinking_element<Violation>(violations_within(domain));
+  return rc::gen::mapcat(violation, [domain](Violation v) {
+    BatchOptions options = within(domain);
     options.any_mask = v != Violation::noncontiguous_segment;  // room for a padding gap
+    if (drawable_masks(options).empty()) options.any_mask = true;
     auto base = packed_batch(options);
     return rc::gen::map(rc::gen::tuple(base, rc::gen::inRange<int64_t>(0, 1000), rc::gen::inRange<int64_t>(1, 4)),
-                        [v](const std::tuple<PackedBatch, int64_t, int64_t>& t) {
+                        [v, domain](const std::tuple<PackedBatch, int64_t, int64_t>& t) {
                           const auto& [b, choice, amount] = t;
-                          if (v <= Violation::extra_dims_mismatch) return inject_whole_input_violation(b, v, amount);
-                          return inject_row_violation(b, v, choice, amount);
+                          const Planting planting{non_padding_kind(domain).value_or(MaskKind::causal),
+                                                  domain.takes_mask(MaskKind::padding) ? MaskKind::padding : b.mask,
+                                                  domain.self_attention_only};
+                          InvalidBatch d = v <= Violation::extra_dims_mismatch
+                                               ? inject_whole_input_violation(b, v, amount)
+                                               : inject_row_violation(b, v, choice, amount, planting);
+                          return planting.q_only ? as_self_attention(std::move(d), v) : d;
                         });
   });
 }

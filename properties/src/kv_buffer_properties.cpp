@@ -9,6 +9,7 @@
 #include <limits>
 #include <string>
 
+#include "attn_oracle/backend_calls.hpp"
 #include "attn_oracle/kv_buffer_generators.hpp"
 #include "attn_oracle/metadata_through_attention.hpp"
 #include "attn_oracle/property_runner.hpp"
@@ -28,13 +29,9 @@ std::string vec(const std::vector<int64_t>& v) {
 
 KvBufferCapability& capability(Backend& backend) { return *backend.kv_buffer(); }
 
-void decline_unsupported(Backend& backend, const KvBufferDraw& d) {
-  if (auto reason = capability(backend).unsupported(d.problem)) decline_case("unsupported: " + *reason);
-}
-
 // The draw's inputs; declines problems the backend does not support.
 AttentionInputs inputs_of(Backend& backend, const KvBufferDraw& d) {
-  decline_unsupported(backend, d);
+  require_kv_buffer_takes(backend, d.problem);
   return generate_kv_buffer_inputs(d.problem, d.seed);
 }
 
@@ -90,7 +87,7 @@ void streaming_matches_whole_sequence(Backend& backend, const KvBufferDraw& d) {
 // cu_seqlens_k: the backend's metadata must drive it bit for bit as the
 // reference's does, over a buffer that is NaN outside [first_document_begin, end).
 void metadata_drives_attention_like_the_reference(Backend& backend, const KvBufferDraw& d) {
-  decline_unsupported(backend, d);
+  require_kv_buffer_takes(backend, d.problem);
   const KvBufferSizes z = sizes_of(d);
   for (int64_t i = 0; i < z.micro_sequences; ++i) {
     auto got = capability(backend).micro_sequence(d.problem, i);
@@ -102,7 +99,7 @@ void metadata_drives_attention_like_the_reference(Backend& backend, const KvBuff
 }
 
 void metadata_is_canonical(Backend& backend, const KvBufferDraw& d) {
-  decline_unsupported(backend, d);
+  require_kv_buffer_takes(backend, d.problem);
   for (int64_t i = 0; i < sizes_of(d).micro_sequences; ++i) {
     auto got = capability(backend).micro_sequence(d.problem, i);
     if (!got) fail_case("micro-sequence " + str(i) + " rejected: " + got.error().message);
@@ -191,6 +188,13 @@ KvBufferDraw draw_of(const Case& c) {
 
 Case kv_case(const KvBufferDraw& d) { return Case{KvBufferCase{d.problem, d.seed}, {}, {}, {}}; }
 
+// The drawn problems are fp32 with head dims 8 and 16 (kv_buffer_generators.hpp).
+std::optional<std::string> needs_drawn_shapes(const InputDomain& d) {
+  if (!d.takes_dtype(Dtype::fp32)) return "it draws fp32 problems";
+  if (!d.takes_head_dim(8) && !d.takes_head_dim(16)) return "it draws head dims 8 and 16";
+  return std::nullopt;
+}
+
 // Streaming is judged on lse and the gradient buffer as much as on o: the
 // properties that run it need both.
 const std::vector<Output> kStreamedOutputs = {Output::lse, Output::gradients};
@@ -198,7 +202,7 @@ const std::vector<Output> kStreamedOutputs = {Output::lse, Output::gradients};
 PropertyDef kv_property(const char* id, const char* summary, Check check, std::vector<Output> needs = kStreamedOutputs) {
   return PropertyDef{id, Capability::kv_buffer, summary, [](Backend&) { return kv_case(*kv_buffer_draw()); },
                      [check](Backend& backend, const Case& c) { check(backend, draw_of(c)); }, std::nullopt,
-                     std::move(needs)};
+                     std::move(needs), needs_drawn_shapes};
 }
 
 // The state machine: its command sequence is drawn with the problem and recorded.
@@ -238,7 +242,7 @@ std::vector<PropertyDef> kv_buffer_properties() {
       PropertyDef{"kv_buffer/stepsMatchModel", Capability::kv_buffer,
                   "state machine: slices written in any order, attended in order, backward in reverse, match a model "
                   "buffer and the oracle",
-                  draw_steps, steps_match_model, std::nullopt, kStreamedOutputs},
+                  draw_steps, steps_match_model, std::nullopt, kStreamedOutputs, needs_drawn_shapes},
   };
 }
 

@@ -27,6 +27,7 @@
 
 #include <rapidcheck/state.h>
 
+#include "attn_oracle/backend_calls.hpp"
 #include "attn_oracle/kv_buffer_generators.hpp"
 #include "attn_oracle/property_check.hpp"
 #include "attn_oracle/reference/tolerance.hpp"
@@ -186,7 +187,7 @@ struct Backward : Command {
 };
 
 std::unique_ptr<KvSut> make_sut(Backend& backend, const KvBufferDraw& d) {
-  if (auto reason = backend.kv_buffer()->unsupported(d.problem)) decline_case("unsupported: " + *reason);
+  require_kv_buffer_takes(backend, d.problem);
   auto s = std::make_unique<KvSut>();
   s->backend = &backend;
   s->draw = d;

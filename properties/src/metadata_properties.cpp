@@ -4,9 +4,11 @@
 // metamorphic property adds, recorded in the case) and a check on the case, so
 // a counterexample replays the exact check. Each has a planted-bug backend in
 // tests/planted/ that it must catch (tests/planted_bugs_test.cpp).
+#include <algorithm>
 #include <sstream>
 #include <tuple>
 
+#include "attn_oracle/backend_calls.hpp"
 #include "attn_oracle/batch_transforms.hpp"
 #include "attn_oracle/generators.hpp"
 #include "attn_oracle/metadata_through_attention.hpp"
@@ -26,16 +28,10 @@ const PackedBatch& batch_of(const Case& c) { return payload_of<MetadataCase>(c).
 
 std::string describe(const Error& e) { return std::string(to_string(e.code)) + " (" + e.message + ")"; }
 
-// The backend's metadata of `batch`; a decline when it does not take the input.
-Expected<Metadata> metadata_of(Backend& backend, const PackedBatch& batch) {
-  if (auto reason = backend.metadata()->unsupported(batch)) decline_case("unsupported: " + *reason);
-  Expected<Metadata> md = backend.metadata()->metadata(batch);
-  if (!md) decline_if_unsupported(md.error());
-  return md;
-}
-
+// The backend's metadata of a valid batch (drawn or transformed); a decline
+// when the backend does not take it (backend_calls.hpp).
 Metadata metadata_or_fail(Backend& backend, const PackedBatch& batch) {
-  Expected<Metadata> md = metadata_of(backend, batch);
+  Expected<Metadata> md = call_metadata(backend, batch);
   if (!md) fail_with("backend rejected a valid input: ", md.error());
   return md.value();
 }
@@ -99,8 +95,19 @@ void require_same_rows(const std::string& where, const Metadata& got, int64_t r_
                    row_slice(want.kv_offsets, M + 1, r_want), got_name, want_name);
 }
 
-Side side_of(const Case& c) { return drawn_value<std::string>(c, "side", "q") == "kv" ? Side::kv : Side::q; }
+// The side a padding transformation goes into: q, kv, or both (a
+// self-attention backend takes q and kv as one batch).
+std::vector<Side> sides_of(const Case& c) {
+  const std::string side = drawn_value<std::string>(c, "side", "q");
+  if (side == "both") return {Side::q, Side::kv};
+  return {side == "kv" ? Side::kv : Side::q};
+}
 const char* side_name(Side s) { return s == Side::q ? "q" : "kv"; }
+std::string sides_name(const Case& c) {
+  const std::string side = drawn_value<std::string>(c, "side", "q");
+  return side == "both" ? "q and kv sides" : side + " side";
+}
+bool shifts(const std::vector<Side>& sides, Side s) { return std::find(sides.begin(), sides.end(), s) != sides.end(); }
 
 // ---------------------------------------------------------------- the properties
 
@@ -111,8 +118,8 @@ void matches_reference(Backend& backend, const Case& c) {
   if (!diff.empty()) fail_case(diff);
 }
 
-Case draw_invalid(Backend&) {
-  const InvalidBatch draw = *invalid_batch();
+Case draw_invalid(Backend& backend) {
+  const InvalidBatch draw = *invalid_batch(backend.domain());
   return with_drawn(metadata_case(draw.batch), {{"expected_code", std::string(to_string(draw.expected))}});
 }
 
@@ -124,7 +131,7 @@ void rejects_invalid_inputs(Backend& backend, const Case& c) {
   const std::string fallback = want ? "" : std::string(to_string(want.error().code));
   const std::string expected = drawn_value<std::string>(c, "expected_code", fallback);
   if (expected.empty()) decline_case("a valid input: matchesReference judges those");
-  const Expected<Metadata> got = metadata_of(backend, batch);
+  const Expected<Metadata> got = call_metadata(backend, batch);
   if (got) fail_case("accepted an input that must give " + expected);
   if (to_string(got.error().code) != expected)
     fail_with("gave ", got.error(), " where " + expected + " was due");
@@ -133,7 +140,7 @@ void rejects_invalid_inputs(Backend& backend, const Case& c) {
 // Small arbitrary inputs, valid or not: the same metadata, or the same code.
 void arbitrary_inputs_match_reference(Backend& backend, const Case& c) {
   const PackedBatch& batch = batch_of(c);
-  const Expected<Metadata> want = ref::metadata(batch), got = metadata_of(backend, batch);
+  const Expected<Metadata> want = ref::metadata(batch), got = call_metadata(backend, batch);
   classify(true, want ? std::string("valid") : std::string(to_string(want.error().code)));
   if (want && !got) fail_case("rejected with " + describe(got.error()) + "; the reference accepts it");
   if (!want && got) fail_with("accepted; the reference gives ", want.error());
@@ -225,16 +232,29 @@ const PackedBatch& padding_batch_of(const Case& c) {
   return batch;
 }
 
-Case draw_padding_batch(json drawn) { return with_drawn(metadata_case(padding_kind(*packed_batch())), std::move(drawn)); }
+// A domain that lists its mask kinds gets its padding kinds drawn (not every
+// kind then turned into its padding twin, which it may not take).
+Case draw_padding_batch(const InputDomain& domain, json drawn) {
+  BatchOptions options = within(domain);
+  options.any_mask = domain.mask_kinds.empty();
+  return with_drawn(metadata_case(padding_kind(*packed_batch(options))), std::move(drawn));
+}
+
+// The side a padding transformation goes into, drawn: both for self-attention.
+std::string draw_side(const InputDomain& domain) {
+  if (domain.self_attention_only) return "both";
+  return *shrinking_element<std::string>({"q", "kv"});
+}
 
 // Appending padding at the end of every row changes no length and no offset.
 void trailing_padding_changes_nothing(Backend& backend, const Case& c) {
   const PackedBatch& batch = padding_batch_of(c);
-  const Side side = side_of(c);
   const int64_t pads = drawn_value<int64_t>(c, "pads", 1);
   const Metadata before = metadata_or_fail(backend, batch);
-  const Metadata after = metadata_or_fail(backend, pad_side(batch, side, {}, pads));
-  const std::string what = std::to_string(pads) + " trailing pads on the " + side_name(side) + " side";
+  PackedBatch padded = batch;
+  for (Side side : sides_of(c)) padded = pad_side(padded, side, {}, pads);
+  const Metadata after = metadata_or_fail(backend, padded);
+  const std::string what = std::to_string(pads) + " trailing pads on the " + sides_name(c);
   for (auto [name, a, b] : {std::tuple{"q_seqlens", &after.q_seqlens, &before.q_seqlens},
                             std::tuple{"kv_seqlens", &after.kv_seqlens, &before.kv_seqlens},
                             std::tuple{"q_offsets", &after.q_offsets, &before.q_offsets},
@@ -247,15 +267,17 @@ void trailing_padding_changes_nothing(Backend& backend, const Case& c) {
 // Shifting row b of one side right by k padding tokens adds k to its offsets.
 void shifting_a_row_shifts_its_offsets(Backend& backend, const Case& c) {
   const PackedBatch& batch = padding_batch_of(c);
-  const Side side = side_of(c);
+  const std::vector<Side> sides = sides_of(c);
   const BatchLayout l = validate_shapes(batch).value();
   const int64_t b = drawn_value<int64_t>(c, "row", 0), k = drawn_value<int64_t>(c, "shift", 1);
   if (b < 0 || b >= l.batch || k < 0) decline_case("row " + std::to_string(b) + " shifted by " + std::to_string(k));
   std::vector<int64_t> leading(l.batch, 0);
   leading[b] = k;
   const Metadata before = metadata_or_fail(backend, batch);
-  const Metadata after = metadata_or_fail(backend, pad_side(batch, side, leading, 0));
-  const std::string what = "row " + std::to_string(b) + " of the " + side_name(side) + " side shifted by " + std::to_string(k);
+  PackedBatch shifted = batch;
+  for (Side side : sides) shifted = pad_side(shifted, side, leading, 0);
+  const Metadata after = metadata_or_fail(backend, shifted);
+  const std::string what = "row " + std::to_string(b) + " of the " + sides_name(c) + " shifted by " + std::to_string(k);
   require_same_row("q_seqlens with " + what, after.q_seqlens, before.q_seqlens, "shifted", "unshifted");
   require_same_row("kv_seqlens with " + what, after.kv_seqlens, before.kv_seqlens, "shifted", "unshifted");
   const int64_t M = l.max_segments;
@@ -263,7 +285,7 @@ void shifting_a_row_shifts_its_offsets(Backend& backend, const Case& c) {
     for (auto [which, off_before, off_after] : {std::tuple{Side::q, &before.q_offsets, &after.q_offsets},
                                                 std::tuple{Side::kv, &before.kv_offsets, &after.kv_offsets}}) {
       std::vector<int64_t> want = row_slice(*off_before, M + 1, r);
-      if (which == side && r % l.batch == b)
+      if (shifts(sides, which) && r % l.batch == b)
         for (int64_t& o : want) o = o < 0 ? o : o + k;
       require_same_row(std::string(side_name(which)) + "_offsets of broadcast row " + std::to_string(r) + " with " + what,
                        row_slice(*off_after, M + 1, r), want, "backend", "expected");
@@ -299,11 +321,11 @@ void extreme_positions_change_nothing(Backend& backend, const Case& c) {
   if (!diff.empty()) fail_case("with the largest position moved to INT64_MAX - " + std::to_string(drawn_value<int64_t>(c, "margin", 0)) + ": " + diff);
 }
 
-Case draw_extreme_positions(Backend&) {
-  return with_drawn(metadata_case(*packed_batch()), {{"margin", *shrinking_element<int64_t>({0, 1, 2, 3})}});
+Case draw_extreme_positions(Backend& backend) {
+  return with_drawn(metadata_case(*packed_batch(within(backend.domain()))), {{"margin", *shrinking_element<int64_t>({0, 1, 2, 3})}});
 }
 
-Case draw_valid(Backend&) { return metadata_case(*packed_batch()); }
+Case draw_valid(Backend& backend) { return metadata_case(*packed_batch(within(backend.domain()))); }
 
 // The backend's metadata drives a float64 varlen kernel over inputs poisoned
 // with NaN wherever no document is (metadata_through_attention.hpp): it must
@@ -315,21 +337,45 @@ void drives_attention_like_the_reference(Backend& backend, const Case& c) {
   const Metadata got = metadata_or_fail(backend, batch);
   if (auto difference = attention_difference(batch, got, ref::metadata(batch).value())) fail_case(*difference);
 }
-Case draw_arbitrary(Backend&) { return metadata_case(*arbitrary_batch()); }
+Case draw_arbitrary(Backend& backend) { return metadata_case(*arbitrary_batch(backend.domain())); }
 
-Case draw_trailing_padding(Backend&) {
-  Case c = draw_padding_batch(json::object());
-  const std::string side = *shrinking_element<std::string>({"q", "kv"});
+Case draw_trailing_padding(Backend& backend) {
+  Case c = draw_padding_batch(backend.domain(), json::object());
+  const std::string side = draw_side(backend.domain());
   const int64_t pads = *rc::gen::inRange<int64_t>(1, 5);
   return with_drawn(std::move(c), {{"side", side}, {"pads", pads}});
 }
 
-Case draw_row_shift(Backend&) {
-  Case c = draw_padding_batch(json::object());
+Case draw_row_shift(Backend& backend) {
+  Case c = draw_padding_batch(backend.domain(), json::object());
   const BatchLayout l = validate_shapes(batch_of(c)).value();
-  const std::string side = *shrinking_element<std::string>({"q", "kv"});
+  const std::string side = draw_side(backend.domain());
   const int64_t row = *rc::gen::inRange<int64_t>(0, l.batch), shift = *rc::gen::inRange<int64_t>(1, 4);
   return with_drawn(std::move(c), {{"side", side}, {"row", row}, {"shift", shift}});
+}
+
+// ---------------------------------------------------------------- what a domain excludes
+
+std::optional<std::string> needs_padding(const InputDomain& d) {
+  if (d.no_padding) return "it inserts padding tokens";
+  for (MaskKind kind : kAllMaskKinds)
+    if (allows_padding(kind) && d.takes_mask(kind)) return std::nullopt;
+  return "it needs a padding mask kind";
+}
+
+std::optional<std::string> needs_extra_dims(const InputDomain& d) {
+  if (!d.extra_dims) return "it batches over extra leading dims";
+  return std::nullopt;
+}
+
+std::optional<std::string> needs_two_rows(const InputDomain& d) {
+  if (d.max_rows == 1) return "it compares a row alone with a batch of several";
+  return std::nullopt;
+}
+
+std::optional<std::string> needs_high_positions(const InputDomain& d) {
+  if (d.positions_from_zero) return "it moves positions to the top of the int64 range";
+  return std::nullopt;
 }
 
 }  // namespace
@@ -351,15 +397,15 @@ std::vector<PropertyDef> metadata_properties() {
       {"metadata/compactedFormPairsDocuments", m, "the s-th compacted q and kv entries are the same document",
        draw_valid, compacted_form_pairs_documents},
       {"metadata/rowsAreIndependent", m, "a row computed alone equals that row of the batch", draw_valid,
-       rows_are_independent},
+       rows_are_independent, std::nullopt, {}, needs_two_rows},
       {"metadata/trailingPaddingChangesNothing", m, "appending padding changes no length or offset",
-       draw_trailing_padding, trailing_padding_changes_nothing},
+       draw_trailing_padding, trailing_padding_changes_nothing, std::nullopt, {}, needs_padding},
       {"metadata/shiftingARowShiftsItsOffsets", m, "k leading pads in a row add k to its offsets", draw_row_shift,
-       shifting_a_row_shifts_its_offsets},
+       shifting_a_row_shifts_its_offsets, std::nullopt, {}, needs_padding},
       {"metadata/extraDimsEqualSliceBySlice", m, "batched over extra dims equals slice by slice", draw_valid,
-       extra_dims_equal_slice_by_slice},
+       extra_dims_equal_slice_by_slice, std::nullopt, {}, needs_extra_dims},
       {"metadata/extremePositionsChangeNothing", m, "positions moved up to INT64_MAX change no metadata integer",
-       draw_extreme_positions, extreme_positions_change_nothing},
+       draw_extreme_positions, extreme_positions_change_nothing, std::nullopt, {}, needs_high_positions},
   };
 }
 

@@ -249,6 +249,18 @@ void settle_status(PropertyOutcome& o) {
   }
 }
 
+std::optional<std::string> skipped_before_drawing(const PropertyDef& property, Backend& backend) {
+  for (std::optional<Capability> needed : {std::optional<Capability>(property.needs), property.also_needs})
+    if (needed && !backend.has(*needed))
+      return "backend " + backend.name() + " lacks the " + std::string(to_string(*needed)) + " capability";
+  for (Output needed : property.needs_outputs)
+    if (!backend.outputs().has(needed)) return "backend " + backend.name() + " does not produce " + std::string(to_string(needed));
+  if (property.excluded_by)
+    if (auto why = property.excluded_by(backend.domain()))
+      return "backend " + backend.name() + "'s domain (" + to_string(backend.domain()) + ") excludes what it needs: " + *why;
+  return std::nullopt;
+}
+
 std::vector<std::string> outputs_not_compared(const PropertyDef& property, const ProducedOutputs& produced) {
   std::vector<Output> judged;
   switch (property.needs) {
@@ -268,6 +280,11 @@ std::string not_compared_line(const PropertyOutcome& o) {
     names += (i == 0 ? "" : i + 1 == o.not_compared.size() ? " and " : ", ") + o.not_compared[i];
   if (names.empty()) return "";
   return names + " not compared (the backend does not produce " + (o.not_compared.size() == 1 ? "it" : "them") + ")";
+}
+
+std::string thin_judgement(const PropertyOutcome& o) {
+  if (o.status != PropertyOutcome::Status::passed || o.drawn == 0 || o.judged() * 10 >= o.drawn) return "";
+  return "judged only " + std::to_string(o.judged()) + " of " + std::to_string(o.drawn) + " draws";
 }
 
 std::vector<std::string> wholly_declined_classes(const PropertyOutcome& o) {
@@ -359,16 +376,9 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
   out.backend = backend.name();
   out.backend_version = backend.version();
   out.seed = settings.seed;
-  for (std::optional<Capability> needed : {std::optional<Capability>(property.needs), property.also_needs}) {
-    if (!needed || backend.has(*needed)) continue;
+  if (auto why = skipped_before_drawing(property, backend)) {
     out.status = PropertyOutcome::Status::skipped;
-    out.message = "backend " + out.backend + " lacks the " + std::string(to_string(*needed)) + " capability";
-    return out;
-  }
-  for (Output needed : property.needs_outputs) {
-    if (backend.outputs().has(needed)) continue;
-    out.status = PropertyOutcome::Status::skipped;
-    out.message = "backend " + out.backend + " does not produce " + std::string(to_string(needed));
+    out.message = *why;
     return out;
   }
   out.not_compared = outputs_not_compared(property, backend.outputs());

@@ -16,6 +16,7 @@
 // (sharded_execution.hpp).
 #include <string>
 
+#include "attn_oracle/backend_calls.hpp"
 #include "attn_oracle/oracle.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/reference/metadata.hpp"
@@ -69,11 +70,12 @@ Drawn drawn_of(const Case& c) {
   return Drawn{ShardingDraw{s.sharding, run->problem, run->data_seed.value_or(0)}, inputs.value()};
 }
 
-// The call's shapes; a decline when the problem has none or the backend does not take the call.
-ShardedShapes shapes_or_decline(ShardingCapability& cap, const ShardingDraw& d) {
+// The call's shapes; a decline when the problem has none or the backend does
+// not take the call (its domain, then its hook).
+ShardedShapes shapes_or_decline(Backend& backend, const ShardingDraw& d) {
   const Expected<ShardedShapes> shapes = sharded_shapes(d.problem);
   if (!shapes) decline_case("not a valid problem: " + describe(shapes.error()));
-  if (auto reason = cap.unsupported(d.sharding, shapes.value())) decline_case("unsupported: " + *reason);
+  require_sharding_takes(backend, d.sharding, shapes.value(), d.problem);
   return shapes.value();
 }
 
@@ -91,7 +93,7 @@ void valid_triples_match_unsharded_run(Backend& backend, const Case& c) {
   const Drawn d = drawn_of(c);
   if (!cap.token_level_mask() && !every_device_representable(d.draw))
     decline_case("a device's problem is not representable");
-  const ShardedShapes shapes = shapes_or_decline(cap, d.draw);
+  const ShardedShapes shapes = shapes_or_decline(backend, d.draw);
   if (auto e = validate_sharding(d.draw.sharding, shapes)) decline_case("an invalid sharding: " + describe(*e));
   classify_draw(d.draw);
   if (auto e = cap.validate_sharding(d.draw.sharding, shapes)) fail_with("rejected a valid sharding: ", *e);
@@ -114,7 +116,7 @@ Case draw_invalid(Backend&) {
 void invalid_triples_are_rejected_exactly(Backend& backend, const Case& c) {
   ShardingCapability& cap = *backend.sharding();
   const Drawn d = drawn_of(c);
-  const ShardedShapes shapes = shapes_or_decline(cap, d.draw);
+  const ShardedShapes shapes = shapes_or_decline(backend, d.draw);
   const std::optional<Error> want = validate_sharding(d.draw.sharding, shapes);
   if (!want) decline_case("a valid sharding: validTriplesMatchTheUnshardedRun judges those");
   const std::string expected = drawn_value<std::string>(c, "expected_code", std::string(to_string(want->code)));

@@ -147,9 +147,13 @@ rc::Gen<std::vector<SmallSeqDocSpec>> small_seq_row(bool padding, int max_docs) 
   });
 }
 
-rc::Gen<SmallSeqSpec> small_seq_spec(int max_rows, int max_docs, bool padding_only) {
-  auto mask = padding_only ? shrinking_element<MaskKind>({MaskKind::padding, MaskKind::padding_causal, MaskKind::padding_causal_bottom_right})
-                           : shrinking_element(std::vector<MaskKind>(std::begin(kAllMaskKinds), std::end(kAllMaskKinds)));
+rc::Gen<SmallSeqSpec> small_seq_spec(int max_rows, int max_docs, bool padding_only, const InputDomain& domain = {}) {
+  std::vector<MaskKind> kinds;
+  for (MaskKind kind : kAllMaskKinds)
+    if ((!padding_only || allows_padding(kind)) && domain.takes_mask(kind) && !(domain.no_padding && allows_padding(kind)))
+      kinds.push_back(kind);
+  if (kinds.empty()) kinds.assign(std::begin(kAllMaskKinds), std::end(kAllMaskKinds));  // each draw declined then
+  auto mask = shrinking_element(kinds);
   auto head = rc::gen::pair(mask, rc::gen::inRange(1, max_rows + 1));
   return rc::gen::mapcat(head, [=](std::pair<MaskKind, int> h) {
     const bool padding = allows_padding(h.first);
@@ -173,10 +177,16 @@ struct Heads {
 };
 
 rc::Gen<Heads> small_seq_heads(const SmallSeqOptions& o) {
-  auto dtype = o.low_precision ? shrinking_element<Dtype>({Dtype::fp32, Dtype::fp16, Dtype::bf16})
-                               : rc::gen::just(Dtype::fp32);
-  // 5 draws in 6 from {1, 2, 4, 8}, 1 in 6 is 64 (the kernels' head dim).
-  auto dim = shrinking_element<int64_t>({1, 2, 4, 8, 1, 2, 4, 8, 1, 2, 64, 64});
+  std::vector<Dtype> dtypes;
+  for (Dtype dtype : {Dtype::fp32, Dtype::fp16, Dtype::bf16})
+    if (o.domain.takes_dtype(dtype) && (o.low_precision || dtype == Dtype::fp32)) dtypes.push_back(dtype);
+  auto dtype = shrinking_element<Dtype>(dtypes.empty() ? o.domain.dtypes : dtypes);
+  // 5 draws in 6 from {1, 2, 4, 8}, 1 in 6 is 64 (the kernels' head dim); a
+  // domain's head dims instead, shrinking towards the smallest.
+  std::vector<int64_t> dims = o.domain.head_dims;
+  std::sort(dims.begin(), dims.end());
+  if (dims.empty()) dims = {1, 2, 4, 8, 1, 2, 4, 8, 1, 2, 64, 64};
+  auto dim = shrinking_element<int64_t>(dims);
   return rc::gen::construct<Heads>(shrinking_element<int64_t>({1, 2}), shrinking_element<int64_t>({1, 2, 4}), dim, dtype,
                                    o.backward ? rc::gen::arbitrary<bool>() : rc::gen::just(false),
                                    shrinking_element<bool>({false, false, false, false, true}));
@@ -195,11 +205,26 @@ AttentionDraw make_draw(PackedBatch batch, const Heads& h, uint64_t seed) {
   return d;
 }
 
+// Set after drawing, so that the draws of every other domain stay as they were.
+SmallSeqSpec within_domain(SmallSeqSpec spec, const InputDomain& d) {
+  if (!d.windows) spec.window = Window{};
+  if (d.positions_from_zero) {
+    spec.all_at_first_key = true, spec.kv_stride = 1;
+    for (auto& row : spec.rows)
+      for (SmallSeqDocSpec& doc : row) doc.kv_start = 0;
+  }
+  return spec;
+}
+
 }  // namespace
 
 rc::Gen<AttentionDraw> small_seq_draw(SmallSeqOptions o) {
+  if (o.domain.max_rows > 0) o.max_rows = std::max(1, static_cast<int>(std::min<int64_t>(o.max_rows, o.domain.max_rows)));
+  auto spec = small_seq_spec(o.max_rows, o.max_docs, false, o.domain);
+  if (!o.domain.windows || o.domain.positions_from_zero)
+    spec = rc::gen::map(spec, [d = o.domain](SmallSeqSpec s) { return within_domain(std::move(s), d); });
   return rc::gen::map(
-      rc::gen::tuple(small_seq_spec(o.max_rows, o.max_docs, false), small_seq_heads(o), rc::gen::arbitrary<uint64_t>()),
+      rc::gen::tuple(spec, small_seq_heads(o), rc::gen::arbitrary<uint64_t>()),
       [](const std::tuple<SmallSeqSpec, Heads, uint64_t>& t) {
         const auto& [spec, heads, seed] = t;
         return make_draw(build_small_seq_batch(spec), heads, seed);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <string>
 
+#include "attn_oracle/backend_calls.hpp"
 #include "attn_oracle/generators.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/reference/metadata.hpp"
@@ -26,16 +27,16 @@ Case small_seq_case(const AttentionDraw& d) {
   return Case{SmallSeqCase{AttentionCase{d.problem, d.seed, std::nullopt}}, {}, {}, {}};
 }
 
-AttentionShape nearest_supported(SmallSeqCapability& cap, const AttentionProblem& problem) {
-  return nearest_supported_shape(problem, [&](const AttentionProblem& p) { return !cap.unsupported(p).has_value(); });
+AttentionShape nearest_supported(Backend& backend, const AttentionProblem& problem) {
+  return nearest_supported_shape(problem, [&](const AttentionProblem& p) { return !small_seq_declines(backend, p).has_value(); });
 }
 
 // Draws a small-seq problem, moved to the nearest shape the backend supports
 // (forward only for a backend without gradients).
 Case draw_supported(Backend& backend) {
-  AttentionDraw d = *small_seq_draw();
+  AttentionDraw d = *small_seq_draw(SmallSeqOptions{.domain = backend.domain()});
   d.problem.shape.backward = d.problem.shape.backward && backend.outputs().gradients;
-  d.problem.shape = nearest_supported(*backend.small_seq(), d.problem);
+  d.problem.shape = nearest_supported(backend, d.problem);
   return small_seq_case(d);
 }
 
@@ -51,7 +52,7 @@ Drawn supported_case(Backend& backend, const Case& c) {
   if (!inputs) fail_with("the case has no inputs: ", inputs.error());
   if (auto docs = small_seq_documents(s.problem, &inputs.value()); !docs)
     decline_case("not a valid small-seq problem (" + describe(docs.error()) + "); rejectsInvalidInputsWithTheirCode judges those");
-  if (auto reason = backend.small_seq()->unsupported(s.problem)) decline_case("unsupported: " + *reason);
+  require_small_seq_takes(backend, s.problem);
   if (s.problem.shape.backward && !backend.outputs().gradients) decline_case("the backend produces no gradients");
   classify(s.problem.shape.heads_q > s.problem.shape.heads_kv, "GQA");
   classify(s.problem.batch.window.left >= 0 || s.problem.batch.window.right >= 0, "window");
@@ -59,7 +60,7 @@ Drawn supported_case(Backend& backend, const Case& c) {
 }
 
 SmallSeqResult run_or_fail(Backend& backend, const AttentionProblem& p, const AttentionInputs& in) {
-  Expected<SmallSeqResult> r = backend.small_seq()->small_seq(p, in);
+  Expected<SmallSeqResult> r = call_small_seq(backend, p, in);
   if (!r) fail_with("backend rejected a valid small-seq input: ", r.error());
   return std::move(r).value();
 }
@@ -84,12 +85,12 @@ void matches_reference(Backend& backend, const Case& c) {
 // generator also puts queries at position 0.
 void matches_general_attention(Backend& backend, const Case& c) {
   const Drawn d = supported_case(backend, c);
-  if (auto reason = backend.attention()->unsupported(d.problem)) decline_case("general attention unsupported: " + *reason);
+  require_attention_takes(backend, d.problem);
   if (!backend.attention()->token_level_mask())
     if (const auto r = ref::representability(d.problem.batch); !r.representable)
       decline_case("not representable: " + r.first_difference);
   const SmallSeqResult small = run_or_fail(backend, d.problem, d.inputs);
-  Expected<AttentionResult> general = backend.attention()->attention(d.problem, d.inputs);
+  Expected<AttentionResult> general = call_attention(backend, d.problem, d.inputs);
   if (!general) fail_with("the backend's attention rejected a valid input: ", general.error());
   // Two runs of one backend: the budget is the float64 truth's (tolerance.hpp), lse aside.
   const AttentionResult got{small.o, general->lse, small.grads};
@@ -136,7 +137,7 @@ void probability_rows_sum_to_one(Backend& backend, const Case& c) {
 
 // A shape the backend supports, asked on a one-document problem (unsupported()
 // may assume a valid problem): the invalid draw's head dim and dtype move to it.
-AttentionShape supported_shape(SmallSeqCapability& cap, const AttentionShape& shape) {
+AttentionShape supported_shape(Backend& backend, const AttentionShape& shape) {
   AttentionProblem probe;
   probe.batch.mask = MaskKind::padding;
   probe.batch.max_segments = 1;
@@ -147,7 +148,7 @@ AttentionShape supported_shape(SmallSeqCapability& cap, const AttentionShape& sh
   probe.shape = shape;
   probe.shape.heads_q = probe.shape.heads_kv = 1;
   AttentionShape out = shape;
-  const AttentionShape near = nearest_supported(cap, probe);
+  const AttentionShape near = nearest_supported(backend, probe);
   out.head_dim = near.head_dim;
   out.dtype = near.dtype;
   return out;
@@ -155,7 +156,7 @@ AttentionShape supported_shape(SmallSeqCapability& cap, const AttentionShape& sh
 
 Case draw_invalid(Backend& backend) {
   InvalidSmallSeq draw = *invalid_small_seq();
-  draw.draw.problem.shape = supported_shape(*backend.small_seq(), draw.draw.problem.shape);
+  draw.draw.problem.shape = supported_shape(backend, draw.draw.problem.shape);
   return with_drawn(small_seq_case(draw.draw), {{"expected_code", std::string(to_string(draw.expected))}});
 }
 
@@ -169,11 +170,19 @@ void rejects_invalid_inputs(Backend& backend, const Case& c) {
       drawn_value<std::string>(c, "expected_code", want ? "" : std::string(to_string(want.error().code)));
   if (expected.empty()) decline_case("a valid input: matchesReference judges those");
   classify(true, expected);
+  // The hook may assume a valid problem: only the domain is asked here.
+  require_inside_domain(backend, s.problem);
   const Expected<SmallSeqResult> got = backend.small_seq()->small_seq(s.problem, inputs.value());
   if (got) fail_case("accepted an input that must give " + expected);
   decline_if_unsupported(got.error());
   if (to_string(got.error().code) != expected)
     fail_with("gave ", got.error(), " where " + expected + " was due");
+}
+
+// One query per document against 1..16 keys: never one batch for both sides.
+std::optional<std::string> needs_cross_attention(const InputDomain& d) {
+  if (d.self_attention_only) return "a small-seq problem is cross-attention (one query against up to 16 keys)";
+  return std::nullopt;
 }
 
 }  // namespace
@@ -183,17 +192,17 @@ std::vector<PropertyDef> small_seq_properties() {
   return {
       {"small_seq/matchesReference", c,
        "o, P and gradients match the float64 small-seq reference within tolerance (P judged like o)", draw_supported,
-       matches_reference},
+       matches_reference, std::nullopt, {}, needs_cross_attention},
       {"small_seq/matchesGeneralAttention", c,
        "on representable inputs, o and gradients equal the same backend's general attention within tolerance",
-       draw_supported, matches_general_attention, Capability::attention},
+       draw_supported, matches_general_attention, Capability::attention, {}, needs_cross_attention},
       {"small_seq/probabilityRowsSumToOneAndZeroPastKeys", c,
        "P rows sum to 1 over the document's unmasked keys; masked slots, slots past the keys and rows of queries that "
        "attend nothing are exactly 0",
-       draw_supported, probability_rows_sum_to_one, std::nullopt, {Output::small_seq_p}},
+       draw_supported, probability_rows_sum_to_one, std::nullopt, {Output::small_seq_p}, needs_cross_attention},
       {"small_seq/rejectsInvalidInputsWithTheirCode", c,
        "two queries in a document, 0 or 17+ keys, heads_q % heads_kv != 0 give exactly their code", draw_invalid,
-       rejects_invalid_inputs},
+       rejects_invalid_inputs, std::nullopt, {}, needs_cross_attention},
   };
 }
 

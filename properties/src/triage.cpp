@@ -149,12 +149,14 @@ std::string decline_line(const std::string& backend, Capability capability, Inpu
                                  ? "SmallSeqCapability::unsupported(const AttentionProblem& problem)"
                                  : "AttentionCapability::unsupported(const AttentionProblem& problem)";
     return "decline in " + hook + ": if (in_input_class(" + (batch_hook ? "batch" : "problem.batch") +
-           ", InputClass::" + std::string(class_enum(c)) + ")) return " + reason + ";";
+           ", InputClass::" + std::string(class_enum(c)) + ")) return " + reason + ";" +
+           (c == InputClass::extra_dims ? " (or declare it: InputDomain::extra_dims = false)" : "");
   }
   if (backend.find("attn_oracle.worker") != std::string::npos) {
     const std::string arg = batch_hook ? "batch" : "problem";
     return "decline in def unsupported_" + cap + "(self, " + arg + "): if " +
-           python_condition(c, batch_hook ? "batch" : "problem.batch") + ": return " + reason;
+           python_condition(c, batch_hook ? "batch" : "problem.batch") + ": return " + reason +
+           (c == InputClass::extra_dims ? "  (or declare it: domain = Domain(extra_dims=False))" : "");
   }
   return "decline: answer the worker's \"unsupported\" request for " + cap + " with {\"unsupported\": " + reason +
          "} when the batch has " + std::string(to_string(c)) + " (docs/protocol.md)";
@@ -340,7 +342,7 @@ void rank_failures(PropertyOutcome& o, int shown) {
     what = std::to_string(classes) + (classes == 1 ? " input class" : " input classes") + " rejected or answered wrongly";
   if (crashes > 0)
     what += (what.empty() ? "" : "; ") + std::to_string(crashes) + (crashes == 1 ? " crash or hang" : " crashes or hangs");
-  o.failure_summary = what + "; no wrong answer on ordinary inputs in " + std::to_string(o.passed + o.failed) +
+  o.failure_summary = what + "; no wrong answer on ordinary inputs in " + std::to_string(o.judged()) +
                       " judged draws";
 }
 

@@ -41,6 +41,16 @@ and ``outputs``: the optional outputs it produces, among ``"lse"``,
 and the summary says "lse not compared"; one without ``"gradients"`` is given
 forward problems only.
 
+``domain``: the inputs the backend takes, an :class:`attn_oracle.Domain` (or a
+dict of its fields), sent in the hello: the suite draws inside it, so a budget
+of N draws judges about N instead of declining most of them. ``Domain(
+self_attention_only=True, no_padding=True, positions_from_zero=True,
+extra_dims=False, mask_kinds=("causal", "no_mask"), windows=False)`` is the
+packed path of transformers or Megatron-core; ``dtypes`` and ``head_dims``
+narrow the shapes; ``max_rows`` the batch. ``unsupported_<capability>`` stays
+for what a domain cannot say (a size limit). A property that needs what the
+domain excludes is skipped with the reason.
+
 Anything the backend prints goes to stderr (kept in the suite's report when a
 case fails); stdout belongs to the protocol.
 """
@@ -54,7 +64,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Optional
 
 import numpy as np
@@ -62,7 +72,7 @@ import numpy as np
 from . import _protocol
 from .errors import AttnOracleError, Unsupported
 
-__all__ = ["Batch", "Problem", "Inputs", "Sharding", "KvBufferProblem", "serve", "main"]
+__all__ = ["Batch", "Problem", "Inputs", "Sharding", "KvBufferProblem", "Domain", "serve", "main"]
 
 CAPABILITIES = {
     "metadata": ("metadata",),
@@ -282,6 +292,71 @@ def _op_unsupported(backend, h, a):
 OPS = {name[len("_op_"):]: fn for name, fn in globals().items() if name.startswith("_op_")}
 
 
+# ------------------------------------------------------------------ the domain
+MASK_KINDS = ("no_mask", "padding", "causal", "padding_causal", "causal_bottom_right", "padding_causal_bottom_right")
+DTYPES = ("fp32", "fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The inputs a backend takes (docs/protocol.md, "domain"); the defaults take every input.
+
+    self_attention_only: q and kv are one batch (the same ids, positions, T and extra dims).
+    no_padding: no padding token (id 0) on either side.
+    positions_from_zero: every document's positions are 0, 1, 2, ...
+    max_rows: the most rows B (1: one row); 0 for no limit.
+    extra_dims: whether extra (vmapped) leading dims before [B, T] are taken.
+    mask_kinds: the mask kinds taken (names as in docs/semantics.md); empty for all six.
+    windows: whether a sliding window other than (-1, -1) is taken.
+    dtypes: among "fp32", "fp16", "bf16"; empty for all. head_dims: empty for any.
+    """
+
+    self_attention_only: bool = False
+    no_padding: bool = False
+    positions_from_zero: bool = False
+    max_rows: int = 0
+    extra_dims: bool = True
+    mask_kinds: tuple = ()
+    windows: bool = True
+    dtypes: tuple = ()
+    head_dims: tuple = ()
+
+    def __post_init__(self):
+        for key in ("self_attention_only", "no_padding", "positions_from_zero", "extra_dims", "windows"):
+            if not isinstance(getattr(self, key), bool):
+                raise TypeError(f"Domain.{key} is {getattr(self, key)!r}: True or False")
+        if isinstance(self.max_rows, bool) or not isinstance(self.max_rows, int) or self.max_rows < 0:
+            raise TypeError(f"Domain.max_rows is {self.max_rows!r}: an integer >= 0 (0: no limit)")
+        for key, known in (("mask_kinds", MASK_KINDS), ("dtypes", DTYPES)):
+            names = getattr(self, key)
+            if isinstance(names, str) or any(n not in known for n in names):
+                raise ValueError(f"Domain.{key} is {names!r}: a list among {', '.join(known)}")
+            object.__setattr__(self, key, tuple(names))
+        if isinstance(self.head_dims, str) or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in self.head_dims):
+            raise TypeError(f"Domain.head_dims is {self.head_dims!r}: a list of integers >= 1")
+        object.__setattr__(self, "head_dims", tuple(self.head_dims))
+
+    def to_hello(self) -> dict:
+        """The hello's "domain": the fields that differ from taking every input."""
+        default = Domain()
+        return {f.name: list(v) if isinstance(v, tuple) else v
+                for f in fields(self) if (v := getattr(self, f.name)) != getattr(default, f.name)}
+
+
+def declared_domain(backend) -> Optional[Domain]:
+    """The backend's ``domain`` attribute as a Domain (a dict is read by its keys), or None."""
+    declared = getattr(backend, "domain", None)
+    if declared is None or isinstance(declared, Domain):
+        return declared
+    if isinstance(declared, dict):
+        unknown = sorted(set(declared) - {f.name for f in fields(Domain)})
+        if unknown:
+            raise ValueError(f"the backend's domain has the unknown key {unknown[0]!r} "
+                             f"(known: {', '.join(f.name for f in fields(Domain))})")
+        return Domain(**declared)
+    raise TypeError(f"the backend's domain {declared!r} must be an attn_oracle.Domain or a dict of its fields")
+
+
 # ------------------------------------------------------------------ serving
 def hello(backend) -> dict:
     """What the worker says first: protocol, name, version, capabilities, decline hooks, outputs."""
@@ -294,6 +369,7 @@ def hello(backend) -> dict:
         "capabilities": served,
         "unsupported_hooks": [c for c in served if callable(getattr(backend, "unsupported_" + c, None))],
         "token_level_mask": bool(getattr(backend, "token_level_mask", False)),
+        **({"domain": domain.to_hello()} if (domain := declared_domain(backend)) is not None else {}),
     }
 
 
@@ -353,4 +429,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Served by the importable module, not this __main__ copy of it, so that
+    # the backend's attn_oracle.Domain is the class hello() knows.
+    from attn_oracle import worker
+
+    sys.exit(worker.main())

@@ -90,7 +90,10 @@ def test_the_planted_example_fails_and_its_printed_replay_line_reproduces_it(tmp
                     "--report", str(tmp_path / "report"), env={"ATTN_ORACLE_FAILURES_DIR": str(tmp_path / "failures")})
     assert done.returncode == 1, done.stdout + done.stderr
     lines = [line.strip() for line in done.stdout.splitlines()]
-    mismatch = lines[lines.index(next(l for l in lines if l.startswith("FAILED"))) + 1]
+    # Under the verdict, the first cluster's heading, then its first mismatch.
+    heading = lines.index(next(l for l in lines if l.startswith("FAILED"))) + 1
+    assert lines[heading].startswith("[1] wrong answer on ordinary inputs"), lines[heading]
+    mismatch = lines[heading + 1]
     replay = next(l for l in lines if l.startswith("replay: "))[len("replay: "):]
     assert replay.startswith(cli.program_name() + " replay --backend 'exec:")
     case_path = Path(next(l for l in lines if l.startswith("counterexample")).split(": ", 1)[1])

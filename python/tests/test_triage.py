@@ -51,3 +51,16 @@ def test_the_printed_decline_works_when_pasted_into_the_backend(tmp_path):
     assert eval(condition, {}, {"batch": batch})
     full = Batch(ids[:1], pos[:1], ids[:1], pos[:1], "padding", (-1, -1), 1)
     assert not eval(condition, {}, {"batch": full})
+
+
+def test_pytest_shows_the_clusters_deep_bug_first(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+           "ATTN_ORACLE_FAILURES_DIR": str(tmp_path / "failures")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+                           str(tmp_path), "-k", "metadata/matchesReference", "--attn-oracle-backend",
+                           "te_like_backend:Backend"], cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    out = done.stdout
+    assert "[1] wrong answer on ordinary inputs" in out, out
+    assert out.index("[1] wrong answer on ordinary inputs") < out.index("(a side with no tokens)"), out
+    assert "decline in def unsupported_metadata(self, batch)" in out, out

@@ -39,6 +39,15 @@ class Worker {
     auto has = [&](const char* name) { return std::find(h["outputs"].begin(), h["outputs"].end(), name) != h["outputs"].end(); };
     return ProducedOutputs{has("lse"), has("gradients"), has("small_seq_p")};
   }
+  // The hello's "domain" (checked by WorkerProcess); every input when it has
+  // none. Read once: every problem a property runs asks for it.
+  const InputDomain& domain() {
+    if (!domain_) {
+      const json& h = process_.hello();
+      domain_ = h.contains("domain") ? wire::read_domain(h["domain"]) : InputDomain{};
+    }
+    return *domain_;
+  }
   std::string version() { return hello_text("name") + " " + hello_text("version") + " (" + kWorkerProtocol + ")"; }
   BackendIdentity identity() { return {hello_text("name"), hello_text("version")}; }
 
@@ -94,6 +103,7 @@ class Worker {
 
  private:
   WorkerProcess process_;
+  std::optional<InputDomain> domain_;
 };
 
 template <class T, class F>
@@ -284,6 +294,7 @@ class ProcessBackend final : public Backend {
   }
   KvBufferCapability* kv_buffer() override { return worker_.serves("kv_buffer") ? &kv_buffer_ : nullptr; }
   ProducedOutputs outputs() const override { return worker_.outputs(); }
+  InputDomain domain() const override { return worker_.domain(); }
 
  private:
   std::string command_;

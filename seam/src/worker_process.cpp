@@ -113,6 +113,11 @@ void WorkerProcess::start() {
       fail("the worker's hello has outputs " + outputs.dump().substr(0, 200) +
                ": a list of the optional outputs it produces, each \"lse\", \"gradients\" or \"small_seq_p\"", false);
   }
+  if (h.contains("domain")) try {
+      wire::read_domain(h["domain"]);
+    } catch (const wire::ProtocolError& e) {
+      fail(std::string("the worker's hello has a bad domain: ") + e.what() + " (docs/protocol.md)", false);
+    }
   hello_ = h;
 }
 

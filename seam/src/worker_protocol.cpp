@@ -292,4 +292,64 @@ MicroSequenceMetadata read_micro_sequence(const Message& m) {
   return md;
 }
 
+namespace {
+
+[[noreturn]] void bad_domain(const std::string& key, const std::string& want, const nlohmann::json& got) {
+  throw ProtocolError("domain." + key + " is " + got.dump().substr(0, 100) + ": " + want);
+}
+
+bool domain_flag(const std::string& key, const nlohmann::json& v) {
+  if (!v.is_boolean()) bad_domain(key, "true or false", v);
+  return v.get<bool>();
+}
+
+// A list of names, each read by `parse` (nullopt: not a known name).
+template <class T, class Parse>
+std::vector<T> domain_names(const std::string& key, const nlohmann::json& v, Parse parse, const std::string& known) {
+  if (!v.is_array()) bad_domain(key, "a list of " + known, v);
+  std::vector<T> out;
+  for (const nlohmann::json& name : v) {
+    const std::optional<T> parsed = name.is_string() ? parse(name.get<std::string>()) : std::nullopt;
+    if (!parsed) bad_domain(key, "a list of " + known + ", and " + name.dump().substr(0, 40) + " is not one", v);
+    out.push_back(*parsed);
+  }
+  return out;
+}
+
+}  // namespace
+
+InputDomain read_domain(const nlohmann::json& domain) {
+  if (!domain.is_object()) throw ProtocolError("domain is " + domain.dump().substr(0, 100) + ": an object");
+  InputDomain d;
+  for (const auto& [key, v] : domain.items()) {
+    if (key == "self_attention_only") d.self_attention_only = domain_flag(key, v);
+    else if (key == "no_padding") d.no_padding = domain_flag(key, v);
+    else if (key == "positions_from_zero") d.positions_from_zero = domain_flag(key, v);
+    else if (key == "extra_dims") d.extra_dims = domain_flag(key, v);
+    else if (key == "windows") d.windows = domain_flag(key, v);
+    else if (key == "max_rows") {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0) bad_domain(key, "an integer >= 0 (0: no limit)", v);
+      d.max_rows = v.get<int64_t>();
+    } else if (key == "mask_kinds") {
+      d.mask_kinds = domain_names<MaskKind>(key, v, mask_kind_from_string,
+                                            "mask kinds (no_mask, padding, causal, padding_causal, causal_bottom_right, "
+                                            "padding_causal_bottom_right)");
+    } else if (key == "dtypes") {
+      d.dtypes = domain_names<attn_oracle::Dtype>(key, v, [](std::string_view n) { return attn_oracle::dtype_from_string(n); },
+                                     "dtypes (fp32, fp16, bf16)");
+    } else if (key == "head_dims") {
+      if (!v.is_array()) bad_domain(key, "a list of head dims >= 1", v);
+      for (const nlohmann::json& dim : v) {
+        if (!dim.is_number_integer() || dim.get<int64_t>() < 1) bad_domain(key, "a list of head dims >= 1", v);
+        d.head_dims.push_back(dim.get<int64_t>());
+      }
+    } else {
+      throw ProtocolError("domain has the unknown key \"" + key +
+                          "\" (known: self_attention_only, no_padding, positions_from_zero, max_rows, extra_dims, "
+                          "mask_kinds, windows, dtypes, head_dims)");
+    }
+  }
+  return d;
+}
+
 }  // namespace attn_oracle::wire

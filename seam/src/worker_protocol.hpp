@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attn_oracle/attention.hpp"
+#include "attn_oracle/input_domain.hpp"
 #include "attn_oracle/kv_buffer.hpp"
 #include "attn_oracle/metadata.hpp"
 #include "attn_oracle/sharding.hpp"
@@ -101,5 +102,10 @@ Metadata read_metadata(const Message& m);
 AttentionResult read_attention_result(const Message& m, bool backward, const ProducedOutputs& produced);
 SmallSeqResult read_small_seq_result(const Message& m, bool backward, const ProducedOutputs& produced);
 MicroSequenceMetadata read_micro_sequence(const Message& m);
+
+// The hello's "domain" object (docs/protocol.md): every key optional, an
+// unknown key, mask kind or dtype, or a value of the wrong type is a
+// ProtocolError naming the key.
+InputDomain read_domain(const nlohmann::json& domain);
 
 }  // namespace attn_oracle::wire

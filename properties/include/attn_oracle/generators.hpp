@@ -28,6 +28,7 @@
 
 #include "attn_oracle/attention.hpp"
 #include "attn_oracle/error.hpp"
+#include "attn_oracle/input_domain.hpp"
 #include "attn_oracle/packed_batch.hpp"
 
 namespace attn_oracle {
@@ -54,6 +55,9 @@ struct BatchSpec {
   Window window;
   int spare_capacity = 0;  // M = highest id used + spare_capacity
   int q_trailing = 0, kv_trailing = 0;  // extra trailing padding (padding kinds)
+  // A padding kind drawn without padding tokens: gaps and trailing padding are
+  // left out and short rows grow their last document, as non-padding kinds do.
+  bool no_padding = false;
   SideSpec q, kv;
   // One list of rows per broadcast slice: slices[s][b] is row b of slice s.
   std::vector<std::vector<std::vector<DocSpec>>> slices;
@@ -83,7 +87,18 @@ struct BatchOptions {
   // for properties that compare a kernel with itself on two masks.
   bool contiguous_positions = false;
   int tile_edge_weight = 1;  // how often (of 21 + this) a batch draws tile-edge lengths
+  // The backend's domain (input_domain.hpp): batches are drawn inside it (q
+  // drawn and copied to kv for self-attention; no gaps or trailing padding;
+  // positions from 0; rows, extra dims, mask kinds and windows it takes), and
+  // attention_draw takes its dtypes and head dims.
+  InputDomain domain = {};
 };
+
+// The mask kinds a batch may be drawn with: the domain's, of the padding kinds
+// only when !any_mask. Empty when the two exclude each other.
+std::vector<MaskKind> drawable_masks(const BatchOptions& options);
+// Options with the backend's domain, for a property's draw.
+BatchOptions within(const InputDomain& domain, BatchOptions options = {});
 
 rc::Gen<PackedBatch> packed_batch(BatchOptions options = {});
 
@@ -93,7 +108,10 @@ struct InvalidBatch {
   PackedBatch batch;
   ErrorCode expected;
 };
-rc::Gen<InvalidBatch> invalid_batch();
+// Drawn inside the domain's shape fields (input_domain.hpp): the base batch
+// within the domain, the violations the domain's calls can carry, planted into
+// both sides of a self-attention batch.
+rc::Gen<InvalidBatch> invalid_batch(const InputDomain& domain = {});
 
 // ------------------------------------------------------------------- attention
 struct AttentionDraw {
@@ -102,7 +120,7 @@ struct AttentionDraw {
 };
 // Heads: heads_kv in 1..2, heads_q = heads_kv x group, group in {1, 2, 4} ({2, 4}
 // with `gqa`). Head dims mostly {1, 2, 4, 8}, 4 draws in 14 the kernels' 64, 128
-// or 256. At most 2 rows; documents mostly short, and 5 batches in 26 in the
+// or 256; a domain with head dims draws among those. Dtypes among the domain's. At most 2 rows; documents mostly short, and 5 batches in 26 in the
 // tile-edge mode (sides of 63..65 and 127..129 tokens: a kernel that drops keys
 // past a tile or a buffer shows there).
 struct AttentionOptions {
@@ -158,6 +176,10 @@ struct SmallSeqOptions {
   int max_docs = 6;           // documents per row
   bool backward = true;
   bool low_precision = true;  // fp16 / bf16 as well as fp32
+  // The backend's domain: its mask kinds (non-padding ones for no padding),
+  // rows, windows, dtypes and head dims; positions from 0 put every query at
+  // its document's first key, position 0. Self-attention it cannot take.
+  InputDomain domain = {};
 };
 // Heads as attention_draw (heads_kv 1..2, group {1, 2, 4}, head dims mostly
 // {1, 2, 4, 8}, sometimes 64), every mask kind, windows sometimes.
@@ -186,6 +208,8 @@ namespace attn_oracle {
 // Small batches with arbitrary ids, positions, M and shapes (tiny value ranges,
 // so that several violations often meet in one input): valid or not, the
 // backend must give exactly the reference's answer, precedence included.
-rc::Gen<PackedBatch> arbitrary_batch();
+// Inside the domain's shape fields: its mask kinds, rows and extra dims, and q
+// copied to kv for self-attention.
+rc::Gen<PackedBatch> arbitrary_batch(const InputDomain& domain = {});
 
 }  // namespace attn_oracle

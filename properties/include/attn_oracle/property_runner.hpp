@@ -46,7 +46,15 @@ struct PropertyDef {
   std::function<void(Backend&, const Case&)> check;    // fail_case / decline_case
   std::optional<Capability> also_needs = std::nullopt;  // a second capability, skipped likewise
   std::vector<Output> needs_outputs = {};  // skipped, with the reason, on a backend that does not produce one
+  // Why this property cannot draw inside a backend's domain (input_domain.hpp):
+  // it needs padding, extra dims, positions away from 0, ... Skipped with the
+  // reason before any draw; nullopt (or no function) when it can.
+  std::function<std::optional<std::string>(const InputDomain&)> excluded_by = {};
 };
+
+// Why `property` is skipped on `backend` before any draw: a capability or an
+// output it lacks, or a domain that excludes what the property needs.
+std::optional<std::string> skipped_before_drawing(const PropertyDef& property, Backend& backend);
 
 // The optional outputs (attention.hpp) a property of this capability would
 // judge that the backend does not produce: "lse" for a backend without lse.
@@ -116,6 +124,8 @@ struct PropertyOutcome {
   std::string property, backend, backend_version;
   uint64_t seed = 0;
   int drawn = 0, passed = 0, declined = 0, failed = 0;  // draws of this process
+  // Draws neither declined nor skipped: what the verdict rests on.
+  int judged() const { return passed + failed; }
   std::map<std::string, int> decline_reasons;  // reason (numbers blanked) -> draws
   // class ("mask causal", "dtype bf16", "backward") -> (draws, declined draws)
   std::map<std::string, std::pair<int, int>> classes;
@@ -143,6 +153,10 @@ void settle_status(PropertyOutcome& o);
 std::vector<std::string> wholly_declined_classes(const PropertyOutcome& o);
 // "lse not compared (the backend does not produce it)", or "" when all were.
 std::string not_compared_line(const PropertyOutcome& o);
+// "judged only 7 of 100 draws" when a passing property judged fewer than a
+// tenth of its draws (the rest declined: a pass that says little, shown as
+// "passed, but judged only 7 of 100 draws"), else "". The verdict stays passed.
+std::string thin_judgement(const PropertyOutcome& o);
 
 using ProgressFn = std::function<void(int draws_done, int draws_total)>;
 

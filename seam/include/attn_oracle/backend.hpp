@@ -15,6 +15,7 @@
 
 #include "attn_oracle/attention.hpp"
 #include "attn_oracle/error.hpp"
+#include "attn_oracle/input_domain.hpp"
 #include "attn_oracle/kv_buffer.hpp"
 #include "attn_oracle/metadata.hpp"
 #include "attn_oracle/packed_batch.hpp"
@@ -30,7 +31,7 @@ enum class Capability { metadata, attention, attention_buffers, small_seq, shard
 std::string_view to_string(Capability capability);
 
 // Every capability can decline a problem with a reason (`unsupported`): a layout
-// or size the code under test does not take. A declined draw is counted with its
+// or size the code under test does not take that Backend::domain() cannot say. A declined draw is counted with its
 // reason and never judged; a property whose every draw is declined is SKIPPED.
 class MetadataCapability {
  public:
@@ -144,6 +145,10 @@ class Backend {
   // Its name() and version(), unless they depend on how it was started (an
   // `exec:` backend's name is its command line; its identity is its worker's).
   virtual BackendIdentity identity() const { return {name(), version()}; }
+  // The inputs this backend takes (input_domain.hpp): the generators draw inside
+  // it, and every problem a property runs is asked of it (and of the
+  // capability's `unsupported` hook) first. Every input unless it says otherwise.
+  virtual InputDomain domain() const { return {}; }
 
   bool has(Capability capability);
   std::vector<Capability> capabilities();

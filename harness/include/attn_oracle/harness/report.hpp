@@ -44,6 +44,7 @@ struct CheckResult {
 struct BackendInfo {
   std::string name, version;
   std::vector<std::string> capabilities;
+  std::string domain = "every input";  // to_string(Backend::domain())
 };
 
 struct CheckReport {
@@ -74,6 +75,9 @@ CheckResult listed_skip(const std::string& property, const Backend& backend, con
 std::string format_ratio(const std::optional<double>& ratio);
 // "passed 100 0.42", "FAILED 3 inf", "skipped": one table cell (verdict, draws passed, worst ratio).
 std::string table_cell(const CheckResult& r);
+// The verdict as printed: "passed, but judged only 7 of 100 draws" for a pass
+// that rests on fewer than a tenth of its draws (thin_judgement), else the verdict.
+std::string verdict_text(const CheckResult& r);
 
 // attn-oracle's version and commit, and the compiler it was built with.
 std::vector<std::pair<std::string, std::string>> suite_versions();

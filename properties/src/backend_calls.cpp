@@ -1,0 +1,88 @@
+// backend_calls.cpp: see backend_calls.hpp.
+#include "attn_oracle/backend_calls.hpp"
+
+#include "attn_oracle/property_check.hpp"
+
+namespace attn_oracle {
+namespace {
+
+std::optional<std::string> outside(const Backend& backend, const auto& problem) {
+  if (auto why = outside_domain(backend.domain(), problem)) return "outside the backend's domain: " + *why;
+  return std::nullopt;
+}
+
+std::optional<std::string> hook(std::optional<std::string> reason) {
+  if (reason) return "unsupported: " + *reason;
+  return std::nullopt;
+}
+
+void decline_if(const std::optional<std::string>& reason) {
+  if (reason) decline_case(*reason);
+}
+
+}  // namespace
+
+std::optional<std::string> metadata_declines(Backend& backend, const PackedBatch& batch) {
+  if (auto why = outside(backend, batch)) return why;
+  return hook(backend.metadata()->unsupported(batch));
+}
+
+void require_metadata_takes(Backend& backend, const PackedBatch& batch) { decline_if(metadata_declines(backend, batch)); }
+
+Expected<Metadata> call_metadata(Backend& backend, const PackedBatch& batch) {
+  require_metadata_takes(backend, batch);
+  Expected<Metadata> md = backend.metadata()->metadata(batch);
+  if (!md) decline_if_unsupported(md.error());
+  return md;
+}
+
+std::optional<std::string> attention_declines(Backend& backend, const AttentionProblem& problem) {
+  if (auto why = outside(backend, problem)) return why;
+  return hook(backend.attention()->unsupported(problem));
+}
+
+void require_attention_takes(Backend& backend, const AttentionProblem& problem) {
+  decline_if(attention_declines(backend, problem));
+}
+
+Expected<AttentionResult> call_attention(Backend& backend, const AttentionProblem& problem,
+                                         const AttentionInputs& inputs) {
+  require_attention_takes(backend, problem);
+  return backend.attention()->attention(problem, inputs);
+}
+
+std::optional<Error> call_attention_into(Backend& backend, const AttentionProblem& problem,
+                                         const AttentionInputs& inputs, const AttentionCapability::Buffers& buffers) {
+  require_attention_takes(backend, problem);
+  return backend.attention()->attention_into(problem, inputs, buffers);
+}
+
+std::optional<std::string> small_seq_declines(Backend& backend, const AttentionProblem& problem) {
+  if (auto why = outside(backend, problem)) return why;
+  return hook(backend.small_seq()->unsupported(problem));
+}
+
+void require_small_seq_takes(Backend& backend, const AttentionProblem& problem) {
+  decline_if(small_seq_declines(backend, problem));
+}
+
+void require_inside_domain(Backend& backend, const AttentionProblem& problem) { decline_if(outside(backend, problem)); }
+
+Expected<SmallSeqResult> call_small_seq(Backend& backend, const AttentionProblem& problem,
+                                        const AttentionInputs& inputs) {
+  require_small_seq_takes(backend, problem);
+  return backend.small_seq()->small_seq(problem, inputs);
+}
+
+void require_kv_buffer_takes(Backend& backend, const KvBufferProblem& problem) {
+  decline_if(outside(backend, problem));
+  decline_if(hook(backend.kv_buffer()->unsupported(problem)));
+}
+
+void require_sharding_takes(Backend& backend, const Sharding& sharding, const ShardedShapes& shapes,
+                            const AttentionProblem& problem) {
+  decline_if(outside(backend, problem));
+  decline_if(hook(backend.sharding()->unsupported(sharding, shapes)));
+}
+
+}  // namespace attn_oracle

@@ -1,0 +1,71 @@
+"""A backend's declared domain (docs/python.md): attn_oracle.Domain checks its
+fields and goes into the hello; `check` on a self-attention-only backend that
+declares it judges the draws instead of declining them, and skips what the
+domain excludes with the reason. About 10 s."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from support import REPO
+
+from attn_oracle import Domain, worker
+
+
+class Declares:
+    def __init__(self, domain):
+        self.domain = domain
+
+    def metadata(self, batch):
+        return {}
+
+
+def test_the_hello_carries_the_fields_that_narrow_the_domain():
+    assert "domain" not in worker.hello(object())
+    declared = Domain(self_attention_only=True, mask_kinds=["causal", "no_mask"], head_dims=[64])
+    assert worker.hello(Declares(declared))["domain"] == {
+        "self_attention_only": True, "mask_kinds": ["causal", "no_mask"], "head_dims": [64]}
+    assert worker.hello(Declares({"no_padding": True, "max_rows": 1}))["domain"] == {"no_padding": True, "max_rows": 1}
+
+
+@pytest.mark.parametrize("fields, key", [({"mask_kinds": ["sideways"]}, "mask_kinds"), ({"dtypes": ["fp64"]}, "dtypes"),
+                                         ({"no_padding": "yes"}, "no_padding"), ({"max_rows": -1}, "max_rows"),
+                                         ({"head_dims": [0]}, "head_dims"), ({"mask_kinds": "causal"}, "mask_kinds")])
+def test_a_bad_field_is_refused_naming_it(fields, key):
+    with pytest.raises((TypeError, ValueError), match=f"Domain.{key}"):
+        Domain(**fields)
+
+
+def test_an_unknown_key_is_refused_naming_it():
+    with pytest.raises(ValueError, match="unknown key 'self_attention'"):
+        worker.hello(Declares({"self_attention": True}))
+    with pytest.raises(TypeError, match="attn_oracle.Domain or a dict"):
+        worker.hello(Declares(("causal",)))
+
+
+def check(tmp_path, prefix, cases):
+    env = {**os.environ, "ATTN_ORACLE_FAILURES_DIR": str(tmp_path / "failures")}
+    done = subprocess.run([sys.executable, "-m", "attn_oracle", "check", "examples.self_attention_backend:Backend",
+                           "--filter", prefix, "--cases", str(cases), "--report", str(tmp_path / prefix)],
+                          cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads((tmp_path / prefix / "conformance.json").read_text())["results"], done.stdout
+
+
+def test_a_self_attention_backend_is_judged_on_its_draws(tmp_path):
+    cases = 20
+    metadata, printed = check(tmp_path, "metadata/", cases)
+    results = metadata + check(tmp_path, "attention/matchesReference", cases)[0]
+    judged = {r["property"]: r["draws"]["judged"] for r in results if r["verdict"] == "passed"}
+    skipped = {r["property"]: r.get("message", "") for r in results if r["verdict"] == "skipped"}
+    # Like numpy_backend, the example declines invalid inputs (and a batch of
+    # zero tokens): the valid draws are judged, a pass on arbitrary ones says
+    # how little it rests on.
+    invalid = "metadata/arbitraryInputsMatchReference"
+    assert {"metadata/matchesReference", "attention/matchesReference", invalid} <= set(judged)
+    assert all(n >= 0.9 * cases for p, n in judged.items() if p != invalid), judged
+    assert f"passed, but judged only {judged[invalid]} of {cases} draws" in printed
+    assert "excludes what it needs: it inserts padding tokens" in skipped["metadata/trailingPaddingChangesNothing"]
+    assert all(r["draws"]["total"] == 0 for r in results if r["verdict"] == "skipped" and "domain" in r.get("message", ""))

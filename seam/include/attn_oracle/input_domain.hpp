@@ -1,0 +1,73 @@
+// input_domain.hpp: the inputs a backend takes, declared once (Backend::domain(),
+// the `domain` of a worker's hello, a Python backend's `domain` attribute), so
+// that the generators draw inside it and a budget of N draws judges about N.
+// The `unsupported` hooks stay for what a domain cannot say (a size limit, a
+// combination of fields).
+//
+// A domain has shape fields (the kind of call: self-attention, rows, extra
+// dims, mask kinds, windows, dtypes, head dims) and content fields (what the
+// ids and positions of a *valid* input look like: no padding, positions from
+// 0). An invalid input is inside the domain when its shape fields hold: its
+// violation is what the invalid-input properties judge, and breaking a content
+// field is often that very violation (padding under a non-padding mask,
+// positions that do not increase).
+//
+// Checked by tests/input_domain_test.cpp.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attn_oracle/attention.hpp"
+#include "attn_oracle/kv_buffer.hpp"
+#include "attn_oracle/packed_batch.hpp"
+
+namespace attn_oracle {
+
+struct InputDomain {
+  // q and kv are one batch: the same ids, positions, T and extra dims on both
+  // sides (transformers, Megatron-core and flex attention packing take one
+  // position_ids / document_ids tensor).
+  bool self_attention_only = false;
+  // No padding token (id 0) on either side; padding mask kinds may still be
+  // taken, on rows that documents fill.
+  bool no_padding = false;
+  // Every document's positions are 0, 1, 2, ... on both sides (no offset
+  // micro-sequences, no context-parallel stripes).
+  bool positions_from_zero = false;
+  // The most rows B a batch may have (1: one row); 0 for no limit.
+  int64_t max_rows = 0;
+  // Whether extra (vmapped) leading dims before [B, T] are taken.
+  bool extra_dims = true;
+  // The mask kinds taken; empty for all six.
+  std::vector<MaskKind> mask_kinds;
+  // Whether a sliding window other than (-1, -1) is taken.
+  bool windows = true;
+  // The dtypes taken; empty for all three.
+  std::vector<Dtype> dtypes;
+  // The head dims taken; empty for any.
+  std::vector<int64_t> head_dims;
+
+  bool takes_mask(MaskKind kind) const;
+  bool takes_dtype(Dtype dtype) const;
+  bool takes_head_dim(int64_t head_dim) const;
+  bool takes_everything() const;
+  bool operator==(const InputDomain&) const = default;
+};
+
+// "self-attention only, no padding, masks causal and no_mask, ..." or "every input".
+std::string to_string(const InputDomain& domain);
+
+// Why the input lies outside the domain ("q and kv differ: the backend takes
+// self-attention only"), or nullopt when it is inside. Never throws, whatever
+// the input (shapes that do not even validate included).
+std::optional<std::string> outside_domain(const InputDomain& domain, const PackedBatch& batch);
+// The batch, and the dtype and head dim (attention, small-seq, sharding).
+std::optional<std::string> outside_domain(const InputDomain& domain, const AttentionProblem& problem);
+// The dtype and head dim only: a K/V buffer problem is a whole sequence of
+// documents whose layout the K/V buffer capability itself defines.
+std::optional<std::string> outside_domain(const InputDomain& domain, const KvBufferProblem& problem);
+
+}  // namespace attn_oracle

@@ -1,0 +1,117 @@
+// input_domain.cpp: whether an input lies inside a backend's declared domain
+// (input_domain.hpp). Reads raw arrays defensively: the invalid-input
+// properties ask about inputs whose shapes do not validate.
+#include "attn_oracle/input_domain.hpp"
+
+#include <algorithm>
+
+#include "attn_oracle/validate.hpp"
+
+namespace attn_oracle {
+namespace {
+
+template <class T>
+bool listed_or_empty(const std::vector<T>& list, const T& value) {
+  return list.empty() || std::find(list.begin(), list.end(), value) != list.end();
+}
+
+template <class T>
+std::string listed(const std::vector<T>& values) {
+  std::string out;
+  for (size_t i = 0; i < values.size(); ++i) {
+    out += i == 0 ? "" : i + 1 == values.size() ? " and " : ", ";
+    if constexpr (std::is_same_v<T, int64_t>) out += std::to_string(values[i]);
+    else out += std::string(to_string(values[i]));
+  }
+  return out;
+}
+
+bool consistent(const IntArray& a) { return static_cast<int64_t>(a.data.size()) == shape_product(a.shape); }
+
+std::optional<std::string> shape_fields(const InputDomain& d, const PackedBatch& batch) {
+  if (!d.takes_mask(batch.mask))
+    return "mask " + std::string(to_string(batch.mask)) + "; the backend takes masks " + listed(d.mask_kinds);
+  if (!d.windows && batch.window != Window{})
+    return "window (" + std::to_string(batch.window.left) + ", " + std::to_string(batch.window.right) +
+           "); the backend takes no windows";
+  if (d.self_attention_only && batch.q != batch.kv)
+    return "q and kv differ; the backend takes self-attention only (the same ids, positions, T and extra dims)";
+  for (const auto& [name, side] : {std::pair{"q", &batch.q}, std::pair{"kv", &batch.kv}}) {
+    const Shape& shape = side->segment_ids.shape;
+    if (!d.extra_dims && shape.size() > 2)
+      return std::string(name) + " ids of shape " + shape_to_string(shape) + "; the backend takes no extra leading dims";
+    if (d.max_rows > 0 && shape.size() >= 2 && shape[shape.size() - 2] > d.max_rows)
+      return std::to_string(shape[shape.size() - 2]) + " rows; the backend takes at most " + std::to_string(d.max_rows);
+  }
+  return std::nullopt;
+}
+
+// A padding token, or a document whose positions do not run 0, 1, 2, ...
+std::optional<std::string> content_fields(const InputDomain& d, const char* name, const PackedSide& side) {
+  const IntArray &ids = side.segment_ids, &pos = side.segment_pos;
+  if (ids.shape.empty() || !consistent(ids) || !consistent(pos)) return std::nullopt;
+  const int64_t len = ids.shape.back(), pos_size = std::max<int64_t>(1, shape_product(pos.shape));
+  for (int64_t t = 0; t < static_cast<int64_t>(ids.data.size()); ++t) {
+    const int64_t id = ids.data[t], row = len > 0 ? t / len : 0, col = len > 0 ? t % len : 0;
+    const std::string at = std::string(name) + " row " + std::to_string(row) + " token " + std::to_string(col);
+    if (d.no_padding && id == 0) return "a padding token (id 0) at " + at + "; the backend takes no padding";
+    if (!d.positions_from_zero || id == 0 || pos.data.empty()) continue;
+    const bool starts = col == 0 || ids.data[t - 1] != id;
+    const int64_t want = starts ? 0 : pos.data[(t - 1) % pos_size] + 1;
+    if (pos.data[t % pos_size] != want)
+      return "position " + std::to_string(pos.data[t % pos_size]) + " at " + at + " (document " + std::to_string(id) +
+             "); the backend takes positions 0, 1, 2, ... in every document";
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> tensor_fields(const InputDomain& d, const AttentionShape& shape) {
+  if (!d.takes_dtype(shape.dtype))
+    return "dtype " + std::string(to_string(shape.dtype)) + "; the backend takes " + listed(d.dtypes);
+  if (!d.takes_head_dim(shape.head_dim))
+    return "head_dim " + std::to_string(shape.head_dim) + "; the backend takes " + listed(d.head_dims);
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool InputDomain::takes_mask(MaskKind kind) const { return listed_or_empty(mask_kinds, kind); }
+bool InputDomain::takes_dtype(Dtype dtype) const { return listed_or_empty(dtypes, dtype); }
+bool InputDomain::takes_head_dim(int64_t head_dim) const { return listed_or_empty(head_dims, head_dim); }
+bool InputDomain::takes_everything() const { return *this == InputDomain{}; }
+
+std::string to_string(const InputDomain& d) {
+  if (d.takes_everything()) return "every input";
+  std::vector<std::string> parts;
+  if (d.self_attention_only) parts.emplace_back("self-attention only");
+  if (d.no_padding) parts.emplace_back("no padding");
+  if (d.positions_from_zero) parts.emplace_back("positions from 0");
+  if (d.max_rows > 0) parts.push_back("at most " + std::to_string(d.max_rows) + (d.max_rows == 1 ? " row" : " rows"));
+  if (!d.extra_dims) parts.emplace_back("no extra dims");
+  if (!d.mask_kinds.empty()) parts.push_back("masks " + listed(d.mask_kinds));
+  if (!d.windows) parts.emplace_back("no windows");
+  if (!d.dtypes.empty()) parts.push_back("dtypes " + listed(d.dtypes));
+  if (!d.head_dims.empty()) parts.push_back("head dims " + listed(d.head_dims));
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
+  return out;
+}
+
+std::optional<std::string> outside_domain(const InputDomain& d, const PackedBatch& batch) {
+  if (auto why = shape_fields(d, batch)) return why;
+  if (!d.no_padding && !d.positions_from_zero) return std::nullopt;
+  if (!validate(batch)) return std::nullopt;  // content fields describe valid inputs
+  if (auto why = content_fields(d, "q", batch.q)) return why;
+  return content_fields(d, "kv", batch.kv);
+}
+
+std::optional<std::string> outside_domain(const InputDomain& d, const AttentionProblem& problem) {
+  if (auto why = tensor_fields(d, problem.shape)) return why;
+  return outside_domain(d, problem.batch);
+}
+
+std::optional<std::string> outside_domain(const InputDomain& d, const KvBufferProblem& problem) {
+  return tensor_fields(d, problem.shape);
+}
+
+}  // namespace attn_oracle
