@@ -278,9 +278,7 @@ PropertyFailure shrink_crash(const PropertyDef& p, Backend& b, const RunSettings
     f.case_path = keep_counterexample(written.value(), b.identity(), p.id, s);
   std::error_code ec;
   std::filesystem::remove(file, ec);
-  f.replay_command = s.program + " replay --backend " + shell_word(b.name()) + " " + shell_word(f.case_path);
-  f.rerun_command = s.program + " check --backend " + shell_word(b.name()) + " --filter " + p.id + " --seed " +
-                    std::to_string(s.seed) + " --cases " + std::to_string(s.cases);
+  set_replay_commands(f, s, b.name(), p.id, true);
   return f;
 }
 
@@ -293,8 +291,7 @@ PropertyFailure stored_crash(const PropertyDef& p, Backend& b, const RunSettings
   f.signature = std::string(kCrashSignature);
   f.from_store = true;
   f.case_path = case_path;
-  f.replay_command = s.program + " replay --backend " + shell_word(b.name()) + " " + shell_word(case_path);
-  f.rerun_command = s.program + " check --backend " + shell_word(b.name()) + " --filter " + p.id;
+  set_replay_commands(f, s, b.name(), p.id, false);
   return f;
 }
 

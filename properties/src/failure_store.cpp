@@ -102,8 +102,7 @@ PropertyFailure stored_failure(const PropertyDef& property, Backend& backend, co
   f.counterexample = std::move(c);
   f.from_store = true;
   f.case_path = path;
-  f.replay_command = s.program + " replay --backend " + shell_word(backend.name()) + " " + shell_word(path);
-  f.rerun_command = s.program + " check --backend " + shell_word(backend.name()) + " --filter " + property.id;
+  set_replay_commands(f, s, backend.name(), property.id, false);
   return f;
 }
 

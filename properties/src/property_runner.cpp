@@ -216,9 +216,7 @@ void save(PropertyFailure& f, const PropertyOutcome& out, const RunSettings& s, 
                           std::to_string(s.seed) + ", draw " + std::to_string(f.draw) + ", " +
                           std::to_string(f.shrinks) + " shrinks): " + f.message;
   f.case_path = keep_counterexample(f.counterexample, backend.identity(), out.property, s);
-  f.replay_command = s.program + " replay --backend " + shell_word(out.backend) + " " + shell_word(f.case_path);
-  f.rerun_command = s.program + " check --backend " + shell_word(out.backend) + " --filter " + out.property + " --seed " +
-                    std::to_string(s.seed) + " --cases " + std::to_string(s.cases);
+  set_replay_commands(f, s, out.backend, out.property, true);
 }
 
 // "max_success=200 seed=7": RapidCheck's RC_PARAMS syntax; other keys are RapidCheck's own.
@@ -323,6 +321,13 @@ std::string failure_signature(const std::string& message) {
   const size_t colon = message.find(':');
   std::string lead = colon == std::string::npos ? message : message.substr(0, colon);
   return blank_numbers(lead.substr(0, 120));
+}
+
+void set_replay_commands(PropertyFailure& f, const RunSettings& s, const std::string& backend,
+                         const std::string& property, bool this_run) {
+  f.replay_command = s.program + " replay --backend " + shell_word(backend) + " " + shell_word(f.case_path);
+  f.rerun_command = s.program + " check --backend " + shell_word(backend) + " --filter " + property;
+  if (this_run) f.rerun_command += " --seed " + std::to_string(s.seed) + " --cases " + std::to_string(s.cases);
 }
 
 std::string shell_word(const std::string& text) {

@@ -184,6 +184,12 @@ Judgement check_recorded_property(Backend& backend, const Case& c);
 // tells two failures of a property apart.
 std::string failure_signature(const std::string& message);
 
+// Sets f's replay line (its case_path on `backend`) and rerun line (the
+// property with the run's seed and budget; `this_run` false for a stored case,
+// which no seed of this run reproduces: the property alone).
+void set_replay_commands(PropertyFailure& f, const RunSettings& s, const std::string& backend,
+                         const std::string& property, bool this_run);
+
 // Text as one word of a POSIX shell command line, quoted only when it needs to
 // be (an `exec:COMMAND` backend name), for the replay and rerun lines.
 std::string shell_word(const std::string& text);
