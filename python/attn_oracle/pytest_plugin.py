@@ -117,6 +117,12 @@ def run_property(target: str, property_id: str, check_args: Sequence[str] = ()) 
     return run_properties(target, [property_id], check_args)[property_id]
 
 
+def _distributed(config: pytest.Config) -> bool:
+    """True in a pytest-xdist worker: it holds every item but runs only those it
+    is sent, so its items run a property each, as before they shared a run."""
+    return hasattr(config, "workerinput")
+
+
 class SharedRun:
     """One check run for every selected property of a backend, started by the
     first of them to run; ``selected`` names them (the session's items, after
@@ -182,6 +188,8 @@ def conformance_test(target: str, *check_args: str):
     @pytest.mark.parametrize("property_id", property_ids())
     def test_property(property_id: str, request: pytest.FixtureRequest) -> None:
         def selected() -> list[str]:
+            if _distributed(request.config):
+                return [property_id]
             return [item.callspec.params["property_id"] for item in request.session.items
                     if getattr(item, "function", None) is test_property and hasattr(item, "callspec")]
 
@@ -220,6 +228,8 @@ class PropertyItem(pytest.Item):
         suite = self.parent
 
         def selected() -> list[str]:
+            if _distributed(self.config):
+                return [self.property_id]
             return [item.property_id for item in self.session.items
                     if isinstance(item, PropertyItem) and item.parent is suite]
 
