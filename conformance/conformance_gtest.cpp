@@ -8,7 +8,10 @@
 //  - runs its property in a child process (isolation.hpp) unless
 //    ATTN_ORACLE_ISOLATE=0, so that a backend that crashes or hangs (no answer
 //    within ATTN_ORACLE_CASE_TIMEOUT seconds, default 120) fails this test with
-//    the case it crashed on, and the other tests still run;
+//    the case it crashed on, and the other tests still run. A backend that
+//    isolates itself (an exec: worker) runs in this process instead, one
+//    backend object per name for the binary's life, so that one worker serves
+//    every test the binary runs;
 //  - honours the skip and expected-failure lists named by ATTN_ORACLE_SKIPS and
 //    ATTN_ORACLE_XFAILS (test_lists.hpp; attn_oracle_add_conformance sets them):
 //    an expected failure that fails passes, one that passes fails (XPASS);
@@ -73,7 +76,25 @@ std::string file_text(const std::string& path) {
   return s.str();
 }
 
-void write_result(const CheckResult& r, const RunSettings& s) {
+// The backend a test runs on. One that isolates itself is kept for the
+// binary's life: made per test, it would start a worker per test.
+Backend* backend_for(const std::string& name, std::unique_ptr<Backend>& fresh) {
+  static std::map<std::string, std::unique_ptr<Backend>> kept;
+  if (auto it = kept.find(name); it != kept.end()) return it->second.get();
+  fresh = BackendRegistry::instance().make(name);
+  if (fresh && fresh->isolates_itself()) return (kept[name] = std::move(fresh)).get();
+  return fresh.get();
+}
+
+// The worker starts since `before`: each result file counts its own test's,
+// so that `report merge` sums them to the run's.
+std::optional<WorkerStarts> starts_since(const Backend& backend, const std::optional<WorkerStarts>& before) {
+  std::optional<WorkerStarts> now = backend.worker_starts();
+  if (now && before) now->total -= before->total, now->restarts -= before->restarts;
+  return now;
+}
+
+void write_result(const CheckResult& r, const RunSettings& s, Backend& backend, const std::optional<WorkerStarts>& before) {
   const char* dir = std::getenv("ATTN_ORACLE_RESULTS_DIR");
   if (!dir || !*dir) return;
   CheckReport report;
@@ -83,9 +104,9 @@ void write_result(const CheckResult& r, const RunSettings& s) {
   report.shards = {std::to_string(s.shard_index + 1) + "/" + std::to_string(s.shard_count)};
   report.failures_dir = std::filesystem::absolute(s.failures_dir).string();
   report.store = s.use_store;
-  auto backend = BackendRegistry::instance().make(r.outcome.backend);
-  BackendInfo info{backend->name(), backend->version(), {}};
-  for (Capability c : backend->capabilities()) info.capabilities.emplace_back(to_string(c));
+  BackendInfo info{backend.name(), backend.version(), {}};
+  info.worker_starts = starts_since(backend, before);
+  for (Capability c : backend.capabilities()) info.capabilities.emplace_back(to_string(c));
   report.backends = {info};
   report.results = {r};
   std::string stem = r.id() + ".shard-" + std::to_string(s.shard_index + 1) + "-of-" + std::to_string(s.shard_count);
@@ -114,8 +135,10 @@ std::string failures_text(const CheckResult& r) {
 class Property : public testing::TestWithParam<ConformanceParam> {};
 
 TEST_P(Property, Check) {
-  std::unique_ptr<Backend> backend = BackendRegistry::instance().make(GetParam().backend);
+  std::unique_ptr<Backend> fresh;
+  Backend* backend = backend_for(GetParam().backend, fresh);
   ASSERT_NE(backend, nullptr);
+  const std::optional<WorkerStarts> before = backend->worker_starts();
   const PropertyDef* property = find_property(GetParam().property);
   ASSERT_NE(property, nullptr);
   std::string error;
@@ -126,18 +149,19 @@ TEST_P(Property, Check) {
   RunSettings settings = default_run_settings();
   settings.program = this_program();
   if (skips && skips->match(backend->name(), backend->version(), property->id)) {
-    write_result(listed_skip(property->id, *backend, *skips), settings);
+    write_result(listed_skip(property->id, *backend, *skips), settings, *backend, before);
     GTEST_SKIP() << listed_skip(property->id, *backend, *skips).note;
   }
   const char* isolate = std::getenv("ATTN_ORACLE_ISOLATE");
   IsolationSettings isolation{settings.program};
   if (const char* timeout = std::getenv("ATTN_ORACLE_CASE_TIMEOUT"); timeout && std::atof(timeout) > 0)
     isolation.case_timeout_seconds = std::atof(timeout);
-  const PropertyOutcome o = isolate && std::string(isolate) == "0"
+  const PropertyOutcome o = (isolate && std::string(isolate) == "0") || backend->isolates_itself()
                                 ? run_property(*property, *backend, settings)
                                 : run_property_isolated(*property, *backend, settings, isolation);
   const CheckResult r = verdict_of(o, xfails ? &*xfails : nullptr);
-  write_result(r, settings);
+  write_result(r, settings, *backend, before);
+  if (const auto starts = backend->worker_starts()) std::cout << "[ worker   ] " << worker_starts_line(*starts) << " in this process\n";
   RecordProperty("draws", o.drawn);
   RecordProperty("declined", o.declined);
   for (const std::string& line : store_lines(o.store)) std::cout << "[ store    ] " << line << "\n";

@@ -2,8 +2,9 @@
 // reference and on planted backends: report files identical for the same seed
 // (times aside), a failure exits 1 with its counterexample, the skips and
 // expected-failure lists (a listed failure is xfail, a listed pass is XPASS and
-// fails the run), a filter that matches nothing is an error, two shards merged
-// give the totals of one unsharded run, a backend whose answers alternate is
+// fails the run), a filter that matches nothing is an error and one of several
+// prefixes runs each one's properties, two shards merged give the totals of one
+// unsharded run (and the sum of their worker starts), a backend whose answers alternate is
 // reported as nondeterministic, several distinct bugs of one property are all
 // reported, a property whose every draw is declined is skipped with the
 // reason, and SIGINT stops after the running property with a partial report.
@@ -166,6 +167,35 @@ TEST(CheckCommand, AnExpectedFailureThatPassesFailsTheRun) {
 
 TEST(CheckCommand, AFilterThatMatchesNothingIsAnError) {
   EXPECT_EQ(check(options("reference", "nothing", "nosuchproperty")), 1);
+}
+
+TEST(CheckCommand, AFilterOfSeveralPrefixesRunsThePropertiesOfEach) {
+  EXPECT_EQ(check(options("reference", "several", "metadata/matchesReference,attention/matchesRef")), 0);
+  const json report = report_json("several");
+  std::vector<std::string> ran;
+  for (const json& r : report["results"]) ran.push_back(r["property"]);
+  EXPECT_EQ(ran, (std::vector<std::string>{"metadata/matchesReference", "attention/matchesReference"}));
+}
+
+// A backend without a worker reports no starts; shards merged add theirs up.
+TEST(CheckCommand, WorkerStartsAreReportedAndMergedShardsAddThemUp) {
+  CheckOptions part = options("reference", "starts0", "metadata/matchesReference");
+  for (int i = 0; i < 2; ++i) {
+    part.report_dir = (kDir / ("starts" + std::to_string(i))).string();
+    part.shard = std::pair{i, 2};
+    check(part);
+    json j = report_json("starts" + std::to_string(i));
+    EXPECT_FALSE(j["backends"][0].contains("worker_starts"));
+    j["backends"][0]["worker_starts"] = {{"total", 2 + i}, {"restarts", 1 + i}};  // as a process backend's shard says
+    std::ofstream(kDir / ("starts" + std::to_string(i)) / "conformance.json") << j.dump();
+  }
+  ASSERT_EQ(run_cli({"report", "merge", "--out", (kDir / "starts").string(), (kDir / "starts0").string(),
+                     (kDir / "starts1").string()},
+                    CheckEnvironment{}),
+            0);
+  EXPECT_EQ(report_json("starts")["backends"][0]["worker_starts"], (json{{"total", 5}, {"restarts", 3}}));
+  EXPECT_NE(slurp(kDir / "starts" / "conformance.md").find("worker starts: 5 (3 restarts after a crash, a hang or a protocol error)"),
+            std::string::npos);
 }
 
 // Two shards, each with its report, merged: the same per-property totals as one

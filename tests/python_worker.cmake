@@ -10,6 +10,12 @@
 #   crashing_worker, hanging_worker, garbage_worker
 #                             each a clean failure of the case with the worker's
 #                             stderr in the output and in the report
+#   one_worker_per_run        every property on examples/numpy_backend.py starts
+#                             one worker: the summary line, the report and the
+#                             worker's own log of its starts say so
+#   restarts_after_crash      a worker that crashes on some draws: each crash
+#                             is a failure of the case, the run goes on with a
+#                             restarted worker, and the restarts are counted
 #   wrong_protocol_version    a clear error naming both versions, exit 1
 #   domain_travels            examples/self_attention_backend.py's domain reaches
 #                             the suite through the hello: printed, and the draws
@@ -77,6 +83,30 @@ function(expect_clean_failure message stderr_line)
   expect("the worker's stderr, in the report" "\"backend_log\": \"[^\"]*${stderr_line}" "${report}")
 endfunction()
 
+# The worker starts counted by tests/workers/counted_worker.py: `starts`, the
+# number of pids it logged, must equal the summary's `worker starts: N` and the
+# report's worker_starts.total; `restarts`, the summary's count of restarts.
+function(expect_worker_starts)
+  file(STRINGS ${WORK_DIR}/starts.txt pids)
+  list(LENGTH pids logged)
+  string(REGEX MATCH "\nworker starts: ([0-9]+)( \\(([0-9]+) restarts? after a crash, a hang or a protocol error\\))? \\(exec:[^\n]*counted_worker" line "${out}")
+  if(NOT line)
+    message(FATAL_ERROR "${CASE}: no `worker starts: N (exec:...)` line in:\n${out}")
+  endif()
+  set(total ${CMAKE_MATCH_1})
+  set(restarts 0)
+  if(CMAKE_MATCH_3)
+    set(restarts ${CMAKE_MATCH_3})
+  endif()
+  if(NOT total EQUAL logged)
+    message(FATAL_ERROR "${CASE}: the summary says ${total} worker starts, the worker logged ${logged}")
+  endif()
+  file(READ ${WORK_DIR}/report/conformance.json report)
+  expect("the starts, in the report" "\"worker_starts\": {\n +\"total\": ${total},\n +\"restarts\": ${restarts}\n" "${report}")
+  set(starts ${total} PARENT_SCOPE)
+  set(restarts ${restarts} PARENT_SCOPE)
+endfunction()
+
 set(example "${PYTHON} -m attn_oracle.worker examples")
 if(CASE STREQUAL "numpy_backend_passes")
   foreach(property metadata/matchesReference attention/matchesReference)
@@ -140,6 +170,37 @@ elseif(CASE STREQUAL "garbage_worker")
   check_worker("${PYTHON} tests/workers/garbage_worker.py" metadata/matchesReference 20)
   expect_clean_failure("the worker broke the protocol answering metadata: expected a frame starting with \"AOW1\", got \"Hello from a pri\""
                        "garbage_worker: writing garbage")
+elseif(CASE STREQUAL "one_worker_per_run")
+  file(MAKE_DIRECTORY ${WORK_DIR})
+  set(ENV{ATTN_ORACLE_TEST_STARTS} ${WORK_DIR}/starts.txt)
+  run(check --backend "exec:${PYTHON} tests/workers/counted_worker.py examples.numpy_backend:Backend" --cases 3
+      --no-store --report ${WORK_DIR}/report)
+  expect_rc(0)
+  expect("every property, run" "[0-9]+ passed, 0 failed, [0-9]+ skipped" "${out}")
+  string(REGEX MATCHALL "\n  passed +[^ ]+ on exec:" passes "${out}")
+  list(LENGTH passes passed)
+  if(passed LESS 10)
+    message(FATAL_ERROR "${CASE}: only ${passed} properties passed:\n${out}")
+  endif()
+  expect_worker_starts()
+  if(NOT starts EQUAL 1 OR NOT restarts EQUAL 0)
+    message(FATAL_ERROR "${CASE}: ${passed} properties took ${starts} worker starts (${restarts} restarts), not 1:\n${out}")
+  endif()
+elseif(CASE STREQUAL "restarts_after_crash")
+  file(MAKE_DIRECTORY ${WORK_DIR})
+  set(ENV{ATTN_ORACLE_TEST_STARTS} ${WORK_DIR}/starts.txt)
+  set(worker "${PYTHON} tests/workers/counted_worker.py crashing_worker:Backend")
+  run(check --backend "exec:${worker}" --filter metadata/matchesReference,metadata/rowsAreIndependent --cases 20
+      --no-store --report ${WORK_DIR}/report)
+  expect_rc(1)
+  expect("the crash, a failure of the case" "FAILED +metadata/matchesReference[^\n]*\n +FAILED: 1 crash or hang" "${out}")
+  expect("its shrunk counterexample" "counterexample \\(draw [0-9]+, [0-9]+ shrinks\\): [^\n]*\\.case\\.json" "${out}")
+  expect("the run goes on" "\n  [^ ]+ +metadata/rowsAreIndependent on exec:[^\n]*draws" "${out}")
+  expect_worker_starts()
+  math(EXPR replaced "${starts} - 1")
+  if(starts LESS 2 OR NOT restarts EQUAL replaced)
+    message(FATAL_ERROR "${CASE}: ${starts} worker starts, ${restarts} restarts: expected a restart after each crash:\n${out}")
+  endif()
 elseif(CASE STREQUAL "wrong_protocol_version")
   check_worker("${PYTHON} tests/workers/wrong_protocol_worker.py" metadata/matchesReference 10)
   expect_rc(1)

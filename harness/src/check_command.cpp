@@ -196,7 +196,10 @@ CheckResult run_one(const PropertyDef& property, Backend& backend, const RunSett
   }
   ProgressLine line(property.id + " on " + backend.name());
   const auto progress = [&](int d, int t) { line.update(d, t); };
-  PropertyOutcome o = options.isolate
+  // A backend that isolates itself (a worker process) runs here, so that its
+  // one worker serves every property of the run; a child process per property
+  // would start a worker per property.
+  PropertyOutcome o = options.isolate && !backend.isolates_itself()
                           ? run_property_isolated(property, backend, settings, IsolationSettings{env.program, options.case_timeout_seconds}, progress)
                           : run_property(property, backend, settings, progress);
   line.clear();
@@ -249,11 +252,30 @@ CheckReport start_report(const CheckOptions& options, const RunSettings& setting
   return report;
 }
 
+// The properties whose id starts with one of the filter's comma-separated
+// prefixes, in registry order (a tool that runs a selection of properties, the
+// pytest plugin, names them all in one run).
 std::vector<const PropertyDef*> filtered(const std::string& filter) {
+  std::vector<std::string> prefixes;
+  std::istringstream parts(filter);
+  for (std::string prefix; std::getline(parts, prefix, ',');) prefixes.push_back(prefix);
+  if (prefixes.empty()) prefixes.push_back("");
   std::vector<const PropertyDef*> out;
   for (const PropertyDef& p : all_properties())
-    if (p.id.rfind(filter, 0) == 0) out.push_back(&p);
+    if (std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& x) { return p.id.rfind(x, 0) == 0; }))
+      out.push_back(&p);
   return out;
+}
+
+// The worker starts of each backend that has a worker, into the report, and
+// one line each: a worker per run is the norm, restarts follow its failures.
+void note_worker_starts(CheckReport& report, const std::vector<std::unique_ptr<Backend>>& backends) {
+  for (size_t i = 0; i < backends.size(); ++i) {
+    const std::optional<WorkerStarts> starts = backends[i]->worker_starts();
+    if (!starts) continue;
+    report.backends[i].worker_starts = starts;
+    std::cout << worker_starts_line(*starts) << " (" << backends[i]->name() << ")\n";
+  }
 }
 
 }  // namespace
@@ -293,6 +315,7 @@ int run_check_command(const CheckOptions& options, const CheckEnvironment& env) 
             << report.count(Verdict::skipped) << " skipped, " << report.count(Verdict::xfail) << " expected failures, "
             << report.count(Verdict::xpass) << " unexpected passes" << (report.interrupted ? " (interrupted)" : "")
             << "\n";
+  note_worker_starts(report, backends);
   std::string error;
   if (!options.report_dir.empty()) {
     if (!write_report_files(report, options.report_dir, error)) std::cerr << "attn-oracle check: " << error << "\n";

@@ -9,7 +9,7 @@
 //                                   other case: the backend against the reference. PASS (0),
 //                                   FAIL (3) or SKIP (4: nothing judged); default backend:
 //                                   the one the case records, else reference
-//   check   [--backend NAME|all] [--cases N] [--seed S] [--filter PREFIX] [--deep]
+//   check   [--backend NAME|all] [--cases N] [--seed S] [--filter PREFIX,...] [--deep]
 //           [--skips FILE] [--xfails FILE] [--report DIR] [--store DIR|--no-store]
 //   backends                        registered backends, versions, capabilities
 //   promote CASE OUT --note TEXT    CASE plus the reference's result, for fixtures/
@@ -69,13 +69,18 @@ commands:
   process speaking docs/protocol.md (COMMAND runs under /bin/sh -c; per-call time
   limit ATTN_ORACLE_WORKER_TIMEOUT seconds, default 60), e.g.
   --backend 'exec:python3 -m attn_oracle.worker examples.numpy_backend:Backend'
-  check [--backend NAME|all] [--cases N] [--seed S|random] [--filter PREFIX] [--deep]
+  check [--backend NAME|all] [--cases N] [--seed S|random] [--filter PREFIX[,PREFIX...]] [--deep]
         [--profile ci|deep] [--skips FILE] [--xfails FILE] [--report DIR] [--shard I/N] [--max-failures K]
         [--case-timeout SECONDS] [--no-isolation] [--list] [--store DIR | --no-store]
                                   run every property (N draws each, default 100, seed
                                   20261122) on the chosen backends, each property in a
                                   child process so that a crash or a hang is reported
-                                  and the run goes on; every failing draw is kept and
+                                  and the run goes on (an exec: backend's worker is
+                                  its own isolation: one worker serves the run and is
+                                  restarted after a crash or a hang, and the summary
+                                  counts its starts); --filter: the properties whose
+                                  id starts with one of the comma-separated
+                                  prefixes; every failing draw is kept and
                                   clustered by root (wrong answers on ordinary inputs
                                   first, then input classes such as a side with no
                                   tokens, with the decline that would take each out,

@@ -304,6 +304,14 @@ int CheckReport::count(Verdict v) const {
 
 int CheckReport::failures() const { return count(Verdict::failed) + count(Verdict::xpass); }
 
+std::string worker_starts_line(const WorkerStarts& starts) {
+  std::string line = "worker starts: " + std::to_string(starts.total);
+  if (starts.restarts > 0)
+    line += " (" + std::to_string(starts.restarts) + (starts.restarts == 1 ? " restart" : " restarts") +
+            " after a crash, a hang or a protocol error)";
+  return line;
+}
+
 std::string format_ratio(const std::optional<double>& ratio) {
   if (!ratio) return "-";
   if (std::isnan(*ratio)) return "nan";
@@ -401,8 +409,11 @@ std::string report_json(const CheckReport& report) {
                    {"skips", report.skips_file},   {"xfails", report.xfails_file},  {"failures_dir", report.failures_dir},
                    {"store", report.store}};
   j["backends"] = ojson::array();
-  for (const BackendInfo& b : report.backends)
-    j["backends"].push_back({{"name", b.name}, {"version", b.version}, {"capabilities", b.capabilities}, {"domain", b.domain}});
+  for (const BackendInfo& b : report.backends) {
+    ojson backend = {{"name", b.name}, {"version", b.version}, {"capabilities", b.capabilities}, {"domain", b.domain}};
+    if (b.worker_starts) backend["worker_starts"] = {{"total", b.worker_starts->total}, {"restarts", b.worker_starts->restarts}};
+    j["backends"].push_back(std::move(backend));
+  }
   j["warnings"] = report.warnings;
   ojson summary;
   for (Verdict v : {Verdict::passed, Verdict::failed, Verdict::skipped, Verdict::xfail, Verdict::xpass})
@@ -429,9 +440,12 @@ Expected<CheckReport> report_from_json(const json& j) {
     r.filter = s.value("filter", ""), r.skips_file = s.value("skips", ""), r.xfails_file = s.value("xfails", "");
     r.failures_dir = s.value("failures_dir", "");
     r.store = s.value("store", false);
-    for (const json& b : j.value("backends", json::array()))
+    for (const json& b : j.value("backends", json::array())) {
       r.backends.push_back({b.value("name", ""), b.value("version", ""), b.value("capabilities", std::vector<std::string>{}),
                             b.value("domain", std::string("every input"))});
+      if (b.contains("worker_starts"))
+        r.backends.back().worker_starts = WorkerStarts{b["worker_starts"].value("total", 0), b["worker_starts"].value("restarts", 0)};
+    }
     r.warnings = j.value("warnings", std::vector<std::string>{});
     for (const json& x : j.value("results", json::array()))
       r.results.push_back(CheckResult{outcome_from_json(x), verdict_from(x.value("verdict", "FAILED")), x.value("note", "")});
@@ -448,7 +462,8 @@ std::string report_markdown(const CheckReport& report) {
   os << "\n## Versions\n\n";
   for (const auto& [k, v] : report.versions) os << "- " << k << ": " << v << "\n";
   for (const BackendInfo& b : report.backends)
-    os << "- backend `" << b.name << "`: " << b.version << " (" << joined(b.capabilities, ", ") << "; domain: " << b.domain << ")\n";
+    os << "- backend `" << b.name << "`: " << b.version << " (" << joined(b.capabilities, ", ") << "; domain: " << b.domain
+       << (b.worker_starts ? "; " + worker_starts_line(*b.worker_starts) : "") << ")\n";
   os << "\n## Settings\n\n- seed " << report.seed << ", " << report.cases << " draws per property, max_size "
      << report.max_size << ", size profile " << report.profile << ", up to " << report.max_failures << " distinct failures per property\n";
   os << "- shards: " << joined(report.shards, ", ") << "\n";
@@ -484,6 +499,7 @@ Expected<CheckReport> merge_reports(const std::vector<CheckReport>& shards) {
   merged.results.clear();
   merged.shards.clear();
   merged.warnings.clear();
+  merged.backends.clear();
   for (const CheckReport& s : shards) {
     if (s.seed != merged.seed || s.cases != merged.cases || s.profile != merged.profile)
       return Error{ErrorCode::bad_case, "reports of different runs: seed " + std::to_string(s.seed) + ", " +
@@ -493,9 +509,15 @@ Expected<CheckReport> merge_reports(const std::vector<CheckReport>& shards) {
     merged.shards.insert(merged.shards.end(), s.shards.begin(), s.shards.end());
     for (const std::string& w : s.warnings)
       if (std::find(merged.warnings.begin(), merged.warnings.end(), w) == merged.warnings.end()) merged.warnings.push_back(w);
-    for (const BackendInfo& b : s.backends)
-      if (std::none_of(merged.backends.begin(), merged.backends.end(), [&](const BackendInfo& x) { return x.name == b.name; }))
+    for (const BackendInfo& b : s.backends) {
+      auto it = std::find_if(merged.backends.begin(), merged.backends.end(), [&](const BackendInfo& x) { return x.name == b.name; });
+      if (it == merged.backends.end()) {
         merged.backends.push_back(b);
+      } else if (b.worker_starts) {  // each shard ran its own workers
+        WorkerStarts& sum = it->worker_starts ? *it->worker_starts : it->worker_starts.emplace();
+        sum.total += b.worker_starts->total, sum.restarts += b.worker_starts->restarts;
+      }
+    }
     for (const CheckResult& r : s.results) {
       auto it = std::find_if(merged.results.begin(), merged.results.end(),
                              [&](const CheckResult& x) { return x.id() == r.id(); });

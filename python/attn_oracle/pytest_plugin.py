@@ -11,15 +11,18 @@ serves) in the project's pytest configuration, or on the command line::
     $ pytest --attn-oracle-backend mypkg.kernels:Backend --attn-oracle-args "--cases 50"
 
 Every property of ``attn-oracle check --list`` then becomes a test item
-``attn-oracle[mypkg.kernels:Backend]::attention/matchesReference`` that runs
-``attn-oracle check --backend exec:... --filter <property>`` and passes,
+``attn-oracle[mypkg.kernels:Backend]::attention/matchesReference`` that passes,
 fails (showing the property's counterexample and its replay line) or skips
 (a capability the backend lacks, every draw declined) as the property did.
 ``-k``, ``-x`` and ``--deselect`` select properties as they select tests.
-Each property's run uses the failure store as ``check`` does: the failures of
-the last run are checked first and the test's output says so (``store: 1
-saved failure replayed: 1 still fails``); ``ATTN_ORACLE_STORE`` and
-``--attn-oracle-args "--store DIR"`` / ``"--no-store"`` choose it.
+The selected properties share one ``attn-oracle check --backend exec:...
+--filter <id>,<id>,...`` run, which the first of them to run starts: one
+check process and one worker for the session, not one per property. Each item
+then reads its own result from that run's report. The run uses the failure
+store as ``check`` does: the failures of the last run are checked first and the
+test's output says so (``store: 1 saved failure replayed: 1 still fails``);
+``ATTN_ORACLE_STORE`` and ``--attn-oracle-args "--store DIR"`` /
+``"--no-store"`` choose it.
 
 Without the option the plugin does nothing. Instead of it, a test module can
 hold one line, :func:`conformance_test`::
@@ -38,7 +41,7 @@ import os
 import shlex
 import tempfile
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pytest
 
@@ -78,18 +81,9 @@ class PropertyRun:
         return PROPERTY_OUTCOMES.get(self.verdict, "failed")
 
 
-def run_property(target: str, property_id: str, check_args: Sequence[str] = ()) -> PropertyRun:
-    """Runs ``attn-oracle check`` on one property of the backend ``target`` (MODULE:CLASS)."""
-    with tempfile.TemporaryDirectory(prefix="attn-oracle-pytest-") as report:
-        argv = ["check", target, "--filter", property_id, "--report", report, *check_args]
-        done = cli.run(argv, capture_output=True, text=True)
-        output = done.stdout + done.stderr
-        try:
-            with open(os.path.join(report, "conformance.json")) as f:
-                results = json.load(f)["results"]
-        except (OSError, ValueError, KeyError):
-            return PropertyRun(property_id, "FAILED", output, f"attn-oracle check exited {done.returncode}")
-    # --filter is a prefix: other properties may have run too; this one is ours.
+def _result_run(property_id: str, results: list, output: str) -> PropertyRun:
+    """One property's run, read from a check report's results."""
+    # --filter takes prefixes: other properties may have run too; this one is ours.
     mine = [r for r in results if r.get("property") == property_id]
     if not mine:
         return PropertyRun(property_id, "FAILED", output, "the report has no result for this property")
@@ -100,6 +94,50 @@ def run_property(target: str, property_id: str, check_args: Sequence[str] = ()) 
     message = (result.get("note") or result.get("failure_summary") or result.get("message")
                or failures[0].get("message", ""))
     return PropertyRun(property_id, result["verdict"], output, message)
+
+
+def run_properties(target: str, property_ids: Sequence[str], check_args: Sequence[str] = ()) -> dict[str, PropertyRun]:
+    """Runs ``attn-oracle check`` once on several properties of the backend
+    ``target`` (MODULE:CLASS): one check process and one worker for all of them."""
+    with tempfile.TemporaryDirectory(prefix="attn-oracle-pytest-") as report:
+        argv = ["check", target, "--filter", ",".join(property_ids), "--report", report, *check_args]
+        done = cli.run(argv, capture_output=True, text=True)
+        output = done.stdout + done.stderr
+        try:
+            with open(os.path.join(report, "conformance.json")) as f:
+                results = json.load(f)["results"]
+        except (OSError, ValueError, KeyError):
+            failed = f"attn-oracle check exited {done.returncode}"
+            return {p: PropertyRun(p, "FAILED", output, failed) for p in property_ids}
+    return {p: _result_run(p, results, output) for p in property_ids}
+
+
+def run_property(target: str, property_id: str, check_args: Sequence[str] = ()) -> PropertyRun:
+    """Runs ``attn-oracle check`` on one property of the backend ``target`` (MODULE:CLASS)."""
+    return run_properties(target, [property_id], check_args)[property_id]
+
+
+def _distributed(config: pytest.Config) -> bool:
+    """True in a pytest-xdist worker: it holds every item but runs only those it
+    is sent, so its items run a property each, as before they shared a run."""
+    return hasattr(config, "workerinput")
+
+
+class SharedRun:
+    """One check run for every selected property of a backend, started by the
+    first of them to run; ``selected`` names them (the session's items, after
+    ``-k`` and ``--deselect``)."""
+
+    def __init__(self, target: str, check_args: Sequence[str]):
+        self.target, self.check_args = target, list(check_args)
+        self.runs: dict[str, PropertyRun] | None = None
+
+    def get(self, property_id: str, selected: Callable[[], list[str]]) -> PropertyRun:
+        if self.runs is None:
+            self.runs = run_properties(self.target, selected() or [property_id], self.check_args)
+        if property_id not in self.runs:  # an item the first one did not see: run it alone
+            self.runs[property_id] = run_property(self.target, property_id, self.check_args)
+        return self.runs[property_id]
 
 
 def _section(output: str, property_id: str) -> str:
@@ -123,27 +161,39 @@ class PropertyFailed(Exception):
         self.run = run
 
 
-def check_property(target: str, property_id: str, check_args: Sequence[str] = ()) -> None:
-    """Runs one property and turns its verdict into pytest's: returns on a
-    pass, ``pytest.skip`` on a skip, ``pytest.xfail`` on an expected failure
-    (``--xfails``), raises :class:`PropertyFailed` with the
-    check's output (counterexample, replay line) otherwise."""
-    run = run_property(target, property_id, check_args)
+def judge(run: PropertyRun) -> None:
+    """Turns a property's verdict into pytest's: returns on a pass,
+    ``pytest.skip`` on a skip, ``pytest.xfail`` on an expected failure
+    (``--xfails``), raises :class:`PropertyFailed` with the check's output
+    (counterexample, replay line) otherwise."""
     if run.outcome == "skipped":
-        pytest.skip(f"{property_id}: {run.message or 'skipped'}")
+        pytest.skip(f"{run.property_id}: {run.message or 'skipped'}")
     if run.outcome == "xfailed":
-        pytest.xfail(f"{property_id}: {run.message or 'an expected failure'}")
+        pytest.xfail(f"{run.property_id}: {run.message or 'an expected failure'}")
     if run.outcome == "failed":
         raise PropertyFailed(run)
 
 
+def check_property(target: str, property_id: str, check_args: Sequence[str] = ()) -> None:
+    """Runs one property and judges it (:func:`judge`)."""
+    judge(run_property(target, property_id, check_args))
+
+
 def conformance_test(target: str, *check_args: str):
     """A test function parametrized over every property: assign it to a
-    ``test_*`` name in a test module to run the suite on ``target``."""
+    ``test_*`` name in a test module to run the suite on ``target``. The
+    selected properties share one check run."""
+    shared = SharedRun(target, check_args)
 
     @pytest.mark.parametrize("property_id", property_ids())
-    def test_property(property_id: str) -> None:
-        check_property(target, property_id, check_args)
+    def test_property(property_id: str, request: pytest.FixtureRequest) -> None:
+        def selected() -> list[str]:
+            if _distributed(request.config):
+                return [property_id]
+            return [item.callspec.params["property_id"] for item in request.session.items
+                    if getattr(item, "function", None) is test_property and hasattr(item, "callspec")]
+
+        judge(shared.get(property_id, selected))
 
     return test_property
 
@@ -175,7 +225,15 @@ class PropertyItem(pytest.Item):
         self.target, self.property_id, self.check_args = target, property_id, list(check_args)
 
     def runtest(self) -> None:
-        check_property(self.target, self.property_id, self.check_args)
+        suite = self.parent
+
+        def selected() -> list[str]:
+            if _distributed(self.config):
+                return [self.property_id]
+            return [item.property_id for item in self.session.items
+                    if isinstance(item, PropertyItem) and item.parent is suite]
+
+        judge(suite.shared.get(self.property_id, selected))
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, PropertyFailed):
@@ -192,6 +250,7 @@ class Suite(pytest.Collector):
     def __init__(self, *, target: str, check_args: Sequence[str], **kwargs):
         super().__init__(**kwargs)
         self.target, self.check_args = target, list(check_args)
+        self.shared = SharedRun(target, check_args)
 
     def collect(self):
         for property_id in property_ids():

@@ -50,6 +50,7 @@ class Worker {
   }
   std::string version() { return hello_text("name") + " " + hello_text("version") + " (" + kWorkerProtocol + ")"; }
   BackendIdentity identity() { return {hello_text("name"), hello_text("version")}; }
+  WorkerStarts starts() const { return process_.starts(); }
 
   std::string hello_text(const char* key) {
     const json& h = process_.hello();
@@ -295,6 +296,9 @@ class ProcessBackend final : public Backend {
   KvBufferCapability* kv_buffer() override { return worker_.serves("kv_buffer") ? &kv_buffer_ : nullptr; }
   ProducedOutputs outputs() const override { return worker_.outputs(); }
   InputDomain domain() const override { return worker_.domain(); }
+  // A crash or a hang stays in the worker: the case fails and the worker restarts.
+  bool isolates_itself() const override { return true; }
+  std::optional<WorkerStarts> worker_starts() const override { return worker_.starts(); }
 
  private:
   std::string command_;

@@ -83,6 +83,8 @@ void WorkerProcess::start() {
     fail(std::string("cannot start the worker: ") + std::strerror(errno), false);
   }
   setpgid(pid, pid);
+  ++starts_.total;
+  if (failed_) ++starts_.restarts, failed_ = false;
   pid_ = pid, in_ = in[0], out_ = out[0], err_ = err[0];
   set_nonblocking(in_), set_nonblocking(out_), set_nonblocking(err_);
   reader_ = wire::FrameReader();
@@ -232,6 +234,7 @@ std::string WorkerProcess::stderr_tail() const {
 
 void WorkerProcess::fail(const std::string& what, bool hang) {
   stop(/*kill_it=*/true);
+  failed_ = true;
   throw BackendFailure(what, stderr_tail(), hang);
 }
 

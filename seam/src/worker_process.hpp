@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <string>
 
+#include "attn_oracle/backend.hpp"
 #include "worker_protocol.hpp"
 
 namespace attn_oracle {
@@ -32,6 +33,8 @@ class WorkerProcess {
   // What the worker wrote on stderr lately (its last 40 lines).
   std::string stderr_tail() const;
   const std::string& command() const { return command_; }
+  // Every start so far, and those that replaced a worker that failed.
+  WorkerStarts starts() const { return starts_; }
   double timeout() const { return timeout_; }
   // The hello comes after the worker's imports (numpy, jax, torch: seconds on a
   // loaded machine), so it gets at least 30 s whatever the per-call limit.
@@ -53,6 +56,8 @@ class WorkerProcess {
   wire::FrameReader reader_;
   nlohmann::json hello_;
   std::string stderr_;  // the last kStderrKeep bytes
+  WorkerStarts starts_;
+  bool failed_ = false;  // the last worker was stopped by fail(): the next start is a restart
 };
 
 }  // namespace attn_oracle

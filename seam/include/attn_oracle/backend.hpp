@@ -129,6 +129,13 @@ struct BackendIdentity {
   std::string name, version;
 };
 
+// How often a backend's worker process was started in this object's life: the
+// first start and every restart after a crash, a hang or a protocol error.
+struct WorkerStarts {
+  int total = 0;
+  int restarts = 0;  // of total, those that replaced a failed worker
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -149,6 +156,14 @@ class Backend {
   // it, and every problem a property runs is asked of it (and of the
   // capability's `unsupported` hook) first. Every input unless it says otherwise.
   virtual InputDomain domain() const { return {}; }
+  // True when the code under test runs outside this process (a worker,
+  // process_backend.hpp): a crash or a hang there fails the case with
+  // BackendFailure and leaves the suite running, so a runner need not put each
+  // property in a child process of its own (isolation.hpp) and one worker can
+  // serve a whole run.
+  virtual bool isolates_itself() const { return false; }
+  // Its worker's starts so far, for a backend that has one; nullopt otherwise.
+  virtual std::optional<WorkerStarts> worker_starts() const { return std::nullopt; }
 
   bool has(Capability capability);
   std::vector<Capability> capabilities();

@@ -10,6 +10,9 @@
 // protocol makes that call throw BackendFailure (the case fails, with the
 // worker's stderr) and is restarted on the next call. A decline (`unsupported`
 // reply) is ErrorCode::unsupported; a rejection carries the worker's code.
+// Such a backend isolates itself (Backend::isolates_itself): runners keep it in
+// their own process, so that one worker serves a whole run, and report its
+// starts (Backend::worker_starts) to show it.
 //
 // Tested by tests/process_backend_test.cpp (framing, a fake worker in sh) and
 // tests/python_worker.cmake (the NumPy examples and broken workers end to end).

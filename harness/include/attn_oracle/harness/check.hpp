@@ -17,13 +17,13 @@ struct CheckOptions {
   std::optional<int> cases;            // draws per property; default RC_PARAMS max_success or 100
   std::optional<uint64_t> seed;        // default RC_PARAMS seed or kDefaultSeed
   bool random_seed = false;            // --seed random: a fresh seed, printed
-  std::string filter;                  // properties whose id starts with this; matching none is an error
+  std::string filter;                  // comma-separated id prefixes (a property matching any runs); matching none is an error
   std::string skips_file, xfails_file; // test_lists.hpp
   bool deep = false;                   // nightly: 10x the draws
   std::string report_dir = "report";   // conformance.md and conformance.json go here
   std::optional<std::pair<int, int>> shard;  // (index, count); default GoogleTest's sharding variables
   int max_failures = 3;                // distinct failures per property
-  bool isolate = true;                 // each property in a child process (isolation.hpp)
+  bool isolate = true;                 // each property in a child process (isolation.hpp), unless the backend isolates itself
   double case_timeout_seconds = 120;   // a draw that runs longer in a child is a hang
   bool list = false;                   // --list: print the ids of the properties that would run, run nothing
   // The failure store (failure_store.hpp): on, in the failures directory,

@@ -45,6 +45,7 @@ struct BackendInfo {
   std::string name, version;
   std::vector<std::string> capabilities;
   std::string domain = "every input";  // to_string(Backend::domain())
+  std::optional<WorkerStarts> worker_starts;  // a process backend's, after the run
 };
 
 struct CheckReport {
@@ -78,6 +79,9 @@ std::string table_cell(const CheckResult& r);
 // The verdict as printed: "passed, but judged only 7 of 100 draws" for a pass
 // that rests on fewer than a tenth of its draws (thin_judgement), else the verdict.
 std::string verdict_text(const CheckResult& r);
+
+// "worker starts: 1", or "worker starts: 3 (2 restarts after a crash, a hang or a protocol error)".
+std::string worker_starts_line(const WorkerStarts& starts);
 
 // attn-oracle's version and commit, and the compiler it was built with.
 std::vector<std::pair<std::string, std::string>> suite_versions();
