@@ -357,9 +357,62 @@ def declared_domain(backend) -> Optional[Domain]:
     raise TypeError(f"the backend's domain {declared!r} must be an attn_oracle.Domain or a dict of its fields")
 
 
+# ------------------------------------------------------------------ JAX's compilation cache
+# Every draw has new shapes, so a jitted JAX backend compiles on most calls and
+# compilation is most of a run's wall time. JAX's persistent cache keeps the
+# compiled programs between runs; its defaults only keep compiles over 1 s,
+# and nearly every compile of a drawn case on a CPU is shorter.
+JAX_CACHE_THRESHOLDS = {"jax_persistent_cache_min_compile_time_secs": 0,
+                        "jax_persistent_cache_min_entry_size_bytes": -1}  # -1: no minimum size
+
+
+def jax_cache_dir(environ) -> Optional[str]:
+    """Where the worker keeps JAX's compiled programs: $ATTN_ORACLE_JAX_CACHE,
+    else attn-oracle/jax under the user's cache directory; None when it is "off"."""
+    chosen = environ.get("ATTN_ORACLE_JAX_CACHE", "")
+    if chosen == "off":
+        return None
+    if chosen:
+        return chosen
+    cache_home = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache_home, "attn-oracle", "jax")
+
+
+def _jax_cache_note(jax, environ) -> Optional[str]:
+    """Turn JAX's cache on unless the user chose one or turned ours off; what to tell."""
+    if environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return f"JAX compilation cache at {environ['JAX_COMPILATION_CACHE_DIR']} (set by JAX_COMPILATION_CACHE_DIR)"
+    theirs = getattr(jax.config, "jax_compilation_cache_dir", None)
+    if theirs:
+        return f"JAX compilation cache at {theirs} (set by the backend)"
+    directory = jax_cache_dir(environ)
+    if directory is None:
+        return None
+    try:
+        for name, value in JAX_CACHE_THRESHOLDS.items():  # first, so a JAX without them gets no half-made cache
+            jax.config.update(name, value)
+        jax.config.update("jax_compilation_cache_dir", directory)
+    except Exception as e:  # an older or newer JAX: serve without the cache rather than not at all
+        return f"JAX compilation cache not turned on: {type(e).__name__}: {e}"
+    return f"JAX compilation cache at {directory} (set ATTN_ORACLE_JAX_CACHE=off to disable)"
+
+
+def enable_jax_compilation_cache(environ=None) -> list:
+    """When the backend imported jax, turn on its persistent compilation cache
+    (before the backend's first compile: JAX reads the setting once). Returns the
+    notes for the hello, each also printed on stderr."""
+    jax = sys.modules.get("jax")
+    note = None if jax is None else _jax_cache_note(jax, os.environ if environ is None else environ)
+    if note is None:
+        return []
+    note = "attn_oracle.worker: " + note
+    print(note, file=sys.stderr)
+    return [note]
+
+
 # ------------------------------------------------------------------ serving
-def hello(backend) -> dict:
-    """What the worker says first: protocol, name, version, capabilities, decline hooks, outputs."""
+def hello(backend, notes=()) -> dict:
+    """What the worker says first: protocol, name, version, capabilities, decline hooks, outputs, notes."""
     served = [c for c, methods in CAPABILITIES.items() if all(callable(getattr(backend, m, None)) for m in methods)]
     return {
         "outputs": list(produced_outputs(backend)),
@@ -370,6 +423,7 @@ def hello(backend) -> dict:
         "unsupported_hooks": [c for c in served if callable(getattr(backend, "unsupported_" + c, None))],
         "token_level_mask": bool(getattr(backend, "token_level_mask", False)),
         **({"domain": domain.to_hello()} if (domain := declared_domain(backend)) is not None else {}),
+        **({"notes": list(notes)} if notes else {}),
     }
 
 
@@ -398,9 +452,10 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, daemon=True, name="attn-oracle-parent-watch").start()
 
 
-def serve(backend, stdin=None, stdout=None) -> None:
+def serve(backend, stdin=None, stdout=None, notes=()) -> None:
     """Answer requests on stdin until it closes. Keeps stdout for the protocol:
-    print() and anything else written to fd 1 go to stderr instead."""
+    print() and anything else written to fd 1 go to stderr instead. NOTES go
+    into the hello."""
     if stdin is None or stdout is None:
         stdin = os.fdopen(os.dup(0), "rb")
         stdout = os.fdopen(os.dup(1), "wb")
@@ -409,7 +464,7 @@ def serve(backend, stdin=None, stdout=None) -> None:
         os.dup2(null, 0)
         os.close(null)
         _exit_with_parent()
-    _protocol.write_frame(stdout, hello(backend))
+    _protocol.write_frame(stdout, hello(backend, notes))
     while (request := _protocol.read_frame(stdin)) is not None:
         header, arrays = request
         _protocol.write_frame(stdout, *answer(backend, header, arrays))
@@ -424,7 +479,8 @@ def main(argv=None) -> int:
     module_name, _, class_name = argv[0].partition(":")
     sys.path.insert(0, os.getcwd())
     backend_class = getattr(importlib.import_module(module_name), class_name)
-    serve(backend_class())
+    notes = enable_jax_compilation_cache()  # before the backend is made: its constructor may compile
+    serve(backend_class(), notes=notes)
     return 0
 
 
