@@ -38,6 +38,7 @@ endif()
 file(REMOVE_RECURSE ${WORK_DIR})
 set(ENV{PYTHONPATH} "${SOURCE_DIR}/python:${SOURCE_DIR}")
 set(ENV{ATTN_ORACLE_FAILURES_DIR} "${WORK_DIR}/failures")
+set(ENV{ATTN_ORACLE_JAX_CACHE} "${WORK_DIR}/jax-cache")  # a JAX backend's compilation cache stays in the build tree
 
 # Runs `CLI ARGS...` in the source directory into out, err, rc.
 if(NOT RUN_TIMEOUT)
