@@ -22,10 +22,6 @@
 namespace attn_oracle {
 namespace {
 
-bool is_bottom_right_kind(MaskKind k) {
-  return k == MaskKind::causal_bottom_right || k == MaskKind::padding_causal_bottom_right;
-}
-
 // Adds 1 to every offset of the rows of `side` that hold no token.
 void shift_offsets_of_empty_rows(const PackedSide& side, const Shape& extra, const BatchLayout& l,
                                  std::vector<int64_t>& offsets, int64_t M) {
@@ -61,7 +57,7 @@ Expected<Metadata> te_like_metadata(const PackedBatch& batch, bool deep_bug) {
   const BatchLayout l = validate_shapes(batch).value();
   shift_offsets_of_empty_rows(batch.q, l.q_extra, l, m.q_offsets, m.max_segments);
   shift_offsets_of_empty_rows(batch.kv, l.kv_extra, l, m.kv_offsets, m.max_segments);
-  if (deep_bug && is_bottom_right_kind(batch.mask)) count_unattending_queries(batch, l, m);
+  if (deep_bug && is_bottom_right(batch.mask)) count_unattending_queries(batch, l, m);
   return m;
 }
 

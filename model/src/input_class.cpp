@@ -27,14 +27,16 @@ bool past_int32(const IntArray& a) {
 
 }  // namespace
 
-std::string_view to_string(InputClass c) {
-  switch (c) {
-    case InputClass::empty_side: return "a side with no tokens";
-    case InputClass::extra_dims: return "vmapped extra dims";
-    case InputClass::int_limits: return "values past int32";
-  }
-  return "?";
-}
+// Each class's words and enumerator, in kInputClasses order.
+struct ClassNames {
+  std::string_view text, enumerator;
+};
+constexpr ClassNames kNames[] = {{"a side with no tokens", "empty_side"},
+                                 {"vmapped extra dims", "extra_dims"},
+                                 {"values past int32", "int_limits"}};
+
+std::string_view to_string(InputClass c) { return kNames[static_cast<int>(c)].text; }
+std::string_view enumerator_name(InputClass c) { return kNames[static_cast<int>(c)].enumerator; }
 
 bool in_input_class(const PackedBatch& b, InputClass c) {
   switch (c) {

@@ -72,15 +72,6 @@ std::string python_condition(InputClass c, const std::string& b) {
   return "False";
 }
 
-std::string_view class_enum(InputClass c) {
-  switch (c) {
-    case InputClass::empty_side: return "empty_side";
-    case InputClass::extra_dims: return "extra_dims";
-    case InputClass::int_limits: return "int_limits";
-  }
-  return "?";
-}
-
 // The broadcast slices stacked as rows of one [slices x B, T] batch: what a
 // vmapped batch is, written as a plain one.
 PackedBatch extra_dims_as_rows(const PackedBatch& batch, const BatchLayout& layout) {
@@ -149,7 +140,7 @@ std::string decline_line(const std::string& backend, Capability capability, Inpu
                                  ? "SmallSeqCapability::unsupported(const AttentionProblem& problem)"
                                  : "AttentionCapability::unsupported(const AttentionProblem& problem)";
     return "decline in " + hook + ": if (in_input_class(" + (batch_hook ? "batch" : "problem.batch") +
-           ", InputClass::" + std::string(class_enum(c)) + ")) return " + reason + ";" +
+           ", InputClass::" + std::string(enumerator_name(c)) + ")) return " + reason + ";" +
            (c == InputClass::extra_dims ? " (or declare it: InputDomain::extra_dims = false)" : "");
   }
   if (backend.find("attn_oracle.worker") != std::string::npos) {

@@ -25,6 +25,8 @@ inline constexpr InputClass kInputClasses[] = {InputClass::empty_side, InputClas
 
 // "a side with no tokens", "vmapped extra dims", "values past int32".
 std::string_view to_string(InputClass c);
+// "empty_side", "extra_dims", "int_limits": the enumerator, for a line of C++ that names it.
+std::string_view enumerator_name(InputClass c);
 
 // Any batch, valid or not: only shapes and values are read.
 bool in_input_class(const PackedBatch& batch, InputClass c);

@@ -14,8 +14,8 @@
 // their own process, so that one worker serves a whole run, and report its
 // starts (Backend::worker_starts) to show it.
 //
-// Tested by tests/process_backend_test.cpp (framing, a fake worker in sh) and
-// tests/python_worker.cmake (the NumPy examples and broken workers end to end).
+// Tested by tests/python_worker.cmake (the NumPy examples and broken workers
+// end to end: crashes, hangs, garbage frames, a wrong protocol, worker starts).
 #pragma once
 
 #include <memory>
