@@ -63,13 +63,25 @@ std::vector<int64_t> tile_documents(const std::vector<int64_t>& lengths, int64_t
   return docs;
 }
 
-rc::Gen<AttentionShape> kv_shape() {
-  return rc::gen::map(rc::gen::tuple(uniform(1, 2), uniform(1, 2), shrinking_element<int64_t>({8, 16})), [](auto t) {
+// The domain's dtypes, fp32 first (what a failure shrinks towards); all three
+// when it takes none of them.
+std::vector<Dtype> drawable_dtypes(const InputDomain& domain) {
+  std::vector<Dtype> out;
+  for (Dtype dtype : {Dtype::fp32, Dtype::fp16, Dtype::bf16})
+    if (domain.takes_dtype(dtype)) out.push_back(dtype);
+  if (out.empty()) out = {Dtype::fp32, Dtype::fp16, Dtype::bf16};
+  return out;
+}
+
+rc::Gen<AttentionShape> kv_shape(const InputDomain& domain) {
+  return rc::gen::map(rc::gen::tuple(uniform(1, 2), uniform(1, 2), shrinking_element<int64_t>({8, 16}),
+                                     shrinking_element<Dtype>(drawable_dtypes(domain))),
+                      [](auto t) {
     AttentionShape s;
     s.heads_kv = std::get<0>(t);
     s.heads_q = s.heads_kv * std::get<1>(t);
     s.head_dim = std::get<2>(t);
-    s.dtype = Dtype::fp32;
+    s.dtype = std::get<3>(t);
     s.backward = true;
     return s;
   });
@@ -77,7 +89,7 @@ rc::Gen<AttentionShape> kv_shape() {
 
 }  // namespace
 
-rc::Gen<KvBufferDraw> kv_buffer_draw() {
+rc::Gen<KvBufferDraw> kv_buffer_draw(const InputDomain& domain) {
   // 1..4 lengths: 0..3 in a container (any of them can be dropped while
   // shrinking, the first ones too) and one more at the end.
   auto lengths = rc::gen::map(
@@ -86,7 +98,7 @@ rc::Gen<KvBufferDraw> kv_buffer_draw() {
         t.first.push_back(t.second);
         return t.first;
       });
-  return rc::gen::map(rc::gen::tuple(lengths, micro_sequencing(), kv_shape(), rc::gen::arbitrary<uint32_t>()),
+  return rc::gen::map(rc::gen::tuple(lengths, micro_sequencing(), kv_shape(domain), rc::gen::arbitrary<uint32_t>()),
                       [](auto t) {
                         const MicroSequencing& ms = std::get<1>(t);
                         KvBufferDraw d;

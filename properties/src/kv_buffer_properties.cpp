@@ -188,9 +188,10 @@ KvBufferDraw draw_of(const Case& c) {
 
 Case kv_case(const KvBufferDraw& d) { return Case{KvBufferCase{d.problem, d.seed}, {}, {}, {}}; }
 
-// The drawn problems are fp32 with head dims 8 and 16 (kv_buffer_generators.hpp).
+// The drawn problems are fp32, fp16 or bf16 with head dims 8 and 16 (kv_buffer_generators.hpp).
 std::optional<std::string> needs_drawn_shapes(const InputDomain& d) {
-  if (!d.takes_dtype(Dtype::fp32)) return "it draws fp32 problems";
+  if (!d.takes_dtype(Dtype::fp32) && !d.takes_dtype(Dtype::fp16) && !d.takes_dtype(Dtype::bf16))
+    return "it draws fp32, fp16 and bf16 problems";
   if (!d.takes_head_dim(8) && !d.takes_head_dim(16)) return "it draws head dims 8 and 16";
   return std::nullopt;
 }
@@ -200,14 +201,14 @@ std::optional<std::string> needs_drawn_shapes(const InputDomain& d) {
 const std::vector<Output> kStreamedOutputs = {Output::lse, Output::gradients};
 
 PropertyDef kv_property(const char* id, const char* summary, Check check, std::vector<Output> needs = kStreamedOutputs) {
-  return PropertyDef{id, Capability::kv_buffer, summary, [](Backend&) { return kv_case(*kv_buffer_draw()); },
+  return PropertyDef{id, Capability::kv_buffer, summary, [](Backend& backend) { return kv_case(*kv_buffer_draw(backend.domain())); },
                      [check](Backend& backend, const Case& c) { check(backend, draw_of(c)); }, std::nullopt,
                      std::move(needs), needs_drawn_shapes};
 }
 
 // The state machine: its command sequence is drawn with the problem and recorded.
-Case draw_steps(Backend&) {
-  const KvBufferDraw d = *kv_buffer_draw();
+Case draw_steps(Backend& backend) {
+  const KvBufferDraw d = *kv_buffer_draw(backend.domain());
   return with_drawn(kv_case(d), {{"commands", draw_kv_buffer_steps(d)}});
 }
 
