@@ -94,7 +94,9 @@ void print_header(const CheckReport& r, const CheckEnvironment& env) {
   std::cout << "  env: RC_PARAMS=" << (rc ? rc : "") << " ATTN_ORACLE_FAILURES_DIR=" << r.failures_dir
             << " ATTN_ORACLE_STORE=" << (store ? store : "") << "\n";
   std::cout << "  failure store: " << (r.store ? "on, " + r.failures_dir + " (its saved failures run first)" : "off")
-            << "\n\n";
+            << "\n";
+  if (shape_stable_draws()) std::cout << "  shape-stable draws: " << shape_stable_note() << "\n";
+  std::cout << "\n";
 }
 
 void print_table(const CheckReport& report) {
@@ -234,7 +236,7 @@ CheckReport start_report(const CheckOptions& options, const RunSettings& setting
   report.seed = settings.seed;
   report.cases = settings.cases;
   report.max_size = settings.max_size;
-  report.profile = std::string(to_string(size_profile()));
+  report.profile = std::string(to_string(size_profile())) + (shape_stable_draws() ? ", shape-stable draws" : "");
   report.max_failures = settings.max_failures;
   report.shards = {std::to_string(settings.shard_index + 1) + "/" + std::to_string(settings.shard_count)};
   report.filter = options.filter;

@@ -71,7 +71,7 @@ commands:
   --backend 'exec:python3 -m attn_oracle.worker examples.numpy_backend:Backend'
   check [--backend NAME|all] [--cases N] [--seed S|random] [--filter PREFIX[,PREFIX...]] [--deep]
         [--profile ci|deep] [--skips FILE] [--xfails FILE] [--report DIR] [--shard I/N] [--max-failures K]
-        [--case-timeout SECONDS] [--no-isolation] [--list] [--store DIR | --no-store]
+        [--case-timeout SECONDS] [--no-isolation] [--list] [--store DIR | --no-store] [--shape-stable]
                                   run every property (N draws each, default 100, seed
                                   20261122) on the chosen backends, each property in a
                                   child process so that a crash or a hang is reported
@@ -105,7 +105,14 @@ commands:
                                   same backend (name and version), a fixed one retired
                                   after 3 passing runs: --store DIR keeps them (and
                                   every counterexample) in DIR, --no-store replays and
-                                  keeps none (also ATTN_ORACLE_STORE=off|DIR)
+                                  keeps none (also ATTN_ORACLE_STORE=off|DIR);
+                                  --shape-stable (or ATTN_ORACLE_SHAPE_STABLE=1): sizes
+                                  from a small menu (sides of 16, 64 or 144 tokens, 1
+                                  or 2 rows, M 4 or 8, heads 2/1 or 2/2, head dims 8
+                                  and 64, no extra dims), so that a backend that
+                                  compiles per shape (jax.jit, torch.compile)
+                                  compiles a few times a run; a backend can declare
+                                  its own menu in its domain's `sizes`
   report merge --out DIR REPORT.json|DIR...
                                   one report from the reports of a run's shards (a
                                   directory: every *.json in it)
@@ -328,6 +335,8 @@ int check_command(std::vector<std::string> argv, const CheckEnvironment& env) {
   options.isolate = !take_switch(argv, "--no-isolation");
   options.list = take_switch(argv, "--list");
   options.no_store = take_switch(argv, "--no-store");
+  // The generators read it from the environment, so isolated children and workers' runs see it too.
+  if (take_switch(argv, "--shape-stable")) setenv("ATTN_ORACLE_SHAPE_STABLE", "1", 1);
   std::string error;
   auto args = parse_args(argv, {"--backend", "--cases", "--seed", "--filter", "--skips", "--xfails", "--report",
                                 "--shard", "--max-failures", "--case-timeout", "--profile", "--store"},

@@ -38,7 +38,7 @@ Case attention_case(const AttentionProblem& problem, uint64_t seed) {
 // supports (the check declines one it still does not).
 // A backend without gradients (ProducedOutputs) gets forward problems only.
 Case draw_supported(Backend& backend, AttentionOptions options = {}) {
-  options.batch.domain = backend.domain();
+  options.batch.domain = drawing_domain(backend.domain());
   AttentionDraw d = *attention_draw(options);
   d.problem.shape.backward = d.problem.shape.backward && backend.outputs().gradients;
   d.problem.shape = nearest_supported_shape(

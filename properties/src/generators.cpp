@@ -315,6 +315,8 @@ rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
   if (d.max_rows > 0) o.max_rows = std::max(1, static_cast<int>(std::min<int64_t>(o.max_rows, d.max_rows)));
   o.extra_dims = o.extra_dims && d.extra_dims;
   o.contiguous_positions = o.contiguous_positions || d.positions_from_zero;
+  o.max_len = static_cast<int>(menu_max_tokens(d, o.max_len));
+  o.max_rows = static_cast<int>(menu_max_rows(d, o.max_rows));
   auto head = rc::gen::construct<Head>(mask_kind(o), edge_mode(o.tile_edge_weight), extra_shapes(o.extra_dims),
                                        rc::gen::inRange(1, o.max_rows + 1));
   auto spec = rc::gen::mapcat(head, [o](Head h) {
@@ -343,7 +345,7 @@ rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
   // Set after drawing, so that the draws of every other domain stay as they were.
   if (o.domain.no_padding) spec = rc::gen::map(spec, [](BatchSpec s) { return s.no_padding = true, s; });
   if (o.domain.self_attention_only) spec = rc::gen::map(spec, kv_as_q);
-  return rc::gen::map(spec, build_batch);
+  return rc::gen::map(spec, [domain = o.domain](const BatchSpec& s) { return on_size_menu(build_batch(s), domain); });
 }
 
 std::vector<MaskKind> drawable_masks(const BatchOptions& o) {
@@ -389,10 +391,21 @@ rc::Gen<AttentionDraw> attention_draw(AttentionOptions o) {
   std::sort(dims.begin(), dims.end());
   if (dims.empty()) dims = {1, 2, 4, 8, 1, 2, 4, 8, 1, 16, 64, 64, 128, 256};
   auto dim = shrinking_element<int64_t>(dims);
-  auto heads = rc::gen::construct<Heads>(
-      shrinking_element<int64_t>({1, 2}), group, dim, dtype,
-      o.backward ? rc::gen::arbitrary<bool>() : rc::gen::just(false),
-      shrinking_element<bool>({false, false, false, false, true}));  // scale 0.5, 1 in 5
+  auto backward = o.backward ? rc::gen::arbitrary<bool>() : rc::gen::just(false);
+  auto explicit_scale = shrinking_element<bool>({false, false, false, false, true});  // scale 0.5, 1 in 5
+  auto heads = rc::gen::construct<Heads>(shrinking_element<int64_t>({1, 2}), group, dim, dtype, backward, explicit_scale);
+  // A size menu's heads, the GQA ones for `gqa` (all of them when it has none);
+  // without a menu the draws stay exactly as they were.
+  std::vector<std::pair<int64_t, int64_t>> menu_heads;
+  for (const auto& [q, kv] : o.batch.domain.sizes.heads)
+    if (!o.gqa || q > kv) menu_heads.emplace_back(kv, q / kv);
+  if (menu_heads.empty())
+    for (const auto& [q, kv] : o.batch.domain.sizes.heads) menu_heads.emplace_back(kv, q / kv);
+  if (!menu_heads.empty())
+    heads = rc::gen::mapcat(shrinking_element(menu_heads), [=](std::pair<int64_t, int64_t> kv_group) {
+      return rc::gen::construct<Heads>(rc::gen::just(kv_group.first), rc::gen::just(kv_group.second), dim, dtype,
+                                       backward, explicit_scale);
+    });
   return rc::gen::map(
       rc::gen::tuple(packed_batch(o.batch), heads, rc::gen::arbitrary<uint64_t>()),
       [](const std::tuple<PackedBatch, Heads, uint64_t>& t) {

@@ -119,7 +119,7 @@ void matches_reference(Backend& backend, const Case& c) {
 }
 
 Case draw_invalid(Backend& backend) {
-  const InvalidBatch draw = *invalid_batch(backend.domain());
+  const InvalidBatch draw = *invalid_batch(drawing_domain(backend.domain()));
   return with_drawn(metadata_case(draw.batch), {{"expected_code", std::string(to_string(draw.expected))}});
 }
 
@@ -322,10 +322,10 @@ void extreme_positions_change_nothing(Backend& backend, const Case& c) {
 }
 
 Case draw_extreme_positions(Backend& backend) {
-  return with_drawn(metadata_case(*packed_batch(within(backend.domain()))), {{"margin", *shrinking_element<int64_t>({0, 1, 2, 3})}});
+  return with_drawn(metadata_case(*packed_batch(within(drawing_domain(backend.domain())))), {{"margin", *shrinking_element<int64_t>({0, 1, 2, 3})}});
 }
 
-Case draw_valid(Backend& backend) { return metadata_case(*packed_batch(within(backend.domain()))); }
+Case draw_valid(Backend& backend) { return metadata_case(*packed_batch(within(drawing_domain(backend.domain())))); }
 
 // The backend's metadata drives a float64 varlen kernel over inputs poisoned
 // with NaN wherever no document is (metadata_through_attention.hpp): it must
@@ -337,19 +337,19 @@ void drives_attention_like_the_reference(Backend& backend, const Case& c) {
   const Metadata got = metadata_or_fail(backend, batch);
   if (auto difference = attention_difference(batch, got, ref::metadata(batch).value())) fail_case(*difference);
 }
-Case draw_arbitrary(Backend& backend) { return metadata_case(*arbitrary_batch(backend.domain())); }
+Case draw_arbitrary(Backend& backend) { return metadata_case(*arbitrary_batch(drawing_domain(backend.domain()))); }
 
 Case draw_trailing_padding(Backend& backend) {
-  Case c = draw_padding_batch(backend.domain(), json::object());
-  const std::string side = draw_side(backend.domain());
+  Case c = draw_padding_batch(drawing_domain(backend.domain()), json::object());
+  const std::string side = draw_side(drawing_domain(backend.domain()));
   const int64_t pads = *rc::gen::inRange<int64_t>(1, 5);
   return with_drawn(std::move(c), {{"side", side}, {"pads", pads}});
 }
 
 Case draw_row_shift(Backend& backend) {
-  Case c = draw_padding_batch(backend.domain(), json::object());
+  Case c = draw_padding_batch(drawing_domain(backend.domain()), json::object());
   const BatchLayout l = validate_shapes(batch_of(c)).value();
-  const std::string side = draw_side(backend.domain());
+  const std::string side = draw_side(drawing_domain(backend.domain()));
   const int64_t row = *rc::gen::inRange<int64_t>(0, l.batch), shift = *rc::gen::inRange<int64_t>(1, 4);
   return with_drawn(std::move(c), {{"side", side}, {"row", row}, {"shift", shift}});
 }

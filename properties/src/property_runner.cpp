@@ -13,6 +13,7 @@
 
 #include <rapidcheck.h>
 
+#include "attn_oracle/generators.hpp"
 #include "attn_oracle/reference/tolerance.hpp"
 #include "attn_oracle/replay.hpp"
 
@@ -253,9 +254,14 @@ std::optional<std::string> skipped_before_drawing(const PropertyDef& property, B
       return "backend " + backend.name() + " lacks the " + std::string(to_string(*needed)) + " capability";
   for (Output needed : property.needs_outputs)
     if (!backend.outputs().has(needed)) return "backend " + backend.name() + " does not produce " + std::string(to_string(needed));
-  if (property.excluded_by)
-    if (auto why = property.excluded_by(backend.domain()))
-      return "backend " + backend.name() + "'s domain (" + to_string(backend.domain()) + ") excludes what it needs: " + *why;
+  if (property.excluded_by) {
+    const InputDomain declared = backend.domain(), drawn = drawing_domain(declared);
+    if (auto why = property.excluded_by(drawn))
+      return (declared.sizes.empty() && !drawn.sizes.empty()
+                  ? "shape-stable draws (" + to_string(drawn) + ") exclude"
+                  : "backend " + backend.name() + "'s domain (" + to_string(declared) + ") excludes") +
+             " what it needs: " + *why;
+  }
   return std::nullopt;
 }
 
@@ -328,6 +334,9 @@ void set_replay_commands(PropertyFailure& f, const RunSettings& s, const std::st
   f.replay_command = s.program + " replay --backend " + shell_word(backend) + " " + shell_word(f.case_path);
   f.rerun_command = s.program + " check --backend " + shell_word(backend) + " --filter " + property;
   if (this_run) f.rerun_command += " --seed " + std::to_string(s.seed) + " --cases " + std::to_string(s.cases);
+  // Settings read from the environment change the draws: the rerun names them.
+  if (size_profile() == SizeProfile::deep) f.rerun_command += " --profile deep";
+  if (shape_stable_draws()) f.rerun_command += " --shape-stable";
 }
 
 std::string shell_word(const std::string& text) {

@@ -34,7 +34,7 @@ AttentionShape nearest_supported(Backend& backend, const AttentionProblem& probl
 // Draws a small-seq problem, moved to the nearest shape the backend supports
 // (forward only for a backend without gradients).
 Case draw_supported(Backend& backend) {
-  AttentionDraw d = *small_seq_draw(SmallSeqOptions{.domain = backend.domain()});
+  AttentionDraw d = *small_seq_draw(SmallSeqOptions{.domain = drawing_domain(backend.domain())});
   d.problem.shape.backward = d.problem.shape.backward && backend.outputs().gradients;
   d.problem.shape = nearest_supported(backend, d.problem);
   return small_seq_case(d);

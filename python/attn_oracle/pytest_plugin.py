@@ -7,6 +7,7 @@ serves) in the project's pytest configuration, or on the command line::
     [tool.pytest.ini_options]
     attn_oracle_backend = "mypkg.kernels:Backend"
     attn_oracle_args = "--cases 50"          # optional: more attn-oracle check options
+    attn_oracle_shape_stable = true          # optional: sizes from a menu (jit / torch.compile backends)
 
     $ pytest --attn-oracle-backend mypkg.kernels:Backend --attn-oracle-args "--cases 50"
 
@@ -209,8 +210,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run the attn-oracle conformance suite on this Python backend, one test per property")
     group.addoption("--attn-oracle-args", metavar="ARGS",
                     help="more `attn-oracle check` options, e.g. \"--cases 50 --seed 7\"")
+    group.addoption("--attn-oracle-shape-stable", action="store_true", default=None,
+                    help="draw sizes from a small menu (`attn-oracle check --shape-stable`), so that a jitted or "
+                         "torch.compile backend compiles a few times a run instead of once per draw")
     parser.addini("attn_oracle_backend", "MODULE:CLASS of a backend to run the attn-oracle conformance suite on")
     parser.addini("attn_oracle_args", "more `attn-oracle check` options for that run")
+    parser.addini("attn_oracle_shape_stable", "draw sizes from a small menu (true/false)", type="bool", default=False)
 
 
 def _setting(config: pytest.Config, name: str) -> str:
@@ -266,6 +271,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if not cli.is_target(target):
         raise pytest.UsageError(f"attn_oracle_backend: expected MODULE:CLASS, found {target!r}")
     check_args = shlex.split(_setting(config, "attn_oracle_args"))
+    if config.getoption("--attn-oracle-shape-stable") or config.getini("attn_oracle_shape_stable"):
+        check_args.append("--shape-stable")
     name = f"attn-oracle[{target}]"
     suite = Suite.from_parent(session, name=name, nodeid=name, target=target, check_args=check_args)
     collected = list(suite.collect())

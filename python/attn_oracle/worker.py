@@ -309,6 +309,10 @@ class Domain:
     mask_kinds: the mask kinds taken (names as in docs/semantics.md); empty for all six.
     windows: whether a sliding window other than (-1, -1) is taken.
     dtypes: among "fp32", "fp16", "bf16"; empty for all. head_dims: empty for any.
+    sizes: the sizes a compiled backend was built for (jax.jit and torch.compile
+    compile once per shape), a dict of lists, each optional: ``tokens`` (T of a
+    side), ``rows`` (B), ``max_segments`` (M), ``heads`` ([heads_q, heads_kv]
+    pairs); the draws are grown onto it and an input off it is outside the domain.
     """
 
     self_attention_only: bool = False
@@ -320,6 +324,7 @@ class Domain:
     windows: bool = True
     dtypes: tuple = ()
     head_dims: tuple = ()
+    sizes: Optional[dict] = None
 
     def __post_init__(self):
         for key in ("self_attention_only", "no_padding", "positions_from_zero", "extra_dims", "windows"):
@@ -335,12 +340,37 @@ class Domain:
         if isinstance(self.head_dims, str) or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in self.head_dims):
             raise TypeError(f"Domain.head_dims is {self.head_dims!r}: a list of integers >= 1")
         object.__setattr__(self, "head_dims", tuple(self.head_dims))
+        if self.sizes is not None:
+            object.__setattr__(self, "sizes", _size_menu(self.sizes))
 
     def to_hello(self) -> dict:
         """The hello's "domain": the fields that differ from taking every input."""
         default = Domain()
         return {f.name: list(v) if isinstance(v, tuple) else v
                 for f in fields(self) if (v := getattr(self, f.name)) != getattr(default, f.name)}
+
+
+SIZE_MENU_KEYS = ("tokens", "rows", "max_segments", "heads")
+
+
+def _size_menu(sizes) -> dict:
+    """Domain.sizes checked here, so that a mistake is the backend's error, not a protocol error."""
+    if not isinstance(sizes, dict) or set(sizes) - set(SIZE_MENU_KEYS):
+        raise ValueError(f"Domain.sizes is {sizes!r}: a dict with some of {', '.join(SIZE_MENU_KEYS)}")
+    def whole(v, least):
+        return not isinstance(v, bool) and isinstance(v, int) and v >= least
+    out = {}
+    for key, values in sizes.items():
+        values = list(values)
+        if key == "heads":
+            if not all(len(pair) == 2 and whole(pair[0], 1) and whole(pair[1], 1) and pair[0] % pair[1] == 0
+                       for pair in values):
+                raise ValueError(f"Domain.sizes['heads'] is {values!r}: [heads_q, heads_kv] pairs, heads_q a multiple of heads_kv")
+            values = [list(pair) for pair in values]
+        elif not all(whole(v, 0 if key == "tokens" else 1) for v in values):
+            raise ValueError(f"Domain.sizes[{key!r}] is {values!r}: a list of integers >= {0 if key == 'tokens' else 1}")
+        out[key] = values
+    return out
 
 
 def declared_domain(backend) -> Optional[Domain]:

@@ -65,7 +65,32 @@ std::optional<std::string> content_fields(const InputDomain& d, const char* name
   return std::nullopt;
 }
 
+std::string menu_list(const std::vector<int64_t>& menu) { return listed(menu); }
+
+// T, B and M against the menu; raw shapes, as shape_fields reads them.
+std::optional<std::string> size_fields(const SizeMenu& m, const PackedBatch& batch) {
+  for (const auto& [name, side] : {std::pair{"q", &batch.q}, std::pair{"kv", &batch.kv}}) {
+    const Shape& shape = side->segment_ids.shape;
+    if (shape.size() < 2) continue;
+    if (!listed_or_empty(m.tokens, shape.back()))
+      return std::string(name) + " has " + std::to_string(shape.back()) + " tokens; the backend's size menu has " +
+             menu_list(m.tokens);
+    if (!listed_or_empty(m.rows, shape[shape.size() - 2]))
+      return std::to_string(shape[shape.size() - 2]) + " rows; the backend's size menu has " + menu_list(m.rows);
+  }
+  if (!listed_or_empty(m.max_segments, batch.max_segments))
+    return "max_segments " + std::to_string(batch.max_segments) + "; the backend's size menu has " +
+           menu_list(m.max_segments);
+  return std::nullopt;
+}
+
 std::optional<std::string> tensor_fields(const InputDomain& d, const AttentionShape& shape) {
+  if (!listed_or_empty(d.sizes.heads, std::pair{shape.heads_q, shape.heads_kv})) {
+    std::string heads;
+    for (const auto& [q, kv] : d.sizes.heads) heads += (heads.empty() ? "" : ", ") + std::to_string(q) + "/" + std::to_string(kv);
+    return "heads " + std::to_string(shape.heads_q) + "/" + std::to_string(shape.heads_kv) +
+           "; the backend's size menu has heads (q/kv) " + heads;
+  }
   if (!d.takes_dtype(shape.dtype))
     return "dtype " + std::string(to_string(shape.dtype)) + "; the backend takes " + listed(d.dtypes);
   if (!d.takes_head_dim(shape.head_dim))
@@ -74,6 +99,15 @@ std::optional<std::string> tensor_fields(const InputDomain& d, const AttentionSh
 }
 
 }  // namespace
+
+SizeMenu default_size_menu() { return SizeMenu{{16, 64, 144}, {1, 2}, {4, 8}, {{2, 1}, {2, 2}}}; }
+
+int64_t next_on_menu(const std::vector<int64_t>& menu, int64_t size) {
+  std::optional<int64_t> best;
+  for (int64_t m : menu)
+    if (m >= size && (!best || m < *best)) best = m;
+  return best.value_or(size);
+}
 
 bool InputDomain::takes_mask(MaskKind kind) const { return listed_or_empty(mask_kinds, kind); }
 bool InputDomain::takes_dtype(Dtype dtype) const { return listed_or_empty(dtypes, dtype); }
@@ -92,6 +126,14 @@ std::string to_string(const InputDomain& d) {
   if (!d.windows) parts.emplace_back("no windows");
   if (!d.dtypes.empty()) parts.push_back("dtypes " + listed(d.dtypes));
   if (!d.head_dims.empty()) parts.push_back("head dims " + listed(d.head_dims));
+  if (!d.sizes.tokens.empty()) parts.push_back("tokens " + listed(d.sizes.tokens));
+  if (!d.sizes.rows.empty()) parts.push_back("rows " + listed(d.sizes.rows));
+  if (!d.sizes.max_segments.empty()) parts.push_back("M " + listed(d.sizes.max_segments));
+  if (!d.sizes.heads.empty()) {
+    std::string heads = "heads";
+    for (const auto& [q, kv] : d.sizes.heads) heads += (heads.size() > 5 ? ", " : " ") + std::to_string(q) + "/" + std::to_string(kv);
+    parts.push_back(heads);
+  }
   std::string out;
   for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
   return out;
@@ -99,6 +141,7 @@ std::string to_string(const InputDomain& d) {
 
 std::optional<std::string> outside_domain(const InputDomain& d, const PackedBatch& batch) {
   if (auto why = shape_fields(d, batch)) return why;
+  if (auto why = size_fields(d.sizes, batch)) return why;
   if (!d.no_padding && !d.positions_from_zero) return std::nullopt;
   if (!validate(batch)) return std::nullopt;  // content fields describe valid inputs
   if (auto why = content_fields(d, "q", batch.q)) return why;

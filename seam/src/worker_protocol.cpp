@@ -316,6 +316,41 @@ std::vector<T> domain_names(const std::string& key, const nlohmann::json& v, Par
   return out;
 }
 
+std::vector<int64_t> domain_sizes(const std::string& key, const nlohmann::json& v, int64_t least) {
+  const std::string want = "a list of integers >= " + std::to_string(least);
+  if (!v.is_array()) bad_domain(key, want, v);
+  std::vector<int64_t> out;
+  for (const nlohmann::json& n : v) {
+    if (!n.is_number_integer() || n.get<int64_t>() < least) bad_domain(key, want, v);
+    out.push_back(n.get<int64_t>());
+  }
+  return out;
+}
+
+// {"tokens": [16, 64], "rows": [1, 2], "max_segments": [8], "heads": [[2, 1]]}
+SizeMenu read_size_menu(const nlohmann::json& v) {
+  const std::string heads_want = "a list of [heads_q, heads_kv] pairs, heads_q a multiple of heads_kv >= 1";
+  if (!v.is_object()) bad_domain("sizes", "an object with tokens, rows, max_segments and heads lists", v);
+  SizeMenu m;
+  for (const auto& [key, list] : v.items()) {
+    if (key == "tokens") m.tokens = domain_sizes("sizes.tokens", list, 0);
+    else if (key == "rows") m.rows = domain_sizes("sizes.rows", list, 1);
+    else if (key == "max_segments") m.max_segments = domain_sizes("sizes.max_segments", list, 1);
+    else if (key == "heads") {
+      if (!list.is_array()) bad_domain("sizes.heads", heads_want, list);
+      for (const nlohmann::json& pair : list) {
+        const std::vector<int64_t> qk = pair.is_array() && pair.size() == 2 ? domain_sizes("sizes.heads", pair, 1)
+                                                                            : std::vector<int64_t>{};
+        if (qk.size() != 2 || qk[0] % qk[1] != 0) bad_domain("sizes.heads", heads_want, list);
+        m.heads.emplace_back(qk[0], qk[1]);
+      }
+    } else {
+      throw ProtocolError("domain's sizes has the unknown key \"" + key + "\" (known: tokens, rows, max_segments, heads)");
+    }
+  }
+  return m;
+}
+
 }  // namespace
 
 InputDomain read_domain(const nlohmann::json& domain) {
@@ -343,10 +378,12 @@ InputDomain read_domain(const nlohmann::json& domain) {
         if (!dim.is_number_integer() || dim.get<int64_t>() < 1) bad_domain(key, "a list of head dims >= 1", v);
         d.head_dims.push_back(dim.get<int64_t>());
       }
+    } else if (key == "sizes") {
+      d.sizes = read_size_menu(v);
     } else {
       throw ProtocolError("domain has the unknown key \"" + key +
                           "\" (known: self_attention_only, no_padding, positions_from_zero, max_rows, extra_dims, "
-                          "mask_kinds, windows, dtypes, head_dims)");
+                          "mask_kinds, windows, dtypes, head_dims, sizes)");
     }
   }
   return d;

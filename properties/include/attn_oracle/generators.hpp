@@ -102,6 +102,34 @@ BatchOptions within(const InputDomain& domain, BatchOptions options = {});
 
 rc::Gen<PackedBatch> packed_batch(BatchOptions options = {});
 
+// ------------------------------------------------------------------- size menu
+// Shape-stable draws (size_menu_draws.cpp) for backends that compile once per
+// shape. Under a size menu (input_domain.hpp) packed_batch draws within the
+// menu's largest T and B and grows each batch onto the menu: T of each side and
+// B to the next size on it (padding tokens where the mask kind and the domain
+// allow padding, else each row's last document runs on and new rows are one
+// document), M likewise; attention_draw draws the menu's heads. Invalid-input
+// draws plant their violation into a batch on the menu (a violation of shape
+// takes it off). Left as they are: small_seq, kv_buffer, sharding and
+// arbitrary-input draws, whose sizes are their subject. The menu costs coverage, said where it shows: tile-edge sides
+// (63, 127, 129) only as padding inside a longer side or grown to the next size,
+// no sides without tokens, no extra dims, exactly M documents only for M on the
+// menu.
+//
+// Whether `check --shape-stable` (ATTN_ORACLE_SHAPE_STABLE=1) asked for them.
+bool shape_stable_draws();
+// The domain the generators draw in: the backend's, with default_size_menu()
+// folded in under shape-stable draws when it declares no menu (no extra dims,
+// kMenuHeadDims when it lists no head dims).
+InputDomain drawing_domain(InputDomain declared);
+// The batch grown onto the domain's menu (unchanged when it has none).
+PackedBatch on_size_menu(PackedBatch batch, const InputDomain& domain);
+// What shape-stable draws draw and what they leave out, for the run's header.
+std::string shape_stable_note();
+// `otherwise`, capped at the menu's largest T or B.
+int64_t menu_max_tokens(const InputDomain& domain, int64_t otherwise);
+int64_t menu_max_rows(const InputDomain& domain, int64_t otherwise);
+
 // ------------------------------------------------------------------- invalid inputs
 // A batch with exactly one violation, tagged with the code it must produce.
 struct InvalidBatch {

@@ -26,6 +26,33 @@
 
 namespace attn_oracle {
 
+// The sizes a compiled backend is built for: JAX's jit and torch.compile
+// compile once per new shape, and nearly every unconstrained draw has one. An
+// empty list leaves that size free. Declared by a backend (its domain's
+// `sizes`), the menu is part of its domain: the generators draw on it and an
+// input off it is outside the domain. `check --shape-stable` draws on
+// default_size_menu() for a backend that declares none, without narrowing
+// what it takes.
+struct SizeMenu {
+  std::vector<int64_t> tokens;        // T of each side
+  std::vector<int64_t> rows;          // B
+  std::vector<int64_t> max_segments;  // M
+  std::vector<std::pair<int64_t, int64_t>> heads;  // (heads_q, heads_kv)
+
+  bool empty() const { return tokens.empty() && rows.empty() && max_segments.empty() && heads.empty(); }
+  bool operator==(const SizeMenu&) const = default;
+};
+
+// Sides of 16, 64 or 144 tokens, 1 or 2 rows, M of 4 or 8, heads 2/1 (GQA) or
+// 2/2; with it the generators draw head dims 8 and 64 and no extra dims.
+SizeMenu default_size_menu();
+// The head dims drawn with default_size_menu() when a domain lists none.
+inline const std::vector<int64_t> kMenuHeadDims = {8, 64};
+
+// The smallest size on the list that holds `size`; `size` itself when the list
+// is empty or none does.
+int64_t next_on_menu(const std::vector<int64_t>& menu, int64_t size);
+
 struct InputDomain {
   // q and kv are one batch: the same ids, positions, T and extra dims on both
   // sides (transformers, Megatron-core and flex attention packing take one
@@ -49,6 +76,8 @@ struct InputDomain {
   std::vector<Dtype> dtypes;
   // The head dims taken; empty for any.
   std::vector<int64_t> head_dims;
+  // The sizes it was compiled for; empty for any.
+  SizeMenu sizes;
 
   bool takes_mask(MaskKind kind) const;
   bool takes_dtype(Dtype dtype) const;

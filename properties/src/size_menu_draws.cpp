@@ -1,0 +1,113 @@
+// size_menu_draws.cpp: shape-stable draws (generators.hpp, "size menu"). A
+// batch is drawn as usual, within the menu's largest sizes, and then grown onto
+// the menu: shrinking acts on the spec underneath, so every shrunk case is on
+// the menu too.
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "attn_oracle/generators.hpp"
+
+namespace attn_oracle {
+namespace {
+
+int64_t largest(const std::vector<int64_t>& menu, int64_t otherwise) {
+  return menu.empty() ? otherwise : *std::max_element(menu.begin(), menu.end());
+}
+
+// One [rows, len] block of ids and positions grown to [rows2, len2]. A padding
+// side pads with id 0; otherwise a row's last document runs on (positions go on
+// by its last step) and a new row is one document, id 1, at 0, 1, 2, ...
+void grow_block(const int64_t* ids, const int64_t* pos, int64_t rows, int64_t len, int64_t* ids2, int64_t* pos2,
+                int64_t rows2, int64_t len2, bool padding) {
+  for (int64_t r = 0; r < rows2; ++r) {
+    for (int64_t t = 0; t < len2; ++t) {
+      int64_t& id = ids2[r * len2 + t];
+      int64_t& p = pos2[r * len2 + t];
+      if (r < rows && t < len) {
+        id = ids[r * len + t], p = pos[r * len + t];
+      } else if (padding) {
+        id = 0, p = 0;
+      } else if (t == 0) {
+        id = 1, p = 0;
+      } else {
+        const int64_t prev = r * len2 + t - 1;
+        const bool two = t >= 2 && ids2[prev - 1] == ids2[prev];
+        id = ids2[prev], p = pos2[prev] + (two ? pos2[prev] - pos2[prev - 1] : 1);
+      }
+    }
+  }
+}
+
+// Ids [..., B, T] and positions of the same shape or a broadcast [B, T].
+void grow_side(PackedSide& side, int64_t rows2, int64_t len2, bool padding) {
+  const Shape& shape = side.segment_ids.shape;
+  if (shape.size() < 2) return;
+  const int64_t rows = shape[shape.size() - 2], len = shape.back();
+  if (rows == rows2 && len == len2) return;
+  Shape grown = shape;
+  grown[grown.size() - 2] = rows2, grown.back() = len2;
+  const bool broadcast_pos = side.segment_pos.shape != shape;
+  const int64_t slices = shape_product(Shape(shape.begin(), shape.end() - 2));
+  IntArray ids = IntArray::filled(grown, 0), pos = IntArray::filled(grown, 0);
+  for (int64_t s = 0; s < slices; ++s) {
+    const int64_t* p = side.segment_pos.data.data() + (broadcast_pos ? 0 : s * rows * len);
+    grow_block(side.segment_ids.data.data() + s * rows * len, p, rows, len, ids.data.data() + s * rows2 * len2,
+               pos.data.data() + s * rows2 * len2, rows2, len2, padding);
+  }
+  side.segment_ids = std::move(ids);
+  if (!broadcast_pos) {
+    side.segment_pos = std::move(pos);
+    return;
+  }
+  // Shared positions grow as slice 0's row does.
+  IntArray shared = IntArray::filled({rows2, len2}, 0);
+  std::copy(pos.data.begin(), pos.data.begin() + rows2 * len2, shared.data.begin());
+  side.segment_pos = std::move(shared);
+}
+
+}  // namespace
+
+bool shape_stable_draws() {
+  const char* v = std::getenv("ATTN_ORACLE_SHAPE_STABLE");
+  return v && std::string(v) != "" && std::string(v) != "0" && std::string(v) != "off";
+}
+
+InputDomain drawing_domain(InputDomain d) {
+  if (d.sizes.empty() && shape_stable_draws()) {
+    d.sizes = default_size_menu();
+    d.extra_dims = false;
+    if (d.head_dims.empty()) d.head_dims = kMenuHeadDims;
+  }
+  return d;
+}
+
+PackedBatch on_size_menu(PackedBatch batch, const InputDomain& domain) {
+  const SizeMenu& menu = domain.sizes;
+  if (menu.empty()) return batch;
+  const bool padding = allows_padding(batch.mask) && !domain.no_padding;
+  const Shape& shape = batch.q.segment_ids.shape;
+  if (shape.size() < 2) return batch;
+  const int64_t rows = next_on_menu(menu.rows, shape[shape.size() - 2]);
+  for (PackedSide* side : {&batch.q, &batch.kv})
+    grow_side(*side, rows, next_on_menu(menu.tokens, side->segment_ids.shape.back()), padding);
+  batch.max_segments = next_on_menu(menu.max_segments, batch.max_segments);
+  return batch;
+}
+
+std::string shape_stable_note() {
+  return "sizes from a menu unless a backend declares its own (" + to_string(drawing_domain({})) +
+         "); left out: sides of 63, 127 or 129 tokens (inside a longer padded side, or grown to the next size), "
+         "sides with no tokens, extra dims, exactly M documents for M off the menu; small_seq, kv_buffer, sharding "
+         "and arbitrary-input draws keep their own sizes";
+}
+
+int64_t menu_max_tokens(const InputDomain& domain, int64_t otherwise) {
+  return std::min(otherwise, largest(domain.sizes.tokens, otherwise));
+}
+
+int64_t menu_max_rows(const InputDomain& domain, int64_t otherwise) {
+  return std::min(otherwise, largest(domain.sizes.rows, otherwise));
+}
+
+}  // namespace attn_oracle
