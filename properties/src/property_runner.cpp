@@ -243,7 +243,7 @@ void settle_status(PropertyOutcome& o) {
     o.status = PropertyOutcome::Status::skipped;
     const auto most = std::max_element(o.decline_reasons.begin(), o.decline_reasons.end(),
                                        [](const auto& a, const auto& b) { return a.second < b.second; });
-    o.message = "every draw was declined; most often: " + most->first;
+    o.message = "every draw was declined; most often: " + o.decline_example(most->first);
   }
 }
 
@@ -420,7 +420,9 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
     }
     if (t.kind == Trial::Kind::declined) {
       ++out.declined;
-      ++out.decline_reasons[blank_numbers(t.message)];
+      const std::string reason = blank_numbers(t.message);
+      ++out.decline_reasons[reason];
+      out.decline_examples.emplace(reason, t.message);
       continue;
     }
     ++out.failed;
