@@ -14,8 +14,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "attn_oracle/harness/cli.hpp"
 #include "attn_oracle/oracle.hpp"
@@ -201,6 +203,15 @@ TEST(PlantedBugs, BugsOfEachInputClassAreFoundOnNineOfTenSeeds) {
   }
 }
 
+// Whether docs/semantics.md quotes `message` as it is printed (its examples of
+// metadata judged through attention are these planted bugs' messages).
+bool quoted_in_semantics_doc(const std::string& message) {
+  std::ifstream in(std::string(ATTN_ORACLE_FIXTURES_DIR) + "/../docs/semantics.md");
+  std::stringstream doc;
+  doc << in.rdbuf();
+  return doc.str().find("\n" + message + "\n") != std::string::npos;
+}
+
 // Metadata bugs that attention shows are integer bugs too: each planted for
 // metadata/drivesAttentionLikeTheReference also fails the exact property, and
 // the message of the one that drops keys names the field.
@@ -214,6 +225,7 @@ TEST(PlantedBugs, MetadataBugsAttentionShowsAlsoFailTheExactProperty) {
     ASSERT_EQ(through.status, PropertyOutcome::Status::failed) << bug.name;
     if (bug.name == "last_key_of_each_row_dropped") {
       EXPECT_NE(through.failures.at(0).message.find("cu_seqlens_kv["), std::string::npos) << through.failures.at(0).message;
+      EXPECT_TRUE(quoted_in_semantics_doc(through.failures.at(0).message)) << through.failures.at(0).message;
     }
   }
 }
@@ -233,6 +245,7 @@ TEST(PlantedBugs, KvBufferMetadataBugsAttentionShowsAlsoFailTheExactProperty) {
     ASSERT_EQ(through.status, PropertyOutcome::Status::failed) << bug.name;
     EXPECT_NE(through.failures.at(0).message.find("cu_seqlens_k[0]: backend "), std::string::npos)
         << through.failures.at(0).message;
+    EXPECT_TRUE(quoted_in_semantics_doc(through.failures.at(0).message)) << through.failures.at(0).message;
   }
   EXPECT_EQ(seen, 1);
 }
