@@ -212,6 +212,21 @@ bool quoted_in_semantics_doc(const std::string& message) {
   return doc.str().find("\n" + message + "\n") != std::string::npos;
 }
 
+// The case a transforming property prints is the drawn one; its message says
+// what the transformation did, as metadata/extremePositionsChangeNothing's does.
+TEST(PlantedBugs, ExtremeIntegerFailuresSayWhatWasRewritten) {
+  for (const PlantedBug& bug : planted::attention_bugs()) {
+    if (bug.name != "window_as_int32") continue;
+    const PropertyOutcome o = run_property(*find_property(bug.property), *bug.make(), planted_settings());
+    ASSERT_EQ(o.status, PropertyOutcome::Status::failed);
+    const std::string& message = o.failures.at(0).message;
+    EXPECT_NE(message.find("with the largest position moved to INT64_MAX - "), std::string::npos) << message;
+    EXPECT_NE(message.find(") written as ("), std::string::npos) << message;
+    return;
+  }
+  FAIL() << "no planted bug window_as_int32";
+}
+
 // Metadata bugs that attention shows are integer bugs too: each planted for
 // metadata/drivesAttentionLikeTheReference also fails the exact property, and
 // the message of the one that drops keys names the field.
