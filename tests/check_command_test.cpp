@@ -271,6 +271,31 @@ TEST(CheckCommand, AlternatingResultsAreReportedAsNondeterministic) {
   EXPECT_NE(f["message"].get<std::string>().find("differs between two identical calls"), std::string::npos) << f.dump();
 }
 
+// A metadata backend with one per-slot count off: row 1's first q_seqlens slot.
+class SecondRowSlotZeroBackend final : public Backend, MetadataCapability {
+ public:
+  std::string name() const override { return "second-row-slot-zero"; }
+  MetadataCapability* metadata() override { return this; }
+  Expected<Metadata> metadata(const PackedBatch& batch) override {
+    auto md = make_reference_backend()->metadata()->metadata(batch);
+    if (md && md->batch > 1) md.value().q_seqlens[md->max_segments] += 1;
+    return md;
+  }
+};
+
+// Per-slot fields are [..., B, M] arrays: a message gives the index into that
+// shape and says which row and slot it is, never the flat offset.
+TEST(CheckCommand, PerSlotDifferencesNameTheRowAndSlot) {
+  BackendRegistry::instance().add("second-row-slot-zero", [] { return std::make_unique<SecondRowSlotZeroBackend>(); });
+  EXPECT_EQ(check(options("second-row-slot-zero", "second-row-slot-zero", "metadata/matchesReference")), 1);
+  const json report = report_json("second-row-slot-zero");
+  const json* r = result(report, "second-row-slot-zero/metadata/matchesReference");
+  ASSERT_NE(r, nullptr);
+  ASSERT_FALSE((*r)["failures"].empty()) << r->dump();
+  const std::string message = (*r)["failures"][0]["message"];
+  EXPECT_NE(message.find("q_seqlens[1, 0] (row 1, slot 0): backend "), std::string::npos) << message;
+}
+
 // A backend that declines every input: the property is skipped with the reason, never passed.
 class DecliningBackend final : public Backend, MetadataCapability {
  public:
