@@ -25,10 +25,11 @@ struct Run {
 // start at cu_seqlens_q, its keys at first_document_begin + cu_seqlens_k).
 struct FieldNames {
   std::string cu_q, cu_kv, start_q, start_kv;
+  bool starts_are_arrays;  // false: the starts derive from the cu_seqlens, no sizes of their own
 };
-const FieldNames kBatchFields{"cu_seqlens_q", "cu_seqlens_kv", "ragged_offsets_q", "ragged_offsets_kv"};
+const FieldNames kBatchFields{"cu_seqlens_q", "cu_seqlens_kv", "ragged_offsets_q", "ragged_offsets_kv", true};
 const FieldNames kMicroSequenceFields{"cu_seqlens_q", "cu_seqlens_k", "cu_seqlens_q",
-                                      "first_document_begin + cu_seqlens_k"};
+                                      "first_document_begin + cu_seqlens_k", false};
 
 // Document s's run on one side as a kernel reads it, or the reason it cannot be
 // read, naming the side's fields `cu_name` (lengths) and `start_name` (starts).
@@ -201,7 +202,7 @@ std::variant<VarlenOutputs, std::string> consume_named(const Metadata& md, MaskK
   if (n == 0 || md.cu_seqlens_kv.size() != n || md.ragged_offsets_q.size() != n || md.ragged_offsets_kv.size() != n) {
     std::string sizes = names.cu_q + " " + std::to_string(n) + ", " + names.cu_kv + " " +
                         std::to_string(md.cu_seqlens_kv.size());
-    if (&names == &kBatchFields)  // a micro-sequence's starts are its cu_seqlens: no sizes of their own
+    if (names.starts_are_arrays)
       sizes += ", ragged_offsets_q " + std::to_string(md.ragged_offsets_q.size()) + ", ragged_offsets_kv " +
                std::to_string(md.ragged_offsets_kv.size());
     return "the compacted arrays disagree on the number of documents: " + sizes + " entries";
