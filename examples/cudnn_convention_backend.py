@@ -21,8 +21,8 @@ import numpy as np
 
 from attn_oracle import adapters
 from attn_oracle.errors import Unsupported
-from examples.flash_convention_backend import scatter_back, tokens
-from examples.numpy_backend import attend_documents
+from .flash_convention_backend import scatter_back, tokens
+from .numpy_backend import attend_documents
 
 
 def cudnn_ragged_sdpa(q, k, v, do, attrs, scale, left_bound_exclusive=True):

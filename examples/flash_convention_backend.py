@@ -22,7 +22,7 @@ import numpy as np
 
 from attn_oracle import adapters
 from attn_oracle.errors import Unsupported
-from examples.numpy_backend import attend_documents
+from .numpy_backend import attend_documents
 
 
 def flash_varlen(q, k, v, do, cu_seqlens_q, cu_seqlens_k, causal, window_size, scale, bottom_right=True):

@@ -21,7 +21,7 @@ jax.config.update("jax_enable_x64", True)  # the suite sends float64; without th
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from examples.numpy_backend import Backend as NumpyBackend  # noqa: E402
+from .numpy_backend import Backend as NumpyBackend  # noqa: E402
 
 
 @jax.jit

@@ -3,7 +3,7 @@ r + shift - L`` instead of ``c > ...``): one key too many on the left of every
 bounded band. python/tests/test_adapters.py requires `check` to fail on it with
 a shrunk case.
 """
-from examples import cudnn_convention_backend
+from . import cudnn_convention_backend
 
 
 class Backend(cudnn_convention_backend.Backend):

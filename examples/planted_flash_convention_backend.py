@@ -3,7 +3,7 @@ instead of ``j <= i + lk - lq``): right wherever a document has as many keys as
 queries, wrong elsewhere. python/tests/test_adapters.py requires `check` to fail
 on it with a shrunk case.
 """
-from examples import flash_convention_backend
+from . import flash_convention_backend
 
 
 class Backend(flash_convention_backend.Backend):

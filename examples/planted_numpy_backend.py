@@ -3,7 +3,7 @@ at the top-left of each document (the `causal` branch taken for *_bottom_right),
 which only shows where a document's q and kv lengths differ. ctest requires
 `check` to fail on it, shrink the case and replay it (python_worker.planted_*).
 """
-from examples import numpy_backend
+from . import numpy_backend
 
 
 class Backend(numpy_backend.Backend):

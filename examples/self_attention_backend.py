@@ -13,7 +13,7 @@ examples.self_attention_backend:Backend``; python/tests/test_domain.py checks it
 import numpy as np
 
 from attn_oracle import Domain
-from examples import numpy_backend
+from . import numpy_backend
 
 
 class Backend(numpy_backend.Backend):

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch.nn.functional import scaled_dot_product_attention
 
-from examples.numpy_backend import Backend as NumpyBackend
+from .numpy_backend import Backend as NumpyBackend
 
 
 def heads_first(a, grad=False):  # NumPy [R, T, H, D] -> float64 tensor [R, H, T, D]

@@ -271,6 +271,31 @@ TEST(CheckCommand, AlternatingResultsAreReportedAsNondeterministic) {
   EXPECT_NE(f["message"].get<std::string>().find("differs between two identical calls"), std::string::npos) << f.dump();
 }
 
+// A metadata backend with one per-slot count off: row 1's first q_seqlens slot.
+class SecondRowSlotZeroBackend final : public Backend, MetadataCapability {
+ public:
+  std::string name() const override { return "second-row-slot-zero"; }
+  MetadataCapability* metadata() override { return this; }
+  Expected<Metadata> metadata(const PackedBatch& batch) override {
+    auto md = make_reference_backend()->metadata()->metadata(batch);
+    if (md && md->batch > 1) md.value().q_seqlens[md->max_segments] += 1;
+    return md;
+  }
+};
+
+// Per-slot fields are [..., B, M] arrays: a message gives the index into that
+// shape and says which row and slot it is, never the flat offset.
+TEST(CheckCommand, PerSlotDifferencesNameTheRowAndSlot) {
+  BackendRegistry::instance().add("second-row-slot-zero", [] { return std::make_unique<SecondRowSlotZeroBackend>(); });
+  EXPECT_EQ(check(options("second-row-slot-zero", "second-row-slot-zero", "metadata/matchesReference")), 1);
+  const json report = report_json("second-row-slot-zero");
+  const json* r = result(report, "second-row-slot-zero/metadata/matchesReference");
+  ASSERT_NE(r, nullptr);
+  ASSERT_FALSE((*r)["failures"].empty()) << r->dump();
+  const std::string message = (*r)["failures"][0]["message"];
+  EXPECT_NE(message.find("q_seqlens[1, 0] (row 1, slot 0): backend "), std::string::npos) << message;
+}
+
 // A backend that declines every input: the property is skipped with the reason, never passed.
 class DecliningBackend final : public Backend, MetadataCapability {
  public:
@@ -288,8 +313,21 @@ TEST(CheckCommand, AWhollyDeclinedPropertyIsSkippedWithItsReason) {
   ASSERT_NE(r, nullptr);
   EXPECT_EQ((*r)["verdict"], "skipped");
   EXPECT_EQ((*r)["draws"]["declined"], 20);
-  EXPECT_NE((*r)["message"].get<std::string>().find("we only take B = #"), std::string::npos) << r->dump();
   EXPECT_FALSE((*r)["wholly_declined"].empty());
+}
+
+// Reasons are grouped with their numbers blanked ("head_dim 96" with "head_dim
+// 40"), but what people read is one real message, digits and all.
+TEST(CheckCommand, DeclineReasonsKeepTheirDigitsWhereTheyAreShown) {
+  BackendRegistry::instance().add("declining", [] { return std::make_unique<DecliningBackend>(); });
+  check(options("declining", "declining-digits", "metadata/matchesReference"));
+  const json report = report_json("declining-digits");
+  const json* r = result(report, "declining/metadata/matchesReference");
+  ASSERT_NE(r, nullptr);
+  EXPECT_NE((*r)["message"].get<std::string>().find("we only take B = 0"), std::string::npos) << r->dump();
+  const std::string md = slurp(kDir / "declining-digits" / "conformance.md");
+  EXPECT_NE(md.find("declined 20x: unsupported: we only take B = 0"), std::string::npos) << md;
+  EXPECT_EQ(md.find("B = #"), std::string::npos) << md;
 }
 
 // A metadata backend that presses Ctrl-C once, during its first case.

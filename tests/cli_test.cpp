@@ -160,6 +160,15 @@ TEST(Cli, UsageErrorsExitOne) {
   EXPECT_NE(help.out.find("usage"), std::string::npos);
 }
 
+// `COMMAND --help` is a request for the usage, not an unknown option.
+TEST(Cli, HelpAfterACommandPrintsTheUsage) {
+  for (const char* args : {"check --help", "check -h", "eval --help", "replay --backend reference --help"}) {
+    const CliRun help = run_cli(args);
+    EXPECT_EQ(help.status, 0) << args;
+    EXPECT_NE(help.out.find("usage: "), std::string::npos) << args << ": " << help.out;
+  }
+}
+
 TEST(Cli, CheckListPrintsThePropertyIdsAndRunsNothing) {
   const CliRun all = run_cli("check --list");
   ASSERT_EQ(all.status, 0);

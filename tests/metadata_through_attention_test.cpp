@@ -66,5 +66,37 @@ TEST(MetadataThroughAttention, AWrongIntegerIsNamedWithTheOutputItChanges) {
   EXPECT_NE(difference->find("ragged_offsets_kv[0]: backend 0, expected 1"), std::string::npos) << *difference;
 }
 
+// Documents [2, 2] in micro-sequences of 2 tokens: micro-sequence 1's
+// canonical metadata, over a buffer of 4 tokens.
+MicroSequenceMetadata second_of_two_micro_sequences() {
+  MicroSequenceMetadata m;
+  m.index = 1, m.begin = 2, m.end = 4, m.first_document_begin = 2;
+  m.cu_seqlens_q = {0, 2}, m.cu_seqlens_k = {0, 2};
+  return m;
+}
+
+// A micro-sequence has cu_seqlens_k and first_document_begin, not the batch's
+// cu_seqlens_kv and ragged_offsets_kv: its messages name its own fields.
+TEST(MetadataThroughAttention, MicroSequenceMessagesNameTheMicroSequenceFields) {
+  const MicroSequenceMetadata want = second_of_two_micro_sequences();
+  MicroSequenceMetadata got = want;
+  got.cu_seqlens_k = {0, 5};  // keys [2, 7) of 4
+  auto difference = micro_sequence_attention_difference(4, got, want);
+  ASSERT_TRUE(difference);
+  EXPECT_NE(difference->find("document 0 reads 5 kv tokens from token 2 (first_document_begin + cu_seqlens_k[0], "
+                             "cu_seqlens_k[0..1]) of a tensor of 4"),
+            std::string::npos)
+      << *difference;
+  got.cu_seqlens_k = {0, 1, 2};
+  difference = micro_sequence_attention_difference(4, got, want);
+  ASSERT_TRUE(difference);
+  EXPECT_NE(difference->find("cu_seqlens_q 2, cu_seqlens_k 3 entries"), std::string::npos) << *difference;
+  got.cu_seqlens_k = {2, 0};
+  difference = micro_sequence_attention_difference(4, got, want);
+  ASSERT_TRUE(difference);
+  EXPECT_NE(difference->find("cu_seqlens_k[1] = 0 < cu_seqlens_k[0] = 2"), std::string::npos) << *difference;
+  EXPECT_EQ(difference->find("_kv"), std::string::npos) << *difference;
+}
+
 }  // namespace
 }  // namespace attn_oracle

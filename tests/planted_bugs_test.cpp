@@ -14,8 +14,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "attn_oracle/harness/cli.hpp"
 #include "attn_oracle/oracle.hpp"
@@ -201,6 +203,30 @@ TEST(PlantedBugs, BugsOfEachInputClassAreFoundOnNineOfTenSeeds) {
   }
 }
 
+// Whether docs/semantics.md quotes `message` as it is printed (its examples of
+// metadata judged through attention are these planted bugs' messages).
+bool quoted_in_semantics_doc(const std::string& message) {
+  std::ifstream in(std::string(ATTN_ORACLE_FIXTURES_DIR) + "/../docs/semantics.md");
+  std::stringstream doc;
+  doc << in.rdbuf();
+  return doc.str().find("\n" + message + "\n") != std::string::npos;
+}
+
+// The case a transforming property prints is the drawn one; its message says
+// what the transformation did, as metadata/extremePositionsChangeNothing's does.
+TEST(PlantedBugs, ExtremeIntegerFailuresSayWhatWasRewritten) {
+  for (const PlantedBug& bug : planted::attention_bugs()) {
+    if (bug.name != "window_as_int32") continue;
+    const PropertyOutcome o = run_property(*find_property(bug.property), *bug.make(), planted_settings());
+    ASSERT_EQ(o.status, PropertyOutcome::Status::failed);
+    const std::string& message = o.failures.at(0).message;
+    EXPECT_NE(message.find("with the largest position moved to INT64_MAX - "), std::string::npos) << message;
+    EXPECT_NE(message.find(") written as ("), std::string::npos) << message;
+    return;
+  }
+  FAIL() << "no planted bug window_as_int32";
+}
+
 // Metadata bugs that attention shows are integer bugs too: each planted for
 // metadata/drivesAttentionLikeTheReference also fails the exact property, and
 // the message of the one that drops keys names the field.
@@ -214,6 +240,7 @@ TEST(PlantedBugs, MetadataBugsAttentionShowsAlsoFailTheExactProperty) {
     ASSERT_EQ(through.status, PropertyOutcome::Status::failed) << bug.name;
     if (bug.name == "last_key_of_each_row_dropped") {
       EXPECT_NE(through.failures.at(0).message.find("cu_seqlens_kv["), std::string::npos) << through.failures.at(0).message;
+      EXPECT_TRUE(quoted_in_semantics_doc(through.failures.at(0).message)) << through.failures.at(0).message;
     }
   }
 }
@@ -233,6 +260,7 @@ TEST(PlantedBugs, KvBufferMetadataBugsAttentionShowsAlsoFailTheExactProperty) {
     ASSERT_EQ(through.status, PropertyOutcome::Status::failed) << bug.name;
     EXPECT_NE(through.failures.at(0).message.find("cu_seqlens_k[0]: backend "), std::string::npos)
         << through.failures.at(0).message;
+    EXPECT_TRUE(quoted_in_semantics_doc(through.failures.at(0).message)) << through.failures.at(0).message;
   }
   EXPECT_EQ(seen, 1);
 }

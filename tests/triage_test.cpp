@@ -145,6 +145,16 @@ TEST(Triage, ShrinkingStaysWithTheRoot) {
   EXPECT_TRUE(t.same_root(shallow, "kv_offsets[1]: backend 2, expected 1", a)) << "out of a class is fine";
 }
 
+// A per-slot index names the same field at any rank: a vmapped draw's mismatch
+// may shrink to an unbatched one without becoming another bug.
+TEST(Triage, APerSlotIndexIsOneSignatureWhateverItsRank) {
+  EXPECT_EQ(failure_signature("q_seqlens[0, 1, 0] (slice 0, row 1, slot 0): backend 2, expected 1"),
+            failure_signature("q_seqlens[1, 0] (row 1, slot 0): backend 3, expected 1"));
+  EXPECT_EQ(failure_signature("q_seqlens[1, 0] (row 1, slot 0): backend 3, expected 1"), "q_seqlens[#]");
+  EXPECT_NE(failure_signature("q_seqlens[1, 0] (row 1, slot 0): backend 3, expected 1"),
+            failure_signature("kv_seqlens[1, 0] (row 1, slot 0): backend 3, expected 1"));
+}
+
 TEST(Triage, ExceptionsClusterByTheirMessageWithValuesFolded) {
   EXPECT_EQ(cluster_of_message("the worker's backend raised ValueError in metadata: shape (2, 3) vs (4,)", 0).key,
             cluster_of_message("the worker's backend raised ValueError in metadata: shape (5, 1) vs (2,)", 7).key);

@@ -503,6 +503,9 @@ int run_cli(const std::vector<std::string>& argv, const CheckEnvironment& env) {
   const std::vector<std::string> rest(argv.begin() + 1, argv.end());
   try {
     if (command == "--help" || command == "-h" || command == "help") return std::cout << kUsage, 0;
+    // `check --help` asks for the usage: no option parser should call it unknown.
+    const auto is_help = [](const std::string& a) { return a == "--help" || a == "-h"; };
+    if (is_cli_verb(command) && std::any_of(rest.begin(), rest.end(), is_help)) return std::cout << kUsage, 0;
     if (is_isolation_child_verb(command)) return run_isolation_child(argv);
     if (command == "eval") return eval_command(rest);
     if (command == "replay") return replay_command(rest);

@@ -180,7 +180,7 @@ void markdown_property(const CheckResult& r, std::ostream& os) {
   if (!o.not_compared.empty()) os << "- **" << not_compared_line(o) << "**\n";
   for (const std::string& line : wholly_declined_classes(o)) os << "- **" << line << "**\n";
   for (const std::string& line : store_lines(o.store)) os << "- store: " << line << "\n";
-  for (const auto& [reason, n] : o.decline_reasons) os << "- declined " << n << "x: " << reason << "\n";
+  for (const auto& [reason, n] : o.decline_reasons) os << "- declined " << n << "x: " << o.decline_example(reason) << "\n";
   for (const char* kind : {"op", "mask", "dtype", "layout", "label"})
     if (auto line = mix_line(o.mix, kind); !line.empty()) os << "- drawn " << kind << ": " << line << "\n";
   if (o.drawn > 0)
@@ -222,6 +222,7 @@ void settle(CheckResult& r) {
 void merge_outcome(PropertyOutcome& into, const PropertyOutcome& add) {
   into.drawn += add.drawn, into.passed += add.passed, into.declined += add.declined, into.failed += add.failed;
   for (const auto& [k, n] : add.decline_reasons) into.decline_reasons[k] += n;
+  for (const auto& [k, example] : add.decline_examples) into.decline_examples.emplace(k, example);
   for (const auto& [k, c] : add.classes) into.classes[k].first += c.first, into.classes[k].second += c.second;
   for (const auto& [k, n] : add.mix) into.mix[k] += n;
   for (const PropertyFailure& f : add.failures)
@@ -343,6 +344,7 @@ ojson outcome_to_json(const PropertyOutcome& o) {
                 {"judged", o.judged()}};
   if (!o.message.empty()) j["message"] = o.message;
   j["decline_reasons"] = ojson(o.decline_reasons);
+  j["decline_examples"] = ojson(o.decline_examples);
   ojson classes = ojson::object();
   for (const auto& [k, c] : o.classes) classes[k] = {{"drawn", c.first}, {"declined", c.second}};
   j["classes"] = classes;
@@ -377,6 +379,7 @@ PropertyOutcome outcome_from_json(const json& j) {
   o.declined = draws.value("declined", 0), o.failed = draws.value("failed", 0);
   o.message = j.value("message", "");
   o.decline_reasons = j.value("decline_reasons", std::map<std::string, int>{});
+  o.decline_examples = j.value("decline_examples", std::map<std::string, std::string>{});
   const json classes = j.value("classes", json::object());
   for (auto it = classes.begin(); it != classes.end(); ++it)
     o.classes[it.key()] = {it.value().value("drawn", 0), it.value().value("declined", 0)};

@@ -20,21 +20,33 @@ struct Run {
   int64_t start = 0, length = 0;
 };
 
-// Document s's run on one side as a kernel reads it, or the reason it cannot be read.
+// What messages call the compacted arrays: a packed batch's fields, or a
+// micro-sequence's, which has no cu_seqlens_kv or ragged offsets (its queries
+// start at cu_seqlens_q, its keys at first_document_begin + cu_seqlens_k).
+struct FieldNames {
+  std::string cu_q, cu_kv, start_q, start_kv;
+  bool starts_are_arrays;  // false: the starts derive from the cu_seqlens, no sizes of their own
+};
+const FieldNames kBatchFields{"cu_seqlens_q", "cu_seqlens_kv", "ragged_offsets_q", "ragged_offsets_kv", true};
+const FieldNames kMicroSequenceFields{"cu_seqlens_q", "cu_seqlens_k", "cu_seqlens_q",
+                                      "first_document_begin + cu_seqlens_k", false};
+
+// Document s's run on one side as a kernel reads it, or the reason it cannot be
+// read, naming the side's fields `cu_name` (lengths) and `start_name` (starts).
 std::variant<Run, std::string> run_of(const std::vector<int64_t>& cu, const std::vector<int64_t>& ragged,
-                                      const char* side, size_t s, int64_t tokens) {
+                                      const std::string& cu_name, const std::string& start_name, const char* side,
+                                      size_t s, int64_t tokens) {
   int64_t length = 0;
   const int64_t start = ragged[s];
   std::ostringstream why;
   if (__builtin_sub_overflow(cu[s + 1], cu[s], &length))
-    why << "cu_seqlens_" << side << "[" << s + 1 << "] - cu_seqlens_" << side << "[" << s << "] overflows int64";
+    why << cu_name << "[" << s + 1 << "] - " << cu_name << "[" << s << "] overflows int64";
   else if (length < 0)
-    why << "cu_seqlens_" << side << "[" << s + 1 << "] = " << cu[s + 1] << " < cu_seqlens_" << side << "[" << s
-        << "] = " << cu[s] << ": a negative length";
+    why << cu_name << "[" << s + 1 << "] = " << cu[s + 1] << " < " << cu_name << "[" << s << "] = " << cu[s]
+        << ": a negative length";
   else if (start < 0 || start > tokens || length > tokens - start)
-    why << "document " << s << " reads " << length << " " << side << " tokens from token " << start
-        << " (ragged_offsets_" << side << "[" << s << "], cu_seqlens_" << side << "[" << s << ".." << s + 1
-        << "]) of a tensor of " << tokens;
+    why << "document " << s << " reads " << length << " " << side << " tokens from token " << start << " ("
+        << start_name << "[" << s << "], " << cu_name << "[" << s << ".." << s + 1 << "]) of a tensor of " << tokens;
   if (why.tellp() > 0) return why.str();
   return Run{start, length};
 }
@@ -184,14 +196,38 @@ std::string micro_field_behind(const MicroSequenceMetadata& got, const MicroSequ
                            s);
 }
 
+std::variant<VarlenOutputs, std::string> consume_named(const Metadata& md, MaskKind mask, Window window,
+                                                       const VarlenInputs& in, const FieldNames& names) {
+  const size_t n = md.cu_seqlens_q.size();
+  if (n == 0 || md.cu_seqlens_kv.size() != n || md.ragged_offsets_q.size() != n || md.ragged_offsets_kv.size() != n) {
+    std::string sizes = names.cu_q + " " + std::to_string(n) + ", " + names.cu_kv + " " +
+                        std::to_string(md.cu_seqlens_kv.size());
+    if (names.starts_are_arrays)
+      sizes += ", ragged_offsets_q " + std::to_string(md.ragged_offsets_q.size()) + ", ragged_offsets_kv " +
+               std::to_string(md.ragged_offsets_kv.size());
+    return "the compacted arrays disagree on the number of documents: " + sizes + " entries";
+  }
+  VarlenOutputs out{std::vector<double>(in.q_tokens * in.dim, 0.0),
+                    std::vector<double>(in.q_tokens, -std::numeric_limits<double>::infinity())};
+  for (size_t s = 0; s + 1 < n; ++s) {
+    auto qr = run_of(md.cu_seqlens_q, md.ragged_offsets_q, names.cu_q, names.start_q, "q", s, in.q_tokens);
+    auto kr = run_of(md.cu_seqlens_kv, md.ragged_offsets_kv, names.cu_kv, names.start_kv, "kv", s, in.kv_tokens);
+    if (auto* why = std::get_if<std::string>(&qr)) return *why;
+    if (auto* why = std::get_if<std::string>(&kr)) return *why;
+    attend_document(std::get<Run>(qr), std::get<Run>(kr), mask, window, in, out);
+  }
+  return out;
+}
+
 // Both metadata through the kernel over `in`: the first output they change, or
 // the sentence that ends the comparison (metadata a kernel cannot read).
 std::variant<std::optional<Change>, std::string> compare_through_kernel(const Metadata& got, const Metadata& want,
                                                                         MaskKind mask, Window window,
-                                                                        const VarlenInputs& in) {
-  const auto truth = consume_metadata(want, mask, window, in);
+                                                                        const VarlenInputs& in,
+                                                                        const FieldNames& names) {
+  const auto truth = consume_named(want, mask, window, in, names);
   if (auto* why = std::get_if<std::string>(&truth)) return "the reference's metadata cannot drive attention: " + *why;
-  const auto ran = consume_metadata(got, mask, window, in);
+  const auto ran = consume_named(got, mask, window, in, names);
   if (auto* why = std::get_if<std::string>(&ran)) return "a kernel driven by this metadata reads out of bounds: " + *why;
   return first_change(std::get<VarlenOutputs>(ran), std::get<VarlenOutputs>(truth), in.q_tokens, in.dim);
 }
@@ -200,22 +236,7 @@ std::variant<std::optional<Change>, std::string> compare_through_kernel(const Me
 
 std::variant<VarlenOutputs, std::string> consume_metadata(const Metadata& md, MaskKind mask, Window window,
                                                           const VarlenInputs& in) {
-  const size_t n = md.cu_seqlens_q.size();
-  if (n == 0 || md.cu_seqlens_kv.size() != n || md.ragged_offsets_q.size() != n || md.ragged_offsets_kv.size() != n)
-    return "the compacted arrays disagree on the number of documents: cu_seqlens_q " + std::to_string(n) +
-           ", cu_seqlens_kv " + std::to_string(md.cu_seqlens_kv.size()) + ", ragged_offsets_q " +
-           std::to_string(md.ragged_offsets_q.size()) + ", ragged_offsets_kv " + std::to_string(md.ragged_offsets_kv.size()) +
-           " entries";
-  VarlenOutputs out{std::vector<double>(in.q_tokens * in.dim, 0.0),
-                    std::vector<double>(in.q_tokens, -std::numeric_limits<double>::infinity())};
-  for (size_t s = 0; s + 1 < n; ++s) {
-    auto qr = run_of(md.cu_seqlens_q, md.ragged_offsets_q, "q", s, in.q_tokens);
-    auto kr = run_of(md.cu_seqlens_kv, md.ragged_offsets_kv, "kv", s, in.kv_tokens);
-    if (auto* why = std::get_if<std::string>(&qr)) return *why;
-    if (auto* why = std::get_if<std::string>(&kr)) return *why;
-    attend_document(std::get<Run>(qr), std::get<Run>(kr), mask, window, in, out);
-  }
-  return out;
+  return consume_named(md, mask, window, in, kBatchFields);
 }
 
 VarlenInputs poisoned_inputs(const PackedBatch& batch, const Metadata& reference, int64_t dim) {
@@ -229,7 +250,8 @@ VarlenInputs poisoned_inputs(const PackedBatch& batch, const Metadata& reference
 }
 
 std::optional<std::string> attention_difference(const PackedBatch& batch, const Metadata& got, const Metadata& want) {
-  const auto compared = compare_through_kernel(got, want, batch.mask, batch.window, poisoned_inputs(batch, want));
+  const auto compared =
+      compare_through_kernel(got, want, batch.mask, batch.window, poisoned_inputs(batch, want), kBatchFields);
   if (auto* why = std::get_if<std::string>(&compared)) return *why;
   const auto& change = std::get<std::optional<Change>>(compared);
   if (!change) return std::nullopt;
@@ -257,7 +279,8 @@ std::optional<std::string> micro_sequence_attention_difference(int64_t buffer_to
   if (auto* why = std::get_if<std::string>(&got_md)) return "a kernel driven by this metadata cannot address the buffer: " + *why;
   const Metadata& reference = std::get<Metadata>(want_md);
   const auto compared =
-      compare_through_kernel(std::get<Metadata>(got_md), reference, MaskKind::causal_bottom_right, Window{}, in);
+      compare_through_kernel(std::get<Metadata>(got_md), reference, MaskKind::causal_bottom_right, Window{}, in,
+                             kMicroSequenceFields);
   if (auto* why = std::get_if<std::string>(&compared)) return *why;
   const auto& change = std::get<std::optional<Change>>(compared);
   if (!change) return std::nullopt;

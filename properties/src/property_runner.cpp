@@ -244,7 +244,7 @@ void settle_status(PropertyOutcome& o) {
     o.status = PropertyOutcome::Status::skipped;
     const auto most = std::max_element(o.decline_reasons.begin(), o.decline_reasons.end(),
                                        [](const auto& a, const auto& b) { return a.second < b.second; });
-    o.message = "every draw was declined; most often: " + most->first;
+    o.message = "every draw was declined; most often: " + o.decline_example(most->first);
   }
 }
 
@@ -326,7 +326,11 @@ Case with_drawn(Case c, nlohmann::json drawn) {
 std::string failure_signature(const std::string& message) {
   const size_t colon = message.find(':');
   std::string lead = colon == std::string::npos ? message : message.substr(0, colon);
-  return blank_numbers(lead.substr(0, 120));
+  // An index is one field whatever its rank: "q_seqlens[0, 1, 0] (slice 0, row 1,
+  // slot 0)" of a vmapped draw and "q_seqlens[1, 0] (row 1, slot 0)" are one
+  // mismatch, so that shrinking may drop the extra dims.
+  static const std::regex index("\\[#(, #)*\\]( \\((slice #, )?row #, slot #\\))?");
+  return std::regex_replace(blank_numbers(lead.substr(0, 120)), index, "[#]");
 }
 
 void set_replay_commands(PropertyFailure& f, const RunSettings& s, const std::string& backend,
@@ -429,7 +433,9 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
     }
     if (t.kind == Trial::Kind::declined) {
       ++out.declined;
-      ++out.decline_reasons[blank_numbers(t.message)];
+      const std::string reason = blank_numbers(t.message);
+      ++out.decline_reasons[reason];
+      out.decline_examples.emplace(reason, t.message);
       continue;
     }
     ++out.failed;

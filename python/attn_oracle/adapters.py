@@ -24,10 +24,8 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-import numpy as np
-
 from . import _core
-from .oracle import _batch_args
+from .oracle import _batch_args, _int64, _int_array, _window
 
 __all__ = [
     "flash_attention_to_batch", "flash_attention_from_batch", "cudnn_to_batch", "cudnn_from_batch",
@@ -36,8 +34,12 @@ __all__ = [
 ]
 
 
-def _ints(values) -> list[int]:
-    return [int(v) for v in np.asarray(values, dtype=np.int64).reshape(-1)]
+def _ints(name: str, values) -> list[int]:
+    return [int(v) for v in _int_array(name, values).reshape(-1)]
+
+
+def _optional_int64(name: str, value: Optional[int]) -> Optional[int]:
+    return None if value is None else _int64(name, value)
 
 
 def _from(batch: dict) -> tuple:
@@ -55,11 +57,11 @@ def flash_attention_to_batch(cu_seqlens_q, cu_seqlens_k, max_seqlen_q: Optional[
     ``causal_bottom_right``); a ``-1`` window side is unbounded in ``"fa3"`` and
     ``max_seqlen_k`` in ``"fa2"``. ``max_seqlen_*`` default to the longest document.
     """
-    cu_q, cu_k = _ints(cu_seqlens_q), _ints(cu_seqlens_k)
+    cu_q, cu_k = _ints("cu_seqlens_q", cu_seqlens_q), _ints("cu_seqlens_k", cu_seqlens_k)
     longest = lambda cu: max((b - a for a, b in zip(cu, cu[1:])), default=0)  # noqa: E731
-    return _core.flash_to_batch(cu_q, cu_k, longest(cu_q) if max_seqlen_q is None else int(max_seqlen_q),
-                                longest(cu_k) if max_seqlen_k is None else int(max_seqlen_k), bool(causal),
-                                tuple(int(s) for s in window_size), version)
+    max_q = longest(cu_q) if max_seqlen_q is None else _int64("max_seqlen_q", max_seqlen_q)
+    max_k = longest(cu_k) if max_seqlen_k is None else _int64("max_seqlen_k", max_seqlen_k)
+    return _core.flash_to_batch(cu_q, cu_k, max_q, max_k, bool(causal), _window(window_size, "window_size"), version)
 
 
 def flash_attention_from_batch(batch: dict, *, version: str = "fa3") -> dict:
@@ -85,10 +87,11 @@ def cudnn_to_batch(seq_len_q, seq_len_kv, ragged_offset_q, ragged_offset_kv, *, 
     elements; ``*_elements_per_token`` (H x D for cuDNN's own tensors) turns them
     into tokens.
     """
-    return _core.cudnn_to_batch(_ints(seq_len_q), _ints(seq_len_kv), _ints(ragged_offset_q), _ints(ragged_offset_kv),
-                                int(q_elements_per_token), int(kv_elements_per_token), diagonal_alignment,
-                                None if left_bound is None else int(left_bound),
-                                None if right_bound is None else int(right_bound))
+    return _core.cudnn_to_batch(_ints("seq_len_q", seq_len_q), _ints("seq_len_kv", seq_len_kv),
+                                _ints("ragged_offset_q", ragged_offset_q), _ints("ragged_offset_kv", ragged_offset_kv),
+                                _int64("q_elements_per_token", q_elements_per_token),
+                                _int64("kv_elements_per_token", kv_elements_per_token), diagonal_alignment,
+                                _optional_int64("left_bound", left_bound), _optional_int64("right_bound", right_bound))
 
 
 def cudnn_from_batch(batch: dict, *, q_elements_per_token: int = 1, kv_elements_per_token: int = 1) -> dict:
@@ -98,7 +101,8 @@ def cudnn_from_batch(batch: dict, *, q_elements_per_token: int = 1, kv_elements_
     (offsets in elements: token x ``*_elements_per_token``), ``diagonal_alignment``,
     ``left_bound`` and ``right_bound`` (``None`` when unset).
     """
-    return _core.cudnn_from_batch(*_from(batch), int(q_elements_per_token), int(kv_elements_per_token))
+    return _core.cudnn_from_batch(*_from(batch), _int64("q_elements_per_token", q_elements_per_token),
+                                  _int64("kv_elements_per_token", kv_elements_per_token))
 
 
 # ---------------------------------------------------------------- PyTorch
@@ -106,7 +110,7 @@ def sdpa_to_batch(batch: int, q_len: int, kv_len: int, *, causal: str = "none") 
     """``scaled_dot_product_attention`` on ``[batch, H, q_len, D]``: ``causal`` is
     ``"none"``, ``"is_causal"`` (top-left: our ``causal``) or ``"causal_lower_right"``
     (our ``causal_bottom_right``)."""
-    return _core.sdpa_to_batch(int(batch), int(q_len), int(kv_len), causal)
+    return _core.sdpa_to_batch(_int64("batch", batch), _int64("q_len", q_len), _int64("kv_len", kv_len), causal)
 
 
 def sdpa_from_batch(batch: dict) -> dict:
@@ -118,7 +122,8 @@ def sdpa_from_batch(batch: dict) -> dict:
 def flex_document_mask_to_batch(document_id, *, causal: bool = False, sliding_window: int = -1) -> dict:
     """A flex-attention document mask (``document_id [B, T]``: -1 padding, else 0, 1, ...
     one run each) with an optional causal term and sliding window."""
-    return _core.flex_to_batch(np.ascontiguousarray(document_id, dtype=np.int64), bool(causal), int(sliding_window))
+    return _core.flex_to_batch(_int_array("document_id", document_id), bool(causal),
+                               _int64("sliding_window", sliding_window))
 
 
 def flex_document_mask_from_batch(batch: dict) -> dict:
@@ -137,8 +142,10 @@ def transformer_engine_thd_to_batch(attn_mask_type: str, cu_seqlens_q, cu_seqlen
                                     cu_seqlens_kv_padded=()) -> dict:
     """TransformerEngine's THD arguments (``cu_seqlens_*`` of valid tokens and, with
     padding between documents, ``cu_seqlens_*_padded``) as one row of our model."""
-    return _core.te_thd_to_batch(attn_mask_type, tuple(int(s) for s in window_size), _ints(cu_seqlens_q),
-                                 _ints(cu_seqlens_kv), _ints(cu_seqlens_q_padded), _ints(cu_seqlens_kv_padded))
+    return _core.te_thd_to_batch(attn_mask_type, _window(window_size, "window_size"),
+                                 _ints("cu_seqlens_q", cu_seqlens_q), _ints("cu_seqlens_kv", cu_seqlens_kv),
+                                 _ints("cu_seqlens_q_padded", cu_seqlens_q_padded),
+                                 _ints("cu_seqlens_kv_padded", cu_seqlens_kv_padded))
 
 
 def transformer_engine_thd_from_batch(batch: dict) -> dict:

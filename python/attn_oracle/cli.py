@@ -4,6 +4,7 @@
     python -m attn_oracle replay [MODULE:CLASS] CASE
     python -m attn_oracle eval [MODULE:CLASS] CASE
     python -m attn_oracle COMMAND ...        any other attn-oracle command, as is
+    python -m attn_oracle [COMMAND] --help   these forms, then attn-oracle's usage (exit 0)
 
 With a ``MODULE:CLASS``, the command runs the ``attn-oracle`` executable bundled
 in this package with ``--backend 'exec:PYTHON -m attn_oracle.worker MODULE:CLASS'``:
@@ -30,6 +31,20 @@ from typing import Optional, Sequence
 
 VERBS_WITH_BACKEND = ("check", "replay", "eval")
 _TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+_HELP = ("--help", "-h")
+
+# Printed before the bundled CLI's own usage, which knows only --backend.
+PYTHON_USAGE = """\
+usage: python -m attn_oracle COMMAND ...   (attn-oracle with a backend written in Python)
+
+  check MODULE:CLASS [OPTIONS]    the check below on an instance of CLASS from MODULE, served
+                                  by `python -m attn_oracle.worker MODULE:CLASS` (OPTIONS as
+                                  for check, without --backend), e.g.
+                                  python -m attn_oracle check examples.numpy_backend:Backend --cases N
+  replay [MODULE:CLASS] CASE      replay below, on CLASS when given
+  eval [MODULE:CLASS] CASE        eval below, on CLASS when given
+  COMMAND ...                     any other attn-oracle command, as is:
+"""
 
 
 class UsageError(Exception):
@@ -64,6 +79,11 @@ def program_name(python: Optional[str] = None) -> str:
     return f"{shlex.quote(python or sys.executable)} -m attn_oracle"
 
 
+def wants_help(argv: Sequence[str]) -> bool:
+    """``--help`` or ``-h``, alone or after a command (``check --help``)."""
+    return bool(argv) and (argv[0] == "help" or any(a in _HELP for a in argv))
+
+
 def command_line(argv: Sequence[str], python: Optional[str] = None) -> list[str]:
     """The attn-oracle command line for the arguments of ``python -m attn_oracle``."""
     argv = list(argv)
@@ -91,11 +111,14 @@ def run(argv: Sequence[str], **kwargs) -> subprocess.CompletedProcess:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Replaces this process with attn-oracle (its output and exit status are the command's)."""
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        command = command_line(sys.argv[1:] if argv is None else argv)
+        command = [bundled_cli(), "--help"] if wants_help(argv) else command_line(argv)
     except UsageError as e:
         print(f"python -m attn_oracle: {e}", file=sys.stderr)
         return 1
+    if wants_help(argv):
+        print(PYTHON_USAGE)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(command[0], command, environment())

@@ -108,13 +108,35 @@ class SmallSeqResult:
 # Argument conversion: the C++ side takes C-contiguous int64 / float64 arrays.
 # ---------------------------------------------------------------------------
 
-_INT64_MAX = np.iinfo(np.int64).max
+_INT64_MIN, _INT64_MAX = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+
+
+def _int64(name: str, value, code: str = "bad_case") -> int:
+    """An integer argument as the int64 the C++ side takes. Past int64 it gets the
+    case reader's code and message (bad_case; bad_window for a window side), where
+    nanobind would raise "incompatible function arguments" naming neither."""
+    value = int(value)
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise AttnOracleError(code, f"{name}: expected an integer in int64 range, found {value}")
+    return value
+
+
+def _past_int64(value):
+    """The first Python int past int64 in nested lists and tuples, or None."""
+    if isinstance(value, (list, tuple)):
+        return next((big for big in map(_past_int64, value) if big is not None), None)
+    if isinstance(value, int) and not _INT64_MIN <= value <= _INT64_MAX:
+        return value
+    return None
 
 
 def _int_array(name: str, value) -> np.ndarray:
     array = np.asarray(value)
     if array.size == 0:
         return np.zeros(array.shape, dtype=np.int64)
+    # NumPy reads a list holding a Python int past int64 as float64 or object.
+    if array.dtype.kind in "fO" and (big := _past_int64(value)) is not None:
+        raise AttnOracleError("bad_case", f"{name}: {big} does not fit in int64")
     if array.dtype.kind not in "iu":
         raise AttnOracleError("bad_case", f"{name}: expected integers, found an array of {array.dtype}")
     if array.dtype.kind == "u" and array.dtype.itemsize == 8 and int(array.max()) > _INT64_MAX:
@@ -129,15 +151,15 @@ def _float_array(name: str, value) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=np.float64)
 
 
-def _window(window: Sequence[int]) -> tuple[int, int]:
+def _window(window: Sequence[int], name: str = "window") -> tuple[int, int]:
     try:
         left, right = window
     except (TypeError, ValueError):
-        raise AttnOracleError("bad_window", f"window: expected (left, right), found {window!r}") from None
+        raise AttnOracleError("bad_window", f"{name}: expected (left, right), found {window!r}") from None
     for side in (left, right):
         if isinstance(side, bool) or not isinstance(side, (int, np.integer)):
-            raise AttnOracleError("bad_window", f"window: expected two integers, found {window!r}")
-    return int(left), int(right)
+            raise AttnOracleError("bad_window", f"{name}: expected two integers, found {window!r}")
+    return _int64(f"{name}[0]", left, "bad_window"), _int64(f"{name}[1]", right, "bad_window")
 
 
 def _batch_args(q_segment_ids, q_segment_pos, kv_segment_ids, kv_segment_pos, mask, window, max_segments):
@@ -156,7 +178,7 @@ def _batch_args(q_segment_ids, q_segment_pos, kv_segment_ids, kv_segment_pos, ma
         _int_array("kv_segment_pos", kv_segment_pos),
         mask,
         _window(window),
-        int(max_segments),
+        _int64("max_segments", max_segments),
     )
 
 
@@ -307,4 +329,4 @@ def memory_budget() -> int:
 
 def set_memory_budget(num_bytes: int) -> None:
     """Overrides the memory budget for this process; larger inputs raise ``over_memory_budget``."""
-    _core.set_memory_budget(int(num_bytes))
+    _core.set_memory_budget(_int64("num_bytes", num_bytes))

@@ -51,8 +51,8 @@ narrow the shapes; ``max_rows`` the batch. ``unsupported_<capability>`` stays
 for what a domain cannot say (a size limit). A property that needs what the
 domain excludes is skipped with the reason.
 
-Anything the backend prints goes to stderr (kept in the suite's report when a
-case fails); stdout belongs to the protocol.
+Anything the backend prints, its module at import included, goes to stderr
+(kept in the suite's report when a case fails); stdout belongs to the protocol.
 """
 
 from __future__ import annotations
@@ -482,18 +482,25 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, daemon=True, name="attn-oracle-parent-watch").start()
 
 
+def _take_protocol_streams():
+    """The protocol's (stdin, stdout), moved off fds 0 and 1: from here on print()
+    and anything else written to fd 1 go to stderr, and fd 0 reads nothing."""
+    stdin = os.fdopen(os.dup(0), "rb")
+    stdout = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # stray prints land on stderr, not in the protocol
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    _exit_with_parent()
+    return stdin, stdout
+
+
 def serve(backend, stdin=None, stdout=None, notes=()) -> None:
     """Answer requests on stdin until it closes. Keeps stdout for the protocol:
     print() and anything else written to fd 1 go to stderr instead. NOTES go
     into the hello."""
     if stdin is None or stdout is None:
-        stdin = os.fdopen(os.dup(0), "rb")
-        stdout = os.fdopen(os.dup(1), "wb")
-        os.dup2(2, 1)  # stray prints land on stderr, not in the protocol
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
-        _exit_with_parent()
+        stdin, stdout = _take_protocol_streams()
     _protocol.write_frame(stdout, hello(backend, notes))
     while (request := _protocol.read_frame(stdin)) is not None:
         header, arrays = request
@@ -508,9 +515,12 @@ def main(argv=None) -> int:
         return 2
     module_name, _, class_name = argv[0].partition(":")
     sys.path.insert(0, os.getcwd())
+    # Before the import: a library that prints when imported must not write
+    # ahead of the hello.
+    stdin, stdout = _take_protocol_streams()
     backend_class = getattr(importlib.import_module(module_name), class_name)
     notes = enable_jax_compilation_cache()  # before the backend is made: its constructor may compile
-    serve(backend_class(), notes=notes)
+    serve(backend_class(), stdin, stdout, notes=notes)
     return 0
 
 

@@ -36,6 +36,13 @@ def test_anything_else_passes_through_unchanged():
         cli.command_line(["check", "m:C", "--backend", "reference"])
 
 
+def test_help_after_a_command_prints_the_usage_with_the_python_forms():
+    for args in (["check", "--help"], ["check", "-h"], ["replay", "--help"], ["--help"]):
+        done = python_m(*args)
+        assert done.returncode == 0 and "unknown option" not in done.stderr, (args, done.stderr)
+        assert "check MODULE:CLASS" in done.stdout and "--cases N" in done.stdout, (args, done.stdout)
+
+
 def test_targets_are_module_colon_class():
     assert cli.is_target("examples.numpy_backend:Backend") and cli.is_target("m:Outer.Inner")
     assert not cli.is_target("fixtures/design/ex1.case.json") and not cli.is_target("reference")

@@ -10,7 +10,7 @@ import pytest
 from support import FIXTURES, assert_same, cli_eval
 
 import attn_oracle
-from attn_oracle import AttnOracleError
+from attn_oracle import AttnOracleError, adapters
 from attn_oracle.cases import from_json, read_case
 
 DESIGN = sorted((FIXTURES / "design").glob("*.case.json"))
@@ -152,6 +152,35 @@ def test_attention_zeroes_queries_that_attend_nothing():
      "non_finite_input", "70000 is inf in fp16"),
 ])
 def test_bad_inputs_raise_their_codes(call, code, mentions):
+    with pytest.raises(AttnOracleError) as raised:
+        call()
+    assert raised.value.code == code
+    assert mentions in raised.value.message
+
+
+# Python ints past int64 get the case reader's code and message, not nanobind's
+# "incompatible function arguments".
+@pytest.mark.parametrize("call, code, mentions", [
+    (lambda: attn_oracle.metadata([[1]], [[0]], mask="causal", max_segments=2**63),
+     "bad_case", "max_segments: expected an integer in int64 range, found 9223372036854775808"),
+    (lambda: attn_oracle.metadata([[1]], [[0]], mask="causal", max_segments=1, window=(2**70, 0)),
+     "bad_window", f"window[0]: expected an integer in int64 range, found {2**70}"),
+    (lambda: attn_oracle.explicit_mask([[1]], [[0]], mask="causal", max_segments=1, window=(0, -2**63 - 1)),
+     "bad_window", f"window[1]: expected an integer in int64 range, found {-2**63 - 1}"),
+    (lambda: attn_oracle.metadata([[1, 1]], [[0, 2**64]], mask="causal", max_segments=1),
+     "bad_case", "q_segment_pos: 18446744073709551616 does not fit in int64"),
+    (lambda: attn_oracle.oracle.set_memory_budget(2**64), "bad_case", "num_bytes: expected an integer in int64 range"),
+    (lambda: adapters.sdpa_to_batch(1, 2**63, 2), "bad_case", "q_len: expected an integer in int64 range"),
+    (lambda: adapters.flash_attention_to_batch([0, 2], [0, 2], window_size=(2**63, -1)),
+     "bad_window", "window_size[0]: expected an integer in int64 range"),
+    (lambda: adapters.flash_attention_to_batch([0, 2**63], [0, 2]),
+     "bad_case", "cu_seqlens_q: 9223372036854775808 does not fit in int64"),
+    (lambda: adapters.cudnn_to_batch([2], [2], [0], [0], left_bound=2**64),
+     "bad_case", "left_bound: expected an integer in int64 range"),
+    (lambda: adapters.flex_document_mask_to_batch([[0, 0]], sliding_window=-2**64),
+     "bad_case", "sliding_window: expected an integer in int64 range"),
+])
+def test_integers_past_int64_raise_their_codes(call, code, mentions):
     with pytest.raises(AttnOracleError) as raised:
         call()
     assert raised.value.code == code

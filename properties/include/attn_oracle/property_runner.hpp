@@ -127,6 +127,13 @@ struct PropertyOutcome {
   // Draws neither declined nor skipped: what the verdict rests on.
   int judged() const { return passed + failed; }
   std::map<std::string, int> decline_reasons;  // reason (numbers blanked) -> draws
+  // Reason (numbers blanked) -> the first message blanked to it: the blanked key
+  // groups "head_dim 96" with "head_dim 40", people read the example.
+  std::map<std::string, std::string> decline_examples;
+  const std::string& decline_example(const std::string& reason) const {
+    const auto it = decline_examples.find(reason);
+    return it == decline_examples.end() ? reason : it->second;
+  }
   // class ("mask causal", "dtype bf16", "backward") -> (draws, declined draws)
   std::map<std::string, std::pair<int, int>> classes;
   std::vector<PropertyFailure> failures;       // shrunk, one per cluster shown in full, highest rank first
