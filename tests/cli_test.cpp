@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -179,6 +180,21 @@ TEST(Cli, CheckListPrintsThePropertyIdsAndRunsNothing) {
   EXPECT_EQ(some.out.find("metadata/"), std::string::npos) << some.out;
   EXPECT_NE(some.out.find("small_seq/"), std::string::npos) << some.out;
   EXPECT_EQ(run_cli("check --list --filter no_such/").status, 1);
+}
+
+TEST(Cli, CheckDescribePrintsEachPropertyWithWhatItChecks) {
+  const CliRun kv = run_cli("check --describe --filter kv_buffer/");
+  ASSERT_EQ(kv.status, 0);
+  EXPECT_NE(kv.out.find("kv_buffer/metadataIsCanonical\n    every micro-sequence's cu_seqlens start at 0"),
+            std::string::npos) << kv.out;
+  std::istringstream lines(kv.out);
+  int ids = 0;
+  for (std::string id, summary; std::getline(lines, id) && std::getline(lines, summary); ++ids) {
+    EXPECT_EQ(id.rfind("kv_buffer/", 0), 0u) << id;
+    EXPECT_GT(summary.size(), 20u) << id << ": " << summary;
+    EXPECT_EQ(summary.rfind("    ", 0), 0u) << summary;
+  }
+  EXPECT_EQ(ids, 6) << kv.out;
 }
 
 TEST(Cli, BackendsListsTheReference) {

@@ -22,6 +22,19 @@
 #                             are judged rather than declined
 #   bad_domain                a domain with an unknown mask kind: a clear error
 #                             naming the key, exit 1
+#   kv_buffer_metadata_only  examples/numpy_kv_buffer_metadata_backend.py (kv_micro_sequence
+#                             alone) passes the three metadata properties and is
+#                             skipped, with the steps named, on the three that call steps
+#   kv_buffer_planted_metadata_only
+#                             tests/workers/planted_kv_metadata_worker.py fails the same three
+#   kv_steps_without_metadata a worker with kv_attend but no kv_micro_sequence: a clear
+#                             error naming the missing method, exit 1
+#   torch_kv_buffer_passes    examples/torch_kv_buffer_backend.py passes every kv_buffer
+#                             property (SKIP when PYTHON cannot import torch)
+#   torch_kv_buffer_planted_fails_and_replays
+#                             examples/planted_torch_kv_buffer_backend.py fails the three
+#                             metadata properties, each shrunk to two one-token documents,
+#                             and its printed replay line exits 3 with the same message
 # Prints "SKIP: ..." (the test's SKIP_REGULAR_EXPRESSION) without python3 + numpy.
 # Each case costs 2-6 s, mostly Python starting.
 #
@@ -107,6 +120,20 @@ function(expect_worker_starts)
   set(starts ${total} PARENT_SCOPE)
   set(restarts ${restarts} PARENT_SCOPE)
 endfunction()
+
+function(require_torch)
+  execute_process(COMMAND ${PYTHON} -c "import torch" RESULT_VARIABLE missing OUTPUT_QUIET ERROR_QUIET)
+  if(missing)
+    message("SKIP: ${PYTHON} cannot import torch; configure with -DPython3_EXECUTABLE=<a Python that has "
+            "torch and numpy> to run the torch K/V buffer examples")
+    set(no_torch TRUE PARENT_SCOPE)
+  endif()
+endfunction()
+
+set(kv_metadata_properties kv_buffer/metadataIsCanonical kv_buffer/metadataDrivesAttentionLikeTheReference
+    kv_buffer/earlierDocumentsDoNotInfluence)
+set(kv_step_properties kv_buffer/streamingMatchesWholeSequence kv_buffer/inactivePrefixReceivesExactlyZero
+    kv_buffer/stepsMatchModel)
 
 set(example "${PYTHON} -m attn_oracle.worker examples")
 if(CASE STREQUAL "numpy_backend_passes")
@@ -217,6 +244,67 @@ elseif(CASE STREQUAL "bad_domain")
   check_worker("${PYTHON} tests/workers/bad_domain_worker.py" metadata/matchesReference 10)
   expect_rc(1)
   expect("a clear error" "the worker's hello has a bad domain: domain.mask_kinds is \\[\"causal\",\"sideways\"\\]: a list of mask kinds" "${err}")
+elseif(CASE STREQUAL "kv_buffer_metadata_only")
+  check_worker("${example}.numpy_kv_buffer_metadata_backend:Backend" kv_buffer 100)
+  expect_rc(0)
+  expect("the hello" "numpy-kv-buffer-metadata-example 1 \\(attn-oracle-worker/1\\)\\): kv_buffer" "${out}")
+  expect("the tally" "\n3 passed, 0 failed, 3 skipped" "${out}")
+  foreach(property ${kv_metadata_properties})
+    expect("a pass" "passed +${property} on exec:[^\n]*\\(100 passed, 0 declined, 0 failed" "${out}")
+  endforeach()
+  foreach(property ${kv_step_properties})
+    expect("a skip naming the steps" "skipped +${property} on exec:[^\n]*\n +backend [^\n]* serves kv_buffer without the steps? [a-z_ ]+, which this property calls" "${out}")
+  endforeach()
+elseif(CASE STREQUAL "kv_buffer_planted_metadata_only")
+  check_worker("${PYTHON} tests/workers/planted_kv_metadata_worker.py" kv_buffer 100)
+  expect_rc(1)
+  expect("the tally" "\n0 passed, 3 failed, 3 skipped" "${out}")
+  foreach(property ${kv_metadata_properties})
+    expect("a failure" "FAILED +${property} on exec:" "${out}")
+  endforeach()
+  expect("the suite's kernel attends" "micro-sequence [0-9]+ \\(first_document_begin [0-9]+, attended by the suite's float64 varlen kernel" "${out}")
+elseif(CASE STREQUAL "kv_steps_without_metadata")
+  check_worker("${PYTHON} tests/workers/kv_steps_without_metadata_worker.py" kv_buffer 10)
+  expect_rc(1)
+  expect("the missing method, named" "Backend serves kv_write_slice, kv_attend but not kv_micro_sequence\\(problem, i\\)" "${out}${err}")
+elseif(CASE STREQUAL "torch_kv_buffer_passes")
+  require_torch()
+  if(no_torch)
+    return()
+  endif()
+  set(RUN_TIMEOUT 600)
+  check_worker("${example}.torch_kv_buffer_backend:Backend" kv_buffer 100)
+  expect_rc(0)
+  expect("the tally" "\n6 passed, 0 failed, 0 skipped" "${out}")
+elseif(CASE STREQUAL "torch_kv_buffer_planted_fails_and_replays")
+  require_torch()
+  if(no_torch)
+    return()
+  endif()
+  set(RUN_TIMEOUT 600)
+  check_worker("${example}.planted_torch_kv_buffer_backend:Backend" kv_buffer 100)
+  expect_rc(1)
+  expect("the tally" "\n3 passed, 3 failed, 0 skipped" "${out}")
+  foreach(property ${kv_metadata_properties})
+    string(REGEX MATCH "FAILED +${property} on exec:[^\n]*\n +\\[1\\] [^\n]*\n +([^\n]*)\n" _ "${out}")
+    set(message "${CMAKE_MATCH_1}")
+    if(NOT message)
+      message(FATAL_ERROR "${CASE}: ${property} did not fail:\n${out}")
+    endif()
+    string(REGEX MATCH "\n +replay: attn-oracle ([^\n]*/${property}/[^\n]*\\.case\\.json)\n" _ "${out}")
+    set(replay "${CMAKE_MATCH_1}")
+    string(REGEX MATCH "counterexample [^\n]*: ([^\n]*/${property}/[^\n]*\\.case\\.json)\n" _ "${out}")
+    file(READ "${CMAKE_MATCH_1}" case_text)
+    expect("two one-token documents" "\"doc_lengths\": \\[1, 1\\],\n +\"micro_seq_tokens\": 1," "${case_text}")
+    execute_process(COMMAND sh -c "\"${CLI}\" ${replay}" WORKING_DIRECTORY ${SOURCE_DIR} TIMEOUT 120
+                    OUTPUT_VARIABLE replayed RESULT_VARIABLE rc)
+    expect_rc(3)
+    string(REPLACE "[" "\\[" quoted "${message}")
+    string(REPLACE "]" "\\]" quoted "${quoted}")
+    string(REPLACE "(" "\\(" quoted "${quoted}")
+    string(REPLACE ")" "\\)" quoted "${quoted}")
+    expect("the same failure on replay" "FAIL\n[^\n]*\n +${property}: ${quoted}" "${replayed}")
+  endforeach()
 else()
   message(FATAL_ERROR "unknown CASE ${CASE}")
 endif()

@@ -299,6 +299,10 @@ int run_check_command(const CheckOptions& options, const CheckEnvironment& env) 
     for (const PropertyDef* p : properties) std::cout << p->id << "\n";
     return 0;
   }
+  if (options.describe) {  // for a person: what each property checks, one line each
+    for (const PropertyDef* p : properties) std::cout << p->id << "\n    " << p->summary << "\n";
+    return 0;
+  }
   CheckReport report = start_report(options, settings, env, backends);
   Lists lists;
   if (!read_lists(options, backends, properties, lists, report)) return 1;

@@ -71,7 +71,7 @@ commands:
   --backend 'exec:python3 -m attn_oracle.worker examples.numpy_backend:Backend'
   check [--backend NAME|all] [--cases N] [--seed S|random] [--filter PREFIX[,PREFIX...]] [--deep]
         [--profile ci|deep] [--skips FILE] [--xfails FILE] [--report DIR] [--shard I/N] [--max-failures K]
-        [--case-timeout SECONDS] [--no-isolation] [--list] [--store DIR | --no-store] [--shape-stable]
+        [--case-timeout SECONDS] [--no-isolation] [--list | --describe] [--store DIR | --no-store] [--shape-stable]
                                   run every property (N draws each, default 100, seed
                                   20261122) on the chosen backends, each property in a
                                   child process so that a crash or a hang is reported
@@ -99,7 +99,8 @@ commands:
                                   k mod N = I - 1 (also GTEST_SHARD_INDEX/TOTAL_SHARDS);
                                   exit 1 on a failure or an expected failure that
                                   passes, 130 when interrupted; --list: print the ids
-                                  of the properties that would run, run nothing;
+                                  of the properties that would run, run nothing
+                                  (--describe: each with what it checks);
                                   the failures a run finds are kept in the failures
                                   directory and replayed first by the next run on the
                                   same backend (name and version), a fixed one retired
@@ -334,6 +335,7 @@ int check_command(std::vector<std::string> argv, const CheckEnvironment& env) {
   options.deep = take_switch(argv, "--deep");
   options.isolate = !take_switch(argv, "--no-isolation");
   options.list = take_switch(argv, "--list");
+  options.describe = take_switch(argv, "--describe");
   options.no_store = take_switch(argv, "--no-store");
   // The generators read it from the environment, so isolated children and workers' runs see it too.
   if (take_switch(argv, "--shape-stable")) setenv("ATTN_ORACLE_SHAPE_STABLE", "1", 1);

@@ -59,7 +59,7 @@ AttentionInputs micro_inputs(const KvBufferDraw& d, const AttentionInputs& in, i
 AttentionResult attend_or_fail(Backend& backend, const KvBufferDraw& d, int64_t i, const AttentionInputs& micro,
                                const std::vector<double>& buffer, std::vector<double>* grad) {
   auto r = capability(backend).attend(d.problem, i, micro, buffer, grad);
-  if (!r) fail_case("micro-sequence " + str(i) + " rejected: " + std::string(to_string(r.error().code)) + ": " + r.error().message);
+  if (!r) decline_if_unsupported(r.error()), fail_case("micro-sequence " + str(i) + " rejected: " + std::string(to_string(r.error().code)) + ": " + r.error().message);
   return std::move(r).value();
 }
 
@@ -146,9 +146,32 @@ void inactive_prefix_receives_exactly_zero(Backend& backend, const KvBufferDraw&
   classify(any_prefix, "some micro-sequence has an inactive prefix");
 }
 
+// Without an attend step the backend's metadata drives the suite's float64
+// varlen kernel (metadata_through_attention.hpp) over the clean and the
+// poisoned buffer: a wrong first_document_begin or cu_seqlens_k lets the
+// earlier documents in, or reads past the buffer.
+void earlier_documents_do_not_influence_through_the_kernel(Backend& backend, const KvBufferDraw& d) {
+  require_kv_buffer_takes(backend, d.problem);
+  const KvBufferSizes z = sizes_of(d);
+  bool any_prefix = false;
+  for (int64_t i = 0; i < z.micro_sequences; ++i) {
+    const MicroSequenceMetadata want = ref::micro_sequence_metadata(d.problem, i).value();
+    if (want.first_document_begin == 0) continue;
+    any_prefix = true;
+    auto got = capability(backend).micro_sequence(d.problem, i);
+    if (!got) fail_case("micro-sequence " + str(i) + " rejected: " + got.error().message);
+    if (auto diff = micro_sequence_prefix_influence(z.tokens, got.value(), want))
+      fail_case("micro-sequence " + str(i) + " (first_document_begin " + str(want.first_document_begin) +
+                ", attended by the suite's float64 varlen kernel: the backend serves no attend step), with documents "
+                "before " + str(want.first_document_begin) + " poisoned by NaN: " + *diff);
+  }
+  classify(any_prefix, "some micro-sequence has an inactive prefix");
+}
+
 // Documents entirely before fdb are NaN in a second copy of the buffer: every
 // output of the micro-sequence and every gradient row must be bit-identical.
 void earlier_documents_do_not_influence(Backend& backend, const KvBufferDraw& d) {
+  if (!capability(backend).steps().attend) return earlier_documents_do_not_influence_through_the_kernel(backend, d);
   const AttentionInputs in = inputs_of(backend, d);
   const std::vector<double> clean = full_buffer(d, in);
   const int64_t row = 2 * d.problem.shape.heads_kv * d.problem.shape.head_dim;
@@ -200,10 +223,11 @@ std::optional<std::string> needs_drawn_shapes(const InputDomain& d) {
 // properties that run it need both.
 const std::vector<Output> kStreamedOutputs = {Output::lse, Output::gradients};
 
-PropertyDef kv_property(const char* id, const char* summary, Check check, std::vector<Output> needs = kStreamedOutputs) {
+PropertyDef kv_property(const char* id, const char* summary, Check check, std::vector<KvBufferStep> steps,
+                        std::vector<Output> needs = kStreamedOutputs) {
   return PropertyDef{id, Capability::kv_buffer, summary, [](Backend& backend) { return kv_case(*kv_buffer_draw(backend.domain())); },
                      [check](Backend& backend, const Case& c) { check(backend, draw_of(c)); }, std::nullopt,
-                     std::move(needs), needs_drawn_shapes};
+                     std::move(needs), needs_drawn_shapes, std::move(steps)};
 }
 
 // The state machine: its command sequence is drawn with the problem and recorded.
@@ -224,26 +248,27 @@ std::vector<PropertyDef> kv_buffer_properties() {
       kv_property("kv_buffer/streamingMatchesWholeSequence",
                   "streaming o, lse, dq and the final dK/dV buffer equal whole-sequence per-document causal attention "
                   "within tolerance",
-                  streaming_matches_whole_sequence),
+                  streaming_matches_whole_sequence, {KvBufferStep::stream}),
       kv_property("kv_buffer/metadataIsCanonical",
                   "every micro-sequence's cu_seqlens start at 0 and end at the narrowed lengths; documents and "
                   "positions equal the reference",
-                  metadata_is_canonical, {}),
+                  metadata_is_canonical, {}, {}),
       kv_property("kv_buffer/metadataDrivesAttentionLikeTheReference",
                   "each micro-sequence's cu_seqlens and first_document_begin drive a float64 varlen kernel over a "
                   "NaN-poisoned buffer exactly as the reference's do",
-                  metadata_drives_attention_like_the_reference, {}),
+                  metadata_drives_attention_like_the_reference, {}, {}),
       kv_property("kv_buffer/inactivePrefixReceivesExactlyZero",
                   "a micro-sequence's backward leaves grad_buffer[0, first_document_begin) bitwise 0",
-                  inactive_prefix_receives_exactly_zero),
+                  inactive_prefix_receives_exactly_zero, {KvBufferStep::attend}),
       kv_property("kv_buffer/earlierDocumentsDoNotInfluence",
                   "NaN in the documents before first_document_begin changes no output or gradient bit of the "
-                  "micro-sequence",
-                  earlier_documents_do_not_influence),
+                  "micro-sequence (without an attend step: of the float64 varlen kernel its metadata drives)",
+                  earlier_documents_do_not_influence, {}),
       PropertyDef{"kv_buffer/stepsMatchModel", Capability::kv_buffer,
                   "state machine: slices written in any order, attended in order, backward in reverse, match a model "
                   "buffer and the oracle",
-                  draw_steps, steps_match_model, std::nullopt, kStreamedOutputs, needs_drawn_shapes},
+                  draw_steps, steps_match_model, std::nullopt, kStreamedOutputs, needs_drawn_shapes,
+                  {KvBufferStep::write_slice, KvBufferStep::attend}},
   };
 }
 

@@ -92,7 +92,7 @@ struct WriteSlice : Command {
   void run(const KvModel& m, KvSut& s) const override {
     const std::vector<double> slice = kv_slice_of(s.problem(), i, s.inputs);
     if (auto e = s.cap().write_slice(s.problem(), i, slice, s.buffer))
-      fail_case("write_slice(" + str(i) + ") rejected: " + e->message);
+      decline_if_unsupported(*e), fail_case("write_slice(" + str(i) + ") rejected: " + e->message);
     std::vector<double> want = m.buffer;
     ref::kv_buffer_write_slice(s.problem(), i, slice, want);
     for (size_t e = 0; e < want.size(); ++e)
@@ -108,6 +108,7 @@ struct WriteOutside : Command {
     const std::vector<double> before = s.buffer;
     const std::vector<double> slice = kv_slice_of(s.problem(), m.micro_sequences - 1, s.inputs);
     auto e = s.cap().write_slice(s.problem(), m.micro_sequences, slice, s.buffer);
+    if (e) decline_if_unsupported(*e);  // a backend that declines write_slice declines this one too
     if (!e || e->code != ErrorCode::kv_buffer_slice_out_of_bounds)
       fail_case("write_slice(" + str(m.micro_sequences) + ") past the last micro-sequence gave " +
               (e ? std::string(to_string(e->code)) : std::string("no error")) + ", expected kv_buffer_slice_out_of_bounds");
@@ -141,7 +142,7 @@ struct Attend : Command {
     forward.shape.backward = false;
     const AttentionInputs micro{token_rows(s.inputs.q, r.begin, r.end, sh.heads_q, sh.head_dim), {}, {}, {}};
     auto got = s.cap().attend(forward, i, micro, s.buffer, nullptr);
-    if (!got) fail_case("attend(" + str(i) + ") rejected: " + got.error().message);
+    if (!got) decline_if_unsupported(got.error()), fail_case("attend(" + str(i) + ") rejected: " + got.error().message);
     const int64_t n = static_cast<int64_t>(s.inputs.q.size()) / (sh.heads_q * sh.head_dim);
     auto rows = [&](const std::vector<double>& t) { return token_rows(t, r.begin, r.end, sh.heads_q, sh.head_dim); };
     within_tolerance("o of micro-sequence " + str(i), got->o, rows(s.oracle.o), rows(s.naive.o), kOutputToleranceFactor,
@@ -167,6 +168,7 @@ struct Backward : Command {
     const AttentionInputs micro{rows(s.inputs.q), {}, {}, rows(s.inputs.d_o)};
     const std::vector<double> prefix(s.grad.begin(), s.grad.begin() + fdb * row);
     auto got = s.cap().attend(s.problem(), i, micro, s.buffer, &s.grad);
+    if (!got) decline_if_unsupported(got.error());
     if (!got || !got->grads) fail_case("backward of micro-sequence " + str(i) + " failed" + (got ? "" : ": " + got.error().message));
     within_tolerance("dq of micro-sequence " + str(i), got->grads->dq, rows(s.oracle.grads->dq), rows(s.naive.grads->dq),
                      kGradientToleranceFactor, sh.dtype);

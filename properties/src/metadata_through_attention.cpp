@@ -289,4 +289,26 @@ std::optional<std::string> micro_sequence_attention_difference(int64_t buffer_to
   return change->describe() + "; document " + std::to_string(s) + (field.empty() ? "" : ": " + field);
 }
 
+std::optional<std::string> micro_sequence_prefix_influence(int64_t buffer_tokens, const MicroSequenceMetadata& got,
+                                                           const MicroSequenceMetadata& want) {
+  const int64_t dim = 4, q_tokens = want.end - want.begin;
+  const auto md = as_varlen(got);
+  if (auto* why = std::get_if<std::string>(&md)) return "a kernel driven by this metadata cannot address the buffer: " + *why;
+  std::vector<bool> every(buffer_tokens, true), after_prefix(buffer_tokens, true);
+  for (int64_t t = 0; t < std::min(want.first_document_begin, buffer_tokens); ++t) after_prefix[t] = false;
+  const VarlenInputs clean{q_tokens, buffer_tokens, dim, poisoned_tensor(0, q_tokens, dim, std::vector<bool>(q_tokens, true)),
+                           poisoned_tensor(1, buffer_tokens, dim, every), poisoned_tensor(2, buffer_tokens, dim, every)};
+  VarlenInputs poisoned = clean;
+  poisoned.k = poisoned_tensor(1, buffer_tokens, dim, after_prefix), poisoned.v = poisoned_tensor(2, buffer_tokens, dim, after_prefix);
+  const auto a = consume_metadata(std::get<Metadata>(md), MaskKind::causal_bottom_right, Window{}, clean);
+  if (auto* why = std::get_if<std::string>(&a)) return "a kernel driven by this metadata reads out of bounds: " + *why;
+  const auto b = consume_metadata(std::get<Metadata>(md), MaskKind::causal_bottom_right, Window{}, poisoned);
+  const auto change = first_change(std::get<VarlenOutputs>(b), std::get<VarlenOutputs>(a), q_tokens, dim);
+  if (!change) return std::nullopt;
+  std::ostringstream keys;
+  for (size_t s = 0; s < got.cu_seqlens_k.size(); ++s) keys << (s ? ", " : "") << got.cu_seqlens_k[s];
+  return change->describe() + " without them; the kernel reads keys at first_document_begin " +
+         std::to_string(got.first_document_begin) + " + cu_seqlens_k [" + keys.str() + "]";
+}
+
 }  // namespace attn_oracle

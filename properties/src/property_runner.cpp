@@ -248,12 +248,28 @@ void settle_status(PropertyOutcome& o) {
   }
 }
 
+namespace {
+// "backend B serves kv_buffer without the steps write_slice and attend, which this property calls".
+std::optional<std::string> kv_steps_not_served(const PropertyDef& property, Backend& backend) {
+  if (property.needs_kv_steps.empty() || !backend.kv_buffer()) return std::nullopt;
+  const KvBufferSteps served = backend.kv_buffer()->steps();
+  std::string missing;
+  int count = 0;
+  for (KvBufferStep step : property.needs_kv_steps)
+    if (!served.has(step)) missing += std::string(count++ ? " and " : "") + std::string(to_string(step));
+  if (count == 0) return std::nullopt;
+  return "backend " + backend.name() + " serves kv_buffer without the step" + (count > 1 ? "s " : " ") + missing +
+         ", which this property calls";
+}
+}  // namespace
+
 std::optional<std::string> skipped_before_drawing(const PropertyDef& property, Backend& backend) {
   for (std::optional<Capability> needed : {std::optional<Capability>(property.needs), property.also_needs})
     if (needed && !backend.has(*needed))
       return "backend " + backend.name() + " lacks the " + std::string(to_string(*needed)) + " capability";
   for (Output needed : property.needs_outputs)
     if (!backend.outputs().has(needed)) return "backend " + backend.name() + " does not produce " + std::string(to_string(needed));
+  if (auto missing = kv_steps_not_served(property, backend)) return missing;
   if (property.excluded_by) {
     const InputDomain declared = backend.domain(), drawn = drawing_domain(declared);
     if (auto why = property.excluded_by(drawn))
@@ -503,6 +519,7 @@ Judgement check_property(const PropertyDef& property, Backend& backend, const Ca
   for (std::optional<Capability> needed : {std::optional<Capability>(property.needs), property.also_needs})
     if (needed && !backend.has(*needed))
       return j.skip("backend " + backend.name() + " lacks the " + std::string(to_string(*needed)) + " capability"), j;
+  if (auto missing = kv_steps_not_served(property, backend)) return j.skip(*missing), j;
   const Trial t = run_trial(property, backend, rc::shrinkable::just(c));
   if (t.kind == Trial::Kind::failed) j.fail(property.id + ": " + t.message);
   else if (t.kind == Trial::Kind::declined) j.skip(property.id + " declines this case: " + t.message);

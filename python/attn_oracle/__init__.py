@@ -1,7 +1,7 @@
 """attn_oracle: a float64 test oracle and property-based conformance suite for packed attention.
 
 - :mod:`attn_oracle.oracle`: the float64 reference on NumPy arrays (metadata,
-  explicit masks, attention forward and backward, small-seq).
+  explicit masks, attention forward and backward, small-seq, the K/V buffer).
 - :mod:`attn_oracle.cases`: case files (read, write, iterate, evaluate).
 - :mod:`attn_oracle.tolerance`: the tolerance rule on a backend's outputs.
 - :mod:`attn_oracle.adapters`: FlashAttention, cuDNN, PyTorch and
@@ -20,6 +20,7 @@ _LAZY = {
     # worker, the errors) works without it.
     "metadata": "oracle", "explicit_mask": "oracle", "representability": "oracle", "attention": "oracle",
     "small_seq": "oracle", "Metadata": "oracle", "AttentionResult": "oracle", "SmallSeqResult": "oracle",
+    "kv_buffer_metadata": "oracle", "kv_buffer_stream": "oracle", "MicroSequence": "oracle",
     "Case": "cases", "read_case": "cases", "write_case": "cases", "iter_cases": "cases", "eval_case": "cases",
     "metadata_case": "cases", "attention_case": "cases",
     "judge": "tolerance", "Verdict": "tolerance", "TensorCheck": "tolerance",

@@ -1,4 +1,4 @@
-"""The float64 oracle on NumPy arrays: metadata, explicit masks, attention.
+"""The float64 oracle on NumPy arrays: metadata, explicit masks, attention, the K/V buffer.
 
 Every function here runs the C++ reference of attn-oracle (``reference/``, the
 same code ``attn-oracle eval`` runs) on NumPy arrays, with the semantics of
@@ -102,6 +102,35 @@ class SmallSeqResult:
     def as_dict(self) -> dict[str, np.ndarray]:
         """The outputs by name (gradients only when computed)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+@dataclass(frozen=True)
+class MicroSequence:
+    """One micro-sequence of a shared K/V buffer (docs/python.md, "The K/V buffer").
+
+    Queries are tokens ``[begin, end)``; keys and values are buffer rows
+    ``[first_document_begin, end)``, the start of the first document the
+    micro-sequence overlaps. The metadata is over that narrowed range:
+    ``cu_seqlens_q`` runs from 0 to ``end - begin``, ``cu_seqlens_k`` from 0 to
+    ``end - first_document_begin``; ``q_document``/``kv_document`` number the
+    documents 1..S, ``q_position``/``kv_position`` count from each document's
+    own start (which may lie in an earlier micro-sequence).
+    """
+
+    index: int
+    begin: int
+    end: int
+    first_document_begin: int
+    cu_seqlens_q: np.ndarray
+    cu_seqlens_k: np.ndarray
+    q_document: np.ndarray
+    q_position: np.ndarray
+    kv_document: np.ndarray
+    kv_position: np.ndarray
+
+    def as_dict(self) -> dict:
+        """The fields by name, as a kv_buffer backend's ``kv_micro_sequence`` returns them."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 # ---------------------------------------------------------------------------
@@ -320,6 +349,43 @@ def small_seq(
     tensors, dtype = _tensor_args(q, k, v, do, dtype)
     args = _batch_args(q_segment_ids, q_segment_pos, kv_segment_ids, kv_segment_pos, mask, window, max_segments)
     return SmallSeqResult(**_core.small_seq(*tensors, *args, dtype, scale))
+
+
+def kv_buffer_metadata(doc_lengths, micro_seq_tokens: int) -> list[MicroSequence]:
+    """The canonical metadata of every micro-sequence of ``micro_seq_tokens`` tokens
+    over documents of ``doc_lengths`` tokens, in order (item i is micro-sequence i).
+
+    >>> ms = kv_buffer_metadata([4, 1, 10], 4)
+    >>> ms[1].first_document_begin, ms[1].cu_seqlens_k.tolist()
+    (4, [0, 1, 4])
+    """
+    lengths = _int_array("doc_lengths", doc_lengths)
+    return [MicroSequence(**d) for d in _core.kv_buffer_metadata(lengths, int(micro_seq_tokens))]
+
+
+def kv_buffer_stream(
+    q,
+    k,
+    v,
+    *,
+    doc_lengths,
+    micro_seq_tokens: int,
+    do=None,
+    scale: Optional[float] = None,
+    dtype: Optional[str] = None,
+) -> AttentionResult:
+    """The streaming run of a shared K/V buffer in float64: every slice written,
+    micro-sequences attended in order, the backward in reverse into one gradient
+    buffer. ``q`` is ``[N, Hq, D]``, ``k`` and ``v`` ``[N, Hkv, D]`` (N the sum of
+    ``doc_lengths``), ``do`` like ``q``. Returns ``o`` ``[N, Hq, D]``, ``lse``
+    ``[Hq, N]`` and, given ``do``, ``dq`` and ``dk``/``dv`` read off the final
+    gradient buffer: what a backend's ``kv_stream`` returns, and equal to
+    per-document causal attention over the whole sequence. Inputs are rounded to
+    ``dtype`` first, as in :func:`attention`.
+    """
+    tensors, dtype = _tensor_args(q, k, v, do, dtype)
+    lengths = _int_array("doc_lengths", doc_lengths)
+    return AttentionResult(**_core.kv_buffer_stream(*tensors, lengths, int(micro_seq_tokens), dtype, scale))
 
 
 def memory_budget() -> int:

@@ -18,9 +18,10 @@ small_seq   ``small_seq(problem, inputs) -> dict``: o, p [docs, Hq, 16] and the
 sharding    ``validate_sharding(sharding, shapes) -> None`` (raise
             AttnOracleError for an invalid call) and ``sharded_attention(
             sharding, problem, inputs)`` (as attention)
-kv_buffer   ``kv_micro_sequence(problem, i)``, ``kv_write_slice(problem, i,
-            slice, buffer) -> buffer``, ``kv_attend(problem, i, micro, buffer,
-            grad_buffer)``, ``kv_stream(problem, inputs)``; see docs/protocol.md
+kv_buffer   ``kv_micro_sequence(problem, i)``, and any of the steps
+            ``kv_write_slice(problem, i, slice, buffer) -> buffer``,
+            ``kv_attend(problem, i, micro, buffer, grad_buffer)``,
+            ``kv_stream(problem, inputs)``; see docs/python.md
 ==========  ================================================================
 
 A result is a dict or any object with those attributes (a dataclass). Arrays
@@ -79,8 +80,11 @@ CAPABILITIES = {
     "attention": ("attention",),
     "small_seq": ("small_seq",),
     "sharding": ("validate_sharding", "sharded_attention"),
-    "kv_buffer": ("kv_micro_sequence", "kv_write_slice", "kv_attend", "kv_stream"),
+    "kv_buffer": ("kv_micro_sequence",),
 }
+# The K/V buffer steps after kv_micro_sequence, each optional: a property that
+# calls one the backend lacks is skipped (docs/python.md, "The K/V buffer").
+KV_BUFFER_STEPS = {"write_slice": "kv_write_slice", "attend": "kv_attend", "stream": "kv_stream"}
 
 
 @dataclass
@@ -441,9 +445,20 @@ def enable_jax_compilation_cache(environ=None) -> list:
 
 
 # ------------------------------------------------------------------ serving
+def kv_buffer_steps(backend) -> list:
+    """The K/V buffer steps a backend serves; a step without kv_micro_sequence is an error naming it."""
+    steps = [step for step, method in KV_BUFFER_STEPS.items() if callable(getattr(backend, method, None))]
+    if steps and not callable(getattr(backend, "kv_micro_sequence", None)):
+        raise TypeError(f"{type(backend).__name__} serves {', '.join(KV_BUFFER_STEPS[s] for s in steps)} but not "
+                        "kv_micro_sequence(problem, i), which the kv_buffer capability needs first "
+                        "(docs/python.md, \"The K/V buffer\")")
+    return steps
+
+
 def hello(backend, notes=()) -> dict:
     """What the worker says first: protocol, name, version, capabilities, decline hooks, outputs, notes."""
     served = [c for c, methods in CAPABILITIES.items() if all(callable(getattr(backend, m, None)) for m in methods)]
+    steps = kv_buffer_steps(backend)
     return {
         "outputs": list(produced_outputs(backend)),
         "protocol": _protocol.PROTOCOL,
@@ -452,6 +467,7 @@ def hello(backend, notes=()) -> dict:
         "capabilities": served,
         "unsupported_hooks": [c for c in served if callable(getattr(backend, "unsupported_" + c, None))],
         "token_level_mask": bool(getattr(backend, "token_level_mask", False)),
+        **({"kv_buffer_steps": steps} if "kv_buffer" in served else {}),
         **({"domain": domain.to_hello()} if (domain := declared_domain(backend)) is not None else {}),
         **({"notes": list(notes)} if notes else {}),
     }

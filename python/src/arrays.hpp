@@ -61,5 +61,6 @@ void bind_oracle(nb::module_& m);
 void bind_cases(nb::module_& m);
 void bind_tolerance(nb::module_& m);
 void bind_adapters(nb::module_& m);
+void bind_kv_buffer(nb::module_& m);
 
 }  // namespace attn_oracle::python

@@ -1,5 +1,5 @@
 // core_module.cpp: attn_oracle._core, the nanobind extension of the Python
-// package: the float64 oracle (oracle_bindings.cpp), case files
+// package: the float64 oracle (oracle_bindings.cpp, kv_buffer_bindings.cpp), case files
 // (case_bindings.cpp), the tolerance rule (tolerance_bindings.cpp) and the
 // convention adapters (adapter_bindings.cpp). Its
 // functions take positional arguments in the layouts of the C++ API; the
@@ -16,6 +16,7 @@ NB_MODULE(_core, m) {
   py::bind_cases(m);
   py::bind_tolerance(m);
   py::bind_adapters(m);
+  py::bind_kv_buffer(m);
   m.def("memory_budget", &attn_oracle::memory_budget);
   m.def("set_memory_budget", [](int64_t bytes) {
     if (bytes < 1) py::raise(attn_oracle::ErrorCode::over_memory_budget, "the memory budget must be positive");

@@ -21,6 +21,44 @@ std::string_view to_string(Capability capability) {
   return "?";
 }
 
+std::string_view to_string(KvBufferStep step) {
+  switch (step) {
+    case KvBufferStep::write_slice: return "write_slice";
+    case KvBufferStep::attend: return "attend";
+    case KvBufferStep::stream: return "stream";
+  }
+  return "?";
+}
+
+bool KvBufferSteps::has(KvBufferStep step) const {
+  switch (step) {
+    case KvBufferStep::write_slice: return write_slice;
+    case KvBufferStep::attend: return attend;
+    case KvBufferStep::stream: return stream;
+  }
+  return false;
+}
+
+namespace {
+Error step_not_served(KvBufferStep step) {
+  return Error{ErrorCode::unsupported, "this backend does not serve the kv_buffer step " + std::string(to_string(step))};
+}
+}  // namespace
+
+std::optional<Error> KvBufferCapability::write_slice(const KvBufferProblem&, int64_t, const std::vector<double>&,
+                                                     std::vector<double>&) {
+  return step_not_served(KvBufferStep::write_slice);
+}
+
+Expected<AttentionResult> KvBufferCapability::attend(const KvBufferProblem&, int64_t, const AttentionInputs&,
+                                                     const std::vector<double>&, std::vector<double>*) {
+  return step_not_served(KvBufferStep::attend);
+}
+
+Expected<AttentionResult> KvBufferCapability::stream(const KvBufferProblem&, const AttentionInputs&) {
+  return step_not_served(KvBufferStep::stream);
+}
+
 bool Backend::has(Capability capability) {
   switch (capability) {
     case Capability::metadata: return metadata() != nullptr;

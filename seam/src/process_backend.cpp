@@ -31,6 +31,14 @@ class Worker {
       if (c == capability) return true;
     return false;
   }
+  // The hello's "kv_buffer_steps" (checked by WorkerProcess); every step when it has none.
+  KvBufferSteps kv_buffer_steps() {
+    const json& h = process_.hello();
+    if (!h.contains("kv_buffer_steps")) return {};
+    const json& steps = h["kv_buffer_steps"];
+    auto has = [&](const char* name) { return std::find(steps.begin(), steps.end(), name) != steps.end(); };
+    return KvBufferSteps{has("write_slice"), has("attend"), has("stream")};
+  }
   bool flag(const char* key) { return process_.hello().value(key, false) == true; }
   // The hello's "outputs" (checked by WorkerProcess); all of them when it has none.
   ProducedOutputs outputs() {
@@ -213,6 +221,7 @@ class ProcessKvBuffer final : public KvBufferCapability {
     r.header["problem"] = wire::kv_problem_json(p);
     return w_.unsupported("kv_buffer", r);
   }
+  KvBufferSteps steps() const override { return w_.kv_buffer_steps(); }
   Expected<MicroSequenceMetadata> micro_sequence(const KvBufferProblem& p, int64_t i) override {
     Writer r;
     r.header["problem"] = wire::kv_problem_json(p);

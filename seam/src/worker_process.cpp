@@ -115,6 +115,13 @@ void WorkerProcess::start() {
       fail("the worker's hello has outputs " + outputs.dump().substr(0, 200) +
                ": a list of the optional outputs it produces, each \"lse\", \"gradients\" or \"small_seq_p\"", false);
   }
+  if (h.contains("kv_buffer_steps")) {
+    const nlohmann::json& steps = h["kv_buffer_steps"];
+    const std::set<nlohmann::json> known = {"write_slice", "attend", "stream"};
+    if (!steps.is_array() || std::any_of(steps.begin(), steps.end(), [&](const nlohmann::json& o) { return !known.count(o); }))
+      fail("the worker's hello has kv_buffer_steps " + steps.dump().substr(0, 200) +
+               ": a list of the K/V buffer steps it serves, each \"write_slice\", \"attend\" or \"stream\"", false);
+  }
   if (h.contains("domain")) try {
       wire::read_domain(h["domain"]);
     } catch (const wire::ProtocolError& e) {

@@ -56,4 +56,11 @@ std::optional<std::string> attention_difference(const PackedBatch& batch, const 
 std::optional<std::string> micro_sequence_attention_difference(int64_t buffer_tokens, const MicroSequenceMetadata& got,
                                                                const MicroSequenceMetadata& want);
 
+// The attend step of a backend that serves only micro_sequence: `got` drives the
+// same kernel over a clean buffer and over one with tokens [0,
+// want.first_document_begin) NaN. nullopt when no output bit changes; else the
+// first output the earlier documents reach, or the out-of-bounds read.
+std::optional<std::string> micro_sequence_prefix_influence(int64_t buffer_tokens, const MicroSequenceMetadata& got,
+                                                           const MicroSequenceMetadata& want);
+
 }  // namespace attn_oracle

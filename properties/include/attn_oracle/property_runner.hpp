@@ -50,6 +50,9 @@ struct PropertyDef {
   // it needs padding, extra dims, positions away from 0, ... Skipped with the
   // reason before any draw; nullopt (or no function) when it can.
   std::function<std::optional<std::string>(const InputDomain&)> excluded_by = {};
+  // The K/V buffer steps it calls (backend.hpp): skipped, with the reason, on a
+  // backend that serves micro_sequence without them.
+  std::vector<KvBufferStep> needs_kv_steps = {};
 };
 
 // Why `property` is skipped on `backend` before any draw: a capability or an

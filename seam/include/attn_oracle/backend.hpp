@@ -105,6 +105,22 @@ class ShardingCapability {
 // DESIGN section 7: the shared K/V buffer steps, tensors as in kv_buffer.hpp
 // (buffer and grad_buffer [N, 2, Hkv, D], a micro-sequence's q and d_o
 // [end - begin, Hq, D]).
+//
+// micro_sequence is the capability; the three steps after it are each optional,
+// so that a backend whose kernel is not ready yet is judged on its metadata
+// first. A backend says which steps it serves in steps(); a property that needs
+// a step it does not serve is skipped with the reason, and one that needs only
+// an attend (kv_buffer/earlierDocumentsDoNotInfluence) drives the suite's
+// float64 varlen kernel with the backend's metadata instead.
+enum class KvBufferStep { write_slice, attend, stream };
+std::string_view to_string(KvBufferStep step);  // "write_slice", "attend", "stream"
+
+struct KvBufferSteps {
+  bool write_slice = true, attend = true, stream = true;
+  bool has(KvBufferStep step) const;
+  bool operator==(const KvBufferSteps&) const = default;
+};
+
 class KvBufferCapability {
  public:
   virtual ~KvBufferCapability() = default;
@@ -112,15 +128,19 @@ class KvBufferCapability {
   virtual std::optional<std::string> unsupported(const KvBufferProblem&) { return std::nullopt; }
   // The canonical metadata of micro-sequence i.
   virtual Expected<MicroSequenceMetadata> micro_sequence(const KvBufferProblem& problem, int64_t i) = 0;
-  // Micro-sequence i's slice [end - begin, 2, Hkv, D] into buffer[begin, end).
+  // The steps below that this backend serves (all, unless it says otherwise);
+  // one it does not serve answers `unsupported` if it is called anyway.
+  virtual KvBufferSteps steps() const { return {}; }
+  // Micro-sequence i's slice [end - begin, 2, Hkv, D] into buffer[begin, end);
+  // an i past the last micro-sequence is kv_buffer_slice_out_of_bounds.
   virtual std::optional<Error> write_slice(const KvBufferProblem& problem, int64_t i, const std::vector<double>& slice,
-                                           std::vector<double>& buffer) = 0;
+                                           std::vector<double>& buffer);
   // Micro-sequence i against buffer[fdb, end): o, lse [Hq, end - begin] and, when
   // problem.shape.backward, dq, with dK/dV added into grad_buffer[fdb, end).
   virtual Expected<AttentionResult> attend(const KvBufferProblem& problem, int64_t i, const AttentionInputs& micro,
-                                           const std::vector<double>& buffer, std::vector<double>* grad_buffer) = 0;
+                                           const std::vector<double>& buffer, std::vector<double>* grad_buffer);
   // The streaming run (forward in order, backward in reverse) in the whole-sequence layouts.
-  virtual Expected<AttentionResult> stream(const KvBufferProblem& problem, const AttentionInputs& inputs) = 0;
+  virtual Expected<AttentionResult> stream(const KvBufferProblem& problem, const AttentionInputs& inputs);
 };
 
 // Who the code under test is, however it was started: its failures are stored

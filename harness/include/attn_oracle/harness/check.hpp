@@ -26,6 +26,7 @@ struct CheckOptions {
   bool isolate = true;                 // each property in a child process (isolation.hpp), unless the backend isolates itself
   double case_timeout_seconds = 120;   // a draw that runs longer in a child is a hang
   bool list = false;                   // --list: print the ids of the properties that would run, run nothing
+  bool describe = false;               // --describe: the same ids, each with its one-line description
   // The failure store (failure_store.hpp): on, in the failures directory,
   // unless ATTN_ORACLE_STORE says otherwise; --store DIR puts it (and every
   // counterexample) in DIR; --no-store replays nothing and keeps nothing.
