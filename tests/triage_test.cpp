@@ -145,6 +145,40 @@ TEST(Triage, ShrinkingStaysWithTheRoot) {
   EXPECT_TRUE(t.same_root(shallow, "kv_offsets[1]: backend 2, expected 1", a)) << "out of a class is fine";
 }
 
+// A document of one token that follows a document of 4 or more in its q row is
+// counted as two tokens (a run-length off by one at the join). RapidCheck drops rows from
+// the end, so when a later row carries it the rows before it stay.
+class OneTokenJoinTwin final : public Backend, public MetadataCapability {
+ public:
+  std::string name() const override { return "one-token-join"; }
+  MetadataCapability* metadata() override { return this; }
+  Expected<Metadata> metadata(const PackedBatch& batch) override {
+    Expected<Metadata> md = ref::metadata(batch);
+    if (!md || batch.q.segment_ids.shape.size() != 2) return md;
+    Metadata out = md.value();
+    const int64_t rows = batch.q.segment_ids.shape[0], len = batch.q.segment_ids.shape[1], m = batch.max_segments;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t* ids = batch.q.segment_ids.data.data() + r * len;
+      for (int64_t t = 1; t < len; ++t)
+        if (t >= 4 && ids[t] != 0 && ids[t - 1] != ids[t] && ids[t - 4] == ids[t - 1] && (t + 1 == len || ids[t + 1] != ids[t]))
+          ++out.q_seqlens[r * m + ids[t] - 1];
+    }
+    return out;
+  }
+};
+
+TEST(Triage, AFailureOneRowCarriesIsShownOnThatRowAlone) {
+  OneTokenJoinTwin twin;
+  for (uint64_t seed : {kDefaultSeed, uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{4}, uint64_t{5}}) {
+    RunSettings s = default_run_settings();
+    s.seed = seed;
+    const PropertyOutcome o = run_property(*find_property("metadata/matchesReference"), twin, s);
+    ASSERT_EQ(o.status, PropertyOutcome::Status::failed) << "seed " << seed;
+    const PackedBatch& b = o.failures.front().counterexample.as<MetadataCase>()->batch;
+    EXPECT_EQ(b.q.segment_ids.shape.front(), 1) << "seed " << seed << ": " << o.failures.front().message;
+  }
+}
+
 // A per-slot index names the same field at any rank: a vmapped draw's mismatch
 // may shrink to an unbatched one without becoming another bug.
 TEST(Triage, APerSlotIndexIsOneSignatureWhateverItsRank) {

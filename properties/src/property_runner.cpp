@@ -123,6 +123,18 @@ Trial out_of_classes(const PropertyDef& p, Backend& backend, const Triage& triag
   return failing;
 }
 
+// A shrunk failure of several rows tried one row at a time (single_rows): the
+// first row that still fails with the same root replaces it.
+Trial to_one_row(const PropertyDef& p, Backend& backend, const Triage& triage, const Triage::Draw& d, Trial failing,
+                 int& trials) {
+  for (const Case& c : single_rows(*failing.c)) {
+    Trial t = run_trial(p, backend, rc::shrinkable::just(c));
+    ++trials;
+    if (t.kind == Trial::Kind::failed && t.c && triage.same_root(d, t.message, *t.c)) return t;
+  }
+  return failing;
+}
+
 // Sizes spread evenly over [0, max_size], the largest always used (RapidCheck's rule).
 int size_for(const RunSettings& s, int k) {
   const int sizes = s.max_size + 1;
@@ -468,6 +480,7 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
                [&](const Trial& candidate) { return triage.same_root(d, candidate.message, *candidate.c); });
     if (!t.hung && !input_classes_of(*t.c).empty())
       t = out_of_classes(property, backend, triage, d, std::move(t), out.shrink_trials);
+    if (!t.hung) t = to_one_row(property, backend, triage, d, std::move(t), out.shrink_trials);
     f.message = t.message;
     f.signature = d.group;
     f.backend_log = t.backend_log;

@@ -173,6 +173,20 @@ std::vector<Case> out_of_input_classes(const Case& c) {
   return out;
 }
 
+std::vector<Case> single_rows(const Case& c) {
+  const auto* m = c.as<MetadataCase>();
+  if (!m) return {};
+  const Expected<BatchLayout> layout = validate_shapes(m->batch);
+  if (!layout || !layout->extra.empty() || layout->batch < 2) return {};
+  std::vector<Case> out;
+  for (int64_t b = 0; b < layout->batch; ++b) {
+    Case row = c;
+    row.payload = MetadataCase{keep_row(m->batch, b)};
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
 FailureCluster cluster_of_message(const std::string& message, int draw) {
   FailureCluster c;
   std::tie(c.key, c.rank) = root_of(failure_kind(message), {}, message);

@@ -119,6 +119,12 @@ class Triage {
 // clustered as what it is (the runner tries these after shrinking).
 std::vector<Case> out_of_input_classes(const Case& c);
 
+// Each row of a metadata batch of several rows (and no extra dims) alone.
+// RapidCheck drops rows from the end, so a failure that a later row carries
+// keeps the rows before it, however small they shrink; the runner tries these
+// after shrinking and keeps the first that fails with the same root.
+std::vector<Case> single_rows(const Case& c);
+
 // The decline a backend named `backend` would add to its `capability` hook to
 // decline `c`, in its own language: C++ for a linked backend, Python for an
 // attn_oracle.worker, the protocol's words for another worker.
