@@ -8,11 +8,14 @@
 // on some draws only). Counted one failure signature at a time, the shallow
 // classes filled every slot before the deep bug's draw came.
 #include <gtest/gtest.h>
+#include <rapidcheck.h>
 
 #include <algorithm>
+#include <set>
 #include <stdexcept>
 
 #include "attn_oracle/input_class.hpp"
+#include "attn_oracle/property_check.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/triage.hpp"
@@ -148,7 +151,7 @@ TEST(Triage, ShrinkingStaysWithTheRoot) {
 // A document of one token that follows a document of 4 or more in its q row is
 // counted as two tokens (a run-length off by one at the join). RapidCheck drops rows from
 // the end, so when a later row carries it the rows before it stay.
-class OneTokenJoinTwin final : public Backend, public MetadataCapability {
+class OneTokenJoinTwin : public Backend, public MetadataCapability {
  public:
   std::string name() const override { return "one-token-join"; }
   MetadataCapability* metadata() override { return this; }
@@ -177,6 +180,66 @@ TEST(Triage, AFailureOneRowCarriesIsShownOnThatRowAlone) {
     const PackedBatch& b = o.failures.front().counterexample.as<MetadataCase>()->batch;
     EXPECT_EQ(b.q.segment_ids.shape.front(), 1) << "seed " << seed << ": " << o.failures.front().message;
   }
+}
+
+// The same bug on a backend that takes no padding: a row that drops a document
+// is grown back by its last one, so the shrink kept documents before the two
+// the bug needs.
+TEST(Triage, AFailureUnderAMaskWithoutPaddingKeepsOnlyTheDocumentsItNeeds) {
+  struct NoPaddingTwin final : OneTokenJoinTwin {
+    InputDomain domain() const override {
+      InputDomain d;
+      d.mask_kinds = {MaskKind::causal, MaskKind::no_mask};
+      return d;
+    }
+  } twin;
+  for (uint64_t seed : {kDefaultSeed, uint64_t{1}, uint64_t{2}, uint64_t{3}, uint64_t{4}, uint64_t{5}}) {
+    RunSettings s = default_run_settings();
+    s.seed = seed;
+    const PropertyOutcome o = run_property(*find_property("metadata/matchesReference"), twin, s);
+    ASSERT_EQ(o.status, PropertyOutcome::Status::failed) << "seed " << seed;
+    const PackedBatch& b = o.failures.front().counterexample.as<MetadataCase>()->batch;
+    const std::set<int64_t> documents(b.q.segment_ids.data.begin(), b.q.segment_ids.data.end());
+    EXPECT_EQ(documents.size(), 2u) << "seed " << seed << ": " << o.failures.front().message;
+  }
+}
+
+// A backend that declines odd lengths and is wrong on every even one from 2:
+// its shrink passes through odd lengths only (a chain 8, 7, 6, ... as a length
+// shrinks one token at a time), so without a detour through the declined
+// candidates the shrink stopped at the drawn 8 tokens.
+TEST(Triage, ShrinkingGoesOnBelowADeclinedCandidate) {
+  const auto one_document = [](int64_t len) {
+    PackedBatch b;
+    b.mask = MaskKind::causal;
+    b.max_segments = 1;
+    b.q = PackedSide{IntArray({1, len}, std::vector<int64_t>(len, 1)), IntArray({1, len}, {})};
+    for (int64_t t = 0; t < len; ++t) b.q.segment_pos.data.push_back(t);
+    b.kv = b.q;
+    return Case{MetadataCase{b}, {}, {}, {}};
+  };
+  const rc::Gen<int64_t> eight = [](const rc::Random&, int) {
+    return rc::shrinkable::shrinkRecur<int64_t>(8, [](int64_t n) { return n > 1 ? rc::seq::just(n - 1) : rc::Seq<int64_t>(); });
+  };
+  const PropertyDef odd_declined{
+      "metadata/oddDeclined", Capability::metadata, "declines odd lengths, wrong on even ones",
+      [&](Backend&) { return one_document(*eight); },
+      [](Backend&, const Case& c) {
+        const int64_t len = c.as<MetadataCase>()->batch.q.segment_ids.shape.back();
+        if (len % 2) decline_case("an odd length");
+        if (len >= 2) fail_case("q_seqlens[0, 0]: backend " + std::to_string(len + 1) + ", expected " + std::to_string(len));
+      }};
+  struct Reference final : Backend, MetadataCapability {
+    std::string name() const override { return "reference-odd"; }
+    MetadataCapability* metadata() override { return this; }
+    Expected<Metadata> metadata(const PackedBatch& batch) override { return ref::metadata(batch); }
+  } backend;
+  RunSettings s = default_run_settings();
+  s.cases = 1;
+  const PropertyOutcome o = run_property(odd_declined, backend, s);
+  ASSERT_EQ(o.status, PropertyOutcome::Status::failed);
+  EXPECT_EQ(o.failures.front().counterexample.as<MetadataCase>()->batch.q.segment_ids.shape.back(), 2)
+      << o.failures.front().message;
 }
 
 // A per-slot index names the same field at any rank: a vmapped draw's mismatch

@@ -10,6 +10,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include <rapidcheck.h>
 
@@ -70,33 +71,57 @@ Trial run_trial(const PropertyDef& p, Backend& backend, const rc::Shrinkable<Cas
   return t;
 }
 
+// Trials one level below the declined candidates of a shrink step, at most: a
+// backend that declines a case on the way (an odd length, one row of two) would
+// otherwise stop the shrink above a smaller failing case.
+constexpr int kDeclinedDetourTrials = 32;
+
 // The first shrink that still fails with the same root (`stays`), again and
-// again (RapidCheck's strategy); `path` is each accepted shrink's index among
-// its siblings. A hang ends it: each smaller case that still hangs would cost a
-// whole time limit. `trials` counts what it cost.
+// again (RapidCheck's strategy); when none does, the shrinks of the candidates
+// the backend declined, within kDeclinedDetourTrials. `path` is each accepted
+// shrink's index among its siblings (a detour adds two). A hang ends it: each
+// smaller case that still hangs would cost a whole time limit. `trials` counts
+// what it cost.
 Trial shrink(const PropertyDef& p, Backend& backend, const RunSettings& s, int draw, rc::Shrinkable<Case> best,
              Trial failing, int& steps, int& trials, const std::function<bool(const Trial&)>& stays) {
   std::vector<size_t> path;
+  std::vector<std::pair<size_t, rc::Shrinkable<Case>>> declined;
   auto shrinks = best.shrinks();
   size_t index = 0;
-  while (!failing.hung) {
-    auto next = shrinks.next();
-    if (!next) break;
-    path.push_back(index);
+  // Tries `candidate` at `at` (its path from `best`): true when it became the new
+  // best. A declined child of `best` is kept for a detour.
+  const auto accept_if_failing = [&](const rc::Shrinkable<Case>& candidate, const std::vector<size_t>& at) {
+    path.insert(path.end(), at.begin(), at.end());
     if (s.before_trial) s.before_trial(draw, path);
-    Trial t = run_trial(p, backend, *next);
+    Trial t = run_trial(p, backend, candidate);
     ++trials;
-    path.pop_back();
-    if (t.kind != Trial::Kind::failed || !t.c || !stays(t)) {
-      ++index;
+    if (t.kind == Trial::Kind::failed && t.c && stays(t)) {
+      best = candidate, failing = std::move(t), shrinks = best.shrinks(), index = 0, declined.clear();
+      ++steps;
+      return true;
+    }
+    path.resize(path.size() - at.size());
+    if (t.kind == Trial::Kind::declined && at.size() == 1) declined.emplace_back(at.front(), candidate);
+    return false;
+  };
+  while (!failing.hung) {
+    if (auto next = shrinks.next()) {
+      accept_if_failing(*next, {index++});
       continue;
     }
-    path.push_back(index);
-    best = *next;
-    failing = std::move(t);
-    shrinks = best.shrinks();
-    index = 0;
-    ++steps;
+    bool detoured = false;
+    int budget = kDeclinedDetourTrials;
+    const auto children = std::exchange(declined, {});
+    for (const auto& [at, candidate] : children) {
+      auto below = candidate.shrinks();
+      for (size_t j = 0; !detoured && budget > 0; ++j, --budget) {
+        auto grandchild = below.next();
+        if (!grandchild) break;
+        detoured = accept_if_failing(*grandchild, {at, j});
+      }
+      if (detoured || budget == 0) break;
+    }
+    if (!detoured) break;
   }
   return failing;
 }
@@ -123,15 +148,21 @@ Trial out_of_classes(const PropertyDef& p, Backend& backend, const Triage& triag
   return failing;
 }
 
-// A shrunk failure of several rows tried one row at a time (single_rows): the
-// first row that still fails with the same root replaces it.
-Trial to_one_row(const PropertyDef& p, Backend& backend, const Triage& triage, const Triage::Draw& d, Trial failing,
-                 int& trials) {
-  for (const Case& c : single_rows(*failing.c)) {
-    Trial t = run_trial(p, backend, rc::shrinkable::just(c));
-    ++trials;
-    if (t.kind == Trial::Kind::failed && t.c && triage.same_root(d, t.message, *t.c)) return t;
-  }
+// A shrunk failure of several rows tried one row at a time (single_rows), then
+// its row without each document in turn (without_each_document), as long as
+// one still fails with the same root: the first that does replaces it.
+Trial to_fewer_rows_and_documents(const PropertyDef& p, Backend& backend, const Triage& triage,
+                                  const Triage::Draw& d, Trial failing, int& trials) {
+  const auto first_failing = [&](const std::vector<Case>& candidates) -> std::optional<Trial> {
+    for (const Case& c : candidates) {
+      Trial t = run_trial(p, backend, rc::shrinkable::just(c));
+      ++trials;
+      if (t.kind == Trial::Kind::failed && t.c && triage.same_root(d, t.message, *t.c)) return t;
+    }
+    return std::nullopt;
+  };
+  if (auto one_row = first_failing(single_rows(*failing.c))) failing = std::move(*one_row);
+  while (auto fewer = first_failing(without_each_document(*failing.c))) failing = std::move(*fewer);
   return failing;
 }
 
@@ -480,7 +511,7 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
                [&](const Trial& candidate) { return triage.same_root(d, candidate.message, *candidate.c); });
     if (!t.hung && !input_classes_of(*t.c).empty())
       t = out_of_classes(property, backend, triage, d, std::move(t), out.shrink_trials);
-    if (!t.hung) t = to_one_row(property, backend, triage, d, std::move(t), out.shrink_trials);
+    if (!t.hung) t = to_fewer_rows_and_documents(property, backend, triage, d, std::move(t), out.shrink_trials);
     f.message = t.message;
     f.signature = d.group;
     f.backend_log = t.backend_log;

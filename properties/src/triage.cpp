@@ -5,6 +5,8 @@
 #include <regex>
 
 #include "attn_oracle/batch_transforms.hpp"
+
+#include <set>
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/validate.hpp"
 
@@ -183,6 +185,35 @@ std::vector<Case> single_rows(const Case& c) {
     Case row = c;
     row.payload = MetadataCase{keep_row(m->batch, b)};
     out.push_back(std::move(row));
+  }
+  return out;
+}
+
+std::vector<Case> without_each_document(const Case& c) {
+  const auto* m = c.as<MetadataCase>();
+  if (!m) return {};
+  const Expected<BatchLayout> layout = validate_shapes(m->batch);
+  if (!layout || !layout->extra.empty() || layout->batch != 1) return {};
+  std::set<int64_t> ids(m->batch.q.segment_ids.data.begin(), m->batch.q.segment_ids.data.end());
+  ids.insert(m->batch.kv.segment_ids.data.begin(), m->batch.kv.segment_ids.data.end());
+  ids.erase(0);
+  std::vector<Case> out;
+  for (int64_t id : ids) {
+    PackedBatch b = m->batch;
+    bool emptied = false;
+    for (PackedSide* side : {&b.q, &b.kv}) {
+      PackedSide kept{IntArray({1, 0}, {}), IntArray({1, 0}, {})};
+      for (size_t t = 0; t < side->segment_ids.data.size(); ++t)
+        if (side->segment_ids.data[t] != id)
+          kept.segment_ids.data.push_back(side->segment_ids.data[t]), kept.segment_pos.data.push_back(side->segment_pos.data[t]);
+      kept.segment_ids.shape[1] = kept.segment_pos.shape[1] = static_cast<int64_t>(kept.segment_ids.data.size());
+      emptied = emptied || kept.segment_ids.data.empty();
+      *side = std::move(kept);
+    }
+    if (emptied) continue;
+    Case smaller = c;
+    smaller.payload = MetadataCase{std::move(b)};
+    out.push_back(std::move(smaller));
   }
   return out;
 }

@@ -125,6 +125,12 @@ std::vector<Case> out_of_input_classes(const Case& c);
 // after shrinking and keeps the first that fails with the same root.
 std::vector<Case> single_rows(const Case& c);
 
+// A one-row metadata batch (no extra dims) without each of its documents in
+// turn: its tokens taken out of both sides. Tried after single_rows, which
+// leaves the row as it was drawn in a batch where it could not drop a document
+// (under a mask without padding, a shorter row grows its last document).
+std::vector<Case> without_each_document(const Case& c);
+
 // The decline a backend named `backend` would add to its `capability` hook to
 // decline `c`, in its own language: C++ for a linked backend, Python for an
 // attn_oracle.worker, the protocol's words for another worker.
