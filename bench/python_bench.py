@@ -2,8 +2,9 @@
 
   1. draws per second and XLA compilations, with and without --shape-stable, on
      examples/jax_backend.py (the attention properties) and on a JAX metadata
-     backend (bench/python/jax_backends.py; the metadata properties), JAX's
-     persistent cache off so that every compilation is paid;
+     backend (bench/python/jax_backends.py; the metadata properties), and on the
+     JAX example declaring one compiled size in its domain; JAX's persistent
+     cache off so that every compilation is paid;
   2. `python -m attn_oracle check` against the pytest plugin, on the same
      backend and seed;
   3. a worker's start-up: from its process start to its hello, NumPy and JAX.
@@ -23,6 +24,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 JAX_ATTENTION = "bench.python.jax_backends:Attention"
+JAX_ONE_SIZE = "bench.python.jax_backends:AttentionOneSize"
 JAX_METADATA = "bench.python.jax_backends:Metadata"
 NUMPY = "examples.numpy_backend:Backend"
 
@@ -51,7 +53,8 @@ def check_run(work: Path, target: str, prefix: str, cases: int, shape_stable: bo
         sys.exit(f"{' '.join(argv)} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     results = json.loads((report / "conformance.json").read_text())["results"]
     draws = sum(r["draws"]["total"] for r in results)
-    return {"seconds": seconds, "draws": draws, "compiles": int(counter.read_text()) if counter.exists() else 0,
+    judged = sum(r["draws"]["judged"] for r in results)
+    return {"seconds": seconds, "draws": draws, "judged": judged, "compiles": int(counter.read_text()) if counter.exists() else 0,
             "verdict": "passed" if done.returncode == 0 else "FAILED"}
 
 
@@ -89,19 +92,25 @@ def main() -> None:
 
     lines = [f"Python {sys.version.split()[0]}, jax {jax.__version__}, {os.cpu_count()} CPUs; "
              f"{args.cases} draws per property; JAX's persistent cache off.", "",
-             "| backend | properties | draws | shape-stable | wall s | draws/s | XLA compilations | verdict |",
+             "| backend | properties | draws (judged) | shape-stable | wall s | draws/s | XLA compilations | verdict |",
              "|---|---|---|---|---|---|---|---|"]
     speedups = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for target, prefix in ((JAX_ATTENTION, "attention/"), (JAX_METADATA, "metadata/")):
             runs = {stable: check_run(work, target, prefix, args.cases, stable) for stable in (False, True)}
+            if target == JAX_ATTENTION:  # a declared menu: the sizes the backend was compiled for
+                runs["declared"] = check_run(work, JAX_ONE_SIZE, prefix, args.cases, False)
             for stable, r in runs.items():
-                lines.append(f"| {target.split(':')[1]} | {prefix} | {r['draws']} | {'yes' if stable else 'no'} | "
+                name = "AttentionOneSize (declared menu)" if stable == "declared" else target.split(':')[1]
+                lines.append(f"| {name} | {prefix} | {r['draws']} ({r['judged']}) | {'yes' if stable else 'no'} | "
                              f"{r['seconds']:.1f} | {r['draws'] / r['seconds']:.1f} | {r['compiles']} | {r['verdict']} |")
-            rate = [runs[s]["draws"] / runs[s]["seconds"] for s in (False, True)]
-            speedups.append(f"{target.split(':')[1]}: {rate[1] / rate[0]:.1f}x draws/s, "
+            rate = {s: runs[s]["draws"] / runs[s]["seconds"] for s in runs}
+            speedups.append(f"{target.split(':')[1]}: {rate[True] / rate[False]:.1f}x draws/s, "
                             f"{runs[False]['compiles']} -> {runs[True]['compiles']} compilations")
+            if "declared" in runs:
+                speedups.append(f"declaring one compiled size: {rate['declared'] / rate[False]:.1f}x draws/s, "
+                                f"{runs['declared']['compiles']} compilation(s)")
         check = check_run(work, NUMPY, "", args.cases, False)["seconds"]
         plugin = pytest_run(work, NUMPY, args.cases)
         starts = {name: worker_start(target, work) for name, target in (("NumPy", NUMPY), ("JAX", JAX_ATTENTION))}

@@ -2,6 +2,9 @@
 compilations its worker ran (jax.monitoring) into $ATTN_ORACLE_BENCH_COMPILES
 after every call:
   - Attention: examples/jax_backend.py (one jax.jit over attention and its vjp);
+  - AttentionOneSize: the same, declaring the one size it was compiled for
+    (Domain sizes: 64 tokens a side, one row, M 8, heads 2/1, head_dim 64), as
+    a backend built for fixed shapes would;
   - Metadata: the NumPy example's metadata with each row's token-level mask
     computed under jax.jit, as a JAX metadata backend does (static mask kind and
     M + 1 id counts, so the shapes and M of a draw pick the compilation).
@@ -16,6 +19,7 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from attn_oracle import Domain  # noqa: E402
 from examples.jax_backend import Backend as JaxAttention  # noqa: E402
 from examples.numpy_backend import Backend as NumpyBackend  # noqa: E402
 
@@ -56,6 +60,12 @@ class Attention(JaxAttention):
             return super().attention(p, x)
         finally:
             _record()
+
+
+class AttentionOneSize(Attention):
+    name = "jax-example-one-size"
+    domain = Domain(extra_dims=False, head_dims=(64,),
+                    sizes={"tokens": [64], "rows": [1], "max_segments": [8], "heads": [[2, 1]]})
 
 
 class Metadata(NumpyBackend):
