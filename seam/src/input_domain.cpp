@@ -65,7 +65,12 @@ std::optional<std::string> content_fields(const InputDomain& d, const char* name
   return std::nullopt;
 }
 
-std::string menu_list(const std::vector<int64_t>& menu) { return listed(menu); }
+// "2/1, 2/2": a menu's (heads_q, heads_kv) pairs.
+std::string heads_list(const std::vector<std::pair<int64_t, int64_t>>& heads) {
+  std::string out;
+  for (const auto& [q, kv] : heads) out += (out.empty() ? "" : ", ") + std::to_string(q) + "/" + std::to_string(kv);
+  return out;
+}
 
 // T, B and M against the menu; raw shapes, as shape_fields reads them.
 std::optional<std::string> size_fields(const SizeMenu& m, const PackedBatch& batch) {
@@ -74,22 +79,20 @@ std::optional<std::string> size_fields(const SizeMenu& m, const PackedBatch& bat
     if (shape.size() < 2) continue;
     if (!listed_or_empty(m.tokens, shape.back()))
       return std::string(name) + " has " + std::to_string(shape.back()) + " tokens; the backend's size menu has " +
-             menu_list(m.tokens);
+             listed(m.tokens);
     if (!listed_or_empty(m.rows, shape[shape.size() - 2]))
-      return std::to_string(shape[shape.size() - 2]) + " rows; the backend's size menu has " + menu_list(m.rows);
+      return std::to_string(shape[shape.size() - 2]) + " rows; the backend's size menu has " + listed(m.rows);
   }
   if (!listed_or_empty(m.max_segments, batch.max_segments))
     return "max_segments " + std::to_string(batch.max_segments) + "; the backend's size menu has " +
-           menu_list(m.max_segments);
+           listed(m.max_segments);
   return std::nullopt;
 }
 
 std::optional<std::string> tensor_fields(const InputDomain& d, const AttentionShape& shape) {
   if (!listed_or_empty(d.sizes.heads, std::pair{shape.heads_q, shape.heads_kv})) {
-    std::string heads;
-    for (const auto& [q, kv] : d.sizes.heads) heads += (heads.empty() ? "" : ", ") + std::to_string(q) + "/" + std::to_string(kv);
     return "heads " + std::to_string(shape.heads_q) + "/" + std::to_string(shape.heads_kv) +
-           "; the backend's size menu has heads (q/kv) " + heads;
+           "; the backend's size menu has heads (q/kv) " + heads_list(d.sizes.heads);
   }
   if (!d.takes_dtype(shape.dtype))
     return "dtype " + std::string(to_string(shape.dtype)) + "; the backend takes " + listed(d.dtypes);
@@ -129,11 +132,7 @@ std::string to_string(const InputDomain& d) {
   if (!d.sizes.tokens.empty()) parts.push_back("tokens " + listed(d.sizes.tokens));
   if (!d.sizes.rows.empty()) parts.push_back("rows " + listed(d.sizes.rows));
   if (!d.sizes.max_segments.empty()) parts.push_back("M " + listed(d.sizes.max_segments));
-  if (!d.sizes.heads.empty()) {
-    std::string heads = "heads";
-    for (const auto& [q, kv] : d.sizes.heads) heads += (heads.size() > 5 ? ", " : " ") + std::to_string(q) + "/" + std::to_string(kv);
-    parts.push_back(heads);
-  }
+  if (!d.sizes.heads.empty()) parts.push_back("heads " + heads_list(d.sizes.heads));
   std::string out;
   for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
   return out;
