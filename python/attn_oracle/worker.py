@@ -534,7 +534,13 @@ def main(argv=None) -> int:
     # Before the import: a library that prints when imported must not write
     # ahead of the hello.
     stdin, stdout = _take_protocol_streams()
-    backend_class = getattr(importlib.import_module(module_name), class_name)
+    try:
+        backend_class = getattr(importlib.import_module(module_name), class_name)
+    except ImportError as e:
+        if type(e).__name__ != "StackUnavailable":
+            raise
+        print(f"attn-oracle: {e}", file=sys.stderr)  # one line: which stack, and why it cannot run here
+        return 3
     notes = enable_jax_compilation_cache()  # before the backend is made: its constructor may compile
     serve(backend_class(), stdin, stdout, notes=notes)
     return 0

@@ -1,0 +1,26 @@
+"""The stack modules, the venv each runs in, and how scripts/stacks checks them.
+
+Kept apart from the modules so that listing them imports no stack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Stack:
+    name: str  # the module under attn_oracle.stacks
+    title: str  # the stack, as its users call it
+    env: str  # the venv scripts/stacks creates: requirements-ENV.txt beside this file
+    backends: tuple[str, ...]  # the classes `check` runs, one per capability or path
+    check_args: tuple[str, ...] = ()  # extra `check` options (--shape-stable for stacks that compile per shape)
+    needs: tuple[str, ...] = field(default_factory=tuple)  # environment variables the module needs (a checkout path)
+
+
+STACKS: tuple[Stack, ...] = (
+)
+
+
+def by_env(env: str) -> list[Stack]:
+    return [s for s in STACKS if s.env == env]
