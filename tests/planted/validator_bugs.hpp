@@ -15,6 +15,7 @@
 // several seeds, and requires every seed to fail.
 #pragma once
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,8 @@ struct ValidatorBug {
   std::string property;  // the property that must catch it, on every seed
   Oracle oracle;         // the correct oracle with the planted validator
 };
+
+inline void PrintTo(const ValidatorBug& b, std::ostream* os) { *os << b.name << " (" << b.property << ")"; }
 
 std::vector<ValidatorBug> validator_bugs();
 
