@@ -1,5 +1,5 @@
 """attn_oracle.stacks.megatron against the real Megatron-core (skipped when it does not import):
-the metadata backend passes the metadata properties, the EOD-mask backend the attention
+the metadata backends (packed, and padded as context parallelism pads) pass the metadata properties, the EOD-mask backend the attention
 properties, and each planted twin (tests/planted_megatron_backend.py) fails, shrunk small.
 About a minute on two cores."""
 
@@ -36,6 +36,12 @@ def shrunk_cases(done):
 
 def test_the_packed_seq_params_pass_the_metadata_properties(tmp_path):
     done, results = check(tmp_path, "attn_oracle.stacks.megatron:Backend", "metadata/", 30)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert any(r["verdict"] == "passed" for r in results), results
+
+
+def test_the_padded_packed_seq_params_pass_the_metadata_properties(tmp_path):
+    done, results = check(tmp_path, "attn_oracle.stacks.megatron:PaddedBackend", "metadata/", 40)
     assert done.returncode == 0, done.stdout + done.stderr
     assert any(r["verdict"] == "passed" for r in results), results
 

@@ -20,6 +20,14 @@ per-row fields from the spans, and the optional ``max_seqlen_q`` /
 ``max_seqlen_kv``. Only the document lookup of the dataset is replaced (the
 documents come from the batch, not from an indexed file on disk).
 
+``PaddedBackend`` (metadata): Megatron's padded variants, ``cu_seqlens_q/kv_padded``,
+from ``megatron.core.models.multimodal.context_parallel.get_packed_seq_params``
+(the one function of the package that builds them; context parallelism pads
+each sample's sequence at its end). Its domain: one sample of one document
+followed by padding (``padding_causal`` / ``padding``). ``ragged_offsets_*``
+are ``cu_seqlens_*_padded``; ``max_seqlen`` there is the padded length
+(TransformerEngine's convention for padded THD), so it is not returned.
+
 ``EodMaskBackend`` (attention): the same ``GPTDataset.__getitem__`` with
 ``reset_attention_mask=True``, ``reset_position_ids=True`` and
 ``create_attention_mask=True``, each document ending with the EOD token (the
@@ -67,7 +75,7 @@ from megatron.core.utils import flatten_batch_for_packed_sequences  # noqa: E402
 from torch.nn.functional import scaled_dot_product_attention  # noqa: E402
 from torch.utils.data import default_collate  # noqa: E402
 
-__all__ = ["Backend", "EodMaskBackend", "TrainingEodMaskBackend", "packed_seq_params", "eod_tokens"]
+__all__ = ["Backend", "PaddedBackend", "EodMaskBackend", "TrainingEodMaskBackend", "packed_seq_params", "eod_tokens"]
 
 VERSION = installed_version("megatron-core")
 EOD, PAD, TEXT = 2, 3, 7  # token ids: end of document, a pad token no sample holds, any other token
@@ -217,6 +225,40 @@ class Backend:
             out[f"ragged_offsets_{side}"] = ragged
             out[f"max_seqlen_{side}"] = int(longest)
         out.update(metadata_from_spans(batch, out["cu_seqlens_q"], out["ragged_offsets_q"]))
+        return out
+
+
+class PaddedBackend(Backend):
+    """Megatron-core's padded packed-sequence metadata: ``cu_seqlens_q/kv_padded`` for samples padded at the end."""
+
+    name = "megatron-core-padded-packed-seq-params"
+    # One document a sample (M = 1), padding after it, as context parallelism pads a sequence.
+    domain = Domain(self_attention_only=True, positions_from_zero=True, max_rows=1, extra_dims=False,
+                    mask_kinds=("padding_causal", "padding"), windows=False, sizes={"max_segments": [1]})
+
+    def unsupported_metadata(self, batch):
+        reason = unsupported_reason(batch)
+        if reason is not None:
+            return reason
+        ids = np.asarray(batch.q_segment_ids)
+        valid = int((ids[0] != 0).sum())
+        if valid == 0:
+            return "a sample without a token (Megatron-core counts it as a sequence of length 0)"
+        if (ids[0, :valid] == 0).any():
+            return "padding before the sequence's tokens (Megatron-core's padding follows them)"
+        return None
+
+    def params(self, ids: np.ndarray) -> PackedSeqParams:
+        from megatron.core.models.multimodal.context_parallel import get_packed_seq_params
+
+        padding = int((ids[0] == 0).sum())
+        return get_packed_seq_params(torch.from_numpy(ids), 0, padding, cp_size=2, use_packed_sequence=True)
+
+    def metadata(self, batch):
+        out = super().metadata(batch)
+        # max_seqlen of this path is the padded length (TransformerEngine's convention for padded
+        # THD), not the longest document's valid tokens: not returned.
+        del out["max_seqlen_q"], out["max_seqlen_kv"]
         return out
 
 
