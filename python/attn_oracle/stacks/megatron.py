@@ -47,15 +47,18 @@ nothing (the documents attend each other, positions run on) and two or more
 raise a RuntimeError. scripts/stacks runs it against
 fixtures/xfails/megatron-training-0.19.txt (docs/stacks.md, Megatron-core).
 
-The query that attends nothing: none exists in this domain (top-left causal,
-every document's first token attends itself); SDPA's convention there would be
-NaN, so a row without any key would raise rather than be mapped.
+The query that attends nothing: none exists in the attention domain (top-left
+causal, no padding: every query attends itself). SDPA's convention there would
+be NaN (a softmax over no key); since no draw of the domain has such a query,
+the module maps nothing.
 
-Declined: everything outside the domain (padding tokens, cross attention,
-positions not from 0, extra dims, windows, bottom-right and padding mask
-kinds). ``no_mask`` is taken by the metadata backend only: the
-metadata of a batch without padding is the same for ``causal`` and ``no_mask``,
-and Megatron's GPT mask is causal.
+Declined: everything outside each class's domain (for the packed and EOD paths:
+padding tokens, cross attention, positions not from 0, extra dims, windows,
+bottom-right and padding kinds); a sample of no tokens; and what the reference
+rejects, since Megatron-core never validates packed metadata (the reference's
+own check decides, and the decline names its error code). ``no_mask`` is taken
+by ``Backend`` only: the metadata of a batch without padding is the same for
+``causal`` and ``no_mask``, and Megatron's GPT mask is causal.
 """
 
 from __future__ import annotations
