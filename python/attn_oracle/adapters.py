@@ -152,3 +152,97 @@ def transformer_engine_thd_from_batch(batch: dict) -> dict:
     """Our batch as TransformerEngine THD arguments (``attn_mask_type``, ``window_size``,
     ``cu_seqlens_q``, ``cu_seqlens_kv``, ``cu_seqlens_q_padded``, ``cu_seqlens_kv_padded``)."""
     return _core.te_thd_from_batch(*_from(batch))
+
+
+# ---- Megatron-core
+from .errors import AttnOracleError  # noqa: E402
+
+
+def _megatron_rows(name: str, values, seq_length: Optional[int]) -> list[list[int]]:
+    """Rows of prefix sums: a 1-D array is one row; a 2-D one is Megatron's per-sample layout, each row
+    right-padded with copies of its last value (``seq_length``), which are dropped after the first."""
+    import numpy as np
+
+    a = _int_array(name, values)
+    if a.ndim not in (1, 2) or a.shape[-1] < 1:
+        raise AttnOracleError("bad_metadata", f"{name} has shape {list(a.shape)}: [S+1] or per sample [B, K]")
+    rows = []
+    for r, row in enumerate(np.atleast_2d(a).tolist()):
+        end = row[-1] if seq_length is None else int(seq_length)
+        if a.ndim == 2 and end in row:
+            row = row[:row.index(end) + 1]
+        if row[0] != 0 or any(b < a_ for a_, b in zip(row, row[1:])):
+            raise AttnOracleError("bad_metadata", f"{name} row {r} is {row}: prefix sums from 0, never decreasing")
+        rows.append(row)
+    return rows
+
+
+def megatron_packed_to_batch(cu_seqlens, cu_seqlens_padded=None, *, seq_length: Optional[int] = None,
+                             causal: bool = True) -> dict:
+    """Megatron-core's packed-sequence metadata as our batch: one row per sample.
+
+    ``cu_seqlens``: the prefix sums of the documents' tokens, either flat ``[S+1]``
+    (``PackedSeqParams.cu_seqlens_q``: one row, or rows of ``seq_length`` tokens when
+    it is given) or per sample ``[B, K]`` as Megatron's GPT and SFT datasets collate
+    them (each row right-padded with copies of ``seq_length``, the padding
+    ``flatten_batch_for_packed_sequences`` strips). ``cu_seqlens_padded`` (same
+    layout, optional): where each document starts and ends once padded (context
+    parallelism pads each to a multiple); document s holds ``cu_seqlens[s+1] -
+    cu_seqlens[s]`` tokens from ``cu_seqlens_padded[s]`` and padding after them.
+    Documents number 1, 2, ... in each row, positions restart at 0, padding has id 0;
+    the mask is ``causal`` (``no_mask`` when ``causal=False``), with the ``padding``
+    kinds when there is padding. Refused (``bad_metadata``): prefix sums not from 0 or
+    decreasing, a padded document shorter than its tokens, mismatched shapes, a flat
+    document crossing a row of ``seq_length`` tokens.
+
+    >>> b = megatron_packed_to_batch([0, 3, 5], [0, 4, 6])
+    >>> b["mask"], b["q_segment_ids"].tolist(), b["q_segment_pos"].tolist()
+    ('padding_causal', [[1, 1, 1, 0, 2, 2]], [[0, 1, 2, 0, 0, 1]])
+    """
+    import numpy as np
+
+    flat = np.ndim(cu_seqlens) == 1
+    rows = _megatron_rows("cu_seqlens", cu_seqlens, None if flat else seq_length)
+    padded = rows if cu_seqlens_padded is None else _megatron_rows("cu_seqlens_padded", cu_seqlens_padded,
+                                                                   None if flat else seq_length)
+    if len(padded) != len(rows) or any(len(p) != len(c) for p, c in zip(padded, rows)):
+        raise AttnOracleError("bad_metadata", "cu_seqlens and cu_seqlens_padded describe different documents")
+    spans = []  # per row: (start, tokens, padded length)
+    for r, (cu, pad) in enumerate(zip(rows, padded)):
+        row = []
+        for s in range(len(cu) - 1):
+            n, width = cu[s + 1] - cu[s], pad[s + 1] - pad[s]
+            if width < n:
+                raise AttnOracleError("bad_metadata", f"row {r} document {s}: {n} tokens in a padded length of {width}")
+            row.append((pad[s], n, width))
+        spans.append(row)
+    if flat and seq_length is not None:  # one flat stream of rows of seq_length tokens
+        t = int(seq_length)
+        if t < 1:
+            raise AttnOracleError("bad_metadata", f"seq_length {t}: must be at least 1")
+        total = padded[0][-1]
+        split = [[] for _ in range(max(1, -(-total // t)))]
+        for start, n, width in spans[0]:
+            row, local = divmod(start, t)
+            if width and (start + width - 1) // t != row:
+                raise AttnOracleError("bad_metadata", f"a document over tokens [{start}, {start + width}) crosses "
+                                      f"the row boundary at a multiple of seq_length {t}")
+            split[min(row, len(split) - 1)].append((local, n, width))
+        spans, length = split, t
+    else:
+        length = max((p[-1] for p in padded), default=0) if seq_length is None else int(seq_length)
+    ids = np.zeros((len(spans), length), np.int64)
+    pos = np.zeros((len(spans), length), np.int64)
+    for r, row in enumerate(spans):
+        for s, (start, n, width) in enumerate(row):
+            if start + width > length:
+                raise AttnOracleError("bad_metadata", f"row {r} document {s} ends at {start + width}, past {length}")
+            ids[r, start:start + n] = s + 1
+            pos[r, start:start + n] = np.arange(n)
+    has_padding = bool((ids == 0).any())
+    kind = ("padding_causal" if causal else "padding") if has_padding else ("causal" if causal else "no_mask")
+    return {"q_segment_ids": ids, "q_segment_pos": pos, "kv_segment_ids": ids.copy(), "kv_segment_pos": pos.copy(),
+            "mask": kind, "window": (-1, -1), "max_segments": max(1, max(len(row) for row in spans))}
+
+
+__all__ += ["megatron_packed_to_batch"]
