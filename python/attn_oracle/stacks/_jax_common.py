@@ -22,6 +22,32 @@ except ImportError:  # pragma: no cover - older checkouts
 EMPTY_LSE = -1e38
 
 
+def lse_judged_at_input_dtype() -> bool:
+    """Whether this suite honours a backend's ``lse_dtype = "input"`` (judging lse at bf16/fp16 precision)."""
+    from pathlib import Path
+
+    from .. import worker
+
+    return "lse_dtype" in Path(worker.__file__).read_text()
+
+
+def attention_dtypes(jax, lse_in_input_dtype: bool) -> tuple:
+    """The dtypes a JAX attention module takes here.
+
+    fp16 is left out on the CPU backend: the XLA path asks dot_general for the
+    F16_F16_F32 preset, which XLA:CPU refuses when compiled under jax.jit (jax.nn
+    falls back to the default precision only when the error comes at trace
+    time). bf16 is left out for a stack whose lse comes in the input dtype until
+    the suite judges it at that precision.
+    """
+    dtypes = ["fp32", "bf16", "fp16"]
+    if jax.default_backend() == "cpu":
+        dtypes.remove("fp16")
+    if lse_in_input_dtype and not lse_judged_at_input_dtype():
+        dtypes.remove("bf16")
+    return tuple(dtypes)
+
+
 def check(batch) -> None:
     """Raise AttnOracleError (the reference's code) for an invalid batch: the stacks do not validate."""
     if _packing is not None and hasattr(_packing, "check"):

@@ -34,7 +34,7 @@ from functools import partial
 import numpy as np
 
 from . import require
-from ._jax_common import check, check_problem, dtype_of, numpy_out, rows
+from ._jax_common import attention_dtypes, check, check_problem, dtype_of, numpy_out, rows
 from ..errors import Unsupported
 from ..worker import Domain
 
@@ -70,7 +70,7 @@ def _attend(q, k, v, do, q_ids, q_pos, kv_ids, kv_pos, window, factor, *, causal
         if rescale:
             q = (q.astype(jnp.float32) * factor).astype(q.dtype)
         o = nn.dot_product_attention(q, jnp.repeat(k, group, axis=2), jnp.repeat(v, group, axis=2), mask=mask,
-                                     force_fp32_for_softmax=fp32_softmax)
+                                     force_fp32_for_softmax=fp32_softmax).astype(q.dtype)
         return jnp.where(keep, o, jnp.zeros_like(o)) if map_empty else o
 
     if not backward:
@@ -83,7 +83,8 @@ class Backend:
     name = "flax-dot-product-attention"
     version = flax.__version__
     outputs = ("gradients",)  # no lse: dot_product_attention returns the output only
-    domain = Domain(mask_kinds=("no_mask", "padding", "causal", "padding_causal"))
+    domain = Domain(mask_kinds=("no_mask", "padding", "causal", "padding_causal"),
+                    dtypes=attention_dtypes(jax, lse_in_input_dtype=False))
     fp32_softmax = True
     map_empty = True
 

@@ -37,12 +37,14 @@ from functools import partial
 import numpy as np
 
 from . import require
-from ._jax_common import EMPTY_LSE, check, check_problem, dtype_of, numpy_out, rows
+from ._jax_common import EMPTY_LSE, attention_dtypes, check, check_problem, dtype_of, numpy_out, rows
 from ..errors import Unsupported
 from ..worker import Domain
 
 jax = require("jax.nn", "jax", "jax", checked=("0.12",))
 import jax.numpy as jnp  # noqa: E402
+
+DTYPES = attention_dtypes(jax, lse_in_input_dtype=True)
 
 __all__ = ["Backend", "Lengths"]
 
@@ -117,7 +119,7 @@ class Backend(_Base):
     """Packed rows: segment mask + jax.nn's is_causal and local_window_size."""
 
     name = "jax.nn-segments"
-    domain = Domain(self_attention_only=True, positions_from_zero=True)
+    domain = Domain(self_attention_only=True, positions_from_zero=True, dtypes=DTYPES)
 
     def attention(self, p, x):
         check(p.batch)
@@ -135,13 +137,13 @@ class Lengths(_Base):
 
     name = "jax.nn-seq-lengths"
     domain = Domain(positions_from_zero=True, mask_kinds=("no_mask", "padding", "causal", "padding_causal"),
-                    sizes={"max_segments": [1]})
+                    dtypes=DTYPES)
 
     def unsupported_attention(self, p):
-        if p.batch.max_segments != 1:
-            return "more than one document per row: query_seq_lengths holds one length per row"
         for ids in (p.batch.q_segment_ids, p.batch.kv_segment_ids):
             ids = np.asarray(ids).reshape(-1, np.asarray(ids).shape[-1])
+            if (np.where(ids != 0, ids, ids.max(-1, keepdims=True)) != ids.max(-1, keepdims=True)).any():
+                return "more than one document in a row: query_seq_lengths holds one length per row"
             real = ids != 0
             if (real[:, 1:] & ~real[:, :-1]).any():
                 return "a padding token before the document: the sequence lengths count from token 0"
@@ -155,7 +157,7 @@ class Lengths(_Base):
         q_ids, _, kv_ids, _ = rows(p.batch)
         q, k, v, do = self._tensors(p, x)
         q_len, kv_len = ((ids != 0).sum(-1).astype(np.int32) for ids in (q_ids, kv_ids))
-        # One document id per row; a row whose q and kv documents differ attends nothing.
+        # One document per row; a row whose q and kv documents differ attends nothing.
         q_doc, kv_doc = q_ids.max(-1), kv_ids.max(-1)
         other = q_doc != kv_doc
         q_len, kv_len = np.where(other, 0, q_len).astype(np.int32), np.where(other, 0, kv_len).astype(np.int32)

@@ -234,7 +234,8 @@ class Backend:
 
     def __init__(self):
         self.te, self.impl, self.where = load_attention(os.environ.get(ENV) or None)
-        self.version = self.where
+        self.version = installed_version("transformer-engine") if self.where.startswith(("transformer_engine", "/")) \
+            and not os.environ.get(ENV) else "checkout"
         self._compiled = {}
 
     def unsupported_metadata(self, b):
@@ -299,8 +300,9 @@ class Backend:
         kind = getattr(self.te.AttnMaskType, _MASKS[b.mask])
         extra, (q_len, kv_len, q_off, kv_off) = self._descriptor_fields(b, kind)
         b_rows = np.asarray(b.q_segment_ids).shape[-2]
-        out = {"q_seqlens": q_len.reshape(extra + (b_rows, -1)), "kv_seqlens": kv_len.reshape(extra + (b_rows, -1)),
-               "q_offsets": q_off.reshape(extra + (b_rows, -1)), "kv_offsets": kv_off.reshape(extra + (b_rows, -1))}
+        m = b.max_segments
+        out = {"q_seqlens": q_len.reshape(extra + (b_rows, m)), "kv_seqlens": kv_len.reshape(extra + (b_rows, m)),
+               "q_offsets": q_off.reshape(extra + (b_rows, m + 1)), "kv_offsets": kv_off.reshape(extra + (b_rows, m + 1))}
         q_ids, q_pos, kv_ids, kv_pos = rows(b)
         compacted = self._jitted(self._compaction_run, kind, self._window(b), b.max_segments)(
             *(a.astype(np.int32) for a in (q_ids, q_pos, kv_ids, kv_pos)))
