@@ -5,13 +5,22 @@ realistic mapping mistake each, that `check` must catch and shrink:
   it comes (the mean of the row's values and an lse near -2.4e38), the mapping
   to o = 0, lse = -inf left out;
 - FlaxUnmapped: the same in Flax (the mean of the row's values);
+- MaxTextPaddingUnmapped: MaxText's padding treated as no document, though
+  MaxText lets padding queries attend padding keys (their output is kept);
 - TeJaxSlotOffsets: TE's per-row offsets read as slot-indexed (offset k of
   document k+1), as seqlens are: the compacted offsets of a row whose first
   document has no valid tokens shift one slot.
 """
+import importlib.util
+
 import numpy as np
 
 from attn_oracle.stacks import flax_attention, jax_nn, te_jax
+
+if importlib.util.find_spec("maxtext") is not None:
+    from attn_oracle.stacks import maxtext
+else:  # the MaxText twin is defined only where MaxText is installed
+    maxtext = None
 
 
 class JaxNnUnmapped(jax_nn.Backend):
@@ -38,3 +47,10 @@ class TeJaxSlotOffsets(te_jax.Backend):
                 flat_s[r, used] = flat_o[r, : len(used)]
             out[f"{side}_offsets"] = flat_s.reshape(offsets.shape)
         return out
+
+
+class MaxTextPaddingUnmapped(maxtext.Backend if maxtext else object):
+    """MaxText's padding-as-a-segment convention left unmapped: padding queries keep what they attend."""
+
+    name = "maxtext-padding-unmapped"
+    map_padding = False

@@ -21,6 +21,7 @@ class Stack:
 STACKS: tuple[Stack, ...] = (
     Stack("jax_nn", "jax.nn", "jax", ("Backend", "Lengths"), check_args=("--shape-stable",)),
     Stack("flax_attention", "Flax", "jax", ("Backend",), check_args=("--shape-stable",)),
+    Stack("maxtext", "MaxText", "jax", ("Backend",), check_args=("--shape-stable",)),
     Stack("te_jax", "TransformerEngine JAX", "jax", ("Backend",), check_args=("--shape-stable",)),
 )
 
