@@ -30,5 +30,15 @@ def shrunk_case(done) -> dict:
     return json.loads(Path(line.split(": ", 1)[1].strip()).read_text())
 
 
-def tokens(case: dict, side: str) -> int:
-    return sum(len(row) for row in case[side]["segment_ids"]) if case[side]["segment_ids"] else 0
+def _flat(ids):
+    return [x for item in ids for x in (_flat(item) if isinstance(item, list) else [item])]
+
+
+def real_tokens(case: dict, side: str) -> int:
+    """Tokens of a side that belong to a document (shape-stable draws keep their 16-token rows, padded)."""
+    return sum(1 for x in _flat(case[side]["segment_ids"]) if x != 0)
+
+
+def documents(case: dict) -> int:
+    """Distinct document ids over both sides."""
+    return len({x for side in ("q", "kv") for x in _flat(case[side]["segment_ids"]) if x != 0})

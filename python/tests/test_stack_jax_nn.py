@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("jax", reason="jax is not installed (scripts/stacks --only jax_nn builds the venv)")
 
-from stack_checks import run_check, shrunk_case, tokens  # noqa: E402
+from stack_checks import real_tokens, run_check, shrunk_case  # noqa: E402
 
 
 @pytest.mark.parametrize("target", ["attn_oracle.stacks.jax_nn:Backend", "attn_oracle.stacks.jax_nn:Lengths"])
@@ -19,4 +19,4 @@ def test_the_planted_twin_is_caught_and_shrunk(tmp_path):
                              "--filter", "attention/matchesReference")
     assert done.returncode == 1, done.stdout[-4000:]
     case = shrunk_case(done)
-    assert tokens(case, "q") <= 4 and tokens(case, "kv") <= 4, case
+    assert real_tokens(case, "q") <= 2 and real_tokens(case, "kv") <= 2, case
