@@ -40,8 +40,8 @@ Conventions mapped:
   with one batch size); positions with fewer dims go to TE as they are.
 
 Declined input classes (TE does not take them): positions past int32 (TE casts
-them to int32), and positions that carry the extra dims (TE vmaps segment ids
-only). Attention is not run here (no cuDNN on CPU): there is no query that
+them to int32), positions that carry the extra dims (TE vmaps segment ids
+only), and a side of 0 tokens (TE gives no seqlens or offsets for it). Attention is not run here (no cuDNN on CPU): there is no query that
 attends nothing to map.
 """
 
@@ -241,6 +241,8 @@ class Backend:
     def unsupported_metadata(self, b):
         for side in ("q", "kv"):
             ids, pos = np.asarray(getattr(b, f"{side}_segment_ids")), np.asarray(getattr(b, f"{side}_segment_pos"))
+            if ids.shape[-1] == 0:
+                return "a side of 0 tokens: TE's bincount and argwhere give no seqlens or offsets for it"
             if ids.ndim > 2 and pos.ndim == ids.ndim:
                 return "positions with the extra dims of the segment ids: TE vmaps segment ids only (positions [B, T])"
             if pos.size and int(pos.max()) > INT32_MAX:
