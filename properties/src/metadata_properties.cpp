@@ -87,6 +87,15 @@ std::string first_difference(const Metadata& got, const Metadata& want) {
       return os.str();
     }
   }
+  for (const auto& [name, a, b] : returned_optional_fields(got, want)) {
+    if (a == b) continue;
+    const bool scalar = b.size() == 1 && name[0] == 'm';
+    size_t i = 0;
+    while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+    const auto at = [&](const std::vector<int64_t>& v) { return i < v.size() ? std::to_string(v[i]) : "missing"; };
+    return std::string(name) + (scalar ? "" : "[" + std::to_string(i) + "]") + ": backend " + at(a) + ", expected " +
+           at(b);
+  }
   return "";
 }
 
