@@ -54,3 +54,10 @@ class MaxTextPaddingUnmapped(maxtext.Backend if maxtext else object):
 
     name = "maxtext-padding-unmapped"
     map_padding = False
+
+
+class TeJaxWithoutBottomRight(te_jax.Backend):
+    """Not a twin: TE's metadata on the four kinds its bottom-right finding leaves alone (the test's passing run)."""
+
+    name = "transformer-engine-jax-metadata-top-left"
+    domain = te_jax.Domain(mask_kinds=("no_mask", "padding", "causal", "padding_causal"))
