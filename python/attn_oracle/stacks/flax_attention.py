@@ -83,6 +83,7 @@ class Backend:
     name = "flax-dot-product-attention"
     version = flax.__version__
     outputs = ("gradients",)  # no lse: dot_product_attention returns the output only
+    token_level_mask = True  # the mask comes from positions, as the reference's: judged on every input
     domain = Domain(mask_kinds=("no_mask", "padding", "causal", "padding_causal"),
                     dtypes=attention_dtypes(jax, lse_in_input_dtype=False))
     fp32_softmax = True
