@@ -27,6 +27,10 @@ Conventions mapped:
   jax.nn computes logits and softmax in float32, its probabilities in the input
   dtype.
 
+Declined by both: fp16 on the CPU backend (under jax.jit, XLA:CPU refuses the
+F16_F16_F32 preset jax.nn asks for; docs/stacks.md has the finding), and bf16
+where the suite does not judge lse at the input dtype.
+
 Invalid batches raise the reference's error code (jax.nn does not validate).
 """
 
