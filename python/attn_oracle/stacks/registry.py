@@ -24,6 +24,10 @@ STACKS: tuple[Stack, ...] = (
     Stack("megatron", "Megatron-core (training utils)", "torch", ("TrainingEodMaskBackend",),
           check_args=("--filter", "attention/", "--xfails", "fixtures/xfails/megatron-training-0.19.txt")),
     Stack("fast_llm", "Fast-LLM", "torch", ("Backend",), needs=("ATTN_ORACLE_FAST_LLM",)),
+    Stack("jax_nn", "jax.nn", "jax", ("Backend", "Lengths"), check_args=("--shape-stable",)),
+    Stack("flax_attention", "Flax", "jax", ("Backend",), check_args=("--shape-stable",)),
+    Stack("maxtext", "MaxText", "jax", ("Backend",), check_args=("--shape-stable",)),
+    Stack("te_jax", "TransformerEngine JAX", "jax", ("Backend",), check_args=("--shape-stable",)),
 )
 
 

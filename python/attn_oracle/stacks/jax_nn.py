@@ -1,0 +1,171 @@
+"""jax.nn.dot_product_attention (JAX 0.12, its XLA path, on CPU), two ways users pack batches.
+
+- :class:`Backend`: packed rows. The segment mask (same id, the query not
+  padding) goes in as ``mask``; the causal term is jax.nn's own ``is_causal``
+  and the window its own ``local_window_size``. Both act on token indices, so
+  the domain is self-attention with positions from 0 in every document, where an
+  index difference inside a document is a position difference. Under
+  self-attention every document has as many q as kv tokens, so the bottom-right
+  kinds are the top-left ones and go in as ``is_causal`` too.
+- :class:`Lengths`: one document per row followed by padding, through
+  ``query_seq_lengths`` / ``key_value_seq_lengths`` (no mask tensor). q and kv
+  may differ (cross-attention). Declined: a padding token before the document
+  (the lengths count from token 0), and the bottom-right kinds (``is_causal``
+  is top-left and there is no bottom-right option).
+
+Conventions mapped:
+
+- a query that attends nothing: jax.nn fills masked logits with -0.7 x the
+  float32 maximum, so such a query gets the mean of its row's values (0 for a
+  query past ``query_seq_lengths``, which jax.nn zeroes) and an lse near
+  -2.4e38 (-inf in fp16, where the cast overflows). The module reads that lse
+  off ``return_residual=True`` and writes o = 0, lse = -inf there; the output is
+  zeroed inside the differentiated function, so nothing flows back through it.
+- lse: ``return_residual=True`` gives it [R, Tq, Hq] in the input dtype
+  (``lse_dtype = "input"``); it is transposed to [R, Hq, Tq].
+- inputs are cast to the problem's dtype (fp32, bf16, fp16) before the call;
+  jax.nn computes logits and softmax in float32, its probabilities in the input
+  dtype.
+
+Declined by both: fp16 on the CPU backend (under jax.jit, XLA:CPU refuses the
+F16_F16_F32 preset jax.nn asks for; docs/stacks.md has the finding), and bf16
+where the suite does not judge lse at the input dtype.
+
+Invalid batches raise the reference's error code (jax.nn does not validate).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from . import require
+from ._jax_common import EMPTY_LSE, attention_dtypes, check, check_problem, dtype_of, numpy_out, rows
+from ..errors import Unsupported
+from ..worker import Domain
+
+jax = require("jax.nn", "jax", "jax", checked=("0.12",))
+import jax.numpy as jnp  # noqa: E402
+
+DTYPES = attention_dtypes(jax, lse_in_input_dtype=True)
+
+__all__ = ["Backend", "Lengths"]
+
+
+def _window(window, kind, tq, tkv):
+    """jax.nn's local_window_size for our window: an unbounded side spans the whole row."""
+    big = max(tq, tkv) + 1
+    left, right = window
+    if kind.endswith("bottom_right"):
+        right = -1  # the bottom-right kinds ignore the right side
+    side = lambda v: big if v < 0 else min(v, big)  # noqa: E731
+    return np.int32(side(left)), np.int32(side(right))
+
+
+def _map_empty(o, lse):
+    """jax.nn's answer for a query that attends nothing (mean of values, lse near -2.4e38) -> o = 0, lse = -inf."""
+    empty = lse <= EMPTY_LSE  # [R, Tq, Hq]; -inf in fp16 too
+    return jnp.where(empty[..., None], jnp.zeros_like(o), o), jnp.where(empty, -jnp.inf, lse.astype(jnp.float32))
+
+
+@partial(jax.jit, static_argnames=("causal", "backward", "map_empty"))
+def _segments(q, k, v, do, q_ids, kv_ids, scale, window, *, causal, backward, map_empty=True):
+    mask = ((q_ids[:, :, None] == kv_ids[:, None, :]) & (q_ids != 0)[:, :, None])[:, None]  # [R, 1, Tq, Tkv]
+
+    def forward(q, k, v):
+        o, lse = jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=causal,
+                                              local_window_size=window, implementation="xla", return_residual=True)
+        return _map_empty(o, lse) if map_empty else (o, lse.astype(jnp.float32))
+
+    return _run(forward, q, k, v, do, backward)
+
+
+@partial(jax.jit, static_argnames=("causal", "backward", "map_empty"))
+def _lengths(q, k, v, do, q_len, kv_len, scale, window, *, causal, backward, map_empty=True):
+    def forward(q, k, v):
+        o, lse = jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=causal, query_seq_lengths=q_len,
+                                              key_value_seq_lengths=kv_len, local_window_size=window,
+                                              implementation="xla", return_residual=True)
+        return _map_empty(o, lse) if map_empty else (o, lse.astype(jnp.float32))
+
+    return _run(forward, q, k, v, do, backward)
+
+
+def _run(forward, q, k, v, do, backward):
+    if not backward:
+        o, lse = forward(q, k, v)
+        return o, lse, None
+    (o, lse), pullback = jax.vjp(forward, q, k, v)
+    return o, lse, pullback((do, jnp.zeros_like(lse)))
+
+
+class _Base:
+    version = jax.__version__
+    lse_dtype = "input"  # jax.nn returns its residual in the input dtype
+    map_empty = True  # False: the stack's own answer for a query that attends nothing
+
+    def _tensors(self, p, x):
+        check_problem(p, x)
+        dt = dtype_of(jnp, p.dtype)
+        q, k, v = (jnp.asarray(t, dtype=dt) for t in (x.q, x.k, x.v))
+        do = jnp.asarray(x.do, dtype=dt) if p.backward else None
+        return q, k, v, do
+
+    def _outputs(self, p, o, lse, grads):
+        out = {"o": numpy_out(o), "lse": np.transpose(numpy_out(lse), (0, 2, 1))}
+        if p.backward:
+            out.update(zip(("dq", "dk", "dv"), (numpy_out(g) for g in grads)))
+        return out
+
+
+class Backend(_Base):
+    """Packed rows: segment mask + jax.nn's is_causal and local_window_size."""
+
+    name = "jax.nn-segments"
+    domain = Domain(self_attention_only=True, positions_from_zero=True, dtypes=DTYPES)
+
+    def attention(self, p, x):
+        check(p.batch)
+        q_ids, _, kv_ids, _ = rows(p.batch)
+        q, k, v, do = self._tensors(p, x)
+        window = _window(p.batch.window, p.batch.mask, q_ids.shape[1], kv_ids.shape[1])
+        o, lse, grads = _segments(q, k, v, do, jnp.asarray(q_ids, jnp.int32), jnp.asarray(kv_ids, jnp.int32),
+                                  np.float32(p.effective_scale), window, causal="causal" in p.batch.mask,
+                                  backward=p.backward, map_empty=self.map_empty)
+        return self._outputs(p, o, lse, grads)
+
+
+class Lengths(_Base):
+    """One document per row, then padding: query_seq_lengths / key_value_seq_lengths."""
+
+    name = "jax.nn-seq-lengths"
+    domain = Domain(positions_from_zero=True, mask_kinds=("no_mask", "padding", "causal", "padding_causal"),
+                    dtypes=DTYPES)
+
+    def unsupported_attention(self, p):
+        for ids in (p.batch.q_segment_ids, p.batch.kv_segment_ids):
+            ids = np.asarray(ids).reshape(-1, np.asarray(ids).shape[-1])
+            if (np.where(ids != 0, ids, ids.max(-1, keepdims=True)) != ids.max(-1, keepdims=True)).any():
+                return "more than one document in a row: query_seq_lengths holds one length per row"
+            real = ids != 0
+            if (real[:, 1:] & ~real[:, :-1]).any():
+                return "a padding token before the document: the sequence lengths count from token 0"
+        return None
+
+    def attention(self, p, x):
+        check(p.batch)
+        reason = self.unsupported_attention(p)
+        if reason:
+            raise Unsupported(reason)
+        q_ids, _, kv_ids, _ = rows(p.batch)
+        q, k, v, do = self._tensors(p, x)
+        q_len, kv_len = ((ids != 0).sum(-1).astype(np.int32) for ids in (q_ids, kv_ids))
+        # One document per row; a row whose q and kv documents differ attends nothing.
+        q_doc, kv_doc = q_ids.max(-1), kv_ids.max(-1)
+        other = q_doc != kv_doc
+        q_len, kv_len = np.where(other, 0, q_len).astype(np.int32), np.where(other, 0, kv_len).astype(np.int32)
+        window = _window(p.batch.window, p.batch.mask, q_ids.shape[1], kv_ids.shape[1])
+        o, lse, grads = _lengths(q, k, v, do, jnp.asarray(q_len), jnp.asarray(kv_len), np.float32(p.effective_scale),
+                                 window, causal="causal" in p.batch.mask, backward=p.backward, map_empty=self.map_empty)
+        return self._outputs(p, o, lse, grads)
