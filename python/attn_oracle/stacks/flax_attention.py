@@ -85,7 +85,7 @@ class Backend:
     outputs = ("gradients",)  # no lse: dot_product_attention returns the output only
     token_level_mask = True  # the mask comes from positions, as the reference's: judged on every input
     domain = Domain(mask_kinds=("no_mask", "padding", "causal", "padding_causal"),
-                    dtypes=attention_dtypes(jax, lse_in_input_dtype=False))
+                    dtypes=attention_dtypes(jax))
     fp32_softmax = True
     map_empty = True
 

@@ -28,8 +28,7 @@ Conventions mapped:
   dtype.
 
 Declined by both: fp16 on the CPU backend (under jax.jit, XLA:CPU refuses the
-F16_F16_F32 preset jax.nn asks for; docs/stacks.md has the finding), and bf16
-where the suite does not judge lse at the input dtype.
+F16_F16_F32 preset jax.nn asks for; docs/stacks.md has the finding).
 
 Invalid batches raise the reference's error code (jax.nn does not validate).
 """
@@ -48,7 +47,7 @@ from ..worker import Domain
 jax = require("jax.nn", "jax", "jax", checked=("0.12",))
 import jax.numpy as jnp  # noqa: E402
 
-DTYPES = attention_dtypes(jax, lse_in_input_dtype=True)
+DTYPES = attention_dtypes(jax)
 
 __all__ = ["Backend", "Lengths"]
 

@@ -70,7 +70,7 @@ class Backend:
     version = None
     lse_dtype = "input"
     domain = Domain(self_attention_only=True, positions_from_zero=True, windows=False,
-                    dtypes=attention_dtypes(jax, lse_in_input_dtype=True))
+                    dtypes=attention_dtypes(jax))
     map_empty = True  # False: the stack's own answer for a query that attends nothing
     map_padding = True  # False: padding queries keep what MaxText gives them (they attend each other)
 
