@@ -19,6 +19,9 @@ class Stack:
 
 
 STACKS: tuple[Stack, ...] = (
+    Stack("torch_flex", "PyTorch flex attention", "torch", ("Backend",)),
+    Stack("hf_transformers", "Hugging Face transformers", "torch",
+          ("PositionIdsMetadata", "UnpadMetadata", "CollatorMetadata", "SdpaAttention")),
 )
 
 
