@@ -186,10 +186,13 @@ class Backend:
             x = torch.from_numpy(np.ascontiguousarray(a.transpose(0, 2, 1, 3))).to(self.device, dtype)
             return x.requires_grad_(grad)
         q, k, v = (heads_first(a) for a in (inputs.q, inputs.k, inputs.v))
-        o, aux = self.flex()(q, k, v, block_mask=block_mask, scale=problem.effective_scale,
-                             enable_gqa=problem.heads_q != problem.heads_kv,
-                             return_aux=_flex.AuxRequest(lse=True))
-        out = {"o": _numpy(o.transpose(1, 2)), "lse": _numpy(aux.lse)}
+        kwargs = dict(block_mask=block_mask, scale=problem.effective_scale, enable_gqa=problem.heads_q != problem.heads_kv)
+        if hasattr(_flex, "AuxRequest"):
+            o, aux = self.flex()(q, k, v, return_aux=_flex.AuxRequest(lse=True), **kwargs)
+            lse = aux.lse
+        else:  # releases before return_aux
+            o, lse = self.flex()(q, k, v, return_lse=True, **kwargs)
+        out = {"o": _numpy(o.transpose(1, 2)), "lse": _numpy(lse)}
         if grad:
             o.backward(heads_first(inputs.do))
             out.update(dq=_numpy(q.grad.transpose(1, 2)), dk=_numpy(k.grad.transpose(1, 2)),
