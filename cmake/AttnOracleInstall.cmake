@@ -10,13 +10,14 @@ set(ATTN_ORACLE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/AttnOracle)
 set_target_properties(attn_oracle_model PROPERTIES EXPORT_NAME model)
 set_target_properties(attn_oracle_adapters PROPERTIES EXPORT_NAME adapters)
 set_target_properties(attn_oracle_reference PROPERTIES EXPORT_NAME reference)
+set_target_properties(attn_oracle_reference_scalar PROPERTIES EXPORT_NAME reference_scalar)
 set_target_properties(attn_oracle_seam PROPERTIES EXPORT_NAME seam)
 set_target_properties(attn_oracle_properties PROPERTIES EXPORT_NAME properties)
 set_target_properties(attn_oracle_harness PROPERTIES EXPORT_NAME harness)
 set_target_properties(attn_oracle_conformance PROPERTIES EXPORT_NAME conformance)
 set_target_properties(attn_oracle_conformance_main PROPERTIES EXPORT_NAME conformance_main)
 
-install(TARGETS attn_oracle_model attn_oracle_adapters attn_oracle_reference attn_oracle_seam attn_oracle_properties attn_oracle_harness
+install(TARGETS attn_oracle_model attn_oracle_adapters attn_oracle_reference attn_oracle_reference_scalar attn_oracle_seam attn_oracle_properties attn_oracle_harness
         attn_oracle_conformance attn_oracle_conformance_main
   EXPORT AttnOracleTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

@@ -123,7 +123,8 @@ commands:
   export --npy DIR [--fixtures FIXTURES]
                                   every fixture's inputs and expected outputs as .npy
                                   files plus DIR/index.json
-  coverage [--markdown]           ops x mask kinds x layouts x dtypes the properties exercise
+  coverage [--markdown]           ops x mask kinds x layouts x dtypes the properties exercise;
+                                  the text form also counts the validity-rule edges drawn
   --help                          this message
 )";
 

@@ -69,11 +69,16 @@ std::string coverage_table(bool markdown) {
   settings.failures_dir = (std::filesystem::temp_directory_path() / "attn-oracle-coverage").string();
   std::string current;
   settings.on_case_passed = [&](const Case& c) { tally(c, current, t); };
+  // property -> "edge ..." / "rule ..." label -> passing draws (independent_rules.hpp)
+  std::map<std::string, std::map<std::string, int>> edges;
   for (const PropertyDef& p : all_properties()) {
     auto backend = backend_for(p);
     if (!backend) continue;
     current = p.id;
-    run_property(p, *backend, settings);
+    const PropertyOutcome o = run_property(p, *backend, settings);
+    for (const auto& [key, n] : o.mix)
+      for (const char* prefix : {"label edge ", "label rule "})
+        if (key.rfind(prefix, 0) == 0) edges[p.id][key.substr(6)] = n;
   }
   std::ostringstream os;
   if (markdown) os << "| op | mask | layouts | dtypes | properties |\n|---|---|---|---|---|\n";
@@ -86,6 +91,11 @@ std::string coverage_table(bool markdown) {
     else
       os << op << "\t" << mask << "\t" << ordered_layouts(cell.layouts) << "\t" << joined(cell.dtypes, ", ")
          << "\t" << joined(cell.properties, " ") << "\n";
+  }
+  if (!markdown) {
+    os << "\nvalidity-rule edges and rules drawn (passing draws of " << kCoverageCasesPerProperty << " per property):\n";
+    for (const auto& [property, labels] : edges)
+      for (const auto& [label, n] : labels) os << property << "\t" << label << "\t" << n << "\n";
   }
   return os.str();
 }

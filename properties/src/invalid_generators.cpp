@@ -127,7 +127,9 @@ InvalidBatch inject_row_violation(PackedBatch b, Violation v, int64_t choice, in
       }
       if (d.end - d.begin < 2) return canonical(ErrorCode::positions_not_increasing, planting.canonical);
       const int64_t t = d.begin + 1 + choice % (d.end - d.begin - 1);
-      pos[t] = pos[t - 1] - (amount - 1);
+      // Equal to the previous position for odd `amount` (the edge a non-strict
+      // comparison misses, and where shrinking goes), one below it for 2.
+      pos[t] = pos[t - 1] - (amount % 2 == 1 ? 0 : 1);
       return {b, ErrorCode::positions_not_increasing};
     }
     default:

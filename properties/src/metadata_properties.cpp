@@ -11,7 +11,9 @@
 #include "attn_oracle/backend_calls.hpp"
 #include "attn_oracle/batch_transforms.hpp"
 #include "attn_oracle/generators.hpp"
+#include "attn_oracle/independent_rules.hpp"
 #include "attn_oracle/metadata_through_attention.hpp"
+#include "attn_oracle/oracle.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/validate.hpp"
@@ -36,11 +38,13 @@ Metadata metadata_or_fail(Backend& backend, const PackedBatch& batch) {
   return md.value();
 }
 
-// A drawn case is valid; a replayed one may not be, and only the code properties judge those.
+// A drawn case is valid; a replayed one may not be, and only the code properties
+// judge those. Validity is what the independent rules and the model's validator
+// agree on (independent_rules.hpp), or the case fails.
 BatchLayout valid_layout_or_decline(const PackedBatch& batch) {
-  const Expected<BatchLayout> l = validate(batch);
-  if (!l) decline_case("not a valid input (" + describe(l.error()) + "); rejectsInvalidInputsWithTheirCode judges those");
-  return l.value();
+  if (const auto v = agreed_batch_verdict(batch))
+    decline_case("not a valid input (" + v->describe() + "); rejectsInvalidInputsWithTheirCode judges those");
+  return oracle().validate_batch(batch).value();
 }
 
 // Flat entry i of a per-slot field [..., B, width] as its index into that shape
@@ -86,6 +90,15 @@ std::string first_difference(const Metadata& got, const Metadata& want) {
          << (i < b->size() ? std::to_string((*b)[i]) : "missing");
       return os.str();
     }
+  }
+  for (const auto& [name, a, b] : returned_optional_fields(got, want)) {
+    if (a == b) continue;
+    const bool scalar = b.size() == 1 && name[0] == 'm';
+    size_t i = 0;
+    while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+    const auto at = [&](const std::vector<int64_t>& v) { return i < v.size() ? std::to_string(v[i]) : "missing"; };
+    return std::string(name) + (scalar ? "" : "[" + std::to_string(i) + "]") + ": backend " + at(a) + ", expected " +
+           at(b);
   }
   return "";
 }
@@ -145,11 +158,13 @@ Case draw_invalid(Backend& backend) {
 }
 
 // The code is the one the generator planted (drawn); a replayed case without one
-// is held to the reference's code.
+// is held to the code of the independent rules, which the model's validator must
+// give too (independent_rules.hpp; a generator's tag and the rules agree on
+// every draw, tests/independent_rules_test.cpp).
 void rejects_invalid_inputs(Backend& backend, const Case& c) {
   const PackedBatch& batch = batch_of(c);
-  const Expected<Metadata> want = ref::metadata(batch);
-  const std::string fallback = want ? "" : std::string(to_string(want.error().code));
+  const std::optional<RuleVerdict> rules = agreed_batch_verdict(batch);
+  const std::string fallback = rules ? std::string(to_string(rules->code)) : "";
   const std::string expected = drawn_value<std::string>(c, "expected_code", fallback);
   if (expected.empty()) decline_case("a valid input: matchesReference judges those");
   const Expected<Metadata> got = call_metadata(backend, batch);
@@ -161,6 +176,7 @@ void rejects_invalid_inputs(Backend& backend, const Case& c) {
 // Small arbitrary inputs, valid or not: the same metadata, or the same code.
 void arbitrary_inputs_match_reference(Backend& backend, const Case& c) {
   const PackedBatch& batch = batch_of(c);
+  agreed_batch_verdict(batch);
   const Expected<Metadata> want = ref::metadata(batch), got = call_metadata(backend, batch);
   classify(true, want ? std::string("valid") : std::string(to_string(want.error().code)));
   if (want && !got) fail_case("rejected with " + describe(got.error()) + "; the reference accepts it");

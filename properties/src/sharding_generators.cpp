@@ -184,6 +184,11 @@ void fill_side(const RowParams& r, const std::array<int, 3>& lens, int start, bo
   }
 }
 
+// Bottom-right kinds never meet a sharded sequence (sharded_execution.hpp): the top-left twin.
+void keep_bottom_right_off_a_sharded_sequence(PackedBatch& batch) {
+  if (is_bottom_right(batch.mask)) batch.mask = allows_padding(batch.mask) ? MaskKind::padding_causal : MaskKind::causal;
+}
+
 ShardingDraw build(const Layout& l, const Built& b) {
   ShardingDraw d;
   d.sharding = b.sharding;
@@ -191,8 +196,7 @@ ShardingDraw build(const Layout& l, const Built& b) {
   const ShardedShapes& z = b.shapes;
   PackedBatch& batch = d.problem.batch;
   batch.mask = l.mask;
-  if (count_of(l, kSequence) > 1 && is_bottom_right(batch.mask))  // see sharded_execution.hpp
-    batch.mask = allows_padding(batch.mask) ? MaskKind::padding_causal : MaskKind::causal;
+  if (count_of(l, kSequence) > 1) keep_bottom_right_off_a_sharded_sequence(batch);
   batch.window = l.window;
   std::vector<int64_t> qi, qp, ki, kp;
   int max_docs = 1;
@@ -210,7 +214,25 @@ ShardingDraw build(const Layout& l, const Built& b) {
 }
 
 // ------------------------------------------------------------------- invalid
-enum class Mutation { v_differs, k_differs, kv_differ, kv_heads, unknown_axis, repeated_axis, not_divisible, segment_ids };
+enum class Mutation {
+  v_differs, k_differs, kv_differ, kv_heads, unknown_axis, repeated_axis, not_divisible, segment_ids,
+  kv_len_not_divisible, q_len_not_divisible, kv_heads_split_differently
+};
+
+// Puts the sequence dim of every spec on a mesh axis of size >= 2 that Q's spec
+// leaves free (q_len and kv_len scaled to stay divisible); false when none is.
+bool shard_the_sequence(Sharding& s, ShardedShapes& z) {
+  for (const MeshAxis& a : s.mesh.axes) {
+    bool used = false;
+    for (const DimSharding& dim : s.q.dims) used = used || std::find(dim.begin(), dim.end(), a.name) != dim.end();
+    if (used || a.size < 2) continue;
+    for (PartitionSpec* spec : {&s.q, &s.k, &s.v, &s.segment_ids}) spec->dims[kSequenceDim].push_back(a.name);
+    z.q_len *= a.size;
+    z.kv_len *= a.size;
+    return true;
+  }
+  return false;
+}
 
 // A spec that differs from q without being malformed: a sharded batch or
 // sequence dim cleared; else (when `heads_ok`) the heads cleared; else the batch
@@ -272,6 +294,17 @@ ErrorCode mutate(Mutation m, int which, Built& b) {
       else if (!s.q.dims[kSequenceDim].empty()) s.segment_ids.dims[kSequenceDim].clear();
       else s.segment_ids.dims[kBatchDim] = {first};
       return ErrorCode::sharding_segment_ids_mismatch;
+    case Mutation::kv_len_not_divisible:  // K's and V's sequence split, q_len != kv_len
+    case Mutation::q_len_not_divisible:
+      if (count(kSequenceDim) < 2 && !shard_the_sequence(s, z)) break;
+      if (m == Mutation::kv_len_not_divisible) z.kv_len += 1 + which % 2 * count(kSequenceDim);
+      else z.q_len += 1;
+      return ErrorCode::sharding_not_divisible;
+    case Mutation::kv_heads_split_differently:  // K under the GQA/MQA exception, V split like Q
+      if (count(kHeadsDim) < 2) break;
+      s.k = s.v = s.q;
+      (which % 2 ? s.k : s.v).dims[kHeadsDim].clear();
+      return ErrorCode::sharding_spec_mismatch;
     case Mutation::v_differs: break;
   }
   s.v = differing(s.q, heads_ok, first);
@@ -294,14 +327,21 @@ rc::Gen<ShardingDraw> sharding_draw() {
 rc::Gen<InvalidShardingDraw> invalid_sharding_draw() {
   // kv_heads twice: it needs Q's heads sharded (about a third of layouts) and
   // falls back otherwise, so once in eight would leave it rare within 100 cases.
+  // kv_len_not_divisible twice: it is the one edge only the message shows (a
+  // check of K's split against q_len fails on V's sequence dim instead).
   const auto mutation = shrinking_element<Mutation>({Mutation::v_differs, Mutation::k_differs, Mutation::kv_differ, Mutation::kv_heads,
                                         Mutation::kv_heads, Mutation::unknown_axis, Mutation::repeated_axis, Mutation::not_divisible,
-                                        Mutation::segment_ids});
+                                        Mutation::segment_ids, Mutation::kv_len_not_divisible, Mutation::kv_len_not_divisible,
+                                        Mutation::q_len_not_divisible, Mutation::kv_heads_split_differently});
   return gen::map(gen::tuple(layout_gen(), mutation, shrinking_element<int>({0, 1, 2, 3})), [](const auto& t) {
     const auto& [layout, m, which] = t;
     Built b = specs_and_shapes(layout);
     const ErrorCode code = mutate(m, which, b);
-    return InvalidShardingDraw{build(layout, b), code};
+    InvalidShardingDraw d{build(layout, b), code};
+    // A length mutation may have put the sequence on an axis (shard_the_sequence).
+    if (m == Mutation::kv_len_not_divisible || m == Mutation::q_len_not_divisible)
+      keep_bottom_right_off_a_sharded_sequence(d.draw.problem.batch);
+    return d;
   });
 }
 

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "attn_oracle/backend_calls.hpp"
+#include "attn_oracle/independent_rules.hpp"
 #include "attn_oracle/oracle.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/reference/metadata.hpp"
@@ -94,7 +95,7 @@ void valid_triples_match_unsharded_run(Backend& backend, const Case& c) {
   if (!cap.token_level_mask() && !every_device_representable(d.draw))
     decline_case("a device's problem is not representable");
   const ShardedShapes shapes = shapes_or_decline(backend, d.draw);
-  if (auto e = validate_sharding(d.draw.sharding, shapes)) decline_case("an invalid sharding: " + describe(*e));
+  if (auto v = agreed_sharding_verdict(d.draw.sharding, shapes)) decline_case("an invalid sharding: " + v->describe());
   classify_draw(d.draw);
   if (auto e = cap.validate_sharding(d.draw.sharding, shapes)) fail_with("rejected a valid sharding: ", *e);
   const Expected<AttentionResult> got = cap.sharded_attention(d.draw.sharding, d.draw.problem, d.inputs);
@@ -111,18 +112,21 @@ Case draw_invalid(Backend&) {
 }
 
 // Any invalid triple is rejected, by validation and by the run alike, with the
-// reference validator's code and exact message (for Q/K/V specs that differ,
-// the message of DESIGN section 8), and no result is computed.
+// code of the independent rules (independent_rules.hpp), which the model's
+// validator must give too, naming what they name, and the model's exact message
+// (for Q/K/V specs that differ, the message of DESIGN section 8); no result is
+// computed.
 void invalid_triples_are_rejected_exactly(Backend& backend, const Case& c) {
   ShardingCapability& cap = *backend.sharding();
   const Drawn d = drawn_of(c);
   const ShardedShapes shapes = shapes_or_decline(backend, d.draw);
-  const std::optional<Error> want = validate_sharding(d.draw.sharding, shapes);
-  if (!want) decline_case("a valid sharding: validTriplesMatchTheUnshardedRun judges those");
-  const std::string expected = drawn_value<std::string>(c, "expected_code", std::string(to_string(want->code)));
+  const std::optional<RuleVerdict> rules = agreed_sharding_verdict(d.draw.sharding, shapes);
+  if (!rules) decline_case("a valid sharding: validTriplesMatchTheUnshardedRun judges those");
+  const std::string expected = drawn_value<std::string>(c, "expected_code", std::string(to_string(rules->code)));
   classify(true, expected);
-  if (to_string(want->code) != expected)
-    fail_with("generator bug: the reference validator gives ", *want, " where " + expected + " was due");
+  if (to_string(rules->code) != expected)
+    fail_case("generator bug: the independent rules give " + rules->describe() + " where " + expected + " was due");
+  const std::optional<Error> want = oracle().validate_sharding(d.draw.sharding, shapes);
   if (want->code == ErrorCode::sharding_spec_mismatch)
     require(want->message == spec_mismatch_message(d.draw.sharding.q, d.draw.sharding.k, d.draw.sharding.v),
             "the reference's message is not DESIGN section 8's: " + want->message);

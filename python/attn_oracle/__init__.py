@@ -6,6 +6,10 @@
 - :mod:`attn_oracle.tolerance`: the tolerance rule on a backend's outputs.
 - :mod:`attn_oracle.adapters`: FlashAttention, cuDNN, PyTorch and
   TransformerEngine arguments to and from our packed batch.
+- :mod:`attn_oracle.packing`: the batch helpers a backend's glue needs (rows,
+  valid tokens, document spans to metadata fields).
+- :mod:`attn_oracle.stacks`: ready backends for the stacks people run
+  (docs/stacks.md).
 - ``python -m attn_oracle check MODULE:CLASS``: the C++ property suite against a
   Python backend (:mod:`attn_oracle.cli`); ``serve`` is the worker side.
 - The pytest plugin (:mod:`attn_oracle.pytest_plugin`): one test per property.

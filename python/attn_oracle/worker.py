@@ -9,7 +9,9 @@ its methods exist (the names mirror seam/include/attn_oracle/backend.hpp):
 ==========  ================================================================
 metadata    ``metadata(batch) -> dict``: q_seqlens, kv_seqlens [..., B, M],
             q_offsets, kv_offsets [..., B, M+1], cu_seqlens_q, cu_seqlens_kv,
-            ragged_offsets_q, ragged_offsets_kv [S+1] (integer arrays)
+            ragged_offsets_q, ragged_offsets_kv [S+1] (integer arrays); and
+            optionally max_seqlen_q, max_seqlen_kv (ints) and indices_q,
+            indices_kv [N] (unpad indices), judged when returned
 attention   ``attention(problem, inputs) -> dict``: o [R, Tq, Hq, D], lse
             [R, Hq, Tq] (natural log, -inf where a query attends nothing) and,
             when ``problem.backward``, dq, dk, dv in the input layouts
@@ -40,7 +42,9 @@ and ``outputs``: the optional outputs it produces, among ``"lse"``,
 ``"gradients"`` and ``"small_seq_p"`` (default: all). A backend with
 ``outputs = ("gradients",)`` returns no lse; properties judge what it produces
 and the summary says "lse not compared"; one without ``"gradients"`` is given
-forward problems only.
+forward problems only. ``lse_dtype = "input"``: the backend stores lse in the
+problem's dtype (jax.nn, MaxText), so lse is judged at that precision rather
+than fp32's.
 
 ``domain``: the inputs the backend takes, an :class:`attn_oracle.Domain` (or a
 dict of its fields), sent in the hello: the suite draws inside it, so a budget
@@ -202,6 +206,8 @@ def _fields(result: Any, names) -> dict:
 
 METADATA_FIELDS = ("q_seqlens", "kv_seqlens", "q_offsets", "kv_offsets", "cu_seqlens_q", "cu_seqlens_kv",
                    "ragged_offsets_q", "ragged_offsets_kv")
+# Judged exactly when a backend returns them (docs/python.md, "Optional metadata fields").
+OPTIONAL_METADATA_FIELDS = ("max_seqlen_q", "max_seqlen_kv", "indices_q", "indices_kv")
 MICRO_SEQUENCE_FIELDS = ("cu_seqlens_q", "cu_seqlens_k", "q_document", "q_position", "kv_document", "kv_position")
 
 
@@ -219,6 +225,17 @@ def produced_outputs(backend) -> tuple:
     return tuple(o for o in OPTIONAL_OUTPUTS if o in declared)
 
 
+LSE_DTYPES = ("float32", "input")
+
+
+def lse_dtype(backend) -> str:
+    """The backend's ``lse_dtype``: "float32" (default) or "input" (lse stored in the problem's dtype)."""
+    value = getattr(backend, "lse_dtype", "float32")
+    if value not in LSE_DTYPES:
+        raise TypeError(f"the backend's lse_dtype {value!r} must be one of {LSE_DTYPES}")
+    return value
+
+
 OPTIONAL_ARRAYS = {"lse": "lse", "p": "small_seq_p"}  # array -> the optional output it belongs to
 
 
@@ -230,7 +247,10 @@ def _outputs(backend, result: Any, first: tuple, backward: bool) -> dict:
 
 # ------------------------------------------------------------------ ops
 def _op_metadata(backend, h, a):
-    return {}, _fields(backend.metadata(_batch(h, a)), METADATA_FIELDS)
+    result = backend.metadata(_batch(h, a))
+    optional = {name: np.asarray(value).reshape(-1) for name in OPTIONAL_METADATA_FIELDS
+                if (value := _field(result, name, required=False)) is not None}
+    return {}, _fields(result, METADATA_FIELDS) | optional
 
 
 def _op_attention(backend, h, a):
@@ -467,6 +487,7 @@ def hello(backend, notes=()) -> dict:
         "capabilities": served,
         "unsupported_hooks": [c for c in served if callable(getattr(backend, "unsupported_" + c, None))],
         "token_level_mask": bool(getattr(backend, "token_level_mask", False)),
+        **({"lse_dtype": lse_dtype(backend)} if hasattr(backend, "lse_dtype") else {}),
         **({"kv_buffer_steps": steps} if "kv_buffer" in served else {}),
         **({"domain": domain.to_hello()} if (domain := declared_domain(backend)) is not None else {}),
         **({"notes": list(notes)} if notes else {}),

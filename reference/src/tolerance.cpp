@@ -378,6 +378,15 @@ void append_gradient_checks(std::vector<ToleranceCheck>& checks, const std::opti
   checks.push_back(check_tolerance("dv", b.dv, reference->dv, n.dv, k, dtype));
 }
 
+// The naive lse as the backend stores it, and the dtype whose floor judges it.
+std::pair<std::vector<double>, Dtype> lse_as_stored(const std::vector<double>& naive_lse, const ProducedOutputs& produced,
+                                                    Dtype dtype) {
+  if (!produced.lse_in_input_dtype) return {naive_lse, Dtype::fp32};
+  std::vector<double> out(naive_lse.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = round_to_dtype(naive_lse[i], dtype);
+  return {out, dtype};
+}
+
 std::vector<ToleranceCheck> check_attention_tolerance(const AttentionProblem& problem,
                                                       const AttentionInputs& inputs,
                                                       const AttentionResult& backend,
@@ -388,9 +397,10 @@ std::vector<ToleranceCheck> check_attention_tolerance(const AttentionProblem& pr
   std::vector<ToleranceCheck> checks;
   checks.push_back(
       check_tolerance("o", backend.o, reference.o, naive.o, kOutputToleranceFactor, dtype));
-  if (produced.lse)
-    checks.push_back(check_tolerance("lse", backend.lse, reference.lse, naive.lse,
-                                     kOutputToleranceFactor, Dtype::fp32));
+  if (produced.lse) {
+    const auto [naive_lse, lse_dtype] = lse_as_stored(naive.lse, produced, dtype);
+    checks.push_back(check_tolerance("lse", backend.lse, reference.lse, naive_lse, kOutputToleranceFactor, lse_dtype));
+  }
   if (produced.gradients) append_gradient_checks(checks, backend.grads, reference.grads, naive.grads, dtype);
   return checks;
 }
@@ -412,8 +422,10 @@ std::vector<ToleranceCheck> check_relation_tolerance(const AttentionProblem& pro
   };
   std::vector<ToleranceCheck> checks;
   checks.push_back(check("o", got.o, expected.o, naive.o, truth.o, kOutputToleranceFactor, dtype));
-  if (produced.lse)
-    checks.push_back(check("lse", got.lse, expected.lse, naive.lse, truth.lse, kOutputToleranceFactor, Dtype::fp32));
+  if (produced.lse) {
+    const auto [naive_lse, lse_dtype] = lse_as_stored(naive.lse, produced, dtype);
+    checks.push_back(check("lse", got.lse, expected.lse, naive_lse, truth.lse, kOutputToleranceFactor, lse_dtype));
+  }
   if (!expected.grads || !produced.gradients) return checks;
   const AttentionGradients none;
   const AttentionGradients& g = got.grads ? *got.grads : none;

@@ -43,9 +43,10 @@ class Worker {
   // The hello's "outputs" (checked by WorkerProcess); all of them when it has none.
   ProducedOutputs outputs() {
     const json& h = process_.hello();
-    if (!h.contains("outputs")) return {};
+    const bool lse_in_input_dtype = h.value("lse_dtype", "float32") == "input";
+    if (!h.contains("outputs")) return ProducedOutputs{.lse_in_input_dtype = lse_in_input_dtype};
     auto has = [&](const char* name) { return std::find(h["outputs"].begin(), h["outputs"].end(), name) != h["outputs"].end(); };
-    return ProducedOutputs{has("lse"), has("gradients"), has("small_seq_p")};
+    return ProducedOutputs{has("lse"), has("gradients"), has("small_seq_p"), lse_in_input_dtype};
   }
   // The hello's "domain" (checked by WorkerProcess); every input when it has
   // none. Read once: every problem a property runs asks for it.

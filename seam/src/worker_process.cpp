@@ -115,6 +115,9 @@ void WorkerProcess::start() {
       fail("the worker's hello has outputs " + outputs.dump().substr(0, 200) +
                ": a list of the optional outputs it produces, each \"lse\", \"gradients\" or \"small_seq_p\"", false);
   }
+  if (h.contains("lse_dtype") && h["lse_dtype"] != "float32" && h["lse_dtype"] != "input")
+    fail("the worker's hello has lse_dtype " + h["lse_dtype"].dump().substr(0, 100) +
+             ": \"float32\" (the default) or \"input\" (lse stored in the problem's dtype)", false);
   if (h.contains("kv_buffer_steps")) {
     const nlohmann::json& steps = h["kv_buffer_steps"];
     const std::set<nlohmann::json> known = {"write_slice", "attend", "stream"};

@@ -262,6 +262,16 @@ Metadata read_metadata(const Message& m) {
   md.q_offsets = ints(m, "q_offsets"), md.kv_offsets = ints(m, "kv_offsets");
   md.cu_seqlens_q = ints(m, "cu_seqlens_q"), md.cu_seqlens_kv = ints(m, "cu_seqlens_kv");
   md.ragged_offsets_q = ints(m, "ragged_offsets_q"), md.ragged_offsets_kv = ints(m, "ragged_offsets_kv");
+  // The optional fields (metadata.hpp), judged when the reply holds them.
+  const auto scalar = [&](const char* name, std::optional<int64_t>& out) {
+    if (!m.find(name)) return;
+    const std::vector<int64_t> v = ints(m, name);
+    if (v.size() != 1) throw ProtocolError(std::string(name) + " must be one integer; the reply's has " + std::to_string(v.size()));
+    out = v[0];
+  };
+  scalar("max_seqlen_q", md.max_seqlen_q), scalar("max_seqlen_kv", md.max_seqlen_kv);
+  if (m.find("indices_q")) md.indices_q = ints(m, "indices_q");
+  if (m.find("indices_kv")) md.indices_kv = ints(m, "indices_kv");
   return md;
 }
 

@@ -76,6 +76,9 @@ struct ProducedOutputs {
   bool lse = true;          // AttentionResult::lse (and a micro-sequence's lse)
   bool gradients = true;    // dq, dk, dv
   bool small_seq_p = true;  // SmallSeqResult::p
+  // lse stored in the problem's dtype (jax.nn, MaxText) rather than fp32: judged
+  // at that precision (the naive run's lse rounded to it, its floor).
+  bool lse_in_input_dtype = false;
   bool has(Output output) const;
   bool operator==(const ProducedOutputs&) const = default;
 };

@@ -1,11 +1,15 @@
-// oracle.hpp: the float64 attention oracle as the properties call it. One seam
-// so that a test can plant a bug in the oracle itself and see the property
-// suite catch it (the tolerance rule's "oracle suspect" check, tolerance.hpp);
+// oracle.hpp: the float64 attention oracle and the model's validators as the
+// properties call them. One seam so that a test can plant a bug in the oracle
+// itself and see the property suite catch it (the tolerance rule's "oracle
+// suspect" check, tolerance.hpp; the independent validity rules,
+// independent_rules.hpp; the scalar cross-check of the oracle's arithmetic);
 // nothing outside tests/ ever swaps it.
 #pragma once
 
 #include "attn_oracle/attention.hpp"
 #include "attn_oracle/reference/attention.hpp"
+#include "attn_oracle/sharding.hpp"
+#include "attn_oracle/validate.hpp"
 
 namespace attn_oracle {
 
@@ -13,6 +17,12 @@ struct Oracle {
   using Attention = Expected<AttentionResult> (*)(const AttentionProblem&, const AttentionInputs&);
   Attention dense = ref::attention_dense_masked;           // the ground truth
   Attention per_document = ref::attention_per_document;   // the kernels' view, on representable inputs
+  // The model's validators, which every backend and the oracle share: the
+  // properties compare them with independent_rules.hpp on every draw.
+  using BatchValidator = Expected<BatchLayout> (*)(const PackedBatch&);
+  using ShardingValidator = std::optional<Error> (*)(const Sharding&, const ShardedShapes&);
+  BatchValidator validate_batch = validate;
+  ShardingValidator validate_sharding = attn_oracle::validate_sharding;
 };
 
 const Oracle& oracle();

@@ -216,6 +216,7 @@ const PropertyDef* find_property(const std::string& id);
 // Per API area (metadata_properties.cpp, attention_properties.cpp, ...).
 std::vector<PropertyDef> metadata_properties();
 std::vector<PropertyDef> attention_properties();
+std::vector<PropertyDef> oracle_arithmetic_properties();  // the oracle's own arithmetic, on every backend's run
 std::vector<PropertyDef> small_seq_properties();
 std::vector<PropertyDef> kv_buffer_properties();
 std::vector<PropertyDef> sharding_properties();

@@ -31,7 +31,7 @@ void compare_field(const char* name, const std::vector<int64_t>& got, const std:
                   std::to_string(want.size()));
   for (size_t i = 0; i < got.size(); ++i)
     if (got[i] != want[i])
-      j.fail(std::string(name) + index_string(int64_t(i), shape) + ": backend " + std::to_string(got[i]) +
+      j.fail(std::string(name) + (shape.empty() ? "" : index_string(int64_t(i), shape)) + ": backend " + std::to_string(got[i]) +
              ", reference " + std::to_string(want[i]));
 }
 
@@ -52,6 +52,8 @@ void compare_metadata(const Metadata& got, const Metadata& want, Judgement& j) {
   compare_field("cu_seqlens_kv", got.cu_seqlens_kv, want.cu_seqlens_kv, flat, j);
   compare_field("ragged_offsets_q", got.ragged_offsets_q, want.ragged_offsets_q, flat, j);
   compare_field("ragged_offsets_kv", got.ragged_offsets_kv, want.ragged_offsets_kv, flat, j);
+  for (const auto& [name, g, w] : returned_optional_fields(got, want))
+    compare_field(name, g, w, name[0] == 'm' ? Shape{} : Shape{int64_t(w.size())}, j);
   if (j.passed()) j.note("metadata: every field equal");
 }
 
@@ -103,7 +105,7 @@ json metadata_to_json(const Metadata& md) {
   Shape seqlens = md.extra, offsets = md.extra;
   seqlens.insert(seqlens.end(), {md.batch, md.max_segments});
   offsets.insert(offsets.end(), {md.batch, md.max_segments + 1});
-  return {{"q_seqlens", case_json::nest(seqlens, md.q_seqlens)},
+  json out = {{"q_seqlens", case_json::nest(seqlens, md.q_seqlens)},
           {"kv_seqlens", case_json::nest(seqlens, md.kv_seqlens)},
           {"q_offsets", case_json::nest(offsets, md.q_offsets)},
           {"kv_offsets", case_json::nest(offsets, md.kv_offsets)},
@@ -111,6 +113,12 @@ json metadata_to_json(const Metadata& md) {
           {"cu_seqlens_kv", md.cu_seqlens_kv},
           {"ragged_offsets_q", md.ragged_offsets_q},
           {"ragged_offsets_kv", md.ragged_offsets_kv}};
+  // A backend's optional fields, when it returned them (the reference leaves them out).
+  if (md.max_seqlen_q) out["max_seqlen_q"] = *md.max_seqlen_q;
+  if (md.max_seqlen_kv) out["max_seqlen_kv"] = *md.max_seqlen_kv;
+  if (md.indices_q) out["indices_q"] = *md.indices_q;
+  if (md.indices_kv) out["indices_kv"] = *md.indices_kv;
+  return out;
 }
 
 }  // namespace attn_oracle

@@ -1,0 +1,149 @@
+"""Batch helpers for a backend's glue: the reference's answers, in the shapes a stack wants.
+
+Most of what a backend for another stack has to write is the same for every
+user: broadcast the rows, find the tokens the reference counts, turn document
+spans into the metadata fields. These do it once, from the reference itself, so
+a backend's own code is only the mapping of its stack.
+
+``batch`` is the worker's :class:`attn_oracle.worker.Batch` or the dict the
+adapters return (the keyword arguments of :func:`attn_oracle.metadata`).
+
+>>> b = {"q_segment_ids": [[1, 1, 2, 0]], "q_segment_pos": [[0, 1, 0, 0]],
+...      "mask": "padding_causal", "max_segments": 2}
+>>> [(d.row, d.segment, d.q_start, d.q_len) for d in documents(b)]
+[(0, 1, 0, 2), (0, 2, 2, 1)]
+>>> metadata_from_documents(b, documents(b))["indices_q"].tolist()
+[0, 1, 2]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+
+from . import oracle
+
+__all__ = ["Rows", "Document", "batch_arguments", "check", "rows", "valid_tokens", "documents",
+           "metadata_from_documents"]
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Ids and positions broadcast over the extra leading dims and flattened to ``[R, T]``."""
+
+    extra: tuple[int, ...]  # the broadcast extra dims; R = prod(extra) * batch_size
+    batch_size: int  # B
+    q_ids: np.ndarray
+    q_pos: np.ndarray
+    kv_ids: np.ndarray
+    kv_pos: np.ndarray
+
+
+@dataclass(frozen=True)
+class Document:
+    """One document's valid tokens on each side of its row (docs/semantics.md section 3)."""
+
+    row: int  # flat row of [R, T]
+    segment: int  # its segment id
+    q_start: int  # row-local first valid query token
+    q_len: int
+    kv_start: int
+    kv_len: int
+
+
+def _get(batch: Any, name: str, default=None):
+    return batch.get(name, default) if isinstance(batch, dict) else getattr(batch, name, default)
+
+
+def batch_arguments(batch: Any) -> dict:
+    """The batch as keyword arguments of :func:`attn_oracle.metadata` (kv defaults to q)."""
+    q_ids, q_pos = _get(batch, "q_segment_ids"), _get(batch, "q_segment_pos")
+    kv_ids, kv_pos = _get(batch, "kv_segment_ids"), _get(batch, "kv_segment_pos")
+    return {"q_segment_ids": q_ids, "q_segment_pos": q_pos,
+            "kv_segment_ids": q_ids if kv_ids is None else kv_ids, "kv_segment_pos": q_pos if kv_pos is None else kv_pos,
+            "mask": _get(batch, "mask"), "max_segments": _get(batch, "max_segments"),
+            "window": tuple(_get(batch, "window", (-1, -1)))}
+
+
+def check(batch: Any) -> oracle.Metadata:
+    """Raise :class:`attn_oracle.AttnOracleError` (the reference's code and message)
+    for an invalid batch; return the reference's metadata for a valid one."""
+    args = batch_arguments(batch)
+    return oracle.metadata(args.pop("q_segment_ids"), args.pop("q_segment_pos"), **args)
+
+
+def rows(batch: Any) -> Rows:
+    """Ids and positions of both sides as ``[R, T]`` (checked first: an invalid batch raises)."""
+    check(batch)
+    a = batch_arguments(batch)
+    q_ids, kv_ids = np.asarray(a["q_segment_ids"], np.int64), np.asarray(a["kv_segment_ids"], np.int64)
+    extra = tuple(np.broadcast_shapes(q_ids.shape[:-2], kv_ids.shape[:-2]))
+    side = lambda ids, pos: [np.broadcast_to(np.asarray(x, np.int64), extra + ids.shape[-2:]).reshape(-1, ids.shape[-1])  # noqa: E731
+                             for x in (ids, pos)]
+    q = side(q_ids, a["q_segment_pos"])
+    kv = side(kv_ids, a["kv_segment_pos"])
+    return Rows(extra, int(q_ids.shape[-2]), q[0], q[1], kv[0], kv[1])
+
+
+def documents(batch: Any) -> list[Document]:
+    """Every document with valid tokens, in the order of ``cu_seqlens`` (rows in row-major order)."""
+    md, r = check(batch), rows(batch)
+    tq, tkv = r.q_ids.shape[1], r.kv_ids.shape[1]
+    out = []
+    for s in range(len(md.cu_seqlens_q) - 1):
+        gq, gkv = int(md.ragged_offsets_q[s]), int(md.ragged_offsets_kv[s])
+        row, q_start, kv_start = gq // tq, gq % tq, gkv % tkv
+        out.append(Document(row, int(r.q_ids[row, q_start]), q_start, int(md.cu_seqlens_q[s + 1] - md.cu_seqlens_q[s]),
+                            kv_start, int(md.cu_seqlens_kv[s + 1] - md.cu_seqlens_kv[s])))
+    return out
+
+
+def valid_tokens(batch: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(q_valid [R, Tq], kv_valid [R, Tkv])``: the tokens the reference counts in the metadata."""
+    r = rows(batch)
+    q_valid, kv_valid = np.zeros(r.q_ids.shape, bool), np.zeros(r.kv_ids.shape, bool)
+    for d in documents(batch):
+        q_valid[d.row, d.q_start:d.q_start + d.q_len] = True
+        kv_valid[d.row, d.kv_start:d.kv_start + d.kv_len] = True
+    return q_valid, kv_valid
+
+
+def metadata_from_documents(batch: Any, spans: Iterable[Document]) -> dict[str, np.ndarray]:
+    """Every metadata field, the optional ones included, from document spans a stack produced.
+
+    ``spans`` in ``cu_seqlens`` order (rows in row-major order, documents in
+    row order). A backend that gets only its stack's ``cu_seqlens`` (and where
+    each document starts) fills the per-slot fields with this; a span the stack
+    got wrong shows up as a wrong field, never as an exception here, unless it
+    does not fit the batch's shape (then ``ValueError``).
+    """
+    r = rows(batch)
+    m, n_rows = int(_get(batch, "max_segments")), r.q_ids.shape[0]
+    tq, tkv = r.q_ids.shape[1], r.kv_ids.shape[1]
+    seqlens = {s: np.zeros((n_rows, m), np.int64) for s in ("q", "kv")}
+    offsets = {s: np.full((n_rows, m + 1), -1, np.int64) for s in ("q", "kv")}
+    filled = np.zeros(n_rows, np.int64)
+    cu, ragged, indices = {"q": [0], "kv": [0]}, {"q": [], "kv": []}, {"q": [], "kv": []}
+    for d in spans:
+        if not (0 <= d.row < n_rows and 1 <= d.segment <= m and filled[d.row] < m + 1):
+            raise ValueError(f"document {d} does not fit {n_rows} rows of M = {m}")
+        for side, start, length, t in (("q", d.q_start, d.q_len, tq), ("kv", d.kv_start, d.kv_len, tkv)):
+            seqlens[side][d.row, d.segment - 1] = length
+            offsets[side][d.row, filled[d.row]] = start
+            cu[side].append(cu[side][-1] + length)
+            ragged[side].append(d.row * t + start)
+            indices[side].extend(range(d.row * t + start, d.row * t + start + length))
+        filled[d.row] += 1
+    shape = lambda a: a.reshape(r.extra + (r.batch_size, a.shape[1]))  # noqa: E731
+    out = {}
+    for side, t in (("q", tq), ("kv", tkv)):
+        out[f"{side}_seqlens"], out[f"{side}_offsets"] = shape(seqlens[side]), shape(offsets[side])
+    for side, t in (("q", tq), ("kv", tkv)):
+        lengths = np.diff(cu[side])
+        out[f"cu_seqlens_{side}"] = np.asarray(cu[side], np.int64)
+        out[f"ragged_offsets_{side}"] = np.asarray(ragged[side] + [n_rows * t], np.int64)
+        out[f"max_seqlen_{side}"] = int(lengths.max(initial=0))
+        out[f"indices_{side}"] = np.asarray(indices[side], np.int64)
+    return out

@@ -1,0 +1,52 @@
+"""report/stacks.md from scripts/stacks' runs: one row per check target, then each failure.
+
+``python -m attn_oracle.stacks report DIR`` reads DIR/runs.tsv (env, module,
+target, exit status or "skipped", wall time in ms) and each target's
+DIR/TARGET/conformance.json, and prints the Markdown.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def _target_dir(directory: Path, target: str) -> Path:
+    return directory / target.rsplit(".", 1)[-1].replace(":", "-")
+
+
+def _load(directory: Path, target: str):
+    path = _target_dir(directory, target) / "conformance.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _row(env, module, target, status, millis, report) -> tuple[str, list[str]]:
+    if status == "skipped" or report is None:
+        why = "skipped (see scripts/stacks' output)" if status == "skipped" else f"did not run (exit {status}; see its .log)"
+        return f"| {module} | `{target}` | - | {why} | - | - | - |", []
+    results = report["results"]
+    judged = sum(r.get("draws", {}).get("judged", 0) for r in results)
+    summary = report["summary"]
+    seconds = max(int(millis), 1) / 1000
+    version = (report["backends"] or [{}])[0].get("version", "?")
+    verdict = f"{summary['passed']} passed, {summary['FAILED']} failed, {summary['skipped']} skipped"
+    failures = [f"- `{target}` {r['property']}: {f['message']}  \n  shrunk: `{f['counterexample']}`  \n  rerun: `{f['rerun']}`"
+                for r in results if r["verdict"] == "FAILED" for f in r.get("failures", [])[:1]]
+    worst = [r["worst_error_to_budget"] for r in results if r.get("worst_error_to_budget") is not None]
+    return (f"| {module} | `{target}` | {version} | {verdict} (exit {status}) | {judged} | "
+            f"{judged / seconds:.1f} | {seconds:.0f} s{f', worst {max(worst):.2f}' if worst else ''} |", failures)
+
+
+def render(directory: Path) -> str:
+    lines = ["# Stacks: report of scripts/stacks", "",
+             "| module | target | stack release | properties | draws judged | draws/s | wall time |",
+             "|---|---|---|---|---|---|---|"]
+    failures: list[str] = []
+    runs = (directory / "runs.tsv").read_text().splitlines() if (directory / "runs.tsv").exists() else []
+    for line in runs:
+        env, module, target, status, millis = line.split("\t")
+        row, failed = _row(env, module, target, status, millis, None if status == "skipped" else _load(directory, target))
+        lines.append(row)
+        failures += failed
+    lines += ["", "## Failures", ""] + (failures or ["none"])
+    return "\n".join(lines) + "\n"

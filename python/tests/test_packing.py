@@ -1,0 +1,56 @@
+"""attn_oracle.packing: the batch helpers agree with the reference on every field
+(the spans they read back rebuild its metadata), broadcast extra dims, and raise
+the reference's error for an invalid batch."""
+
+import doctest
+
+import numpy as np
+import pytest
+
+import attn_oracle
+from attn_oracle import packing
+
+BATCHES = [
+    dict(q_segment_ids=[[1, 1, 2, 2, 0], [3, 3, 3, 0, 0]], q_segment_pos=[[0, 1, 0, 1, 0], [0, 1, 2, 0, 0]],
+         mask="padding_causal", max_segments=3),
+    dict(q_segment_ids=[[1, 1, 2]], q_segment_pos=[[0, 1, 0]], kv_segment_ids=[[1, 1, 1, 2, 2]],
+         kv_segment_pos=[[0, 1, 2, 0, 1]], mask="causal_bottom_right", max_segments=2),
+    dict(q_segment_ids=[[[1, 1, 0]], [[1, 2, 2]]], q_segment_pos=[[0, 1, 2]], mask="padding", max_segments=2),
+    dict(q_segment_ids=[[1, 1, 1, 1]], q_segment_pos=[[0, 1, 2, 3]], kv_segment_ids=[[1, 1]], kv_segment_pos=[[0, 1]],
+         mask="causal", max_segments=1),  # top-left causal, more queries than keys
+]
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_spans_rebuild_the_reference_metadata(batch):
+    want = packing.check(batch).as_dict()
+    got = packing.metadata_from_documents(batch, packing.documents(batch))
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+    q_valid, kv_valid = packing.valid_tokens(batch)
+    assert got["indices_q"].tolist() == np.flatnonzero(q_valid).tolist()
+    assert got["indices_kv"].tolist() == np.flatnonzero(kv_valid).tolist()
+    assert got["max_seqlen_q"] == max(np.diff(want["cu_seqlens_q"]), default=0)
+
+
+def test_rows_broadcast_positions_over_extra_dims():
+    r = packing.rows(BATCHES[2])
+    assert r.extra == (2,) and r.batch_size == 1
+    assert r.q_ids.tolist() == [[1, 1, 0], [1, 2, 2]] and r.q_pos.tolist() == [[0, 1, 2], [0, 1, 2]]
+
+
+def test_an_invalid_batch_raises_the_reference_error():
+    bad = dict(BATCHES[0], q_segment_pos=[[0, 0, 0, 1, 0], [0, 1, 2, 0, 0]])  # equal positions in a document
+    with pytest.raises(attn_oracle.AttnOracleError) as e:
+        packing.documents(bad)
+    assert e.value.code == "positions_not_increasing"
+
+
+def test_a_span_outside_the_batch_is_a_value_error():
+    with pytest.raises(ValueError, match="does not fit"):
+        packing.metadata_from_documents(BATCHES[0], [packing.Document(row=5, segment=1, q_start=0, q_len=1,
+                                                                      kv_start=0, kv_len=1)])
+
+
+def test_doctests():
+    assert doctest.testmod(packing).failed == 0
