@@ -328,6 +328,16 @@ RC_GTEST_PROP(Adapters, OursToTheirsToOursAttendsTheSameOrRefuses, ()) {
   } else {
     RC_ASSERT(p.error().code == ErrorCode::unsupported);
   }
+  if (const auto f = torch::to_flex_document_mask(b)) {  // [B, T] both ways: compared row by row
+    ++said;
+    const PackedBatch in = torch::to_packed_batch(f.value()).value();
+    const BatchLayout il = validate(in).value();
+    RC_ASSERT(il.rows() == l.rows());
+    for (int64_t row = 0; row < l.rows(); ++row)
+      RC_ASSERT(ref::explicit_mask(in, il, row, true).allowed == ref::explicit_mask(b, l, row, true).allowed);
+  } else {
+    RC_ASSERT(f.error().code == ErrorCode::unsupported);
+  }
   const auto seg = te::to_segments(b);
   RC_ASSERT(seg.ok());
   RC_ASSERT(te::to_packed_batch(seg.value()).value() == b);
@@ -381,6 +391,62 @@ TEST(TorchAdapter, FlexDocumentMaskIsSelfAttentionOverDocumentRuns) {
   // Cross-attention has no flex document mask.
   EXPECT_EQ(torch::to_flex_document_mask(one_row({1}, {0}, {1, 1}, {0, 1}, MaskKind::no_mask)).error().code,
             ErrorCode::unsupported);
+  EXPECT_EQ(torch::to_packed_batch(torch::FlexDocumentMask{IntArray({1, 2}, {0, 0}), false, -1, -2}).error().code,
+            ErrorCode::bad_window);
+}
+
+TEST(TorchAdapter, FlexWindowsHaveBothSidesOnEveryKind) {
+  const std::vector<int64_t> ids = {1, 1, 1, 2, 2}, pos = {0, 1, 2, 0, 1};
+  // (1, 0) on a non-causal kind: kv_idx - q_idx <= 0 with q_idx - kv_idx <= 1.
+  const auto local = torch::to_flex_document_mask(one_row(ids, pos, ids, pos, MaskKind::no_mask, {1, 0}));
+  ASSERT_TRUE(local.ok()) << local.error().message;
+  EXPECT_EQ(local.value(), (torch::FlexDocumentMask{IntArray({1, 5}, {0, 0, 0, 1, 1}), false, 1, 0}));
+  // A right side alone, and a right side on a causal kind (it changes nothing there).
+  EXPECT_EQ(torch::to_flex_document_mask(one_row(ids, pos, ids, pos, MaskKind::no_mask, {-1, 1}))->window_right, 1);
+  EXPECT_EQ(torch::to_flex_document_mask(one_row(ids, pos, ids, pos, MaskKind::causal, {2, 1})).value(),
+            (torch::FlexDocumentMask{IntArray({1, 5}, {0, 0, 0, 1, 1}), true, 2, 1}));
+  // Bottom-right on self-attention is top-left; its right side is ignored, so it goes out unbounded.
+  EXPECT_EQ(torch::to_flex_document_mask(one_row(ids, pos, ids, pos, MaskKind::causal_bottom_right, {1, 3})).value(),
+            (torch::FlexDocumentMask{IntArray({1, 5}, {0, 0, 0, 1, 1}), true, 1, -1}));
+  const auto in = torch::to_packed_batch(torch::FlexDocumentMask{IntArray({1, 5}, {0, 0, 0, 1, 1}), false, 0, 2});
+  ASSERT_TRUE(in.ok()) << in.error().message;
+  EXPECT_EQ(in->window, (Window{0, 2}));
+  // Positions that do not restart at 0 keep the band when both sides share them;
+  // a gap inside a document is refused, naming the reason.
+  EXPECT_TRUE(torch::to_flex_document_mask(one_row({1, 1}, {3, 4}, {1, 1}, {3, 4}, MaskKind::no_mask, {0, 0})).ok());
+  EXPECT_EQ(torch::to_flex_document_mask(one_row({1, 1}, {0, 2}, {1, 1}, {0, 2}, MaskKind::causal, {1, -1})).error().code,
+            ErrorCode::unsupported);
+}
+
+// The flex mask_mod computed on indices, for every small document layout, kind
+// and window: the batch the adapter gives attends as it, and going back out
+// gives a mask_mod that attends the same.
+TEST(TorchAdapter, FlexDocumentMaskAttendsAsItsMaskModOnEveryWindow) {
+  const std::vector<std::vector<int64_t>> rows = {{0, 0, 0, 0}, {0, 0, 1, 1, 1}, {0, 1, 1, -1}, {-1, 0, 0, 0, 1}};
+  int checked = 0;
+  for (const auto& doc : rows)
+    for (bool causal : {false, true})
+      for (int64_t left : {-1, 0, 1, 2})
+        for (int64_t right : {-1, 0, 1, 3}) {
+          const int64_t t = static_cast<int64_t>(doc.size());
+          const torch::FlexDocumentMask m{IntArray({1, t}, doc), causal, left, right};
+          const auto b = torch::to_packed_batch(m);
+          ASSERT_TRUE(b.ok()) << b.error().message;
+          const auto l = validate(b.value()).value();
+          const ref::RowMask ours = ref::explicit_mask(b.value(), l, 0, true);
+          for (int64_t q = 0; q < t; ++q)
+            for (int64_t k = 0; k < t; ++k) {
+              const bool mod = doc[q] == doc[k] && doc[q] >= 0 && (!causal || q >= k) && (left < 0 || q - k <= left) &&
+                               (right < 0 || k - q <= right);
+              ASSERT_EQ(ours(q, k), mod) << "q " << q << ", kv " << k << ", causal " << causal << ", window (" << left
+                                         << ", " << right << ")";
+            }
+          const auto back = torch::to_flex_document_mask(b.value());
+          ASSERT_TRUE(back.ok()) << back.error().message;
+          ASSERT_TRUE(attends_the_same(b.value(), torch::to_packed_batch(back.value()).value(), identity(t), identity(t)));
+          ++checked;
+        }
+  EXPECT_EQ(checked, 4 * 2 * 4 * 4);
 }
 
 // ------------------------------------------------------------------ TransformerEngine

@@ -84,6 +84,8 @@ Expected<PackedBatch> to_packed_batch(const FlexDocumentMask& m) {
     return Error{ErrorCode::rank_mismatch, "document_id has shape " + shape_to_string(doc.shape) + ": flex takes [B, T]"};
   if (m.sliding_window < -1)
     return detail::bad_window("sliding_window = " + std::to_string(m.sliding_window) + ": -1 (none) or >= 0");
+  if (m.window_right < -1)
+    return detail::bad_window("window_right = " + std::to_string(m.window_right) + ": -1 (none) or >= 0");
   PackedBatch b;
   b.q.segment_ids = IntArray(doc.shape, std::vector<int64_t>(doc.data.size()));
   b.q.segment_pos = IntArray(doc.shape, std::vector<int64_t>(doc.data.size()));
@@ -104,7 +106,7 @@ Expected<PackedBatch> to_packed_batch(const FlexDocumentMask& m) {
   b.kv = b.q;
   b.mask = m.causal ? (padding ? MaskKind::padding_causal : MaskKind::causal)
                     : (padding ? MaskKind::padding : MaskKind::no_mask);
-  b.window = Window{m.sliding_window, -1};
+  b.window = Window{m.sliding_window, m.window_right};
   b.max_segments = std::max<int64_t>(1, largest);
   if (auto v = validate(b); !v) return v.error();  // one increasing run per document
   return b;
@@ -121,9 +123,15 @@ Expected<FlexDocumentMask> to_flex_document_mask(const PackedBatch& batch) {
   for (int64_t id : batch.q.segment_ids.data) m.document_id.data.push_back(id - 1);
   m.causal = is_causal(batch.mask);
   m.sliding_window = batch.window.left >= 0 ? batch.window.left : -1;
-  const std::string name = std::string("flex's document mask") + (m.causal ? " with q_idx >= kv_idx" : "") +
-                           (m.sliding_window >= 0 ? " and window " + std::to_string(m.sliding_window) : "");
-  auto band = [&](const detail::DocumentView&) { return Band{0, m.sliding_window, m.causal ? 0 : -1}; };
+  // A bottom-right kind ignores the right side; under q_idx >= kv_idx a right bound changes nothing.
+  m.window_right = batch.window.right >= 0 && !is_bottom_right(batch.mask) ? batch.window.right : -1;
+  const std::string name =
+      std::string("flex's document mask") + (m.causal ? " with q_idx >= kv_idx" : "") +
+      (m.sliding_window >= 0 ? ", q_idx - kv_idx <= " + std::to_string(m.sliding_window) : "") +
+      (m.window_right >= 0 ? ", kv_idx - q_idx <= " + std::to_string(m.window_right) : "");
+  auto band = [&](const detail::DocumentView&) {
+    return Band{0, m.sliding_window, m.causal ? 0 : m.window_right};
+  };
   if (auto refusal = compare_full_runs(view.value(), band, name)) return *refusal;
   return m;
 }

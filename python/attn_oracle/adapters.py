@@ -24,7 +24,10 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+import numpy as _np
+
 from . import _core
+from .errors import AttnOracleError
 from .oracle import _batch_args, _int64, _int_array, _window
 
 __all__ = [
@@ -119,15 +122,20 @@ def sdpa_from_batch(batch: dict) -> dict:
     return _core.sdpa_from_batch(*_from(batch))
 
 
-def flex_document_mask_to_batch(document_id, *, causal: bool = False, sliding_window: int = -1) -> dict:
+def flex_document_mask_to_batch(document_id, *, causal: bool = False, sliding_window: int = -1,
+                                window_right: int = -1) -> dict:
     """A flex-attention document mask (``document_id [B, T]``: -1 padding, else 0, 1, ...
-    one run each) with an optional causal term and sliding window."""
+    one run each) with an optional causal term (``q_idx >= kv_idx``) and window:
+    ``q_idx - kv_idx <= sliding_window`` and ``kv_idx - q_idx <= window_right``
+    (-1: that side unbounded); our window is ``(sliding_window, window_right)``."""
     return _core.flex_to_batch(_int_array("document_id", document_id), bool(causal),
-                               _int64("sliding_window", sliding_window))
+                               _int64("sliding_window", sliding_window), _int64("window_right", window_right))
 
 
 def flex_document_mask_from_batch(batch: dict) -> dict:
-    """Our batch as a flex-attention document mask (``document_id``, ``causal``, ``sliding_window``)."""
+    """Our batch as a flex-attention document mask (``document_id``, ``causal``,
+    ``sliding_window``, ``window_right``): self-attention, any mask kind (bottom-right is
+    causal when every document is as long on both sides), any window."""
     return _core.flex_from_batch(*_from(batch))
 
 
@@ -155,7 +163,6 @@ def transformer_engine_thd_from_batch(batch: dict) -> dict:
 
 
 # ---- Megatron-core
-from .errors import AttnOracleError  # noqa: E402
 
 
 def _megatron_rows(name: str, values, seq_length: Optional[int]) -> list[list[int]]:
@@ -246,3 +253,149 @@ def megatron_packed_to_batch(cu_seqlens, cu_seqlens_padded=None, *, seq_length: 
 
 
 __all__ += ["megatron_packed_to_batch"]
+
+
+# ---- Hugging Face transformers
+# Pure Python: transformers' packed-sequence conventions (docs/stacks.md,
+# "Hugging Face transformers"). Its two paths read packed position_ids by two
+# rules that disagree:
+#   "flash": prepare_fa_kwargs_from_position_ids flattens position_ids and starts
+#            a document wherever the position equals their minimum; the flash path
+#            packs only for B = 1 (_is_packed_sequence), so with B > 1 each row is
+#            one sequence;
+#   "sdpa":  find_packed_sequence_indices (create_causal_mask and the other masks
+#            of masking_utils, the SDPA, eager and flex paths) starts a document
+#            wherever the position does not step by 1 from the token before.
+# [0, 1, 2, 5, 6] is one document by the first rule and two by the second.
+
+
+__all__ += ["transformers_position_ids_to_batch", "transformers_position_ids_from_batch",
+            "transformers_attention_mask_to_batch", "TRANSFORMERS_PACKING_RULES"]
+
+TRANSFORMERS_PACKING_RULES = ("flash", "sdpa")
+
+
+def _transformers_starts(position_ids: _np.ndarray, rule: str) -> _np.ndarray:
+    """[B, T] bool: where transformers starts a document under ``rule``."""
+    b, t = position_ids.shape
+    starts = _np.zeros((b, t), bool)
+    if t == 0:
+        return starts
+    if rule == "flash":
+        if b == 1:  # tokens before the first minimum are in no document (cu_seqlens starts past them)
+            starts[0] = position_ids[0] == position_ids.min()
+        else:  # B > 1: no packing, each row one sequence
+            starts[:, 0] = True
+    elif rule == "sdpa":
+        starts[:, 0] = True
+        starts[:, 1:] = _np.diff(position_ids, axis=1) != 1
+    else:
+        raise AttnOracleError("bad_case", f"rule {rule!r}: one of {', '.join(TRANSFORMERS_PACKING_RULES)}")
+    return starts
+
+
+def _transformers_window(causal: bool, sliding_window) -> tuple:
+    if sliding_window is None:
+        return (-1, -1)
+    w = int(sliding_window)
+    if w < 1:
+        raise AttnOracleError("bad_window", f"sliding_window = {w}: transformers takes a window of >= 1 tokens")
+    # masking_utils: kv_idx > q_idx - sliding_window, i.e. q - kv <= sliding_window - 1 (the
+    # flash path's window_size = (sliding_window - 1, sliding_window - 1) says the same under causal).
+    return (w - 1, -1) if causal else (w - 1, w - 1)
+
+
+def transformers_position_ids_to_batch(position_ids, *, rule: str = "sdpa", causal: bool = True,
+                                       sliding_window=None) -> dict:
+    """transformers' packed ``position_ids [B, T]`` (self-attention, no padding) as our batch.
+
+    ``rule``: ``"sdpa"`` (a document starts where the position does not step by 1:
+    masking_utils.find_packed_sequence_indices) or ``"flash"`` (where it equals the
+    minimum, only for B = 1: prepare_fa_kwargs_from_position_ids; with B > 1 each row
+    is one sequence). Documents get ids 1, 2, ... per row and positions 0, 1, ... (both
+    paths mask by index within a document). ``causal`` (transformers' decoders) gives
+    ``causal``, else ``no_mask``; ``sliding_window`` (``config.sliding_window``, W
+    tokens including the query) gives our window ``(W - 1, -1)`` (``(W - 1, W - 1)``
+    bidirectional).
+    """
+    pos = _int_array("position_ids", position_ids)
+    if pos.ndim == 1:
+        pos = pos[None]
+    if pos.ndim != 2:
+        raise AttnOracleError("rank_mismatch", f"position_ids has shape {list(pos.shape)}: transformers takes [B, T]")
+    starts = _transformers_starts(pos, rule)
+    ids = _np.cumsum(starts, axis=1).astype(_np.int64)
+    index = _np.arange(pos.shape[1], dtype=_np.int64)
+    first = _np.maximum.accumulate(_np.where(starts, index, 0), axis=1)
+    seg_pos = _np.where(ids != 0, index[None, :] - first, 0)
+    padded = bool((ids == 0).any())
+    return {"q_segment_ids": ids, "q_segment_pos": seg_pos, "kv_segment_ids": ids.copy(),
+            "kv_segment_pos": seg_pos.copy(),
+            "mask": ("padding_causal" if padded else "causal") if causal else ("padding" if padded else "no_mask"),
+            "window": _transformers_window(causal, sliding_window), "max_segments": max(1, int(ids.max(initial=0)))}
+
+
+def transformers_position_ids_from_batch(batch: dict, *, rule: str = "sdpa") -> dict:
+    """Our batch as transformers' packed ``position_ids`` (``position_ids``, ``causal``,
+    ``sliding_window``), or refused (``unsupported``) where transformers would read other
+    documents under ``rule``, or a mask it has no packed form for.
+
+    Takes self-attention without padding or extra dims, a causal (top-left; bottom-right
+    is the same on self-attention) or ``no_mask`` kind, positions from 0 in each document,
+    and a window transformers' ``sliding_window`` says (``(W - 1, -1)`` causal).
+    """
+    qi, qp, ki, kp, mask, window, m = _from(batch)
+    qi, qp = _np.asarray(qi), _np.broadcast_to(_np.asarray(qp), _np.asarray(qi).shape)
+    kp = _np.broadcast_to(_np.asarray(kp), _np.asarray(ki).shape)
+    refuse = lambda why: AttnOracleError("unsupported", f"transformers' packed position_ids: {why}")  # noqa: E731
+    if qi.ndim != 2 or not _np.array_equal(qi, ki) or not _np.array_equal(qp, kp):
+        raise refuse("self-attention on [B, T] only (one position_ids tensor for q and kv)")
+    if (qi == 0).any():
+        raise refuse("no padding in a packed row")
+    causal = "causal" in mask
+    if mask not in ("causal", "causal_bottom_right", "no_mask"):
+        raise refuse(f"mask {mask}: packed rows are causal or bidirectional")
+    left, right = window
+    if (left, right) == (-1, -1) or (causal and left >= 0):
+        sliding = None if left < 0 else left + 1
+    elif not causal and left >= 0 and left == right:
+        sliding = left + 1
+    else:
+        raise refuse(f"window ({left}, {right}): transformers' sliding_window is (W - 1, -1) causal, (W - 1, W - 1) bidirectional")
+    position_ids = _np.ascontiguousarray(qp, dtype=_np.int64)
+    back = transformers_position_ids_to_batch(position_ids, rule=rule, causal=causal)
+    for r in range(qi.shape[0]):
+        ours_start = _np.r_[True, qi[r, 1:] != qi[r, :-1]] if qi.shape[1] else _np.zeros(0, bool)
+        theirs_start = _np.r_[True, back["q_segment_ids"][r, 1:] != back["q_segment_ids"][r, :-1]] if qi.shape[1] else ours_start
+        differ = _np.flatnonzero(ours_start != theirs_start)
+        if differ.size:
+            t = int(differ[0])
+            raise refuse(f"row {r}, token {t}: a document {'starts' if ours_start[t] else 'goes on'} here, but the "
+                         f"{rule} rule reads position {int(position_ids[r, t])} as "
+                         f"{'a start' if theirs_start[t] else 'going on'}")
+        if not _np.array_equal(qp[r], back["q_segment_pos"][r]):
+            t = int(_np.flatnonzero(qp[r] != back["q_segment_pos"][r])[0])
+            raise refuse(f"row {r}, token {t}: position {int(qp[r, t])}, but transformers counts positions from 0 "
+                         f"in each document")
+    return {"position_ids": position_ids, "causal": causal, "sliding_window": sliding}
+
+
+def transformers_attention_mask_to_batch(attention_mask, *, causal: bool = True) -> dict:
+    """transformers' 2D ``attention_mask [B, T]`` (1 valid, 0 padding; left-padded for
+    generation) as our batch: one document per row over its valid tokens, positions 0, 1,
+    ... over them (``position_ids = cumsum(mask) - 1``), ``padding_causal`` (or
+    ``padding``). A row whose valid tokens are not one run is refused (``unsupported``):
+    the unpad path (_get_unpad_data) would join them into one sequence."""
+    am = _int_array("attention_mask", attention_mask)
+    if am.ndim != 2:
+        raise AttnOracleError("rank_mismatch", f"attention_mask has shape {list(am.shape)}: transformers takes [B, T]")
+    valid = am != 0
+    for r in range(am.shape[0]):
+        edges = _np.flatnonzero(_np.diff(_np.r_[0, valid[r].astype(_np.int8), 0]))
+        if len(edges) > 2:
+            raise AttnOracleError("unsupported", f"row {r}: valid tokens at {int(edges[0])}..{int(edges[1]) - 1} and "
+                                                  f"from {int(edges[2])} on: the unpad path joins them into one sequence")
+    ids = valid.astype(_np.int64)
+    pos = _np.where(valid, _np.cumsum(valid, axis=1) - 1, 0).astype(_np.int64)
+    return {"q_segment_ids": ids, "q_segment_pos": pos, "kv_segment_ids": ids.copy(), "kv_segment_pos": pos.copy(),
+            "mask": "padding_causal" if causal else "padding", "window": (-1, -1), "max_segments": 1}

@@ -125,8 +125,9 @@ nb::dict sdpa_from_batch(const IntIn& q_ids, const IntIn& q_pos, const IntIn& kv
   return d;
 }
 
-nb::dict flex_to_batch(const IntIn& document_id, bool causal, int64_t sliding_window) {
-  return batch_dict(value_or_raise(th::to_packed_batch(th::FlexDocumentMask{int_array(document_id), causal, sliding_window})));
+nb::dict flex_to_batch(const IntIn& document_id, bool causal, int64_t sliding_window, int64_t window_right) {
+  return batch_dict(value_or_raise(
+      th::to_packed_batch(th::FlexDocumentMask{int_array(document_id), causal, sliding_window, window_right})));
 }
 
 nb::dict flex_from_batch(const IntIn& q_ids, const IntIn& q_pos, const IntIn& kv_ids, const IntIn& kv_pos,
@@ -135,7 +136,7 @@ nb::dict flex_from_batch(const IntIn& q_ids, const IntIn& q_pos, const IntIn& kv
       value_or_raise(th::to_flex_document_mask(packed_batch(q_ids, q_pos, kv_ids, kv_pos, mask, window, max_segments)));
   nb::dict d;
   d["document_id"] = numpy_array(f.document_id.data, f.document_id.shape);
-  d["causal"] = f.causal, d["sliding_window"] = f.sliding_window;
+  d["causal"] = f.causal, d["sliding_window"] = f.sliding_window, d["window_right"] = f.window_right;
   return d;
 }
 

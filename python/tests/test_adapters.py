@@ -80,6 +80,28 @@ def test_flex_document_mask_round_trip():
     assert batch["q_segment_ids"].tolist() == [[1, 1, 1, 2, 2, 0]]
     back = adapters.flex_document_mask_from_batch(batch)
     assert back["document_id"].tolist() == [[0, 0, 0, 1, 1, -1]] and back["causal"] and back["sliding_window"] == 1
+    assert back["window_right"] == -1
+
+
+def test_flex_document_mask_takes_both_window_sides_on_every_kind():
+    # (1, 0) on a non-causal kind, and a right side alone: each a band flex's mask_mod says.
+    local = adapters.flex_document_mask_to_batch([[0, 0, 0, 1, 1]], sliding_window=1, window_right=0)
+    assert local["mask"] == "no_mask" and tuple(local["window"]) == (1, 0)
+    mask = oracle.explicit_mask(**local)[0]
+    idx = np.arange(5)
+    doc = np.array([0, 0, 0, 1, 1])
+    mod = (doc[:, None] == doc[None, :]) & (idx[:, None] - idx[None, :] <= 1) & (idx[None, :] - idx[:, None] <= 0)
+    assert np.array_equal(mask, mod)
+    back = adapters.flex_document_mask_from_batch(local)
+    assert (back["causal"], back["sliding_window"], back["window_right"]) == (False, 1, 0)
+    right = adapters.flex_document_mask_from_batch({**local, "window": (-1, 2)})
+    assert (right["sliding_window"], right["window_right"]) == (-1, 2)
+    # Bottom-right on self-attention is top-left causal; its right side is ignored.
+    br = adapters.flex_document_mask_from_batch({**local, "mask": "causal_bottom_right", "window": (2, 5)})
+    assert (br["causal"], br["sliding_window"], br["window_right"]) == (True, 2, -1)
+    with pytest.raises(AttnOracleError) as e:
+        adapters.flex_document_mask_to_batch([[0, 0]], window_right=-2)
+    assert e.value.code == "bad_window"
 
 
 def test_transformer_engine_thd_and_mask_names():

@@ -28,6 +28,9 @@ STACKS: tuple[Stack, ...] = (
     Stack("flax_attention", "Flax", "jax", ("Backend",), check_args=("--shape-stable",)),
     Stack("maxtext", "MaxText", "jax", ("Backend",), check_args=("--shape-stable",)),
     Stack("te_jax", "TransformerEngine JAX", "jax", ("Backend",), check_args=("--shape-stable",)),
+    Stack("torch_flex", "PyTorch flex attention", "torch", ("Backend",)),
+    Stack("hf_transformers", "Hugging Face transformers", "torch",
+          ("PositionIdsMetadata", "UnpadMetadata", "CollatorMetadata", "SdpaAttention")),
 )
 
 

@@ -13,8 +13,10 @@
 //    that output rule.
 //  - Flex's document mask reads global indices: document_id[q] == document_id[kv]
 //    and, causal, q_idx >= kv_idx, and with a sliding window
-//    q_idx - kv_idx <= window. On the same layout for q and kv these are
-//    positions inside each document, starting at 0.
+//    q_idx - kv_idx <= left and kv_idx - q_idx <= right. On the same layout
+//    for q and kv these are positions inside each document, starting at 0, and
+//    every document has as many queries as keys: top-left and bottom-right
+//    causal are the same mask there.
 //
 // Checked by tests/adapters_test.cpp.
 #pragma once
@@ -55,26 +57,32 @@ Expected<SdpaParams> to_sdpa(const PackedBatch& batch);
 // ------------------------------------------------------------------ flex attention
 // The usual document mask_mod: document_id[b, q] == document_id[b, kv] (and
 // document_id[b, q] >= 0, -1 marking padding), AND q_idx >= kv_idx when causal,
-// AND q_idx - kv_idx <= sliding_window when sliding_window >= 0.
+// AND q_idx - kv_idx <= sliding_window when sliding_window >= 0, AND
+// kv_idx - q_idx <= window_right when window_right >= 0.
 struct FlexDocumentMask {
   IntArray document_id;        // [B, T]: -1 padding, else 0, 1, ..., one run each, increasing along a row
   bool causal = false;
-  int64_t sliding_window = -1;  // -1: none
+  int64_t sliding_window = -1;  // the window's left side; -1: none
+  int64_t window_right = -1;    // the window's right side; -1: none
   bool operator==(const FlexDocumentMask&) const = default;
 };
 
 // The same tokens on both sides: ids document_id + 1 (padding 0, M = the
 // largest id), positions counted from 0 in each document; causal -> causal
-// (padding_causal with padding), else no_mask (padding); the sliding window
-// is our left side. Errors: rank_mismatch (document_id not [B, T]),
-// bad_metadata (a value below -1), bad_window (sliding_window below -1), and
-// the model's codes for ids that are not one increasing run per document.
+// (padding_causal with padding), else no_mask (padding); the window is
+// (sliding_window, window_right). Errors: rank_mismatch (document_id not
+// [B, T]), bad_metadata (a value below -1), bad_window (a window side below
+// -1), and the model's codes for ids that are not one increasing run per
+// document.
 Expected<PackedBatch> to_packed_batch(const FlexDocumentMask& mask);
 
 // Our batch as a flex document mask: self-attention ([B, T] ids equal on both
 // sides), positions contiguous in each document, and a mask the document
-// mask_mod says exactly. Errors: the model's validation codes; `unsupported`
-// otherwise (the message names the row, document and first query that differs).
+// mask_mod says exactly: any kind (a bottom-right kind is causal here, every
+// document being as long on both sides) with any window (left, right); a
+// causal kind keeps its right side, which changes nothing there. Errors: the
+// model's validation codes; `unsupported` otherwise (the message names the
+// row, document and first query that differs).
 Expected<FlexDocumentMask> to_flex_document_mask(const PackedBatch& batch);
 
 }  // namespace attn_oracle::adapters::torch

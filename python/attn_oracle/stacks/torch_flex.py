@@ -1,0 +1,228 @@
+"""PyTorch flex attention: ``torch.nn.attention.flex_attention.flex_attention`` under a
+document mask built from segment ids with ``create_block_mask``.
+
+``python -m attn_oracle check attn_oracle.stacks.torch_flex:Backend``
+
+What runs is flex's own public path: a ``mask_mod`` closed over the batch's
+ids, positions and run lengths, turned into a ``BlockMask`` by
+``create_block_mask`` (so the block mask is judged through the attention it
+gives), then ``flex_attention(q, k, v, block_mask=..., scale=..., enable_gqa=...,
+return_aux=AuxRequest(lse=True))``. The ``mask_mod`` is the token-level rule of
+docs/semantics.md section 2, written on flex's indices:
+
+- document term: ``q_ids[b, q_idx] == kv_ids[b, kv_idx]`` and the id is not 0
+  (padding);
+- top-left causal: ``q_pos - kv_pos >= 0``; bottom-right causal, per document:
+  ``q_pos - kv_pos >= rl_q - rl_kv`` (``rl``: the document's tokens in that
+  row, on that side);
+- window ``(left, right)``: ``q_pos - kv_pos <= left`` and ``kv_pos - q_pos <=
+  right`` (top-left and non-causal kinds), ``q_pos - kv_pos - (rl_q - rl_kv) <=
+  left`` (bottom-right kinds, whose right side is ignored).
+
+So the backend takes every input the suite draws (cross-attention, padding,
+offset positions, extra dims flattened into flex's batch) and says
+``token_level_mask = True``. Flex validates nothing: an invalid batch (ids out
+of order, say) is declined with the code the reference gives, never judged.
+
+Conventions. A query that attends nothing gets ``o = 0`` and ``lse = -inf`` from
+flex itself, the suite's convention: nothing is mapped. flex returns lse in
+natural log, in fp32 for fp16 / bf16 inputs (judged at fp32 precision). The
+computation runs in the problem's dtype (fp32, fp16, bf16).
+
+Backward. In torch 2.15 flex has no backward on CPU (``NotImplementedError:
+FlexAttention does not support backward on CPU``): on a machine without a CUDA
+device the backend says ``outputs = ("lse",)`` and is given forward problems
+only; with one, it runs on the GPU and returns dq, dk, dv by autograd.
+
+Compilation. On CPU ``flex_attention`` runs eagerly (its unfused implementation,
+which materialises the scores); ``Compiled`` runs it under ``torch.compile``,
+which compiles one kernel per shape (run it with ``--shape-stable``); on CPU the
+compiled kernel gives no lse (torch 2.15), so there it is judged on o alone.
+docs/stacks.md has the measured draws per second of both.
+
+Pointing it at a checkout of PyTorch: build and install it into the venv
+(``pip install -e`` of the checkout), then run the same command; the version
+gate names the release it finds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attn_oracle.errors import AttnOracleError, Unsupported
+from attn_oracle.stacks import require
+
+torch = require("PyTorch flex attention", "torch", "torch", checked=("2.15",))
+_flex = require("PyTorch flex attention", "torch.nn.attention.flex_attention", "torch", checked=("2.15",))
+
+__all__ = ["Backend", "Compiled", "rows", "run_lengths"]
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# Positions of one call more than this far apart could wrap int64 in the window's
+# arithmetic (a difference of positions minus a run-length difference); declined.
+SPAN = 1 << 62
+BOUND = 1 << 62  # a window side at least this wide is unbounded on any accepted call
+
+
+def _has_cuda() -> bool:
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - a broken CUDA setup is "no CUDA" here
+        return False
+
+
+def rows(batch):
+    """(extra shape, [R, Tq] q ids, q positions, [R, Tkv] kv ids, kv positions) over the broadcast rows."""
+    qi, ki = batch.q_segment_ids, batch.kv_segment_ids
+    extra = np.broadcast_shapes(qi.shape[:-2], ki.shape[:-2])
+    def flat(ids, pos):
+        shape = extra + ids.shape[-2:]
+        return (np.broadcast_to(ids, shape).reshape(-1, shape[-1]),
+                np.broadcast_to(np.broadcast_to(pos, ids.shape), shape).reshape(-1, shape[-1]))
+    return (extra,) + flat(qi, batch.q_segment_pos) + flat(ki, batch.kv_segment_pos)
+
+
+def run_lengths(ids: np.ndarray) -> np.ndarray:
+    """[R, T]: the number of tokens of each token's document in its row (0 for padding)."""
+    out = np.zeros(ids.shape, np.int64)
+    for r in range(ids.shape[0]):
+        counts = np.bincount(ids[r], minlength=int(ids[r].max(initial=0)) + 1)
+        out[r] = np.where(ids[r] != 0, counts[ids[r]], 0)
+    return out
+
+
+def _validate(batch) -> None:
+    """Decline a batch the suite's rules reject (flex would compute something for it)."""
+    try:
+        from attn_oracle import packing  # the package's batch helpers, where present
+        check = packing.check
+    except (ImportError, AttributeError):
+        from attn_oracle import oracle
+        def check(b):
+            oracle.metadata(b.q_segment_ids, b.q_segment_pos, b.kv_segment_ids, b.kv_segment_pos,
+                            mask=b.mask, window=b.window, max_segments=b.max_segments)
+    try:
+        check(batch)
+    except AttnOracleError as e:
+        raise Unsupported(f"not a valid batch ({e.code}): flex validates no segment ids, so it is not judged") from None
+
+
+class Backend:
+    """flex_attention, eager, with a BlockMask from create_block_mask over the batch's segment ids."""
+
+    name = "torch-flex"
+    version = torch.__version__
+    token_level_mask = True
+    device = "cuda" if _has_cuda() else "cpu"
+    # No flex backward on CPU in torch 2.15: gradients only where a CUDA device runs it.
+    outputs = ("lse", "gradients") if device == "cuda" else ("lse",)
+
+    def flex(self):
+        return _flex.flex_attention
+
+    def unsupported_attention(self, problem):
+        b = problem.batch
+        if 0 in (b.q_segment_ids.size, b.kv_segment_ids.size):
+            return "a side with no tokens: flex_attention takes Q_LEN and KV_LEN >= 1"
+        if problem.dtype not in DTYPES:
+            return f"dtype {problem.dtype}"
+        return None
+
+    # ---- the mask_mod: one method per term, so that each can be read (and broken) alone
+    def document_term(self, t, b, q_idx, kv_idx):
+        return (t["q_ids"][b, q_idx] == t["kv_ids"][b, kv_idx]) & (t["q_ids"][b, q_idx] != 0)
+
+    def causal_term(self, t, kind, b, q_idx, kv_idx):
+        d = t["q_pos"][b, q_idx] - t["kv_pos"][b, kv_idx]
+        if kind.endswith("bottom_right"):
+            return d >= t["q_rl"][b, q_idx] - t["kv_rl"][b, kv_idx]
+        return d >= 0
+
+    def window_term(self, t, kind, window, b, q_idx, kv_idx):
+        left, right = window
+        d = t["q_pos"][b, q_idx] - t["kv_pos"][b, kv_idx]
+        ok = d == d  # all True, shaped like d
+        if kind.endswith("bottom_right"):
+            if left >= 0:
+                ok = ok & (d - (t["q_rl"][b, q_idx] - t["kv_rl"][b, kv_idx]) <= min(left, BOUND))
+            return ok
+        if left >= 0:
+            ok = ok & (d <= min(left, BOUND))
+        if right >= 0:
+            ok = ok & (-d <= min(right, BOUND))
+        return ok
+
+    def mask_mod(self, t, kind, window):
+        causal, windowed = "causal" in kind, tuple(window) != (-1, -1)
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            keep = self.document_term(t, b, q_idx, kv_idx)
+            if causal:
+                keep = keep & self.causal_term(t, kind, b, q_idx, kv_idx)
+            if windowed:
+                keep = keep & self.window_term(t, kind, window, b, q_idx, kv_idx)
+            return keep
+
+        return mask_mod
+
+    def block_mask(self, batch):
+        _validate(batch)
+        extra, qi, qp, ki, kp = rows(batch)
+        positions = np.concatenate([qp[qi != 0], kp[ki != 0]])
+        if positions.size and int(positions.max()) - int(positions.min()) >= SPAN:
+            raise Unsupported("positions more than 2^62 apart in one call: the mask_mod's int64 arithmetic could wrap")
+        as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a, np.int64)).to(self.device)  # noqa: E731
+        t = {"q_ids": as_tensor(qi), "kv_ids": as_tensor(ki), "q_pos": as_tensor(qp), "kv_pos": as_tensor(kp),
+             "q_rl": as_tensor(run_lengths(qi)), "kv_rl": as_tensor(run_lengths(ki))}
+        mask_mod = self.mask_mod(t, batch.mask, batch.window)
+        return _flex.create_block_mask(mask_mod, qi.shape[0], None, qi.shape[1], ki.shape[1], device=self.device)
+
+    def attention(self, problem, inputs):
+        reason = self.unsupported_attention(problem)
+        if reason:
+            raise Unsupported(reason)
+        block_mask = self.block_mask(problem.batch)
+        dtype, grad = DTYPES[problem.dtype], problem.backward and "gradients" in self.outputs
+        def heads_first(a):  # [R, T, H, D] -> [R, H, T, D]
+            x = torch.from_numpy(np.ascontiguousarray(a.transpose(0, 2, 1, 3))).to(self.device, dtype)
+            return x.requires_grad_(grad)
+        q, k, v = (heads_first(a) for a in (inputs.q, inputs.k, inputs.v))
+        kwargs = dict(block_mask=block_mask, scale=problem.effective_scale, enable_gqa=problem.heads_q != problem.heads_kv)
+        if "lse" not in self.outputs:
+            o = self.flex()(q, k, v, **kwargs)
+            out = {"o": _numpy(o.transpose(1, 2))}
+        else:
+            if hasattr(_flex, "AuxRequest"):
+                o, aux = self.flex()(q, k, v, return_aux=_flex.AuxRequest(lse=True), **kwargs)
+                lse = aux.lse
+            else:  # releases before return_aux
+                o, lse = self.flex()(q, k, v, return_lse=True, **kwargs)
+            out = {"o": _numpy(o.transpose(1, 2)), "lse": _numpy(lse)}
+        if grad:
+            o.backward(heads_first(inputs.do))
+            out.update(dq=_numpy(q.grad.transpose(1, 2)), dk=_numpy(k.grad.transpose(1, 2)),
+                       dv=_numpy(v.grad.transpose(1, 2)))
+        return out
+
+
+def _numpy(t):
+    return t.detach().to("cpu", torch.float64).numpy()
+
+
+class Compiled(Backend):
+    """The same under ``torch.compile(flex_attention)``: flex's fused kernel, compiled once per shape.
+
+    On CPU torch 2.15's compiled flex is inference only and has no lse
+    (``NotImplementedError: torch.compile on CPU only supports inference and
+    `return_lse` is not supported yet``): there it produces o alone
+    (``outputs = ()``, "lse not compared"); on CUDA, o, lse and the gradients.
+    """
+
+    name = "torch-flex-compiled"
+    outputs = ("lse", "gradients") if Backend.device == "cuda" else ()
+    _compiled = None
+
+    def flex(self):
+        if Compiled._compiled is None:
+            Compiled._compiled = torch.compile(_flex.flex_attention, dynamic=False)
+        return Compiled._compiled

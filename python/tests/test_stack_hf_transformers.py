@@ -1,0 +1,66 @@
+"""attn_oracle.stacks.hf_transformers against the real transformers: `check`
+passes every metadata path and the SDPA attention path, and the planted twin
+(python/tests/planted_hf_transformers.py, packed rows merged for B > 1) fails,
+shrunk to two rows. Skipped, saying why, where transformers (5.24 checked) or
+torch is absent: scripts/stacks makes the venv. About 2-4 minutes on 2 CPU cores."""
+
+import pytest
+
+pytest.importorskip("torch", reason="torch is not installed: scripts/stacks --only hf_transformers makes a venv with it")
+pytest.importorskip("transformers", reason="transformers is not installed: scripts/stacks --only hf_transformers "
+                                           "makes a venv with it")
+
+import numpy as np  # noqa: E402
+from stack_check import check, counterexample, failed  # noqa: E402
+
+from attn_oracle import oracle, worker  # noqa: E402
+from attn_oracle.stacks import hf_transformers  # noqa: E402
+
+
+def batch(ids, pos, mask="causal", window=(-1, -1), m=4):
+    return worker.Batch(np.array(ids), np.array(pos), np.array(ids), np.array(pos), mask, window, m)
+
+
+def reference(b):
+    return oracle.metadata(b.q_segment_ids, b.q_segment_pos, b.kv_segment_ids, b.kv_segment_pos, mask=b.mask,
+                           window=b.window, max_segments=b.max_segments).as_dict()
+
+
+@pytest.mark.parametrize("backend", [hf_transformers.PositionIdsMetadata, hf_transformers.CollatorMetadata])
+def test_packed_metadata_equals_the_reference(backend):
+    b = batch([[1, 1, 2, 3, 3, 3], [1, 1, 1, 1, 2, 2]], [[0, 1, 0, 0, 1, 2], [0, 1, 2, 3, 0, 1]])
+    got, want = backend().metadata(b), reference(b)
+    for name, value in want.items():
+        assert np.array_equal(got[name], value), (name, got[name], value)
+    assert got["max_seqlen_q"] == got["max_seqlen_kv"] == 4
+
+
+def test_unpad_metadata_gives_indices_of_a_left_padded_mask():
+    b = batch([[0, 0, 1, 1], [1, 1, 1, 1], [0, 0, 0, 0]], [[0, 0, 0, 1], [0, 1, 2, 3], [0, 0, 0, 0]],
+              mask="padding_causal", m=1)
+    got, want = hf_transformers.UnpadMetadata().metadata(b), reference(b)
+    for name, value in want.items():
+        assert np.array_equal(got[name], value), (name, got[name], value)
+    assert got["indices_q"].tolist() == got["indices_kv"].tolist() == [2, 3, 4, 5, 6, 7]
+    assert got["max_seqlen_q"] == 4
+
+
+# The unpad path takes one document a row: most drawn rows pack several, and are declined.
+@pytest.mark.parametrize("target, filt, cases, least", [
+    ("PositionIdsMetadata", "metadata/", 20, 15), ("UnpadMetadata", "metadata/", 40, 4),
+    ("CollatorMetadata", "metadata/", 20, 15), ("SdpaAttention", "attention/", 20, 15)])
+def test_check_passes(tmp_path, target, filt, cases, least):
+    done, results = check(tmp_path, f"attn_oracle.stacks.hf_transformers:{target}", "--filter", filt, "--cases",
+                          str(cases), "--seed", "3")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    judged = [r["draws"]["judged"] for r in results.values() if r["verdict"] == "passed"]
+    assert judged and max(judged) >= least, results
+
+
+def test_the_planted_twin_merges_packed_rows_and_is_shrunk_to_two_rows(tmp_path):
+    done, results = check(tmp_path, "planted_hf_transformers:MergesRowsForManyRows", "--filter",
+                          "metadata/matchesReference", "--cases", "50", "--seed", "1")
+    assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "metadata/matchesReference" in failed(results)
+    ids = np.asarray(counterexample(done, "metadata/matchesReference")["q"]["segment_ids"])
+    assert ids.shape[0] == 2 and ids.shape[1] <= 3, ids.tolist()
