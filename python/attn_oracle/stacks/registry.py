@@ -27,10 +27,15 @@ STACKS: tuple[Stack, ...] = (
     Stack("jax_nn", "jax.nn", "jax", ("Backend", "Lengths"), check_args=("--shape-stable",)),
     Stack("flax_attention", "Flax", "jax", ("Backend",), check_args=("--shape-stable",)),
     Stack("maxtext", "MaxText", "jax", ("Backend",), check_args=("--shape-stable",)),
-    Stack("te_jax", "TransformerEngine JAX", "jax", ("Backend",), check_args=("--shape-stable",)),
+    # TransformerEngine 2.20's bottom-right metadata bug, run against its expected failures.
+    Stack("te_jax", "TransformerEngine JAX", "jax", ("Backend",),
+          check_args=("--shape-stable", "--xfails", "fixtures/xfails/te-jax-2.20.txt")),
     Stack("torch_flex", "PyTorch flex attention", "torch", ("Backend",)),
     Stack("hf_transformers", "Hugging Face transformers", "torch",
-          ("PositionIdsMetadata", "UnpadMetadata", "CollatorMetadata", "SdpaAttention")),
+          ("PositionIdsMetadata", "UnpadMetadata", "CollatorMetadata")),
+    # Its SDPA path: torch's CPU fp16 GQA backward is over budget on one draw, run against that.
+    Stack("hf_transformers", "Hugging Face transformers (SDPA)", "torch", ("SdpaAttention",),
+          check_args=("--xfails", "fixtures/xfails/hf-transformers-5.24-sdpa-cpu.txt")),
 )
 
 

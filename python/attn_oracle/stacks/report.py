@@ -29,9 +29,12 @@ def _row(env, module, target, status, millis, report) -> tuple[str, list[str]]:
     summary = report["summary"]
     seconds = max(int(millis), 1) / 1000
     version = (report["backends"] or [{}])[0].get("version", "?")
-    verdict = f"{summary['passed']} passed, {summary['FAILED']} failed, {summary['skipped']} skipped"
-    failures = [f"- `{target}` {r['property']}: {f['message']}  \n  shrunk: `{f['counterexample']}`  \n  rerun: `{f['rerun']}`"
-                for r in results if r["verdict"] == "FAILED" for f in r.get("failures", [])[:1]]
+    verdict = (f"{summary['passed']} passed, {summary['FAILED']} failed, {summary['xfail']} expected failures"
+               f"{', ' + str(summary['XPASS']) + ' unexpected passes' if summary['XPASS'] else ''}, "
+               f"{summary['skipped']} skipped")
+    failures = [f"- `{target}` {r['property']}{' (expected failure)' if r['verdict'] == 'xfail' else ''}: "
+                f"{f['message']}  \n  shrunk: `{f['counterexample']}`  \n  rerun: `{f['rerun']}`"
+                for r in results if r["verdict"] in ("FAILED", "xfail") for f in r.get("failures", [])[:1]]
     worst = [r["worst_error_to_budget"] for r in results if r.get("worst_error_to_budget") is not None]
     return (f"| {module} | `{target}` | {version} | {verdict} (exit {status}) | {judged} | "
             f"{judged / seconds:.1f} | {seconds:.0f} s{f', worst {max(worst):.2f}' if worst else ''} |", failures)
@@ -48,5 +51,5 @@ def render(directory: Path) -> str:
         row, failed = _row(env, module, target, status, millis, None if status == "skipped" else _load(directory, target))
         lines.append(row)
         failures += failed
-    lines += ["", "## Failures", ""] + (failures or ["none"])
+    lines += ["", "## Failures and expected failures", ""] + (failures or ["none"])
     return "\n".join(lines) + "\n"
