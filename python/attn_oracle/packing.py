@@ -77,6 +77,10 @@ def check(batch: Any) -> oracle.Metadata:
 def rows(batch: Any) -> Rows:
     """Ids and positions of both sides as ``[R, T]`` (checked first: an invalid batch raises)."""
     check(batch)
+    return _rows(batch)
+
+
+def _rows(batch: Any) -> Rows:  # rows() of a batch already checked
     a = batch_arguments(batch)
     q_ids, kv_ids = np.asarray(a["q_segment_ids"], np.int64), np.asarray(a["kv_segment_ids"], np.int64)
     extra = tuple(np.broadcast_shapes(q_ids.shape[:-2], kv_ids.shape[:-2]))
@@ -89,7 +93,10 @@ def rows(batch: Any) -> Rows:
 
 def documents(batch: Any) -> list[Document]:
     """Every document with valid tokens, in the order of ``cu_seqlens`` (rows in row-major order)."""
-    md, r = check(batch), rows(batch)
+    return _documents(check(batch), _rows(batch))
+
+
+def _documents(md: oracle.Metadata, r: Rows) -> list[Document]:
     tq, tkv = r.q_ids.shape[1], r.kv_ids.shape[1]
     out = []
     for s in range(len(md.cu_seqlens_q) - 1):
@@ -102,9 +109,9 @@ def documents(batch: Any) -> list[Document]:
 
 def valid_tokens(batch: Any) -> tuple[np.ndarray, np.ndarray]:
     """``(q_valid [R, Tq], kv_valid [R, Tkv])``: the tokens the reference counts in the metadata."""
-    r = rows(batch)
+    md, r = check(batch), _rows(batch)
     q_valid, kv_valid = np.zeros(r.q_ids.shape, bool), np.zeros(r.kv_ids.shape, bool)
-    for d in documents(batch):
+    for d in _documents(md, r):
         q_valid[d.row, d.q_start:d.q_start + d.q_len] = True
         kv_valid[d.row, d.kv_start:d.kv_start + d.kv_len] = True
     return q_valid, kv_valid

@@ -1,6 +1,6 @@
-"""What the stack-module tests share: `python -m attn_oracle check TARGET` with
-shape-stable draws (the JAX stacks compile per shape), its report and the
-shrunk counterexample it printed."""
+"""What the stack-module tests share (python/tests/test_stack_*.py): `python -m attn_oracle
+check TARGET` with python/tests on the path (for the planted twins), its report, and the
+shrunk counterexamples it printed."""
 import json
 import os
 import subprocess
@@ -12,22 +12,46 @@ from support import REPO
 HERE = Path(__file__).parent
 
 
-def run_check(tmp_path, target, *args, env=None):
-    """(the finished `check`, its JSON report) for TARGET, with python/tests on the path."""
+def run_check(tmp_path, target, *args, env=None, shape_stable=True):
+    """(the finished `check`, its JSON report, {} when none) for TARGET; shape-stable draws by
+    default, since the JAX stacks compile per shape."""
+    report_dir = tmp_path / target.replace(":", "-")
     environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
                "ATTN_ORACLE_FAILURES_DIR": str(tmp_path / "failures"), **(env or {})}
-    done = subprocess.run([sys.executable, "-m", "attn_oracle", "check", target, "--shape-stable", "--no-store",
-                           "--report", str(tmp_path / "report"), *args], cwd=REPO, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "attn_oracle", "check", target, *(["--shape-stable"] * shape_stable),
+                           "--no-store", "--report", str(report_dir), *args], cwd=REPO, capture_output=True, text=True,
                           timeout=900, env=environ)
-    report_file = tmp_path / "report" / "conformance.json"
-    report = json.loads(report_file.read_text()) if report_file.exists() else {}
-    return done, report
+    report_file = report_dir / "conformance.json"
+    return done, json.loads(report_file.read_text()) if report_file.exists() else {}
+
+
+def check(tmp_path, target, *args):
+    """(the finished `check` without shape-stable draws, {property: its result})."""
+    done, report = run_check(tmp_path, target, *args, shape_stable=False)
+    return done, {r["property"]: r for r in report.get("results", [])}
+
+
+def failed(results):
+    return {p for p, r in results.items() if r["verdict"].lower() == "failed"}
+
+
+def shrunk_cases(done) -> list:
+    """Every counterexample `check` printed, parsed, in order."""
+    return [json.loads(Path(line.split(": ", 1)[1].strip()).read_text()) for line in done.stdout.splitlines()
+            if line.strip().startswith("counterexample")]
 
 
 def shrunk_case(done) -> dict:
-    """The counterexample `check` printed (the first one)."""
-    line = next(line for line in done.stdout.splitlines() if line.strip().startswith("counterexample"))
-    return json.loads(Path(line.split(": ", 1)[1].strip()).read_text())
+    """The first counterexample `check` printed."""
+    return shrunk_cases(done)[0]
+
+
+def counterexample(done, prop):
+    """The shrunk case file a failing property printed, parsed."""
+    lines = [line.strip() for line in done.stdout.splitlines()]
+    at = next(i for i, line in enumerate(lines) if line.startswith("FAILED") and f" {prop} on " in line)
+    path = Path(next(line for line in lines[at:] if line.startswith("counterexample")).split(": ", 1)[1])
+    return json.loads(path.read_text())
 
 
 def _flat(ids):

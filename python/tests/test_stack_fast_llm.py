@@ -5,14 +5,10 @@ without: the test says which it found), and the planted twin
 (tests/planted_fast_llm_backend.py) fails, shrunk to one document over two
 micro-sequences. About 20 s on two cores."""
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from support import REPO
 
 CHECKOUT = os.environ.get("ATTN_ORACLE_FAST_LLM")
 if not CHECKOUT:
@@ -20,19 +16,15 @@ if not CHECKOUT:
                 allow_module_level=True)
 pytest.importorskip("torch", reason="Fast-LLM's preprocessing needs torch: run this in scripts/stacks' torch venv")
 
-HERE = Path(__file__).parent
+import stack_checks  # noqa: E402
+
 METADATA_PROPERTIES = ("kv_buffer/metadataIsCanonical", "kv_buffer/metadataDrivesAttentionLikeTheReference",
                        "kv_buffer/earlierDocumentsDoNotInfluence")
 
 
 def check(tmp_path, target, cases=30):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-           "ATTN_ORACLE_FAILURES_DIR": str(tmp_path / "failures")}
-    done = subprocess.run([sys.executable, "-m", "attn_oracle", "check", target, "--filter", "kv_buffer/", "--cases",
-                           str(cases), "--seed", "1", "--no-store", "--report", str(tmp_path / "report")],
-                          cwd=REPO, capture_output=True, text=True, timeout=900, env=env)
-    report = json.loads((tmp_path / "report" / "conformance.json").read_text())
-    return done, {r["property"]: r["verdict"] for r in report["results"]}
+    done, results = stack_checks.check(tmp_path, target, "--filter", "kv_buffer/", "--cases", str(cases), "--seed", "1")
+    return done, {p: r["verdict"] for p, r in results.items()}
 
 
 def canonical_checkout() -> bool:
@@ -57,6 +49,5 @@ def test_the_planted_twin_fails_shrunk_to_one_document_over_two_micro_sequences(
     done, verdicts = check(tmp_path, "planted_fast_llm_backend:Backend")
     assert done.returncode == 1, done.stdout + done.stderr
     assert verdicts["kv_buffer/metadataIsCanonical"] == "FAILED", verdicts
-    cases = [json.loads(Path(line.split(": ", 1)[1]).read_text()) for line in done.stdout.splitlines()
-             if line.strip().startswith("counterexample")]
+    cases = stack_checks.shrunk_cases(done)
     assert cases and sum(cases[0]["doc_lengths"]) <= 2 and cases[0]["micro_seq_tokens"] == 1, cases

@@ -11,7 +11,7 @@ pytest.importorskip("transformers", reason="transformers is not installed: scrip
                                            "makes a venv with it")
 
 import numpy as np  # noqa: E402
-from stack_check import check, counterexample, failed  # noqa: E402
+from stack_checks import check, counterexample, failed  # noqa: E402
 
 from attn_oracle import oracle, worker  # noqa: E402
 from attn_oracle.stacks import hf_transformers  # noqa: E402

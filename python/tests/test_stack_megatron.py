@@ -3,35 +3,18 @@ the metadata backends (packed, and padded as context parallelism pads) pass the 
 properties, and each planted twin (tests/planted_megatron_backend.py) fails, shrunk small.
 About a minute on two cores."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-from support import REPO
 
 pytest.importorskip("megatron.core", reason="Megatron-core is not installed here: scripts/stacks --only megatron "
                                             "builds the torch venv with megatron-core==0.19.2")
 
-HERE = Path(__file__).parent
+import stack_checks  # noqa: E402
+from stack_checks import shrunk_cases  # noqa: E402
 
 
 def check(tmp_path, target, prop_filter, cases):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-           "ATTN_ORACLE_FAILURES_DIR": str(tmp_path / "failures")}
-    done = subprocess.run([sys.executable, "-m", "attn_oracle", "check", target, "--filter", prop_filter, "--cases",
-                           str(cases), "--seed", "1", "--no-store", "--report", str(tmp_path / "report")],
-                          cwd=REPO, capture_output=True, text=True, timeout=900, env=env)
-    report = json.loads((tmp_path / "report" / "conformance.json").read_text())
-    return done, report["results"]
-
-
-def shrunk_cases(done):
-    """The counterexample files a failing run printed."""
-    return [json.loads(Path(line.split(": ", 1)[1]).read_text()) for line in done.stdout.splitlines()
-            if line.strip().startswith("counterexample")]
+    done, results = stack_checks.check(tmp_path, target, "--filter", prop_filter, "--cases", str(cases), "--seed", "1")
+    return done, list(results.values())
 
 
 def test_the_packed_seq_params_pass_the_metadata_properties(tmp_path):

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed: scripts/sta
 pytest.importorskip("torch.nn.attention.flex_attention", reason="this torch has no flex attention (2.5 or newer)")
 
 import numpy as np  # noqa: E402
-from stack_check import check, counterexample, failed  # noqa: E402
+from stack_checks import check, counterexample, failed  # noqa: E402
 
 from attn_oracle import oracle, worker  # noqa: E402
 from attn_oracle.stacks import torch_flex  # noqa: E402

@@ -34,6 +34,14 @@ def check(batch) -> None:
     packing.check(batch)
 
 
+def check_attention(backend, p) -> None:
+    """The reference's error for an invalid batch, then Unsupported for what the module's own
+    ``unsupported_attention`` declines (the suite asks it first; a direct call asks here)."""
+    check(p.batch)
+    if reason := backend.unsupported_attention(p):
+        raise Unsupported(reason)
+
+
 def rows(batch):
     """(q_ids, q_pos, kv_ids, kv_pos), each [R, T] int64 over the broadcast rows."""
     r = packing.rows(batch)

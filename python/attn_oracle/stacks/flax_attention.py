@@ -34,8 +34,7 @@ from functools import partial
 import numpy as np
 
 from . import require
-from ._jax_common import attention_dtypes, check, check_problem, dtype_of, numpy_out, rows
-from ..errors import Unsupported
+from ._jax_common import attention_dtypes, check_attention, check_problem, dtype_of, numpy_out, rows
 from ..worker import Domain
 
 flax = require("Flax", "flax", "flax", checked=("0.12",))
@@ -98,10 +97,7 @@ class Backend:
         return None
 
     def attention(self, p, x):
-        check(p.batch)
-        reason = self.unsupported_attention(p)
-        if reason:
-            raise Unsupported(reason)
+        check_attention(self, p)
         check_problem(p, x)
         q_ids, q_pos, kv_ids, kv_pos = (a.astype(np.int32) for a in rows(p.batch))
         dt = dtype_of(jnp, p.dtype)

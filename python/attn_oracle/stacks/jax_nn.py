@@ -40,8 +40,7 @@ from functools import partial
 import numpy as np
 
 from . import require
-from ._jax_common import EMPTY_LSE, attention_dtypes, check, check_problem, dtype_of, numpy_out, rows
-from ..errors import Unsupported
+from ._jax_common import EMPTY_LSE, attention_dtypes, check, check_attention, check_problem, dtype_of, numpy_out, rows
 from ..worker import Domain
 
 jax = require("jax.nn", "jax", "jax", checked=("0.12",))
@@ -153,10 +152,7 @@ class Lengths(_Base):
         return None
 
     def attention(self, p, x):
-        check(p.batch)
-        reason = self.unsupported_attention(p)
-        if reason:
-            raise Unsupported(reason)
+        check_attention(self, p)
         q_ids, _, kv_ids, _ = rows(p.batch)
         q, k, v, do = self._tensors(p, x)
         q_len, kv_len = ((ids != 0).sum(-1).astype(np.int32) for ids in (q_ids, kv_ids))
