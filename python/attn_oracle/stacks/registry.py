@@ -16,6 +16,8 @@ class Stack:
     backends: tuple[str, ...]  # the classes `check` runs, one per capability or path
     check_args: tuple[str, ...] = ()  # extra `check` options (--shape-stable for stacks that compile per shape)
     needs: tuple[str, ...] = field(default_factory=tuple)  # environment variables the module needs (a checkout path)
+    # Runs only where a CUDA device is: `scripts/stacks --device run` checks these, scripts/stacks skips them.
+    gpu: bool = False
 
 
 STACKS: tuple[Stack, ...] = (
@@ -36,6 +38,13 @@ STACKS: tuple[Stack, ...] = (
     # Its SDPA path: torch's CPU fp16 GQA backward is over budget on one draw, run against that.
     Stack("hf_transformers", "Hugging Face transformers (SDPA)", "torch", ("SdpaAttention",),
           check_args=("--xfails", "fixtures/xfails/hf-transformers-5.24-sdpa-cpu.txt")),
+    # GPU targets (scripts/stacks --device; docs/stacks.md, "On a GPU").
+    Stack("torch_varlen", "PyTorch varlen attention (FlashAttention-2)", "torch", ("Backend",), gpu=True),
+    Stack("torch_flex", "PyTorch flex attention (CUDA, eager)", "torch", ("Backend",), gpu=True),
+    # Compiled flex compiles one kernel per shape: shape-stable draws, fewer of them.
+    Stack("torch_flex", "PyTorch flex attention (CUDA, compiled)", "torch", ("Compiled",),
+          check_args=("--shape-stable", "--filter", "attention/"), gpu=True),
+    Stack("hf_transformers", "Hugging Face transformers (SDPA, CUDA)", "torch", ("SdpaAttention",), gpu=True),
 )
 
 

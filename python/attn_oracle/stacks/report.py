@@ -20,23 +20,38 @@ def _load(directory: Path, target: str):
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _row(env, module, target, status, millis, report) -> tuple[str, list[str]]:
-    if status == "skipped" or report is None:
-        why = "skipped (see scripts/stacks' output)" if status == "skipped" else f"did not run (exit {status}; see its .log)"
-        return f"| {module} | `{target}` | - | {why} | - | - | - |", []
+def judged_of_drawn(report: dict) -> tuple[int, int]:
+    """(draws judged, draws drawn) over the properties that ran."""
     results = report["results"]
-    judged = sum(r.get("draws", {}).get("judged", 0) for r in results)
+    return (sum(r.get("draws", {}).get("judged", 0) for r in results),
+            sum(r.get("draws", {}).get("total", 0) for r in results))
+
+
+def judged_and_verdict(target: str, report: dict) -> tuple[int, str, list[str]]:
+    """(draws judged, the properties' verdicts in words, each failure's Markdown) of one check report."""
+    results = report["results"]
+    judged = judged_of_drawn(report)[0]
     summary = report["summary"]
-    seconds = max(int(millis), 1) / 1000
-    version = (report["backends"] or [{}])[0].get("version", "?")
     verdict = (f"{summary['passed']} passed, {summary['FAILED']} failed, {summary['xfail']} expected failures"
                f"{', ' + str(summary['XPASS']) + ' unexpected passes' if summary['XPASS'] else ''}, "
                f"{summary['skipped']} skipped")
     failures = [f"- `{target}` {r['property']}{' (expected failure)' if r['verdict'] == 'xfail' else ''}: "
                 f"{f['message']}  \n  shrunk: `{f['counterexample']}`  \n  rerun: `{f['rerun']}`"
                 for r in results if r["verdict"] in ("FAILED", "xfail") for f in r.get("failures", [])[:1]]
-    worst = [r["worst_error_to_budget"] for r in results if r.get("worst_error_to_budget") is not None]
-    return (f"| {module} | `{target}` | {version} | {verdict} (exit {status}) | {judged} | "
+    return judged, verdict, failures
+
+
+def _row(env, module, target, status, millis, report) -> tuple[str, list[str]]:
+    if status == "skipped" or report is None:
+        why = "skipped (see scripts/stacks' output)" if status == "skipped" else f"did not run (exit {status}; see its .log)"
+        return f"| {module} | `{target}` | - | {why} | - | - | - |", []
+    judged, verdict, failures = judged_and_verdict(target, report)
+    seconds = max(int(millis), 1) / 1000
+    version = (report["backends"] or [{}])[0].get("version", "?")
+    worst = [r["worst_error_to_budget"] for r in report["results"] if r.get("worst_error_to_budget") is not None]
+    drawn = judged_of_drawn(report)[1]
+    share = f" of {drawn} ({100 * judged / drawn:.0f}%)" if drawn else ""
+    return (f"| {module} | `{target}` | {version} | {verdict} (exit {status}) | {judged}{share} | "
             f"{judged / seconds:.1f} | {seconds:.0f} s{f', worst {max(worst):.2f}' if worst else ''} |", failures)
 
 
