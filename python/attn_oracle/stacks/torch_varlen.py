@@ -29,8 +29,8 @@ Conventions mapped (torch 2.11's and 2.15's ``varlen.py`` read):
 - A query that attends no key gets ``o = 0`` and lse ``+inf`` from FA2; the
   suite's lse there is ``-inf``: mapped.
 - GQA: 2.11's key and value are ``(T_k, H, D)``, the query's H, so there the kv
-  heads are repeated to the query's (``repeat_interleave``; autograd sums the
-  gradients back); a release with ``enable_gqa`` (2.15) gets the kv heads as
+  heads are repeated to the query's (``repeat_interleave`` from fp32 leaves, so
+  that autograd sums the gradients back in fp32); a release with ``enable_gqa`` (2.15) gets the kv heads as
   they are and ``enable_gqa=True``.
 - 2.15 may run cuDNN instead of FA2 on SM90/SM100 with cuDNN >= 9.18 (its own
   ``_cudnn_rejection_reasons`` choose); 2.11 always runs FA2.
@@ -151,18 +151,22 @@ class Backend:
         tkv, hkv = inputs.k.shape[1], inputs.k.shape[2]
         q_tok, kv_tok = args["q_tokens"], args["kv_tokens"]
 
-        def packed(a, tokens):  # [R, T, H, D] -> the call's [tokens, H, D], a leaf on the device
-            flat = a.reshape(-1, a.shape[2], a.shape[3])[tokens]
-            return torch.from_numpy(np.ascontiguousarray(flat)).to(dev, dtype).requires_grad_(grad)
-
-        q, k, v = packed(inputs.q, q_tok), packed(inputs.k, kv_tok), packed(inputs.v, kv_tok)
         groups, gqa = hq // hkv, {}
+        repeat = groups > 1 and not GQA_FLAG
+
+        def packed(a, tokens, as_dtype=dtype):  # [R, T, H, D] -> the call's [tokens, H, D], a leaf on the device
+            flat = a.reshape(-1, a.shape[2], a.shape[3])[tokens]
+            return torch.from_numpy(np.ascontiguousarray(flat)).to(dev, as_dtype).requires_grad_(grad)
+
+        # Repeated key heads are summed back by autograd: in fp32, as a kernel with GQA would.
+        kv_dtype = torch.float32 if repeat else dtype
+        q, k, v = packed(inputs.q, q_tok), packed(inputs.k, kv_tok, kv_dtype), packed(inputs.v, kv_tok, kv_dtype)
         if groups == 1:
             k_call, v_call = k, v
         elif GQA_FLAG:
             k_call, v_call, gqa = k, v, {"enable_gqa": True}
         else:
-            k_call, v_call = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
+            k_call, v_call = (x.repeat_interleave(groups, 1).to(dtype) for x in (k, v))
         ints = lambda a: torch.from_numpy(a.astype(np.int32)).to(dev)  # noqa: E731
         o, lse = self.varlen_attn(q, k_call, v_call, ints(args["cu_seq_q"]), ints(args["cu_seq_k"]), args["max_q"],
                                   args["max_k"], return_aux=varlen.AuxRequest(lse=True), scale=problem.effective_scale,

@@ -1,0 +1,277 @@
+"""xformers: ``memory_efficient_attention`` on packed documents under its ``BlockDiagonal*`` biases.
+
+``python -m attn_oracle check attn_oracle.stacks.xformers_attention:Flash`` (and ``:Cutlass``,
+``:Dispatch``; a CUDA device: xformers' operators are CUDA only).
+
+One class per operator, so that the report says which kernel ran:
+
+==========  =====================================================================
+Flash       ``op=(fmha.flash.FwOp, fmha.flash.BwOp)``: FlashAttention-2, torch's own
+            (``aten::_flash_attention_forward``) unless the flash_attn package is there
+Cutlass     ``op=(fmha.cutlass.FwOp, fmha.cutlass.BwOp)``: torch's
+            ``aten::_efficient_attention_forward`` (the CUTLASS kernel)
+Dispatch    ``op=None``: what xformers picks; its ``version`` names the operators
+            picked for an fp16 causal call and whether ``xformers._C`` (its own
+            compiled kernels, built for one torch release) loaded
+==========  =====================================================================
+
+The batch goes out through the project's cuDNN adapter (``attn_oracle.adapters.
+cudnn_from_batch``, docs/conventions.md), whose vocabulary is xformers' too: one
+sequence per document with valid tokens, trimmed to them, each sequence's
+diagonal aligned top-left or bottom-right, an exclusive left bound and an
+inclusive right bound. The sequences become the bias (``BlockDiagonalMask.
+from_seqlens(q_lens, kv_lens)``), the tokens are gathered into ``[1, total, H, D]``
+(GQA: ``[1, total, G, H/G, D]`` with the key heads expanded, xformers' BMGHK
+layout; neither fa2B nor cutlassB takes BMGHK, so a backward gets the key heads
+repeated, from fp32 leaves so that autograd sums their gradients in fp32):
+
+===============================  ==========================================
+no bound                         ``BlockDiagonalMask``
+right bound 0, top-left          ``.make_causal()``; with a left bound L, ``.make_local_attention(L)``
+right bound 0, bottom-right      ``.make_causal_from_bottomright()``; with L,
+                                 ``.make_local_attention_from_bottomright(L)``
+===============================  ==========================================
+
+xformers' window size W is our left side + 1 (it counts the query's own key),
+which is cuDNN's exclusive left bound: passed as it is.
+
+Outputs: o and, by autograd through ``memory_efficient_attention``, dq, dk, dv.
+lse where the operator serves partial attention (Flash, Dispatch when it picks
+one that does): ``memory_efficient_attention_partial``, documented as
+``[B, H, M]`` (``[B, G, H, M]`` for BMGHK). A query with no key gets lse +inf
+from FlashAttention-2, mapped to the suite's -inf.
+
+Declined, each with the library's own words:
+
+- what the cuDNN convention cannot say (the adapter's ``unsupported``) and a
+  batch the suite rejects;
+- a window with a right side other than 0, or a left side without a causal
+  term: xformers' block-diagonal biases that take two sides are its padded-keys
+  ones (``BlockDiagonalLocalAttentionPaddedKeysMask``), which neither flash nor
+  cutlass lists in ``SUPPORTED_ATTN_BIAS_TYPES`` (0.0.35);
+- what a bias refuses when it is made (``BlockDiagonalCausalFromBottomRightMask``:
+  a sequence with fewer keys than queries; ``make_local_attention``: a
+  sequence whose last queries see no key), the ValueError or RuntimeError quoted;
+- what the operator refuses (its ``not_supported_reasons``: dtype, head dim,
+  bias type, layout), quoted; the domain keeps dtypes and head dims inside them;
+- a call whose key side has no token (every query attends nothing) where the
+  operator raises on it (0.0.35's flash: ``RuntimeError: cannot reshape tensor
+  of 0 elements`` in its input conversion), quoted.
+
+On a machine without CUDA the module imports and the kernel calls fail; the
+mapping is tested on the CPU with the Flash operator's own Python over a stand-in
+kernel (python/tests/standin_xformers.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attn_oracle import adapters
+from attn_oracle.errors import AttnOracleError, Unsupported
+from attn_oracle.stacks import installed_version, require
+from attn_oracle.worker import Domain
+
+STACK, CHECKED = "xformers", ("0.0.35",)
+torch = require(STACK, "torch", "torch", checked=("2.15", "2.11"))
+xformers = require(STACK, "xformers", "xformers", checked=CHECKED)
+fmha = require(STACK, "xformers.ops.fmha", "xformers", checked=CHECKED)
+
+__all__ = ["Flash", "Cutlass", "Dispatch", "call_layout", "make_bias"]
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+TILE_HEAD_DIMS = (8, 16, 32, 64, 128, 256)  # fa2F: a multiple of 8, at most 256; cutlass: aligned to 8
+
+
+def has_cuda() -> bool:
+    try:
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def call_layout(batch) -> dict:
+    """The cuDNN adapter's sequences for ``batch``, with the gather indices of each side."""
+    try:
+        call = adapters.cudnn_from_batch({
+            "q_segment_ids": batch.q_segment_ids, "q_segment_pos": batch.q_segment_pos,
+            "kv_segment_ids": batch.kv_segment_ids, "kv_segment_pos": batch.kv_segment_pos,
+            "mask": batch.mask, "window": tuple(batch.window), "max_segments": batch.max_segments})
+    except AttnOracleError as e:
+        if e.code == "unsupported":
+            raise Unsupported(f"cuDNN's (and xformers') sequence convention cannot say this batch: {e.message}") from None
+        raise Unsupported(f"not a valid batch ({e.code}): xformers validates no ids, so it is not judged") from None
+    def tokens(offsets, lengths):
+        return np.concatenate([np.arange(o, o + n) for o, n in zip(offsets, lengths)] or [np.zeros(0)]).astype(np.int64)
+    q_len, kv_len = [int(n) for n in call["seq_len_q"]], [int(n) for n in call["seq_len_kv"]]
+    return {"q_len": q_len, "kv_len": kv_len, "alignment": call["diagonal_alignment"],
+            "left": call["left_bound"], "right": call["right_bound"],
+            "q_tokens": tokens(call["ragged_offset_q"][:-1], q_len), "kv_tokens": tokens(call["ragged_offset_kv"][:-1], kv_len)}
+
+
+def make_bias(layout: dict, device):
+    """The BlockDiagonal* bias for the layout, or Unsupported with what xformers says."""
+    left, right = layout["left"], layout["right"]
+    if right not in (None, 0) or (right is None and left is not None):
+        raise Unsupported(f"a window with bounds (left {left}, right {right}): xformers' block-diagonal biases with "
+                          "two sides are its padded-keys ones, which neither flash nor cutlass takes")
+    try:
+        base = fmha.attn_bias.BlockDiagonalMask.from_seqlens(layout["q_len"], layout["kv_len"], device=torch.device(device))
+        if right is None:
+            return base
+        if layout["alignment"] == "top_left":
+            return base.make_causal() if left is None else base.make_local_attention(int(left))
+        return base.make_causal_from_bottomright() if left is None else base.make_local_attention_from_bottomright(int(left))
+    except (ValueError, RuntimeError) as e:
+        raise Unsupported(f"xformers refuses the bias: {e}") from None
+
+
+class _Operator:
+    """memory_efficient_attention with one operator pair (None: xformers' dispatch)."""
+
+    name = "xformers"
+    version = installed_version("xformers")
+    device = "cuda" if has_cuda() else "cpu"
+    outputs = ("lse", "gradients")
+    ops = None  # (forward op, backward op), or None for the dispatcher
+    # Neither fa2B nor cutlassB takes [B, M, G, H, K] ("operator does not support BMGHK format"):
+    # a backward with GQA gets the key heads repeated.
+    bmghk_backward = False
+    # Positions from 0: the biases read a document by index from its first token.
+    domain = Domain(positions_from_zero=True, head_dims=TILE_HEAD_DIMS)
+
+    def refusals(self, inp, backward: bool) -> list:
+        """What the operators say they cannot do with these inputs (their not_supported_reasons)."""
+        if self.ops is None:
+            return []
+        ops = self.ops if backward else self.ops[:1]
+        return [f"{op.NAME}: {reason}" for op in ops for reason in op.not_supported_reasons(inp)]
+
+    def unsupported_attention(self, problem):
+        return None if problem.dtype in DTYPES else f"dtype {problem.dtype}"
+
+    def bias(self, layout):
+        return make_bias(layout, self.device)
+
+    def packed(self, problem, inputs, layout):
+        """q, k, v leaves on the device ([total, H, D]) and the call's views of them."""
+        dtype, grad = DTYPES[problem.dtype], problem.backward
+        groups = problem.heads_q // problem.heads_kv
+        repeat = groups > 1 and grad and not self.bmghk_backward
+        def leaf(a, tokens, as_dtype):
+            flat = a.reshape(-1, a.shape[2], a.shape[3])[tokens]
+            return torch.from_numpy(np.ascontiguousarray(flat)).to(self.device, as_dtype).requires_grad_(grad)
+        q = leaf(inputs.q, layout["q_tokens"], dtype)
+        # Repeated key heads are summed back by autograd: in fp32, as a kernel with GQA would, not in fp16.
+        k, v = (leaf(a, layout["kv_tokens"], torch.float32 if repeat else dtype) for a in (inputs.k, inputs.v))
+        if groups == 1:
+            views = q[None], k[None], v[None]
+        elif repeat:
+            views = q[None], *(x.repeat_interleave(groups, 1).to(dtype)[None] for x in (k, v))
+        else:  # BMGHK: G = the key heads, H = the query heads of each
+            hkv, d = problem.heads_kv, problem.head_dim
+            views = (q.reshape(-1, hkv, groups, d)[None],
+                     *(x[:, :, None, :].expand(-1, hkv, groups, d)[None] for x in (k, v)))
+        return (q, k, v), views
+
+    def attention(self, problem, inputs):
+        reason = self.unsupported_attention(problem)
+        if reason:
+            raise Unsupported(reason)
+        layout = call_layout(problem.batch)
+        bias = self.bias(layout)
+        (q, k, v), (qc, kc, vc) = self.packed(problem, inputs, layout)
+        scale = problem.effective_scale
+        inp = fmha.Inputs(query=qc, key=kc, value=vc, attn_bias=bias, scale=scale)
+        refused = self.refusals(inp, problem.backward)
+        if refused:
+            raise Unsupported("xformers refuses: " + "; ".join(refused))
+        try:
+            o = fmha.memory_efficient_attention(qc, kc, vc, attn_bias=bias, scale=scale, op=self.ops)
+        except RuntimeError as e:
+            if len(layout["kv_tokens"]):
+                raise
+            raise Unsupported(f"a call without a key: xformers raises {type(e).__name__}: {e}") from None
+        total_q, hq, d = len(layout["q_tokens"]), problem.heads_q, problem.head_dim
+        r, tq = inputs.q.shape[:2]
+        out_o = np.zeros((r * tq, hq, d))
+        out_o[layout["q_tokens"]] = _numpy(o.reshape(total_q, hq, d))
+        out = {"o": out_o.reshape(r, tq, hq, d)}
+        if "lse" in self.outputs:
+            out["lse"] = self.lse(qc, kc, vc, bias, scale, layout, r, tq, hq)
+        if problem.backward:
+            o.backward(torch.from_numpy(np.ascontiguousarray(
+                inputs.do.reshape(-1, hq, d)[layout["q_tokens"]])).to(o.device, o.dtype).reshape(o.shape))
+            for name, leaf, tokens, side in (("dq", q, layout["q_tokens"], inputs.q), ("dk", k, layout["kv_tokens"], inputs.k),
+                                             ("dv", v, layout["kv_tokens"], inputs.v)):
+                full = np.zeros((side.shape[0] * side.shape[1],) + side.shape[2:])
+                if leaf.grad is not None:
+                    full[tokens] = _numpy(leaf.grad)
+                out[name] = full.reshape(side.shape)
+        return out
+
+    def lse(self, qc, kc, vc, bias, scale, layout, r, tq, hq):
+        """lse [R, Hq, Tq] from memory_efficient_attention_partial: [1, H, M] (or [1, G, H, M])."""
+        fw = self.ops[0] if self.ops else None
+        with torch.no_grad():
+            _, lse = fmha.memory_efficient_attention_partial(qc.detach(), kc.detach(), vc.detach(), attn_bias=bias,
+                                                             scale=scale, op=fw)
+        total_q = len(layout["q_tokens"])
+        want = (1,) + tuple(qc.shape[2:-1]) + (total_q,)
+        if tuple(lse.shape) != want:
+            raise AssertionError(f"memory_efficient_attention_partial's lse has shape {tuple(lse.shape)}; this module "
+                                 f"reads {want} (B, [G,] H, M)")
+        lse = _numpy(lse).reshape(hq, total_q)
+        out = np.full((hq, r * tq), -np.inf)
+        out[:, layout["q_tokens"]] = np.where(lse == np.inf, -np.inf, lse)  # +inf: the query attends nothing
+        return out.reshape(hq, r, tq).transpose(1, 0, 2)
+
+
+def _numpy(t):
+    return t.detach().to("cpu", torch.float64).numpy()
+
+
+class Flash(_Operator):
+    """memory_efficient_attention with xformers' FlashAttention-2 operators."""
+
+    name = "xformers-flash"
+    ops = (fmha.flash.FwOp, fmha.flash.BwOp)
+    version = f"{installed_version('xformers')} ({fmha.flash.FwOp.NAME}, {fmha.flash.BwOp.NAME})"
+    # fa2F: fp16 and bf16. Self-attention: fa2F takes BlockDiagonalCausalMask only with as many keys as
+    # queries in every sequence, and the bottom-right biases refuse fewer keys than queries (96% judged).
+    domain = Domain(dtypes=("fp16", "bf16"), head_dims=TILE_HEAD_DIMS, positions_from_zero=True,
+                    self_attention_only=True)
+
+
+class Cutlass(_Operator):
+    """memory_efficient_attention with xformers' CUTLASS operators (torch's efficient-attention kernel)."""
+
+    name = "xformers-cutlass"
+    ops = (fmha.cutlass.FwOp, fmha.cutlass.BwOp)
+    outputs = ("gradients",)  # cutlassF serves no partial attention: no lse
+    version = f"{installed_version('xformers')} ({fmha.cutlass.FwOp.NAME}, {fmha.cutlass.BwOp.NAME})"
+
+
+def _picked() -> str:
+    """The operators xformers' dispatch picks for an fp16 causal call of head dim 64, and the state of _C."""
+    compiled = "xformers._C loaded" if getattr(xformers, "_has_cpp_library", False) else "xformers._C not loaded"
+    if not has_cuda():
+        return f"no CUDA device; {compiled}"
+    from xformers.ops.fmha import dispatch
+
+    x = torch.zeros(1, 64, 2, 64, device="cuda", dtype=torch.float16)
+    bias = fmha.attn_bias.BlockDiagonalMask.from_seqlens([32, 32], device="cuda").make_causal()
+    inp = fmha.Inputs(query=x, key=x, value=x, attn_bias=bias)
+    try:
+        fw = dispatch._dispatch_fw(inp, True)
+        return f"picks {fw.NAME}, {dispatch._dispatch_bw(inp, fw.VARLEN_LSE_PACKED).NAME}; {compiled}"
+    except Exception as e:  # noqa: BLE001 - the note says what went wrong instead
+        return f"dispatch failed ({type(e).__name__}: {e}); {compiled}"
+
+
+class Dispatch(_Operator):
+    """memory_efficient_attention as most users call it: op=None, xformers picks the operators."""
+
+    name = "xformers-dispatch"
+    version = f"{installed_version('xformers')} ({_picked()})"
+    outputs = ("gradients",)  # the picked operator may serve no partial attention
