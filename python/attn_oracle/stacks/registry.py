@@ -40,6 +40,10 @@ STACKS: tuple[Stack, ...] = (
           check_args=("--xfails", "fixtures/xfails/hf-transformers-5.24-sdpa-cpu.txt")),
     # GPU targets (scripts/stacks --device; docs/stacks.md, "On a GPU").
     Stack("torch_varlen", "PyTorch varlen attention (FlashAttention-2)", "torch", ("Backend",), gpu=True),
+    Stack("xformers_attention", "xformers memory_efficient_attention", "torch", ("Flash", "Cutlass", "Dispatch"),
+          gpu=True),
+    Stack("torch_sdpa", "PyTorch SDPA, one backend forced", "torch",
+          ("EfficientPadded", "CudnnPadded", "FlashJagged", "EfficientJagged", "CudnnJagged"), gpu=True),
     Stack("torch_flex", "PyTorch flex attention (CUDA, eager)", "torch", ("Backend",), gpu=True),
     # Compiled flex compiles one kernel per shape: shape-stable draws, fewer of them.
     Stack("torch_flex", "PyTorch flex attention (CUDA, compiled)", "torch", ("Compiled",),

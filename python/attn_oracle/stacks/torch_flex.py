@@ -21,8 +21,14 @@ docs/semantics.md section 2, written on flex's indices:
 
 So the backend takes every input the suite draws (cross-attention, padding,
 offset positions, extra dims flattened into flex's batch) and says
-``token_level_mask = True``. Flex validates nothing: an invalid batch (ids out
-of order, say) is declined with the code the reference gives, never judged.
+``token_level_mask = True``. Declined, each shown in
+python/tests/test_stack_torch_flex.py: a batch the suite's rules reject (flex
+validates nothing, so an invalid batch, ids out of order say, would get an
+answer: declined with the code the reference gives, never judged); a key side
+with no tokens (flex raises IndexError, a max over the empty key axis);
+positions of one call more than 2^62 apart (the mask_mod's own int64 arithmetic
+could wrap). A query side with no tokens is taken: flex returns o and no lse
+(None), which stands for the empty lse.
 
 Conventions. A query that attends nothing gets ``o = 0`` and ``lse = -inf`` from
 flex itself, the suite's convention: nothing is mapped. flex returns lse in
@@ -122,8 +128,8 @@ class Backend:
 
     def unsupported_attention(self, problem):
         b = problem.batch
-        if 0 in (b.q_segment_ids.size, b.kv_segment_ids.size):
-            return "a side with no tokens: flex_attention takes Q_LEN and KV_LEN >= 1"
+        if b.kv_segment_ids.size == 0:
+            return "a key side with no tokens: flex_attention raises IndexError (a max over the empty key axis)"
         if problem.dtype not in DTYPES:
             return f"dtype {problem.dtype}"
         return None
@@ -165,17 +171,32 @@ class Backend:
 
         return mask_mod
 
-    def block_mask(self, batch):
+    def mask_tensors(self, batch) -> dict:
+        """What the mask_mod reads, [R, T] int64 tensors on the device: ids, positions, run lengths."""
         _validate(batch)
         extra, qi, qp, ki, kp = rows(batch)
         positions = np.concatenate([qp[qi != 0], kp[ki != 0]])
         if positions.size and int(positions.max()) - int(positions.min()) >= SPAN:
             raise Unsupported("positions more than 2^62 apart in one call: the mask_mod's int64 arithmetic could wrap")
         as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a, np.int64)).to(self.device)  # noqa: E731
-        t = {"q_ids": as_tensor(qi), "kv_ids": as_tensor(ki), "q_pos": as_tensor(qp), "kv_pos": as_tensor(kp),
-             "q_rl": as_tensor(run_lengths(qi)), "kv_rl": as_tensor(run_lengths(ki))}
+        return {"q_ids": as_tensor(qi), "kv_ids": as_tensor(ki), "q_pos": as_tensor(qp), "kv_pos": as_tensor(kp),
+                "q_rl": as_tensor(run_lengths(qi)), "kv_rl": as_tensor(run_lengths(ki))}
+
+    def dense_mask(self, batch):
+        """[R, Tq, Tkv] bool: the mask_mod evaluated on every (query, key) pair (what SDPA's attn_mask takes)."""
+        t = self.mask_tensors(batch)
+        r, tq = t["q_ids"].shape
+        tkv = t["kv_ids"].shape[1]
+        index = lambda n: torch.arange(n, device=self.device)  # noqa: E731
+        keep = self.mask_mod(t, batch.mask, batch.window)(index(r)[:, None, None], None, index(tq)[None, :, None],
+                                                          index(tkv)[None, None, :])
+        return keep.expand(r, tq, tkv)
+
+    def block_mask(self, batch):
+        t = self.mask_tensors(batch)
+        r, tq = t["q_ids"].shape
         mask_mod = self.mask_mod(t, batch.mask, batch.window)
-        return _flex.create_block_mask(mask_mod, qi.shape[0], None, qi.shape[1], ki.shape[1], device=self.device)
+        return _flex.create_block_mask(mask_mod, r, None, tq, t["kv_ids"].shape[1], device=self.device)
 
     def attention(self, problem, inputs):
         reason = self.unsupported_attention(problem)
@@ -197,6 +218,8 @@ class Backend:
                 lse = aux.lse
             else:  # releases before return_aux
                 o, lse = self.flex()(q, k, v, return_lse=True, **kwargs)
+            if lse is None and q.shape[2] == 0:  # no query, no lse from flex: the empty lse it stands for
+                lse = q.new_zeros(q.shape[:3], dtype=torch.float32)
             out = {"o": _numpy(o.transpose(1, 2)), "lse": _numpy(lse)}
         if grad:
             o.backward(heads_first(inputs.do))

@@ -1,0 +1,75 @@
+"""attn_oracle.stacks.torch_sdpa against the real torch: on the CPU the math backend (padded
+rows and jagged nested tensors) passes the attention properties through the same mapping
+the CUDA backends use, each planted twin (planted_torch_sdpa.py) fails shrunk small, and the
+declines are torch's own refusals. With a CUDA device, each forced backend. Skipped, saying
+why, without torch (scripts/stacks makes the venv) or, for the GPU tests, without CUDA."""
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed: scripts/stacks makes the torch venv")
+
+import numpy as np  # noqa: E402
+from stack_checks import check, counterexample, failed  # noqa: E402
+
+from attn_oracle import worker  # noqa: E402
+from attn_oracle.errors import Unsupported  # noqa: E402
+from attn_oracle.stacks import torch_sdpa  # noqa: E402
+
+CUDA = torch.cuda.is_available()
+gpu = pytest.mark.skipif(not CUDA, reason="no CUDA device: SDPA's flash, efficient and cuDNN backends are CUDA only "
+                                          "(scripts/stacks --device run)")
+F = torch.nn.functional
+attention = torch.nn.attention
+
+
+def test_nested_sdpa_refuses_is_causal_on_the_math_backend():
+    x = torch.nested.nested_tensor_from_jagged(torch.zeros(5, 1, 8), torch.tensor([0, 2, 5])).transpose(1, 2)
+    with attention.sdpa_kernel(attention.SDPBackend.MATH), pytest.raises(RuntimeError, match="No available kernel|No viable"):
+        F.scaled_dot_product_attention(x, x, x, is_causal=True)
+    b = worker.Batch(np.array([[1, 1, 2]]), np.array([[0, 1, 0]]), np.array([[1, 1, 2]]), np.array([[0, 1, 0]]),
+                     "causal", (-1, -1), 2)
+    p = worker.Problem(b, 1, 1, 8, None, "fp32", False)
+    x = worker.Inputs(*(np.zeros((1, 3, 1, 8)) for _ in range(3)), None)
+    with pytest.raises(Unsupported, match="math backend refuses"):
+        torch_sdpa.MathJagged().attention(p, x)
+
+
+def test_nested_sdpa_takes_no_mask_so_a_window_is_declined():
+    b = worker.Batch(np.array([[1, 1, 1]]), np.array([[0, 1, 2]]), np.array([[1, 1, 1]]), np.array([[0, 1, 2]]),
+                     "causal", (1, -1), 1)
+    with pytest.raises(Unsupported, match="nested SDPA takes no mask"):
+        torch_sdpa.jagged_layout(b)
+    x = torch.nested.nested_tensor_from_jagged(torch.zeros(3, 1, 8), torch.tensor([0, 3])).transpose(1, 2)
+    with pytest.raises((ValueError, RuntimeError)):
+        F.scaled_dot_product_attention(x, x, x, attn_mask=torch.ones(1, 1, 3, 3, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("target, least", [("MathPadded", 60), ("MathJagged", 60)])
+def test_check_passes_the_attention_properties_on_the_cpu(tmp_path, target, least):
+    done, results = check(tmp_path, f"attn_oracle.stacks.torch_sdpa:{target}", "--filter", "attention/", "--cases", "12")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert sum(r["draws"]["judged"] for r in results.values()) >= least, results
+
+
+@pytest.mark.parametrize("twin", ["MaskedMeansTrue", "JaggedWithoutDocuments"])
+def test_each_planted_twin_fails_shrunk_small(tmp_path, twin):
+    done, results = check(tmp_path, f"planted_torch_sdpa:{twin}", "--filter", "attention/matchesReference",
+                          "--cases", "40", "--seed", "1")
+    assert done.returncode == 1, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "attention/matchesReference" in failed(results)
+    case = counterexample(done, "attention/matchesReference")
+    assert np.asarray(case["q"]["segment_ids"]).size + np.asarray(case["kv"]["segment_ids"]).size <= 8, case
+
+
+@gpu
+@pytest.mark.parametrize("target", ["EfficientPadded", "CudnnPadded", "FlashJagged", "EfficientJagged", "CudnnJagged"])
+def test_check_passes_on_cuda(tmp_path, target):
+    done, _ = check(tmp_path, f"attn_oracle.stacks.torch_sdpa:{target}", "--filter", "attention/", "--cases", "20")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+@gpu
+def test_the_flash_backend_takes_no_attn_mask_on_cuda():
+    q = torch.zeros(1, 1, 4, 64, dtype=torch.float16, device="cuda")
+    with attention.sdpa_kernel(attention.SDPBackend.FLASH_ATTENTION), pytest.raises(RuntimeError, match="No available kernel"):
+        F.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(1, 1, 4, 4, dtype=torch.bool, device="cuda"))
