@@ -47,6 +47,10 @@ is one document for the first, two for the second).
 ``attn_oracle.adapters.transformers_position_ids_to_batch(position_ids, rule=...)``
 has both; docs/stacks.md counts where they disagree on drawn batches.
 
+``SdpaAttention`` runs on a CUDA device where there is one (torch's SDPA then
+picks a CUDA kernel for transformers' boolean mask; ``scripts/stacks --device``),
+else on the CPU.
+
 Pointing it at a checkout of transformers: ``pip install -e CHECKOUT`` into the
 venv (scripts/stacks makes build/stacks/torch), or put ``CHECKOUT/src`` first on
 ``PYTHONPATH``; the version gate names the release it finds.
@@ -269,6 +273,7 @@ class SdpaAttention:
 
     name, version = "hf-transformers-sdpa", transformers.__version__
     outputs = ("gradients",)  # SDPA returns no lse
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # SDPA's CUDA kernels where a device is
     domain = Domain(**PACKED, mask_kinds=("causal", "padding_causal", "causal_bottom_right",
                                           "padding_causal_bottom_right"))
 
@@ -292,7 +297,7 @@ class SdpaAttention:
         return config
 
     def position_ids(self, batch):
-        return torch.from_numpy(np.array(_rows(batch)[1], np.int64))
+        return torch.from_numpy(np.array(_rows(batch)[1], np.int64)).to(self.device)
 
     def mask(self, batch, inputs_embeds):
         window = self.sliding_window(batch)
@@ -304,14 +309,16 @@ class SdpaAttention:
         _decline(self.unsupported_attention(problem))
         dtype, grad = DTYPES[problem.dtype], problem.backward
         def heads_first(a):  # [B, T, H, D] -> [B, H, T, D], the layout the attention layer hands over
-            return torch.from_numpy(np.ascontiguousarray(a.transpose(0, 2, 1, 3))).to(dtype).requires_grad_(grad)
+            x = torch.from_numpy(np.ascontiguousarray(a.transpose(0, 2, 1, 3))).to(self.device, dtype)
+            return x.requires_grad_(grad)
         q, k, v = (heads_first(a) for a in (inputs.q, inputs.k, inputs.v))
         b, t = problem.batch.q_segment_ids.shape
-        mask = self.mask(problem.batch, torch.empty(b, t, 1, dtype=dtype))
+        mask = self.mask(problem.batch, torch.empty(b, t, 1, dtype=dtype, device=self.device))
         o, _ = sdpa_attention.sdpa_attention_forward(_Module(problem.heads_q // problem.heads_kv), q, k, v, mask,
                                                      scaling=problem.effective_scale)
-        out = {"o": o.detach().to(torch.float64).numpy()}  # [B, T, H, D] already
+        out = {"o": o.detach().to("cpu", torch.float64).numpy()}  # [B, T, H, D] already
         if grad:
-            o.backward(torch.from_numpy(np.ascontiguousarray(inputs.do)).to(dtype))
-            out.update({n: t.grad.transpose(1, 2).to(torch.float64).numpy() for n, t in (("dq", q), ("dk", k), ("dv", v))})
+            o.backward(torch.from_numpy(np.ascontiguousarray(inputs.do)).to(self.device, dtype))
+            out.update({n: t.grad.transpose(1, 2).to("cpu", torch.float64).numpy()
+                        for n, t in (("dq", q), ("dk", k), ("dv", v))})
         return out
