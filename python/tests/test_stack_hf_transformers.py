@@ -64,3 +64,56 @@ def test_the_planted_twin_merges_packed_rows_and_is_shrunk_to_two_rows(tmp_path)
     assert "metadata/matchesReference" in failed(results)
     ids = np.asarray(counterexample(done, "metadata/matchesReference")["q"]["segment_ids"])
     assert ids.shape[0] == 2 and ids.shape[1] <= 3, ids.tolist()
+
+
+# ---- declines, shown against the real library (docs/stacks.md, "Declines, shown")
+import inspect  # noqa: E402
+
+import torch  # noqa: E402
+
+fa_utils = hf_transformers.fa_utils
+
+
+def test_transformers_answers_invalid_position_ids_without_a_word_so_the_module_declines_them():
+    cu, _ = fa_utils.prepare_fa_kwargs_from_position_ids(torch.tensor([[0, 2, 1]]))  # positions that decrease
+    assert cu[0].tolist() == [0, 3]
+    b = batch([[1, 1, 1]], [[0, 2, 1]])
+    assert "positions_not_increasing" in hf_transformers.PositionIdsMetadata().unsupported_metadata(b)
+
+
+def test_transformers_refuses_empty_position_ids():
+    with pytest.raises(RuntimeError):
+        fa_utils.prepare_fa_kwargs_from_position_ids(torch.zeros((1, 0), dtype=torch.long))
+
+
+def test_extra_dims_are_mapped_as_rows_not_declined():
+    # [2, 1, 3]: two vmapped slices of one row each. transformers reads [..., B, T] position_ids as
+    # rows in order; the module flattens the extra dims into rows and gives the fields back in shape.
+    cu, _ = fa_utils.prepare_fa_kwargs_from_position_ids(torch.tensor([[[0, 1, 0]], [[0, 1, 2]]]))
+    assert cu[0].tolist() == [0, 2, 3, 6]
+    b = batch([[[1, 1, 2]], [[1, 1, 1]]], [[[0, 1, 0]], [[0, 1, 2]]], m=2)
+    got, want = hf_transformers.PositionIdsMetadata().metadata(b), reference(b)
+    for name, value in want.items():
+        assert np.array_equal(got[name], value), (name, got[name], value)
+
+
+def test_transformers_reads_documents_off_the_positions_so_positions_must_count_from_zero():
+    # Two documents, the first at offset positions [3, 4, 5] (continued from an earlier window):
+    # transformers' flash path starts a document where the position is the row's minimum, so it
+    # reads [0, 1] as the start of the row's only document boundary and [3, 4, 5] as nothing of
+    # its own. Positions are transformers' document boundaries: offset ones say another batch.
+    cu, _ = fa_utils.prepare_fa_kwargs_from_position_ids(torch.tensor([[3, 4, 5, 0, 1]]))
+    assert cu[0].tolist() != [0, 3, 5]
+    assert "do not count from 0" in hf_transformers._outside(batch([[1, 1, 1, 2, 2]], [[3, 4, 5, 0, 1]]))
+
+
+def test_a_2d_attention_mask_holds_one_sequence_a_row():
+    _, cu, _ = fa_utils._get_unpad_data(torch.tensor([[1, 1, 1, 1]]))  # a row packing two documents
+    assert cu.tolist() == [0, 4]
+    b = batch([[1, 1, 2, 2]], [[0, 1, 0, 1]], mask="padding_causal")
+    assert "more than one document" in hf_transformers.UnpadMetadata().unsupported_metadata(b)
+
+
+def test_the_packed_masks_are_causal_only():
+    assert "position_ids" not in inspect.signature(hf_transformers.masking_utils.create_bidirectional_mask).parameters
+    assert "no_mask" not in hf_transformers.SdpaAttention.domain.mask_kinds

@@ -51,3 +51,39 @@ def test_the_planted_eod_mask_fails_shrunk_to_one_token_documents(tmp_path):
     assert cases, done.stdout
     ids = cases[0]["q"]["segment_ids"]
     assert len(ids) == 1 and 2 <= len(ids[0]) <= 3 and len(set(ids[0])) == len(ids[0]), ids
+
+
+# ---- declines, shown against the real library (docs/stacks.md, "Declines, shown")
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from attn_oracle import worker  # noqa: E402
+from attn_oracle.stacks import megatron  # noqa: E402
+
+
+def test_megatron_answers_an_invalid_batch_without_a_word_so_the_module_declines_it():
+    ids = np.array([[1, 2, 1]])  # document 1 is not contiguous: the reference rejects it
+    params = megatron.packed_seq_params(ids)  # Megatron-core's data path: no error
+    assert params.cu_seqlens_q.tolist() == [0, 1, 2, 3]
+    b = worker.Batch(ids, np.array([[0, 0, 0]]), ids, np.array([[0, 0, 0]]), "causal", (-1, -1), 2)
+    assert "noncontiguous_segment" in megatron.Backend().unsupported_metadata(b)
+
+
+def test_megatron_refuses_a_sample_of_no_tokens():
+    with pytest.raises(IndexError):
+        megatron.packed_seq_params(np.zeros((1, 0), np.int64))
+
+
+def test_the_padded_path_refuses_a_sample_without_a_token():
+    from megatron.core.models.multimodal.context_parallel import get_packed_seq_params
+
+    with pytest.raises(RuntimeError, match="step must be nonzero"):
+        get_packed_seq_params(torch.zeros((1, 4), dtype=torch.long), 0, 4, cp_size=2, use_packed_sequence=True)
+
+
+def test_the_padded_path_takes_padding_after_the_tokens_only():
+    from megatron.core.models.multimodal.context_parallel import get_packed_seq_params
+
+    # Its arguments are the tokens and a count of padding at the end: padding before them has no form.
+    assert list(__import__("inspect").signature(get_packed_seq_params).parameters)[:3] == ["tokens", "img_seq_len",
+                                                                                          "padding_needed"]

@@ -51,3 +51,43 @@ def test_each_planted_twin_fails_shrunk_small(tmp_path, twin):
     case = counterexample(done, "attention/matchesReference")
     tokens = np.asarray(case["q"]["segment_ids"]).size + np.asarray(case["kv"]["segment_ids"]).size
     assert tokens <= 8, case
+
+
+# ---- declines, shown against the real library (docs/stacks.md, "Declines, shown")
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention  # noqa: E402
+
+from attn_oracle.errors import Unsupported  # noqa: E402
+
+
+def test_flex_refuses_an_empty_key_side():
+    with pytest.raises(IndexError):
+        flex_attention(torch.zeros(1, 1, 4, 8), torch.zeros(1, 1, 0, 8), torch.zeros(1, 1, 0, 8))
+
+
+def test_create_block_mask_refuses_an_empty_query_side_under_the_modules_mask_mod():
+    b = worker.Batch(np.zeros((1, 0), np.int64), np.zeros((1, 0), np.int64), np.array([[1, 1]]), np.array([[0, 1]]),
+                     "no_mask", (-1, -1), 1)
+    backend = torch_flex.Backend()
+    t = backend.mask_tensors(b)
+    with pytest.raises(IndexError):
+        create_block_mask(backend.mask_mod(t, b.mask, b.window), 1, None, 0, 2, device="cpu")
+    assert "query side with no tokens" in backend.unsupported_attention(worker.Problem(b, 1, 1, 8, None, "fp32", False))
+
+
+def test_flex_answers_an_invalid_batch_so_the_module_declines_it():
+    ids = torch.tensor([[2, 1]])  # ids out of order: the reference rejects the batch
+    block_mask = create_block_mask(lambda b, h, q, k: ids[b, q] == ids[b, k], 1, None, 2, 2, device="cpu")
+    assert flex_attention(torch.ones(1, 1, 2, 8), torch.ones(1, 1, 2, 8), torch.ones(1, 1, 2, 8),
+                          block_mask=block_mask).shape == (1, 1, 2, 8)
+    b = worker.Batch(np.array([[2, 1]]), np.array([[0, 0]]), np.array([[2, 1]]), np.array([[0, 0]]), "no_mask",
+                     (-1, -1), 2)
+    with pytest.raises(Unsupported, match="ids_out_of_order"):
+        torch_flex.Backend().block_mask(b)
+
+
+def test_flex_has_no_backward_on_the_cpu():
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is here: flex's backward runs there")
+    q = torch.zeros(1, 1, 4, 8, requires_grad=True)
+    with pytest.raises(NotImplementedError, match="does not support backward on CPU"):
+        flex_attention(q, q, q).sum().backward()

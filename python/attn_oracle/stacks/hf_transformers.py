@@ -16,14 +16,16 @@ SdpaAttention       ``masking_utils.create_causal_mask`` /
 ==================  ===========================================================
 
 What transformers takes, declared as each class's ``Domain``: self-attention (one
-``position_ids`` or ``attention_mask`` for q and kv), no extra dims, positions
-from 0 in every document; the packed paths take no padding, the unpad path takes
+``position_ids`` or ``attention_mask`` for q and kv), positions from 0 in every
+document (transformers reads the document boundaries off them); the packed paths take no padding, the unpad path takes
 one sequence per row and padding around it. Packed masks are causal only
 (``create_bidirectional_mask`` takes no position_ids), with a sliding window of W
 tokens, the query included: ``kv_idx > q_idx - W``, our window ``(W - 1, -1)``.
 
 Conventions mapped:
 
+- extra (vmapped) dims are flattened into rows: transformers' packed tensors are
+  ``[B, T]``, and ours, flattened, are rows in the suite's row-major token order;
 - cu_seqlens hold every sequence, a row of the 2D mask with no valid token
   included (a repeated entry); ours hold documents with valid tokens, so
   repeated entries are dropped. The stacks' ``int32`` arrays are read as int64.
@@ -75,13 +77,23 @@ data_collator = require(STACK, "transformers.data.data_collator", "transformers"
 
 __all__ = ["PositionIdsMetadata", "UnpadMetadata", "CollatorMetadata", "SdpaAttention", "metadata_from_spans"]
 
-PACKED = dict(self_attention_only=True, no_padding=True, positions_from_zero=True, extra_dims=False)
+PACKED = dict(self_attention_only=True, no_padding=True, positions_from_zero=True)
 
 
 def _rows(batch):
-    """[B, T] ids and positions of a self-attention batch without extra dims."""
+    """[R, T] ids and positions of a self-attention batch, extra dims flattened into rows
+    (transformers' packed tensors are [B, T]; R = prod(extra) * B, row-major as the suite's tokens)."""
     ids = np.asarray(batch.q_segment_ids)
-    return ids, np.broadcast_to(np.asarray(batch.q_segment_pos), ids.shape)
+    pos = np.broadcast_to(np.asarray(batch.q_segment_pos), ids.shape)
+    return ids.reshape(-1, ids.shape[-1]), pos.reshape(-1, ids.shape[-1])
+
+
+def _with_extra_dims(batch, out: dict) -> dict:
+    """The per-row fields of ``out`` ([R, ...]) back in the batch's [..., B, ...] shape."""
+    lead = np.shape(batch.q_segment_ids)[:-1]
+    for name in ("q_seqlens", "kv_seqlens", "q_offsets", "kv_offsets"):
+        out[name] = out[name].reshape(*lead, out[name].shape[-1])
+    return out
 
 
 def metadata_from_spans(batch, spans) -> dict:
@@ -140,16 +152,16 @@ def _outside(batch, *, padding: bool = False):
     arbitrary-input properties draw them)."""
     qi, ki = np.asarray(batch.q_segment_ids), np.asarray(batch.kv_segment_ids)
     qp, kp = np.asarray(batch.q_segment_pos), np.asarray(batch.kv_segment_pos)
-    if qi.ndim != 2 or qp.shape != qi.shape:
-        return "ids and positions not both [B, T]: transformers' packed tensors are [B, T] (no extra dims)"
-    if 0 in qi.shape:
-        return "a batch with no rows or no tokens: transformers' packed tensors are [B, T] with B, T >= 1"
-    if not (np.array_equal(qi, ki) and np.array_equal(qp, kp)):
-        return "cross-attention: one position_ids / attention_mask serves q and kv"
     try:
         oracle.metadata(qi, qp, ki, kp, mask=batch.mask, window=batch.window, max_segments=batch.max_segments)
     except AttnOracleError as e:
         return f"not a valid batch ({e.code}): transformers validates no position_ids, so it is not judged"
+    if qi.size == 0:
+        return "a batch with no rows or no tokens: transformers raises RuntimeError on empty position_ids"
+    if qi.shape != ki.shape or not (np.array_equal(qi, ki) and np.array_equal(np.broadcast_to(qp, qi.shape),
+                                                                          np.broadcast_to(kp, ki.shape))):
+        return "cross-attention: one position_ids / attention_mask serves q and kv"
+    qi, qp = _rows(batch)
     if not padding and (qi == 0).any():
         return "padding in a packed row: transformers packs without padding"
     index = np.arange(qi.shape[1])
@@ -185,7 +197,7 @@ class PositionIdsMetadata:
         out = _sides(metadata_from_spans(batch, _spans_from_cu(cu_q.numpy())),
                      metadata_from_spans(batch, _spans_from_cu(cu_k.numpy())))
         out.update(max_seqlen_q=max_q, max_seqlen_kv=max_k)
-        return out
+        return _with_extra_dims(batch, out)
 
 
 class UnpadMetadata:
@@ -193,13 +205,13 @@ class UnpadMetadata:
 
     name, version = "hf-transformers-unpad", transformers.__version__
     # One sequence per row, padding around it (left- or right-padded).
-    domain = Domain(self_attention_only=True, positions_from_zero=True, extra_dims=False)
+    domain = Domain(self_attention_only=True, positions_from_zero=True)
 
     def unsupported_metadata(self, batch):
         reason = _outside(batch, padding=True)
         if reason:
             return reason
-        ids = np.asarray(batch.q_segment_ids)
+        ids, _ = _rows(batch)
         if any(len(np.unique(row[row != 0])) > 1 for row in ids):
             return "a row with more than one document: a 2D attention_mask holds one sequence a row (packed rows go through position_ids)"
         return None
@@ -222,7 +234,7 @@ class UnpadMetadata:
         out = _sides(q, kv)
         out.update(indices_q=indices_q.astype(np.int64), indices_kv=indices_k.astype(np.int64),
                    max_seqlen_q=int(max_q), max_seqlen_kv=int(max_k))
-        return out
+        return _with_extra_dims(batch, out)
 
 
 class CollatorMetadata:
@@ -254,7 +266,7 @@ class CollatorMetadata:
         kv = metadata_from_spans(batch, _spans_from_cu(cu_k))
         out = _sides(q, kv)
         out.update(max_seqlen_q=int(flat["max_length_q"]), max_seqlen_kv=int(flat["max_length_k"]))
-        return out
+        return _with_extra_dims(batch, out)
 
 
 # ------------------------------------------------------------------ attention
@@ -312,7 +324,7 @@ class SdpaAttention:
             x = torch.from_numpy(np.ascontiguousarray(a.transpose(0, 2, 1, 3))).to(self.device, dtype)
             return x.requires_grad_(grad)
         q, k, v = (heads_first(a) for a in (inputs.q, inputs.k, inputs.v))
-        b, t = problem.batch.q_segment_ids.shape
+        b, t = _rows(problem.batch)[0].shape
         mask = self.mask(problem.batch, torch.empty(b, t, 1, dtype=dtype, device=self.device))
         o, _ = sdpa_attention.sdpa_attention_forward(_Module(problem.heads_q // problem.heads_kv), q, k, v, mask,
                                                      scaling=problem.effective_scale)

@@ -246,7 +246,7 @@ class PaddedBackend(Backend):
         ids = np.asarray(batch.q_segment_ids)
         valid = int((ids[0] != 0).sum())
         if valid == 0:
-            return "a sample without a token (Megatron-core counts it as a sequence of length 0)"
+            return "a sample without a token (get_packed_seq_params raises RuntimeError: step must be nonzero)"
         if (ids[0, :valid] == 0).any():
             return "padding before the sequence's tokens (Megatron-core's padding follows them)"
         return None

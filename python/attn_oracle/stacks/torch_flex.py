@@ -25,10 +25,11 @@ offset positions, extra dims flattened into flex's batch) and says
 python/tests/test_stack_torch_flex.py: a batch the suite's rules reject (flex
 validates nothing, so an invalid batch, ids out of order say, would get an
 answer: declined with the code the reference gives, never judged); a key side
-with no tokens (flex raises IndexError, a max over the empty key axis);
-positions of one call more than 2^62 apart (the mask_mod's own int64 arithmetic
-could wrap). A query side with no tokens is taken: flex returns o and no lse
-(None), which stands for the empty lse.
+with no tokens (flex raises IndexError, a max over the empty key axis); a query
+side with no tokens (``create_block_mask`` raises IndexError evaluating a
+mask_mod that reads the ids on the empty query axis; flex itself, with a
+mask_mod that reads no tensor, returns o and no lse); positions of one call
+more than 2^62 apart (the mask_mod's own int64 arithmetic could wrap).
 
 Conventions. A query that attends nothing gets ``o = 0`` and ``lse = -inf`` from
 flex itself, the suite's convention: nothing is mapped. flex returns lse in
@@ -83,8 +84,9 @@ def rows(batch):
     extra = np.broadcast_shapes(qi.shape[:-2], ki.shape[:-2])
     def flat(ids, pos):
         shape = extra + ids.shape[-2:]
-        return (np.broadcast_to(ids, shape).reshape(-1, shape[-1]),
-                np.broadcast_to(np.broadcast_to(pos, ids.shape), shape).reshape(-1, shape[-1]))
+        flat_shape = (int(np.prod(shape[:-1])), shape[-1])  # not (-1, T): T may be 0
+        return (np.broadcast_to(ids, shape).reshape(flat_shape),
+                np.broadcast_to(np.broadcast_to(pos, ids.shape), shape).reshape(flat_shape))
     return (extra,) + flat(qi, batch.q_segment_pos) + flat(ki, batch.kv_segment_pos)
 
 
@@ -130,6 +132,9 @@ class Backend:
         b = problem.batch
         if b.kv_segment_ids.size == 0:
             return "a key side with no tokens: flex_attention raises IndexError (a max over the empty key axis)"
+        if b.q_segment_ids.size == 0:
+            return ("a query side with no tokens: create_block_mask raises IndexError evaluating a mask_mod that "
+                    "reads the batch's ids on the empty query axis")
         if problem.dtype not in DTYPES:
             return f"dtype {problem.dtype}"
         return None
@@ -218,8 +223,6 @@ class Backend:
                 lse = aux.lse
             else:  # releases before return_aux
                 o, lse = self.flex()(q, k, v, return_lse=True, **kwargs)
-            if lse is None and q.shape[2] == 0:  # no query, no lse from flex: the empty lse it stands for
-                lse = q.new_zeros(q.shape[:3], dtype=torch.float32)
             out = {"o": _numpy(o.transpose(1, 2)), "lse": _numpy(lse)}
         if grad:
             o.backward(heads_first(inputs.do))
