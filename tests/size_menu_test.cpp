@@ -5,7 +5,7 @@
 //  - 400 attention draws have at most 72 distinct shapes on the default menu,
 //    against hundreds without (printed): what a jitted backend compiles;
 //  - a declared menu is part of the domain: an input off it is outside, with
-//    the size named;
+//    the size named; a menu of M = 1 holds every draw (one document a row);
 //  - `--shape-stable` (ATTN_ORACLE_SHAPE_STABLE) folds the default menu into a
 //    domain that declares none, a property it excludes is skipped saying so,
 //    and a failure's rerun line carries the option;
@@ -60,6 +60,19 @@ RC_GTEST_PROP(SizeMenu, everyDrawIsValidAndOnItsMenu, ()) {
   RC_ASSERT(on(d.sizes.max_segments, b.max_segments));
   RC_CLASSIFY(allows_padding(b.mask), "padding kind");
   RC_CLASSIFY(b.q.segment_ids.shape.back() != b.kv.segment_ids.shape.back(), "Tq != Tkv");
+}
+
+// A menu of M = 1 (one document a row: Megatron-core's padded path, transformers' 2D-mask
+// unpad path) holds every draw: the documents drawn are capped at the menu's largest M, and
+// spare capacity that would leave the menu is dropped.
+RC_GTEST_PROP(SizeMenu, aMenuOfOneDocumentHoldsEveryDraw, ()) {
+  InputDomain d;
+  d.self_attention_only = d.positions_from_zero = true;
+  d.sizes.max_segments = {1};
+  const PackedBatch b = *packed_batch(within(d));
+  if (const auto checked = validate(b); !checked) RC_FAIL(checked.error().message);
+  if (const auto why = outside_domain(d, b)) RC_FAIL(*why);
+  RC_ASSERT(b.max_segments == 1);
 }
 
 RC_GTEST_PROP(SizeMenu, metadataDrawsAreOnTheMenu, ()) {

@@ -77,7 +77,8 @@ PackedSide build_side(const BatchSpec& spec, const SideSpec& side, bool q, const
     const auto& slice = spec.slices[slice_for(s, side.extra, extra)];
     for (int64_t b = 0; b < batch; ++b) {
       rows.push_back(build_row(slice[b], side, q, padding));
-      next_ids.push_back(highest_id(slice[b]) + 1);
+      const int64_t next = highest_id(slice[b]) + 1;
+      next_ids.push_back(spec.id_cap > 0 ? std::min(next, spec.id_cap) : next);
       len = std::max<int64_t>(len, rows.back().size());
     }
   }
@@ -317,6 +318,7 @@ rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
   o.contiguous_positions = o.contiguous_positions || d.positions_from_zero;
   o.max_len = static_cast<int>(menu_max_tokens(d, o.max_len));
   o.max_rows = static_cast<int>(menu_max_rows(d, o.max_rows));
+  o.max_docs = static_cast<int>(menu_max_docs(d, o.max_docs));  // ids <= the menu's largest M
   auto head = rc::gen::construct<Head>(mask_kind(o), edge_mode(o.tile_edge_weight), extra_shapes(o.extra_dims),
                                        rc::gen::inRange(1, o.max_rows + 1));
   auto spec = rc::gen::mapcat(head, [o](Head h) {
@@ -345,6 +347,10 @@ rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
   // Set after drawing, so that the draws of every other domain stay as they were.
   if (o.domain.no_padding) spec = rc::gen::map(spec, [](BatchSpec s) { return s.no_padding = true, s; });
   if (o.domain.self_attention_only) spec = rc::gen::map(spec, kv_as_q);
+  if (!d.sizes.max_segments.empty()) {
+    const int64_t cap = *std::max_element(d.sizes.max_segments.begin(), d.sizes.max_segments.end());
+    spec = rc::gen::map(spec, [cap](BatchSpec s) { return s.id_cap = cap, s; });
+  }
   return rc::gen::map(spec, [domain = o.domain](const BatchSpec& s) { return on_size_menu(build_batch(s), domain); });
 }
 

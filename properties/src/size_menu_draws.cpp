@@ -11,6 +11,11 @@
 namespace attn_oracle {
 namespace {
 
+int64_t max_id(const PackedSide& side) {
+  const std::vector<int64_t>& ids = side.segment_ids.data;
+  return ids.empty() ? 0 : *std::max_element(ids.begin(), ids.end());
+}
+
 int64_t largest(const std::vector<int64_t>& menu, int64_t otherwise) {
   return menu.empty() ? otherwise : *std::max_element(menu.begin(), menu.end());
 }
@@ -91,7 +96,11 @@ PackedBatch on_size_menu(PackedBatch batch, const InputDomain& domain) {
   const int64_t rows = next_on_menu(menu.rows, shape[shape.size() - 2]);
   for (PackedSide* side : {&batch.q, &batch.kv})
     grow_side(*side, rows, next_on_menu(menu.tokens, side->segment_ids.shape.back()), padding);
-  batch.max_segments = next_on_menu(menu.max_segments, batch.max_segments);
+  // Spare capacity past the menu is dropped: the smallest M on it that holds the ids used.
+  const std::vector<int64_t>& ms = menu.max_segments;
+  batch.max_segments = next_on_menu(ms, batch.max_segments);
+  if (!ms.empty() && std::find(ms.begin(), ms.end(), batch.max_segments) == ms.end())
+    batch.max_segments = next_on_menu(ms, std::max<int64_t>({1, max_id(batch.q), max_id(batch.kv)}));
   return batch;
 }
 
@@ -108,6 +117,11 @@ int64_t menu_max_tokens(const InputDomain& domain, int64_t otherwise) {
 
 int64_t menu_max_rows(const InputDomain& domain, int64_t otherwise) {
   return std::min(otherwise, largest(domain.sizes.rows, otherwise));
+}
+
+int64_t menu_max_docs(const InputDomain& domain, int64_t otherwise) {
+  // Ids per row stay below max_docs (BatchOptions): at most the menu's largest M.
+  return std::min(otherwise, largest(domain.sizes.max_segments, otherwise - 1) + 1);
 }
 
 }  // namespace attn_oracle

@@ -58,6 +58,9 @@ struct BatchSpec {
   // A padding kind drawn without padding tokens: gaps and trailing padding are
   // left out and short rows grow their last document, as non-padding kinds do.
   bool no_padding = false;
+  // The highest id a row may hold (0: no limit), from a declared menu of M: a row a
+  // side leaves empty is filled with the highest id drawn below it, not a new one.
+  int64_t id_cap = 0;
   SideSpec q, kv;
   // One list of rows per broadcast slice: slices[s][b] is row b of slice s.
   std::vector<std::vector<std::vector<DocSpec>>> slices;
@@ -129,6 +132,8 @@ std::string shape_stable_note();
 // `otherwise`, capped at the menu's largest T or B.
 int64_t menu_max_tokens(const InputDomain& domain, int64_t otherwise);
 int64_t menu_max_rows(const InputDomain& domain, int64_t otherwise);
+// `otherwise` (BatchOptions::max_docs), capped so that ids stay within the menu's largest M.
+int64_t menu_max_docs(const InputDomain& domain, int64_t otherwise);
 
 // ------------------------------------------------------------------- invalid inputs
 // A batch with exactly one violation, tagged with the code it must produce.

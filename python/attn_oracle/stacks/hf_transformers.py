@@ -204,8 +204,8 @@ class UnpadMetadata:
     """indices, cu_seqlens and max_seqlen of the 2D attention mask, by _upad_input and _get_unpad_data."""
 
     name, version = "hf-transformers-unpad", transformers.__version__
-    # One sequence per row, padding around it (left- or right-padded).
-    domain = Domain(self_attention_only=True, positions_from_zero=True)
+    # One sequence per row (M = 1: the draws hold one document a row), padding around it (left or right).
+    domain = Domain(self_attention_only=True, positions_from_zero=True, sizes={"max_segments": [1]})
 
     def unsupported_metadata(self, batch):
         reason = _outside(batch, padding=True)
