@@ -21,8 +21,8 @@ def _load(directory: Path, target: str):
 
 
 def judged_of_drawn(report: dict) -> tuple[int, int]:
-    """(draws judged, draws drawn) over the properties that ran."""
-    results = report["results"]
+    """(draws judged, draws drawn) over the properties that ran (a skipped one may count draws it never judged)."""
+    results = [r for r in report["results"] if r["verdict"] != "skipped"]
     return (sum(r.get("draws", {}).get("judged", 0) for r in results),
             sum(r.get("draws", {}).get("total", 0) for r in results))
 
