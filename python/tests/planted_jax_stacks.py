@@ -61,3 +61,11 @@ class TeJaxWithoutBottomRight(te_jax.Backend):
 
     name = "transformer-engine-jax-metadata-top-left"
     domain = te_jax.Domain(mask_kinds=("no_mask", "padding", "causal", "padding_causal"))
+
+
+class FlaxFp16(flax_attention.Backend):
+    """Not a twin: Flax on fp16 draws only (the test that fp16 is taken)."""
+
+    name = "flax-fp16"
+    domain = flax_attention.Domain(mask_kinds=flax_attention.Backend.domain.mask_kinds, dtypes=("fp16",),
+                                   max_position=flax_attention.Backend.domain.max_position)

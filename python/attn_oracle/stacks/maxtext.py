@@ -60,7 +60,8 @@ def _config():
 
     base = Path(package.__file__).parent / "configs" / "base.yml"
     out = Path(tempfile.gettempdir()) / "attn-oracle-maxtext"
-    return pyconfig.initialize(["", str(base)], run_name="attn-oracle", hardware="cpu", attention="dot_product",
+    hardware = "gpu" if jax.default_backend() == "gpu" else "cpu"
+    return pyconfig.initialize(["", str(base)], run_name="attn-oracle", hardware=hardware, attention="dot_product",
                                enable_checkpointing=False, skip_jax_distributed_system=True,
                                per_device_batch_size=1, base_output_directory=str(out))
 
