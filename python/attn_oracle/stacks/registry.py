@@ -16,6 +16,8 @@ class Stack:
     backends: tuple[str, ...]  # the classes `check` runs, one per capability or path
     check_args: tuple[str, ...] = ()  # extra `check` options (--shape-stable for stacks that compile per shape)
     needs: tuple[str, ...] = field(default_factory=tuple)  # environment variables the module needs (a checkout path)
+    # Runs only where a CUDA device is: `scripts/stacks --device run` checks these, scripts/stacks skips them.
+    gpu: bool = False
 
 
 STACKS: tuple[Stack, ...] = (
@@ -36,6 +38,12 @@ STACKS: tuple[Stack, ...] = (
     # Its SDPA path: torch's CPU fp16 GQA backward is over budget on one draw, run against that.
     Stack("hf_transformers", "Hugging Face transformers (SDPA)", "torch", ("SdpaAttention",),
           check_args=("--xfails", "fixtures/xfails/hf-transformers-5.24-sdpa-cpu.txt")),
+    # JAX on a GPU: the XLA paths in fp16 too (the modules pick the GPU backend), and cuDNN's fused attention.
+    Stack("jax_nn", "jax.nn (CUDA)", "jax", ("Backend", "Lengths"), check_args=("--shape-stable",), gpu=True),
+    Stack("flax_attention", "Flax (CUDA)", "jax", ("Backend",), check_args=("--shape-stable",), gpu=True),
+    Stack("maxtext", "MaxText (CUDA)", "jax", ("Backend",), check_args=("--shape-stable",), gpu=True),
+    Stack("jax_cudnn", "JAX cuDNN fused attention", "jax", ("Lengths", "Packed"), check_args=("--shape-stable",),
+          gpu=True),
 )
 
 
