@@ -12,7 +12,7 @@ jax = pytest.importorskip("jax", reason="jax is not installed (scripts/stacks --
 
 import jax.numpy as jnp  # noqa: E402
 from jax._src.cudnn import fused_attention_stablehlo as fused  # noqa: E402
-from stack_checks import real_tokens, run_check, shrunk_case  # noqa: E402
+from stack_checks import documents, run_check, shrunk_case  # noqa: E402
 
 GPU = jax.default_backend() == "gpu"
 TARGETS = ["Lengths", "Packed"]
@@ -29,16 +29,19 @@ def test_cudnn_passes_on_the_gpu(tmp_path, target):
 def test_the_mapping_passes_on_the_standin(tmp_path, target):
     done, report = run_check(tmp_path, f"jax_cudnn_standin:{target}", "--cases", "20")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    judged = {r["property"]: r["draws"]["judged"] for r in report["results"] if r["verdict"] == "passed"}
-    assert judged.get("attention/matchesReference", 0) >= 18, judged
+    result = next(r for r in report["results"] if r["property"] == "attention/matchesReference")
+    assert result["draws"]["judged"] >= 4, result["draws"]
+    # what is declined is only what cuDNN refuses or one length per row cannot say
+    refusals = ("a window with a right side", "more than one document in a row", "a padding token before")
+    assert all(any(r in reason for r in refusals) for reason in result.get("decline_reasons", {})), result
 
 
 def test_the_planted_twin_is_caught_and_shrunk(tmp_path):
     done, _ = run_check(tmp_path, "planted_jax_cudnn:PackedWindowInclusive", "--cases", "40",
                         "--filter", "attention/matchesReference")
     assert done.returncode == 1, done.stdout[-4000:]
-    case = shrunk_case(done)
-    assert real_tokens(case, "q") <= 3 and real_tokens(case, "kv") <= 3, case
+    case = shrunk_case(done)  # one document in one 16-token row (shape-stable draws keep the row)
+    assert documents(case) == 1 and len(case["q"]["segment_ids"]) == 1, case
 
 
 def _qkv(dtype, head_dim=8):

@@ -120,8 +120,9 @@ def _run(forward, q, k, v, do, backward):
     return o, lse, pullback((do, jnp.zeros_like(lse)))
 
 
-@partial(jax.jit, static_argnames=("causal", "window", "backward"))
-def _lengths(q, k, v, do, q_len, kv_len, keep, scale, *, causal, window, backward):
+# scale is static: JAX's cuDNN call takes it as a Python float (a non-differentiable argument of its custom_vjp)
+@partial(jax.jit, static_argnames=("scale", "causal", "window", "backward"))
+def _lengths(q, k, v, do, q_len, kv_len, keep, *, scale, causal, window, backward):
     def forward(q, k, v):
         o, lse = jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=causal, query_seq_lengths=q_len,
                                               key_value_seq_lengths=kv_len, local_window_size=window,
@@ -131,8 +132,8 @@ def _lengths(q, k, v, do, q_len, kv_len, keep, scale, *, causal, window, backwar
     return _run(forward, q, k, v, do, backward)
 
 
-@partial(jax.jit, static_argnames=("causal", "window", "backward"))
-def _packed(q, k, v, do, q_seqlen, kv_seqlen, q_offsets, kv_offsets, stat_index, keep, scale, *, causal, window,
+@partial(jax.jit, static_argnames=("scale", "causal", "window", "backward"))
+def _packed(q, k, v, do, q_seqlen, kv_seqlen, q_offsets, kv_offsets, stat_index, keep, *, scale, causal, window,
             backward):
     mask_type = fused.MaskType.PADDING_CAUSAL if causal else fused.MaskType.PADDING
 
@@ -199,7 +200,8 @@ class Lengths(_Base):
         keep = attends_something(q_len[:, None], kv_len[:, None], t, causal, w)
         window = None if w is None else (w - 1, 0)  # jax.nn hands cuDNN left + 1
         o, lse, grads = _lengths(q, k, v, do, jnp.asarray(q_len), jnp.asarray(kv_len), jnp.asarray(keep),
-                                 np.float32(p.effective_scale), causal=causal, window=window, backward=p.backward)
+                                 scale=float(p.effective_scale), causal=causal, window=window,
+                                 backward=p.backward)
         return self._outputs(p, o, lse, grads)
 
 
@@ -237,5 +239,5 @@ class Packed(_Base):
             sequence += 1
         o, lse, grads = _packed(q, k, v, do, *(jnp.asarray(a) for a in (seqlen["q"], seqlen["kv"], offsets["q"],
                                                                         offsets["kv"], stat_index, keep)),
-                                np.float32(p.effective_scale), causal=causal, window=w, backward=p.backward)
+                                scale=float(p.effective_scale), causal=causal, window=w, backward=p.backward)
         return self._outputs(p, o, lse, grads)
