@@ -23,8 +23,10 @@ def test_te_metadata_passes_without_bottom_right(tmp_path):
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 
-def test_the_bottom_right_finding_replays(tmp_path):
-    fixture = REPO / "fixtures" / "stacks" / "te_jax_bottom_right_query_without_keys_counted.case.json"
+@pytest.mark.parametrize("name", ["te_jax_bottom_right_query_without_keys_counted",
+                                  "te_jax_bottom_right_document_without_keys_counted"])
+def test_the_bottom_right_finding_replays(tmp_path, name):
+    fixture = REPO / "fixtures" / "stacks" / f"{name}.case.json"
     done = subprocess.run([sys.executable, "-m", "attn_oracle", "replay", "attn_oracle.stacks.te_jax:Backend",
                            str(fixture)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and "q_seqlens" in done.stdout, done.stdout + done.stderr
