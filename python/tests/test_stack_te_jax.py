@@ -24,7 +24,8 @@ def test_te_metadata_passes_without_bottom_right(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["te_jax_bottom_right_query_without_keys_counted",
-                                  "te_jax_bottom_right_document_without_keys_counted"])
+                                  "te_jax_bottom_right_document_without_keys_counted",
+                                  "te_jax_bottom_right_extreme_positions_counted"])
 def test_the_bottom_right_finding_replays(tmp_path, name):
     fixture = REPO / "fixtures" / "stacks" / f"{name}.case.json"
     done = subprocess.run([sys.executable, "-m", "attn_oracle", "replay", "attn_oracle.stacks.te_jax:Backend",
