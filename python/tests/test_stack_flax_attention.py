@@ -39,3 +39,12 @@ def test_positions_past_int32_do_not_survive_jax():
 
     assert int(jnp.asarray(np.array([2**31 + 5], np.int64))[0]) < 0
     assert flax_attention.Backend.domain.max_position == 2**31 - 1
+
+
+def test_extreme_integers_are_judged_and_pass(tmp_path):
+    """With max_position, positions go to the top of int32 and window sides to INT64_MIN/MAX: judged, not
+    declined (an unbounded side written as INT64_MIN once overflowed the module's int32 window)."""
+    done, report = run_check(tmp_path, "attn_oracle.stacks.flax_attention:Backend", "--cases", "15",
+                             "--filter", "attention/extremeIntegersChangeNothing")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert report["results"][0]["draws"]["judged"] >= 14

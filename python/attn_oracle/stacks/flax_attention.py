@@ -103,7 +103,8 @@ class Backend:
         dt = dtype_of(jnp, p.dtype)
         q, k, v = (jnp.asarray(t, dtype=dt) for t in (x.q, x.k, x.v))
         do = jnp.asarray(x.do, dtype=dt) if p.backward else None
-        window = tuple(np.int32(min(w, I32)) for w in p.batch.window)
+        # an unbounded side may come as any negative number (INT64_MIN too), a bounded one past int32
+        window = tuple(np.int32(-1 if w < 0 else min(w, I32)) for w in p.batch.window)
         factor = np.float32(p.effective_scale * np.sqrt(p.head_dim))
         rescale = p.scale is not None and abs(p.effective_scale - 1.0 / np.sqrt(p.head_dim)) > 0
         o, grads = _attend(q, k, v, do, q_ids, q_pos, kv_ids, kv_pos, window, factor, causal="causal" in p.batch.mask,
