@@ -24,8 +24,10 @@ def test_the_planted_twin_is_caught_and_shrunk(tmp_path):
 
 
 def test_fp16_is_taken(tmp_path):
-    """MaxText's einsums ask for no precision preset: fp16 compiles under jit on the CPU backend too."""
+    """MaxText's einsums ask for no precision preset: fp16 compiles under jit on the CPU backend too. Every
+    draw is judged; none raises. (One of these draws, seed 20261122, has dq 1.10 x over its budget: the
+    precision finding fixtures/stacks/maxtext_fp16_gqa_dq.case.json, docs/stacks.md.)"""
     done, report = run_check(tmp_path, "planted_jax_stacks:MaxTextFp16", "--cases", "10",
                              "--filter", "attention/matchesReference")
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert report["results"][0]["draws"]["judged"] >= 9
+    assert report["results"][0]["draws"]["judged"] == 10, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "raised" not in done.stdout and "exception" not in done.stdout, done.stdout[-4000:]
