@@ -10,6 +10,10 @@
 //    transformers' flash path does when B > 1 (a document at the start of row
 //    b + 1 with the id of row b's last one merges with it), fails
 //    metadata/matchesReference on each of 5 seeds at 100 draws;
+//  - a metadata backend whose positions are [B, T] under extra dims and
+//    within int32, as TransformerEngine JAX takes them, judges >= 90 of 100
+//    draws declared (positions_extra_dims = false, max_position = INT32_MAX),
+//    fewer through its hooks;
 //  - a pass on fewer than a tenth of its draws reads "passed, but judged only
 //    N of 100 draws", its verdict still passed;
 //  - a backend whose hooks decline only what a transformed problem holds (a
@@ -98,6 +102,30 @@ class RowMergingTwin final : public SelfAttentionReference {
   }
 };
 
+// The reference's metadata in TransformerEngine JAX's shape: positions [B, T]
+// under extra dims (it vmaps the segment ids only) and within int32 (it casts
+// them), declared or declined by hook.
+class TransformerEngineShaped final : public Backend, public MetadataCapability {
+ public:
+  explicit TransformerEngineShaped(bool declared) : declared_(declared) {}
+  std::string name() const override { return declared_ ? "te-shaped" : "te-shaped-by-hooks"; }
+  MetadataCapability* metadata() override { return this; }
+  InputDomain domain() const override { return declared_ ? shared() : InputDomain{}; }
+  std::optional<std::string> unsupported(const PackedBatch& batch) override {
+    return declared_ ? std::nullopt : outside_domain(shared(), batch);
+  }
+  Expected<Metadata> metadata(const PackedBatch& batch) override { return ref::metadata(batch); }
+
+ private:
+  static InputDomain shared() {
+    InputDomain d;
+    d.positions_extra_dims = false;
+    d.max_position = INT32_MAX;
+    return d;
+  }
+  bool declared_;
+};
+
 bool ends_in_padding(const PackedSide& side) {
   const IntArray& ids = side.segment_ids;
   if (ids.shape.empty() || ids.shape.back() == 0) return false;
@@ -174,6 +202,19 @@ TEST(OutsideDomain, NamesTheFieldThatExcludesAnInput) {
   PackedBatch two_rows = one_row({1, 1}, {0, 1});
   two_rows.q = two_rows.kv = PackedSide{IntArray({2, 2}, {1, 1, 1, 1}), IntArray({2, 2}, {0, 1, 0, 1})};
   expect_outside(one_row_only, two_rows, "2 rows; the backend takes at most 1");
+  InputDomain shared_positions;
+  shared_positions.positions_extra_dims = false;
+  PackedBatch sliced = one_row({1, 1, 2}, {0, 1, 0});
+  sliced.q.segment_ids = IntArray({2, 1, 3}, {1, 1, 2, 1, 2, 2});
+  sliced.kv = sliced.q;
+  EXPECT_EQ(outside_domain(shared_positions, sliced), std::nullopt);  // positions [1, 3], shared by both slices
+  sliced.q.segment_pos = IntArray({2, 1, 3}, {0, 1, 0, 0, 0, 1});
+  expect_outside(shared_positions, sliced, "q positions of shape [2, 1, 3] carry the extra dims");
+  InputDomain int32_positions;
+  int32_positions.max_position = INT32_MAX;
+  EXPECT_EQ(outside_domain(int32_positions, one_row({1, 1}, {0, INT32_MAX})), std::nullopt);
+  expect_outside(int32_positions, one_row({1, 1}, {0, int64_t{1} << 31}),
+                 "position 2147483648 at q row 0 token 1; the backend takes positions up to 2147483647");
   AttentionProblem p{one_row({1, 1, 2}, {0, 1, 0}), AttentionShape{}};
   InputDomain kernel_shapes;
   kernel_shapes.dtypes = {Dtype::bf16};
@@ -202,7 +243,25 @@ rc::Gen<InputDomain> some_domain() {
   one_row_fp16.max_rows = 1;
   one_row_fp16.dtypes = {Dtype::fp16};
   one_row_fp16.head_dims = {64};
-  return rc::gen::element(transformers_packed_domain(), padding_kinds, one_row_fp16);
+  InputDomain shared_positions;  // TransformerEngine JAX's metadata: positions [B, T] under extra dims
+  shared_positions.positions_extra_dims = false;
+  InputDomain shared_from_zero = shared_positions;
+  shared_from_zero.positions_from_zero = true;
+  return rc::gen::element(transformers_packed_domain(), padding_kinds, one_row_fp16, shared_positions, shared_from_zero);
+}
+
+// Not vacuous: under shared positions the valid draws still have extra dims.
+TEST(DomainGenerators, SharedPositionsStillDrawExtraDims) {
+  InputDomain d;
+  d.positions_extra_dims = false;
+  rc::Random random(uint64_t{20261125});
+  int with_extra = 0;
+  for (int i = 0; i < 200; ++i) {
+    const PackedBatch b = packed_batch(within(d, {.max_rows = 3}))(random.split(), 30).value();
+    with_extra += b.q.segment_ids.shape.size() > 2 || b.kv.segment_ids.shape.size() > 2;
+    ASSERT_EQ(outside_domain(d, b), std::nullopt) << "draw " << i;
+  }
+  EXPECT_GE(with_extra, 40) << "of 200 draws";
 }
 
 RC_GTEST_PROP(DomainGenerators, everyValidDrawIsInsideItsDomain, ()) {
@@ -286,6 +345,23 @@ TEST(DeclaredDomain, ThePlantedTwinThatMergesRowsFailsOnEverySeed) {
     ASSERT_EQ(o.status, PropertyOutcome::Status::failed) << "seed " << seed << ": judged " << o.judged();
     std::cout << "seed " << seed << ": caught at draw " << o.failures.front().draw << " (judged " << o.judged()
               << " of " << o.drawn << "): " << o.failures.front().message << "\n";
+  }
+}
+
+// TransformerEngine JAX's module declined about a quarter of its draws one by
+// one ("positions with the extra dims of the segment ids") and every draw of
+// extremePositionsChangeNothing (past int32); declared, they are drawn inside.
+TEST(DeclaredDomain, TransformerEngineShapedInputsAreDrawnInsteadOfDeclined) {
+  TransformerEngineShaped declared(true), by_hooks(false);
+  for (const char* id : {"metadata/matchesReference", "metadata/extraDimsEqualSliceBySlice",
+                         "metadata/extremePositionsChangeNothing"}) {
+    const PropertyOutcome o = run_property(*find_property(id), declared, default_run_settings());
+    const PropertyOutcome h = run_property(*find_property(id), by_hooks, default_run_settings());
+    std::cout << id << ": judged " << o.judged() << " of " << o.drawn << " declared, " << h.judged() << " of "
+              << h.drawn << " through the hooks\n";
+    EXPECT_EQ(o.status, PropertyOutcome::Status::passed) << id;
+    EXPECT_GE(o.judged(), 90) << id;
+    EXPECT_LT(h.judged(), o.judged()) << id;
   }
 }
 

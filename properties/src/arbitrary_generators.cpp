@@ -40,13 +40,14 @@ rc::Gen<std::vector<int64_t>> positions_of(int64_t n, int64_t len) {
 
 constexpr int64_t kMaxRows = 3, kMaxLen = 8;
 
-// A side drawn at the largest shape [extra..., kMaxRows, kMaxLen]; `cut` trims it.
-rc::Gen<PackedSide> full_side(bool extra) {
-  return rc::gen::mapcat(rc::gen::pair(extra_dims(extra), rc::gen::arbitrary<bool>()), [](const std::pair<Shape, bool>& h) {
+// A side drawn at the largest shape [extra..., kMaxRows, kMaxLen]; `cut` trims
+// it. Positions [kMaxRows, kMaxLen] unless `positions_extra` lets them be full.
+rc::Gen<PackedSide> full_side(bool extra, bool positions_extra) {
+  return rc::gen::mapcat(rc::gen::pair(extra_dims(extra), rc::gen::arbitrary<bool>()), [=](const std::pair<Shape, bool>& h) {
     Shape ids_shape = h.first;
     ids_shape.push_back(kMaxRows);
     ids_shape.push_back(kMaxLen);
-    const Shape pos_shape = h.second ? ids_shape : Shape{kMaxRows, kMaxLen};
+    const Shape pos_shape = h.second && positions_extra ? ids_shape : Shape{kMaxRows, kMaxLen};
     return rc::gen::map(rc::gen::pair(ids_of(shape_product(ids_shape)), positions_of(shape_product(pos_shape), kMaxLen)),
                         [ids_shape, pos_shape](const auto& p) {
                           return PackedSide{IntArray(ids_shape, p.first), IntArray(pos_shape, p.second)};
@@ -102,8 +103,11 @@ rc::Gen<PackedBatch> arbitrary_batch(const InputDomain& domain) {
   std::vector<MaskKind> masks;
   for (MaskKind kind : kAllMaskKinds)
     if (domain.takes_mask(kind)) masks.push_back(kind);
+  // Positions restarted from 0 take the ids' shape: no extra dims when they must not carry them.
+  const bool extra = domain.extra_dims && (domain.positions_extra_dims || !domain.positions_from_zero);
   auto full = rc::gen::build<PackedBatch>(
-      rc::gen::set(&PackedBatch::q, full_side(domain.extra_dims)), rc::gen::set(&PackedBatch::kv, full_side(domain.extra_dims)),
+      rc::gen::set(&PackedBatch::q, full_side(extra, domain.positions_extra_dims)),
+      rc::gen::set(&PackedBatch::kv, full_side(extra, domain.positions_extra_dims)),
       rc::gen::set(&PackedBatch::mask, shrinking_element(masks)),
       rc::gen::set(&PackedBatch::max_segments, shrinking_weighted<int64_t>({{8, rc::gen::inRange<int64_t>(1, 5)}, {1, rc::gen::just<int64_t>(0)}})));
   const int64_t max_rows = domain.max_rows > 0 ? std::min(kMaxRows, domain.max_rows) : kMaxRows;

@@ -219,10 +219,15 @@ Case with_extreme_integers(Case c) {
 
 PackedBatch extreme_batch_of(const Case& c, const PackedBatch& batch) {
   return at_extreme_integers(batch, drawn_value<int64_t>(c, "margin", 0), drawn_value<int64_t>(c, "left_as", -1),
-                             drawn_value<int64_t>(c, "right_as", -1));
+                             drawn_value<int64_t>(c, "right_as", -1), drawn_value<int64_t>(c, "top", INT64_MAX));
 }
 
-Case draw_extreme_integers(Backend& backend) { return with_extreme_integers(draw_supported(backend)); }
+// Positions go to the top of what the backend's domain takes (max_position), kept in the case for its replay.
+Case draw_extreme_integers(Backend& backend) {
+  Case c = with_extreme_integers(draw_supported(backend));
+  if (const int64_t top = backend.domain().max_position; top > 0) c.property->drawn["top"] = top;
+  return c;
+}
 
 // What the extreme form changed, since the case printed is the drawn one: "with
 // the largest position moved to INT64_MAX - 1 (every position up by 9223372036854775800),

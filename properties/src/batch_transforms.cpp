@@ -136,13 +136,14 @@ void write_side(const std::vector<DocTokens>& docs, bool q, const RowView& from,
 
 }  // namespace
 
-PackedBatch at_extreme_integers(const PackedBatch& batch, int64_t margin, int64_t left_as, int64_t right_as) {
+PackedBatch at_extreme_integers(const PackedBatch& batch, int64_t margin, int64_t left_as, int64_t right_as,
+                               int64_t top) {
   PackedBatch b = batch;
   int64_t lowest = INT64_MAX, highest = 0;
   for (const PackedSide* s : {&batch.q, &batch.kv})
     for (int64_t p : s->segment_pos.data) lowest = std::min(lowest, p), highest = std::max(highest, p);
-  if (lowest < 0 || highest > INT64_MAX - margin) return b;  // not a valid batch, or already there
-  const int64_t shift = INT64_MAX - margin - highest;
+  if (lowest < 0 || highest > top - margin) return b;  // not a valid batch, or already there
+  const int64_t shift = top - margin - highest;
   for (PackedSide* s : {&b.q, &b.kv})
     for (int64_t& p : s->segment_pos.data) p += shift;
   // Past this, a window side allows every pair a bounded one could (a run is

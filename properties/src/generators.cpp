@@ -236,9 +236,12 @@ rc::Gen<std::vector<DocSpec>> row_spec(EdgeMode mode, bool padding, const BatchO
 }
 
 // Broadcast positions run along the whole row (not from 0 in each document):
-// never drawn for a domain of positions from 0.
-rc::Gen<SideSpec> side_spec(Shape extra, bool contiguous_only, bool from_zero) {
-  auto broadcast_pos = from_zero ? rc::gen::just(false) : rc::gen::arbitrary<bool>();
+// never drawn for a domain of positions from 0, always for one whose positions
+// do not carry the extra dims.
+rc::Gen<SideSpec> side_spec(Shape extra, bool contiguous_only, const InputDomain& d) {
+  auto broadcast_pos = !d.positions_extra_dims ? rc::gen::just(true)
+                       : d.positions_from_zero ? rc::gen::just(false)
+                                               : rc::gen::arbitrary<bool>();
   auto mode = contiguous_only ? rc::gen::just(PositionMode::contiguous)
                               : shrinking_weighted<PositionMode>({{6, rc::gen::just(PositionMode::contiguous)},
                                                                       {2, rc::gen::just(PositionMode::offset)},
@@ -314,7 +317,8 @@ rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
   };
   const InputDomain& d = o.domain;
   if (d.max_rows > 0) o.max_rows = std::max(1, static_cast<int>(std::min<int64_t>(o.max_rows, d.max_rows)));
-  o.extra_dims = o.extra_dims && d.extra_dims;
+  // Shared positions run along the row, so positions from 0 leave no extra dims to draw.
+  o.extra_dims = o.extra_dims && d.extra_dims && (d.positions_extra_dims || !d.positions_from_zero);
   o.contiguous_positions = o.contiguous_positions || d.positions_from_zero;
   o.max_len = static_cast<int>(menu_max_tokens(d, o.max_len));
   o.max_rows = static_cast<int>(menu_max_rows(d, o.max_rows));
@@ -340,8 +344,8 @@ rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
         rc::gen::set(&BatchSpec::mask, rc::gen::just(h.mask)), rc::gen::set(&BatchSpec::window, window(o.domain.windows)),
         rc::gen::set(&BatchSpec::spare_capacity, spare), rc::gen::set(&BatchSpec::q_trailing, trailing),
         rc::gen::set(&BatchSpec::kv_trailing, trailing),
-        rc::gen::set(&BatchSpec::q, side_spec(h.extra.first, o.contiguous_positions, o.domain.positions_from_zero)),
-        rc::gen::set(&BatchSpec::kv, side_spec(h.extra.second, o.contiguous_positions, o.domain.positions_from_zero)),
+        rc::gen::set(&BatchSpec::q, side_spec(h.extra.first, o.contiguous_positions, o.domain)),
+        rc::gen::set(&BatchSpec::kv, side_spec(h.extra.second, o.contiguous_positions, o.domain)),
         rc::gen::set(&BatchSpec::slices, slices));
   });
   // Set after drawing, so that the draws of every other domain stay as they were.

@@ -225,7 +225,11 @@ InvalidBatch as_self_attention(InvalidBatch d, Violation v) {
 
 }  // namespace
 
-rc::Gen<InvalidBatch> invalid_batch(const InputDomain& domain) {
+rc::Gen<InvalidBatch> invalid_batch(const InputDomain& declared) {
+  // Violations in positions materialise them over the extra dims: a domain whose
+  // positions do not carry them gets its invalid draws without extra dims.
+  InputDomain domain = declared;
+  domain.extra_dims = domain.extra_dims && domain.positions_extra_dims;
   auto violation = shrinking_element<Violation>(violations_within(domain));
   return rc::gen::mapcat(violation, [domain](Violation v) {
     BatchOptions options = within(domain);

@@ -348,18 +348,25 @@ void extra_dims_equal_slice_by_slice(Backend& backend, const Case& c) {
 void extreme_positions_change_nothing(Backend& backend, const Case& c) {
   const PackedBatch& batch = batch_of(c);
   valid_layout_or_decline(batch);
-  const PackedBatch extreme = at_extreme_integers(batch, drawn_value<int64_t>(c, "margin", 0), -1, -1);
+  const int64_t top = drawn_value<int64_t>(c, "top", INT64_MAX), margin = drawn_value<int64_t>(c, "margin", 0);
+  const PackedBatch extreme = at_extreme_integers(batch, margin, -1, -1, top);
   const Metadata want = ref::metadata(batch).value();
   const Expected<Metadata> truth = ref::metadata(extreme);
   if (!truth) fail_with("the reference rejected the extreme form: ", truth.error(), " (oracle suspect)");
   if (const std::string diff = first_difference(truth.value(), want); !diff.empty())
     fail_case("the reference changed with the extreme positions (oracle suspect): " + diff);
   const std::string diff = first_difference(metadata_or_fail(backend, extreme), want);
-  if (!diff.empty()) fail_case("with the largest position moved to INT64_MAX - " + std::to_string(drawn_value<int64_t>(c, "margin", 0)) + ": " + diff);
+  if (!diff.empty())
+    fail_case("with the largest position moved to " + std::string(top == INT64_MAX ? "INT64_MAX" : std::to_string(top)) +
+              " - " + std::to_string(margin) + ": " + diff);
 }
 
+// Positions go to the top of what the backend's domain takes (max_position), kept in the case for its replay.
 Case draw_extreme_positions(Backend& backend) {
-  return with_drawn(metadata_case(*packed_batch(within(drawing_domain(backend.domain())))), {{"margin", *shrinking_element<int64_t>({0, 1, 2, 3})}});
+  const InputDomain d = drawing_domain(backend.domain());
+  nlohmann::json drawn = {{"margin", *shrinking_element<int64_t>({0, 1, 2, 3})}};
+  if (d.max_position > 0) drawn["top"] = d.max_position;
+  return with_drawn(metadata_case(*packed_batch(within(d))), std::move(drawn));
 }
 
 Case draw_valid(Backend& backend) { return metadata_case(*packed_batch(within(drawing_domain(backend.domain())))); }

@@ -328,8 +328,14 @@ class Domain:
     self_attention_only: q and kv are one batch (the same ids, positions, T and extra dims).
     no_padding: no padding token (id 0) on either side.
     positions_from_zero: every document's positions are 0, 1, 2, ...
+    max_position: the largest position taken (2**31 - 1 for a stack that holds
+    positions in int32); 0 for no limit. The extreme-position properties move
+    positions to the top of it.
     max_rows: the most rows B (1: one row); 0 for no limit.
     extra_dims: whether extra (vmapped) leading dims before [B, T] are taken.
+    positions_extra_dims: whether positions may carry those extra dims; False:
+    under extra dims positions are [B, T], shared by every slice (TransformerEngine
+    JAX vmaps the segment ids only).
     mask_kinds: the mask kinds taken (names as in docs/semantics.md); empty for all six.
     windows: whether a sliding window other than (-1, -1) is taken.
     dtypes: among "fp32", "fp16", "bf16"; empty for all. head_dims: empty for any.
@@ -342,8 +348,10 @@ class Domain:
     self_attention_only: bool = False
     no_padding: bool = False
     positions_from_zero: bool = False
+    max_position: int = 0
     max_rows: int = 0
     extra_dims: bool = True
+    positions_extra_dims: bool = True
     mask_kinds: tuple = ()
     windows: bool = True
     dtypes: tuple = ()
@@ -351,11 +359,14 @@ class Domain:
     sizes: Optional[dict] = None
 
     def __post_init__(self):
-        for key in ("self_attention_only", "no_padding", "positions_from_zero", "extra_dims", "windows"):
+        for key in ("self_attention_only", "no_padding", "positions_from_zero", "extra_dims", "positions_extra_dims",
+                    "windows"):
             if not isinstance(getattr(self, key), bool):
                 raise TypeError(f"Domain.{key} is {getattr(self, key)!r}: True or False")
-        if isinstance(self.max_rows, bool) or not isinstance(self.max_rows, int) or self.max_rows < 0:
-            raise TypeError(f"Domain.max_rows is {self.max_rows!r}: an integer >= 0 (0: no limit)")
+        for key in ("max_rows", "max_position"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise TypeError(f"Domain.{key} is {value!r}: an integer >= 0 (0: no limit)")
         for key, known in (("mask_kinds", MASK_KINDS), ("dtypes", DTYPES)):
             names = getattr(self, key)
             if isinstance(names, str) or any(n not in known for n in names):

@@ -61,3 +61,18 @@ class TeJaxWithoutBottomRight(te_jax.Backend):
 
     name = "transformer-engine-jax-metadata-top-left"
     domain = te_jax.Domain(mask_kinds=("no_mask", "padding", "causal", "padding_causal"))
+
+
+class FlaxFp16(flax_attention.Backend):
+    """Not a twin: Flax on fp16 draws only (the test that fp16 is taken)."""
+
+    name = "flax-fp16"
+    domain = flax_attention.Domain(mask_kinds=flax_attention.Backend.domain.mask_kinds, dtypes=("fp16",),
+                                   max_position=flax_attention.Backend.domain.max_position)
+
+
+class MaxTextFp16(maxtext.Backend if maxtext else object):
+    """Not a twin: MaxText on fp16 draws only (the test that fp16 is taken)."""
+
+    name = "maxtext-fp16"
+    domain = flax_attention.Domain(self_attention_only=True, positions_from_zero=True, windows=False, dtypes=("fp16",))

@@ -28,10 +28,14 @@ def test_the_hello_carries_the_fields_that_narrow_the_domain():
     assert worker.hello(Declares(declared))["domain"] == {
         "self_attention_only": True, "mask_kinds": ["causal", "no_mask"], "head_dims": [64]}
     assert worker.hello(Declares({"no_padding": True, "max_rows": 1}))["domain"] == {"no_padding": True, "max_rows": 1}
+    assert worker.hello(Declares(Domain(positions_extra_dims=False, max_position=2**31 - 1)))["domain"] == {
+        "positions_extra_dims": False, "max_position": 2**31 - 1}
 
 
 @pytest.mark.parametrize("fields, key", [({"mask_kinds": ["sideways"]}, "mask_kinds"), ({"dtypes": ["fp64"]}, "dtypes"),
                                          ({"no_padding": "yes"}, "no_padding"), ({"max_rows": -1}, "max_rows"),
+                                         ({"positions_extra_dims": 0}, "positions_extra_dims"),
+                                         ({"max_position": -1}, "max_position"),
                                          ({"head_dims": [0]}, "head_dims"), ({"mask_kinds": "causal"}, "mask_kinds")])
 def test_a_bad_field_is_refused_naming_it(fields, key):
     with pytest.raises((TypeError, ValueError), match=f"Domain.{key}"):

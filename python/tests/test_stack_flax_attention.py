@@ -20,3 +20,31 @@ def test_the_planted_twin_is_caught_and_shrunk(tmp_path):
     assert done.returncode == 1, done.stdout[-4000:]
     case = shrunk_case(done)
     assert real_tokens(case, "q") <= 2 and real_tokens(case, "kv") <= 2, case
+
+
+def test_fp16_is_taken(tmp_path):
+    """Flax's einsums ask for no precision preset: fp16 compiles under jit on the CPU backend too."""
+    done, report = run_check(tmp_path, "planted_jax_stacks:FlaxFp16", "--cases", "15",
+                             "--filter", "attention/matchesReference")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert report["results"][0]["draws"]["judged"] >= 14
+
+
+def test_positions_past_int32_do_not_survive_jax():
+    """JAX without x64 holds int32: a position past int32 wraps, so the domain stops at 2**31 - 1."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from attn_oracle.stacks import flax_attention
+
+    assert int(jnp.asarray(np.array([2**31 + 5], np.int64))[0]) < 0
+    assert flax_attention.Backend.domain.max_position == 2**31 - 1
+
+
+def test_extreme_integers_are_judged_and_pass(tmp_path):
+    """With max_position, positions go to the top of int32 and window sides to INT64_MIN/MAX: judged, not
+    declined (an unbounded side written as INT64_MIN once overflowed the module's int32 window)."""
+    done, report = run_check(tmp_path, "attn_oracle.stacks.flax_attention:Backend", "--cases", "15",
+                             "--filter", "attention/extremeIntegersChangeNothing")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert report["results"][0]["draws"]["judged"] >= 14

@@ -20,3 +20,21 @@ def test_the_planted_twin_is_caught_and_shrunk(tmp_path):
     assert done.returncode == 1, done.stdout[-4000:]
     case = shrunk_case(done)
     assert real_tokens(case, "q") <= 2 and real_tokens(case, "kv") <= 2, case
+
+
+def test_fp16_is_declined_only_where_jax_refuses_it():
+    """Under jax.jit on the CPU backend, XLA:CPU refuses the F16_F16_F32 preset jax.nn asks for."""
+    import jax
+    import jax.numpy as jnp
+
+    from attn_oracle.stacks import jax_nn
+
+    if jax.default_backend() != "cpu":
+        assert "fp16" in jax_nn.DTYPES
+        return
+    q, kv = jnp.ones((1, 16, 2, 8), jnp.float16), jnp.ones((1, 16, 1, 8), jnp.float16)
+    with pytest.raises(ValueError, match="F16_F16_F32"):
+        jax.jit(lambda q, kv: jax.nn.dot_product_attention(q, kv, kv, implementation="xla"))(q, kv)
+    jax.jit(lambda q, kv: jax.nn.dot_product_attention(q, kv, kv, implementation="xla"))(q.astype(jnp.bfloat16),
+                                                                                      kv.astype(jnp.bfloat16))
+    assert jax_nn.DTYPES == ("fp32", "bf16")

@@ -21,3 +21,13 @@ def test_the_planted_twin_is_caught_and_shrunk(tmp_path):
     assert done.returncode == 1, done.stdout[-4000:]
     case = shrunk_case(done)
     assert real_tokens(case, "q") <= 2 and real_tokens(case, "kv") <= 2, case
+
+
+def test_fp16_is_taken(tmp_path):
+    """MaxText's einsums ask for no precision preset: fp16 compiles under jit on the CPU backend too. Every
+    draw is judged; none raises. (One of these draws, seed 20261122, has dq 1.10 x over its budget: the
+    precision finding fixtures/stacks/maxtext_fp16_gqa_dq.case.json, docs/stacks.md.)"""
+    done, report = run_check(tmp_path, "planted_jax_stacks:MaxTextFp16", "--cases", "10",
+                             "--filter", "attention/matchesReference")
+    assert report["results"][0]["draws"]["judged"] == 10, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "raised" not in done.stdout and "exception" not in done.stdout, done.stdout[-4000:]

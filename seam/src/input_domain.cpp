@@ -40,13 +40,16 @@ std::optional<std::string> shape_fields(const InputDomain& d, const PackedBatch&
     const Shape& shape = side->segment_ids.shape;
     if (!d.extra_dims && shape.size() > 2)
       return std::string(name) + " ids of shape " + shape_to_string(shape) + "; the backend takes no extra leading dims";
+    if (!d.positions_extra_dims && shape.size() > 2 && side->segment_pos.shape.size() > 2)
+      return std::string(name) + " positions of shape " + shape_to_string(side->segment_pos.shape) +
+             " carry the extra dims of the ids; the backend takes positions [B, T], shared by every slice";
     if (d.max_rows > 0 && shape.size() >= 2 && shape[shape.size() - 2] > d.max_rows)
       return std::to_string(shape[shape.size() - 2]) + " rows; the backend takes at most " + std::to_string(d.max_rows);
   }
   return std::nullopt;
 }
 
-// A padding token, or a document whose positions do not run 0, 1, 2, ...
+// A padding token, a position past max_position, or a document whose positions do not run 0, 1, 2, ...
 std::optional<std::string> content_fields(const InputDomain& d, const char* name, const PackedSide& side) {
   const IntArray &ids = side.segment_ids, &pos = side.segment_pos;
   if (ids.shape.empty() || !consistent(ids) || !consistent(pos)) return std::nullopt;
@@ -55,6 +58,9 @@ std::optional<std::string> content_fields(const InputDomain& d, const char* name
     const int64_t id = ids.data[t], row = len > 0 ? t / len : 0, col = len > 0 ? t % len : 0;
     const std::string at = std::string(name) + " row " + std::to_string(row) + " token " + std::to_string(col);
     if (d.no_padding && id == 0) return "a padding token (id 0) at " + at + "; the backend takes no padding";
+    if (d.max_position > 0 && id != 0 && !pos.data.empty() && pos.data[t % pos_size] > d.max_position)
+      return "position " + std::to_string(pos.data[t % pos_size]) + " at " + at + "; the backend takes positions up to " +
+             std::to_string(d.max_position);
     if (!d.positions_from_zero || id == 0 || pos.data.empty()) continue;
     const bool starts = col == 0 || ids.data[t - 1] != id;
     const int64_t want = starts ? 0 : pos.data[(t - 1) % pos_size] + 1;
@@ -123,8 +129,10 @@ std::string to_string(const InputDomain& d) {
   if (d.self_attention_only) parts.emplace_back("self-attention only");
   if (d.no_padding) parts.emplace_back("no padding");
   if (d.positions_from_zero) parts.emplace_back("positions from 0");
+  if (d.max_position > 0) parts.push_back("positions up to " + std::to_string(d.max_position));
   if (d.max_rows > 0) parts.push_back("at most " + std::to_string(d.max_rows) + (d.max_rows == 1 ? " row" : " rows"));
   if (!d.extra_dims) parts.emplace_back("no extra dims");
+  if (!d.positions_extra_dims) parts.emplace_back("positions [B, T] under extra dims");
   if (!d.mask_kinds.empty()) parts.push_back("masks " + listed(d.mask_kinds));
   if (!d.windows) parts.emplace_back("no windows");
   if (!d.dtypes.empty()) parts.push_back("dtypes " + listed(d.dtypes));
@@ -141,7 +149,7 @@ std::string to_string(const InputDomain& d) {
 std::optional<std::string> outside_domain(const InputDomain& d, const PackedBatch& batch) {
   if (auto why = shape_fields(d, batch)) return why;
   if (auto why = size_fields(d.sizes, batch)) return why;
-  if (!d.no_padding && !d.positions_from_zero) return std::nullopt;
+  if (!d.no_padding && !d.positions_from_zero && d.max_position == 0) return std::nullopt;
   if (!validate(batch)) return std::nullopt;  // content fields describe valid inputs
   if (auto why = content_fields(d, "q", batch.q)) return why;
   return content_fields(d, "kv", batch.kv);

@@ -371,8 +371,12 @@ InputDomain read_domain(const nlohmann::json& domain) {
     else if (key == "no_padding") d.no_padding = domain_flag(key, v);
     else if (key == "positions_from_zero") d.positions_from_zero = domain_flag(key, v);
     else if (key == "extra_dims") d.extra_dims = domain_flag(key, v);
+    else if (key == "positions_extra_dims") d.positions_extra_dims = domain_flag(key, v);
     else if (key == "windows") d.windows = domain_flag(key, v);
-    else if (key == "max_rows") {
+    else if (key == "max_position") {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0) bad_domain(key, "an integer >= 0 (0: no limit)", v);
+      d.max_position = v.get<int64_t>();
+    } else if (key == "max_rows") {
       if (!v.is_number_integer() || v.get<int64_t>() < 0) bad_domain(key, "an integer >= 0 (0: no limit)", v);
       d.max_rows = v.get<int64_t>();
     } else if (key == "mask_kinds") {
@@ -393,7 +397,7 @@ InputDomain read_domain(const nlohmann::json& domain) {
     } else {
       throw ProtocolError("domain has the unknown key \"" + key +
                           "\" (known: self_attention_only, no_padding, positions_from_zero, max_rows, extra_dims, "
-                          "mask_kinds, windows, dtypes, head_dims, sizes)");
+                          "positions_extra_dims, max_position, mask_kinds, windows, dtypes, head_dims, sizes)");
     }
   }
   return d;

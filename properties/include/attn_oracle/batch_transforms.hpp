@@ -31,12 +31,14 @@ MaskKind with_padding(MaskKind kind);
 
 // The same batch written with extreme integers that mean the same thing: every
 // position of both sides moved up by one amount so that the largest is
-// INT64_MAX - margin (masks read differences and run lengths only), and each
+// top - margin (INT64_MAX, or the largest position a backend's domain takes;
+// masks read differences and run lengths only), and each
 // window side replaced by `left_as` / `right_as` where that changes nothing: a
 // negative value for an unbounded side; a value above every position span plus
 // the longest side for an unbounded side or one already that wide. A
 // replacement that would change the mask is not made.
-PackedBatch at_extreme_integers(const PackedBatch& batch, int64_t margin, int64_t left_as, int64_t right_as);
+PackedBatch at_extreme_integers(const PackedBatch& batch, int64_t margin, int64_t left_as, int64_t right_as,
+                               int64_t top = INT64_MAX);
 
 // Slices of metadata for broadcast row r (flat over extra x B).
 std::vector<int64_t> row_slice(const std::vector<int64_t>& per_row, int64_t width, int64_t r);

@@ -1,4 +1,4 @@
-"""What the JAX stack modules share: batch checks, rows, dtypes, the empty-query mapping.
+"""What the JAX stack modules share: batch checks, rows, dtype names, the empty-query mapping.
 
 Kept free of any stack import but JAX's own, which the caller has already
 imported through :func:`attn_oracle.stacks.require`.
@@ -16,17 +16,6 @@ from ..errors import Unsupported
 # row of them is uniform, and its logsumexp stays near -2.4e38. No logit of a
 # query that attends a key comes near this.
 EMPTY_LSE = -1e38
-
-
-def attention_dtypes(jax) -> tuple:
-    """The dtypes a JAX attention module takes here.
-
-    fp16 is left out on the CPU backend: the XLA path asks dot_general for the
-    F16_F16_F32 preset, which XLA:CPU refuses when compiled under jax.jit (jax.nn
-    falls back to the default precision only when the error comes at trace
-    time).
-    """
-    return ("fp32", "bf16") if jax.default_backend() == "cpu" else ("fp32", "bf16", "fp16")
 
 
 def check(batch) -> None:

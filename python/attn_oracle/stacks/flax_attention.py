@@ -34,7 +34,7 @@ from functools import partial
 import numpy as np
 
 from . import require
-from ._jax_common import attention_dtypes, check_attention, check_problem, dtype_of, numpy_out, rows
+from ._jax_common import check_attention, check_problem, dtype_of, numpy_out, rows
 from ..worker import Domain
 
 flax = require("Flax", "flax", "flax", checked=("0.12",))
@@ -83,8 +83,8 @@ class Backend:
     version = flax.__version__
     outputs = ("gradients",)  # no lse: dot_product_attention returns the output only
     token_level_mask = True  # the mask comes from positions, as the reference's: judged on every input
-    domain = Domain(mask_kinds=("no_mask", "padding", "causal", "padding_causal"),
-                    dtypes=attention_dtypes(jax))
+    # fp16 too: Flax's einsums ask for no precision preset, so XLA:CPU compiles them under jit
+    domain = Domain(mask_kinds=("no_mask", "padding", "causal", "padding_causal"), max_position=int(I32))
     fp32_softmax = True
     map_empty = True
 
@@ -103,7 +103,8 @@ class Backend:
         dt = dtype_of(jnp, p.dtype)
         q, k, v = (jnp.asarray(t, dtype=dt) for t in (x.q, x.k, x.v))
         do = jnp.asarray(x.do, dtype=dt) if p.backward else None
-        window = tuple(np.int32(min(w, I32)) for w in p.batch.window)
+        # an unbounded side may come as any negative number (INT64_MIN too), a bounded one past int32
+        window = tuple(np.int32(-1 if w < 0 else min(w, I32)) for w in p.batch.window)
         factor = np.float32(p.effective_scale * np.sqrt(p.head_dim))
         rescale = p.scale is not None and abs(p.effective_scale - 1.0 / np.sqrt(p.head_dim)) > 0
         o, grads = _attend(q, k, v, do, q_ids, q_pos, kv_ids, kv_pos, window, factor, causal="causal" in p.batch.mask,

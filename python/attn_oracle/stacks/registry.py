@@ -54,6 +54,12 @@ STACKS: tuple[Stack, ...] = (
     Stack("torch_flex", "PyTorch flex attention (CUDA, compiled)", "torch", ("Compiled",),
           check_args=("--shape-stable", "--filter", "attention/matchesReference", "--cases", "20"), gpu=True),
     Stack("hf_transformers", "Hugging Face transformers (SDPA, CUDA)", "torch", ("SdpaAttention",), gpu=True),
+    # JAX on a GPU: the XLA paths in fp16 too (the modules pick the GPU backend), and cuDNN's fused attention.
+    Stack("jax_nn", "jax.nn (CUDA)", "jax", ("Backend", "Lengths"), check_args=("--shape-stable",), gpu=True),
+    Stack("flax_attention", "Flax (CUDA)", "jax", ("Backend",), check_args=("--shape-stable",), gpu=True),
+    Stack("maxtext", "MaxText (CUDA)", "jax", ("Backend",), check_args=("--shape-stable",), gpu=True),
+    Stack("jax_cudnn", "JAX cuDNN fused attention", "jax", ("Lengths", "Packed"), check_args=("--shape-stable",),
+          gpu=True),
 )
 
 

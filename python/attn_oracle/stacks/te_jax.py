@@ -39,9 +39,12 @@ Conventions mapped:
 - segment ids are broadcast to the common extra shape (TE vmaps both sides
   with one batch size); positions with fewer dims go to TE as they are.
 
-Declined input classes (TE does not take them): positions past int32 (TE casts
-them to int32), positions that carry the extra dims (TE vmaps segment ids
-only), and a side of 0 tokens (TE gives no seqlens or offsets for it). Attention is not run here (no cuDNN on CPU): there is no query that
+Declined input classes (TE does not take them; python/tests/test_stack_te_jax.py
+tries each against TE): positions past int32 (TE casts them to int32) and
+positions that carry the extra dims (TE vmaps segment ids only), both said by
+the domain (``max_position``, ``positions_extra_dims``) so that draws land
+inside it; a side of 0 tokens (TE gives no seqlens or offsets for it), by the
+hook. Attention is not run here (no cuDNN on CPU): there is no query that
 attends nothing to map.
 """
 
@@ -230,7 +233,8 @@ class Backend:
     """TE's SequenceDescriptor metadata and FusedAttnFwdPrimitive's compaction of it."""
 
     name = "transformer-engine-jax-metadata"
-    domain = Domain()
+    # TE vmaps the segment ids only (positions [B, T]) and casts positions to int32
+    domain = Domain(positions_extra_dims=False, max_position=int(INT32_MAX))
 
     def __init__(self):
         self.te, self.impl, self.where = load_attention(os.environ.get(ENV) or None)

@@ -64,10 +64,18 @@ struct InputDomain {
   // Every document's positions are 0, 1, 2, ... on both sides (no offset
   // micro-sequences, no context-parallel stripes).
   bool positions_from_zero = false;
+  // The largest position taken on either side (INT32_MAX for a stack that
+  // holds positions in int32); 0 for no limit. The extreme-position properties
+  // move positions to the top of it rather than of int64.
+  int64_t max_position = 0;
   // The most rows B a batch may have (1: one row); 0 for no limit.
   int64_t max_rows = 0;
   // Whether extra (vmapped) leading dims before [B, T] are taken.
   bool extra_dims = true;
+  // Whether positions may carry the extra dims of the segment ids; false:
+  // under extra dims, positions are [B, T], shared by every slice
+  // (TransformerEngine JAX vmaps the segment ids only).
+  bool positions_extra_dims = true;
   // The mask kinds taken; empty for all six.
   std::vector<MaskKind> mask_kinds;
   // Whether a sliding window other than (-1, -1) is taken.

@@ -1,0 +1,243 @@
+"""JAX's cuDNN fused attention (jax 0.12 checked here, 0.11.2 on the device image), two ways callers pack batches.
+
+- :class:`Lengths`: the public ``jax.nn.dot_product_attention(implementation=
+  "cudnn")`` with ``query_seq_lengths`` / ``key_value_seq_lengths``: one
+  document per row, then padding (as ``jax_nn.Lengths``); q and kv may differ.
+- :class:`Packed`: the packed THD path, per-document lengths and offsets:
+  ``jax._src.cudnn.fused_attention_stablehlo.dot_product_attention(q_seqlen=
+  [B, M], kv_seqlen=[B, M], q_offsets=[B, M+1], kv_offsets=[B, M+1])``, -1 past
+  a row's last document. No public JAX API takes offsets (``jax.nn`` holds one
+  length per row); MaxText's ``cudnn_flash_jax`` kernel imports this same
+  function. The spans are the reference's documents (``packing.documents``),
+  as a TransformerEngine-style caller computes them; a document with no token
+  on one side is left out (its queries attend nothing).
+
+Both run under one ``jax.jit`` with ``jax.vjp`` and compile per shape: draw
+shape-stable (``--shape-stable``). Without a GPU the import fails with one line
+(``StackUnavailable``); ``python/tests/jax_cudnn_standin.py`` puts a stand-in
+for the cuDNN custom call under JAX's own code, so the mapping is tested on CPU.
+
+Domain: positions from 0 in every document (cuDNN's causal term and window act
+on the token index from the start of a sequence, where an index difference is a
+position difference). Declined, each by the library:
+
+- fp32: cuDNN's fused attention takes fp16 and bf16 (``check_layout`` raises);
+- head dims that are not a multiple of 8 or past 128 (256 on Hopper):
+  ``check_is_flash_attention`` raises; the domain lists 8, 64 and 128;
+- a window with a right side under a kind without a causal term: cuDNN's
+  window is ``sliding_window_length`` W, the band ``(i - W, i]`` (jax.nn raises
+  "cuDNN doesn't support right window").
+
+Declined by convention: the bottom-right kinds (``MaskType`` has NO_MASK,
+PADDING, CAUSAL, PADDING_CAUSAL; causal is top-left). :class:`Lengths` also
+declines a row of several documents and padding before its document (one
+length per row, counted from token 0).
+
+Conventions mapped:
+
+- the window: W = left + 1 (cuDNN's left bound is exclusive); under a causal
+  kind the right side is moot and goes as 0; ``(-1, 0)`` without a causal term
+  is the causal kind itself.
+- a query that attends nothing (padding, a document without keys, a window
+  past the last key): cuDNN writes nothing documented there; the module finds
+  those queries from the arguments it passed (spans, causal, W) and writes o = 0,
+  lse = -inf, inside the differentiated function.
+- lse: :class:`Lengths` gets ``[B, Tq, Hq]`` from jax.nn in the input dtype
+  (``lse_dtype = "input"``); :class:`Packed` gets cuDNN's softmax statistics,
+  float32 ``[B*M, Hq, T]`` indexed by compacted sequence and token within it,
+  and reads each token's lse there.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+
+from . import StackUnavailable, require
+from ._jax_common import check_attention, check_problem, dtype_of, numpy_out, rows
+from .. import packing
+from ..worker import Domain
+
+jax = require("JAX cuDNN attention", "jax", "jax", checked=("0.12",))
+import jax.numpy as jnp  # noqa: E402
+from jax._src.cudnn import fused_attention_stablehlo as fused  # noqa: E402
+from jax._src.interpreters import mlir  # noqa: E402
+
+__all__ = ["Lengths", "Packed", "unavailable_reason"]
+
+HEAD_DIMS = (8, 64, 128)
+TOP_LEFT = ("no_mask", "padding", "causal", "padding_causal")
+
+
+def unavailable_reason() -> str | None:
+    """Why JAX cannot run cuDNN's fused attention here, or None."""
+    platform = jax.default_backend()
+    if platform != "gpu" and fused._dot_product_attention_fwd_p not in mlir._platform_specific_lowerings.get(platform, {}):
+        return f"no GPU: JAX's backend is {platform}, and cuDNN's fused attention lowers for CUDA only"
+    try:
+        fused.check_cudnn_version()
+    except Exception as e:  # noqa: BLE001 - one line: why not
+        return f"JAX finds no cuDNN ({type(e).__name__}: {e})"
+    return None
+
+
+if (_reason := unavailable_reason()) is not None:
+    raise StackUnavailable(f"JAX cuDNN attention: {_reason}")
+
+
+def cudnn_window(window, causal: bool, exclusive: bool = True):
+    """(causal, W or None) for the suite's window, or None where cuDNN has no such window.
+    ``exclusive``: cuDNN's left bound is exclusive, so W = left + 1 (False: a planted twin's W = left)."""
+    left, right = (int(w) for w in window)
+    if causal:
+        right = 0  # moot under a causal term
+    if left < 0 and right < 0:
+        return causal, None
+    if right != 0:
+        return None
+    return (True, None) if left < 0 else (causal, left + exclusive)
+
+
+def attends_something(q_len, kv_len, t, causal, w):
+    """[..., T] bool: whether token index t (< q_len) of a sequence attends a key of kv_len keys."""
+    first = np.maximum(0, t - w + 1) if w is not None else np.zeros_like(t)
+    last = np.minimum(t, kv_len - 1) if (causal or w is not None) else kv_len - 1
+    return (t < q_len) & (kv_len > 0) & (first <= last)
+
+
+def _finish(o, lse, keep):
+    """o = 0 and lse = -inf where a query attends nothing; keep is [R, Tq]."""
+    o = jnp.where(keep[:, :, None, None], o, jnp.zeros_like(o))
+    return o, jnp.where(keep[:, :, None], lse.astype(jnp.float32), -jnp.inf)
+
+
+def _run(forward, q, k, v, do, backward):
+    if not backward:
+        o, lse = forward(q, k, v)
+        return o, lse, None
+    (o, lse), pullback = jax.vjp(forward, q, k, v)
+    return o, lse, pullback((do, jnp.zeros_like(lse)))
+
+
+# scale is static: JAX's cuDNN call takes it as a Python float (a non-differentiable argument of its custom_vjp)
+@partial(jax.jit, static_argnames=("scale", "causal", "window", "backward"))
+def _lengths(q, k, v, do, q_len, kv_len, keep, *, scale, causal, window, backward):
+    def forward(q, k, v):
+        o, lse = jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=causal, query_seq_lengths=q_len,
+                                              key_value_seq_lengths=kv_len, local_window_size=window,
+                                              implementation="cudnn", return_residual=True)
+        return _finish(o, lse, keep)
+
+    return _run(forward, q, k, v, do, backward)
+
+
+@partial(jax.jit, static_argnames=("scale", "causal", "window", "backward"))
+def _packed(q, k, v, do, q_seqlen, kv_seqlen, q_offsets, kv_offsets, stat_index, keep, *, scale, causal, window,
+            backward):
+    mask_type = fused.MaskType.PADDING_CAUSAL if causal else fused.MaskType.PADDING
+
+    def forward(q, k, v):
+        o, stats = fused.dot_product_attention(q, k, v, q_seqlen=q_seqlen, kv_seqlen=kv_seqlen, q_offsets=q_offsets,
+                                               kv_offsets=kv_offsets, scale=scale, mask_type=mask_type,
+                                               qkv_layout="BTNH", sliding_window_length=window, return_residual=True)
+        # stats [B*M, Hq, T]: token (r, t) is stats[sequence, :, index within it]
+        lse = stats[stat_index[..., 0], :, stat_index[..., 1]]  # [R, Tq, Hq]
+        return _finish(o, lse, keep)
+
+    return _run(forward, q, k, v, do, backward)
+
+
+class _Base:
+    version = jax.__version__
+    exclusive_left = True  # False: a planted twin's window, W = left
+
+    def unsupported_attention(self, p):
+        if cudnn_window(p.batch.window, "causal" in p.batch.mask, self.exclusive_left) is None:
+            return "a window with a right side and no causal term: cuDNN's window is (i - W, i]"
+        return None
+
+    def _tensors(self, p, x):
+        check_problem(p, x)
+        dt = dtype_of(jnp, p.dtype)
+        q, k, v = (jnp.asarray(t, dtype=dt) for t in (x.q, x.k, x.v))
+        return q, k, v, jnp.asarray(x.do, dtype=dt) if p.backward else None
+
+    def _outputs(self, p, o, lse, grads):
+        out = {"o": numpy_out(o), "lse": np.transpose(numpy_out(lse), (0, 2, 1))}
+        if p.backward:
+            out.update(zip(("dq", "dk", "dv"), (numpy_out(g) for g in grads)))
+        return out
+
+
+class Lengths(_Base):
+    """One document per row, then padding: jax.nn's query_seq_lengths / key_value_seq_lengths on cuDNN."""
+
+    name = "jax-cudnn-seq-lengths"
+    lse_dtype = "input"  # jax.nn casts cuDNN's statistics to the output dtype
+    domain = Domain(positions_from_zero=True, mask_kinds=TOP_LEFT, dtypes=("fp16", "bf16"), head_dims=HEAD_DIMS)
+
+    def unsupported_attention(self, p):
+        for ids in (p.batch.q_segment_ids, p.batch.kv_segment_ids):
+            ids = np.asarray(ids).reshape(-1, np.asarray(ids).shape[-1])
+            top = ids.max(-1, keepdims=True)
+            if (np.where(ids != 0, ids, top) != top).any():
+                return "more than one document in a row: query_seq_lengths holds one length per row"
+            real = ids != 0
+            if (real[:, 1:] & ~real[:, :-1]).any():
+                return "a padding token before the document: the sequence lengths count from token 0"
+        return super().unsupported_attention(p)
+
+    def attention(self, p, x):
+        check_attention(self, p)
+        q_ids, _, kv_ids, _ = rows(p.batch)
+        q, k, v, do = self._tensors(p, x)
+        same = q_ids.max(-1) == kv_ids.max(-1)  # a row whose q and kv documents differ attends nothing
+        q_len = np.where(same, (q_ids != 0).sum(-1), 0).astype(np.int32)
+        kv_len = np.where(same, (kv_ids != 0).sum(-1), 0).astype(np.int32)
+        causal, w = cudnn_window(p.batch.window, "causal" in p.batch.mask, self.exclusive_left)
+        t = np.arange(q_ids.shape[1])[None, :]
+        keep = attends_something(q_len[:, None], kv_len[:, None], t, causal, w)
+        window = None if w is None else (w - 1, 0)  # jax.nn hands cuDNN left + 1
+        o, lse, grads = _lengths(q, k, v, do, jnp.asarray(q_len), jnp.asarray(kv_len), jnp.asarray(keep),
+                                 scale=float(p.effective_scale), causal=causal, window=window,
+                                 backward=p.backward)
+        return self._outputs(p, o, lse, grads)
+
+
+class Packed(_Base):
+    """Packed rows: per-document q/kv lengths and offsets, cuDNN's THD path."""
+
+    name = "jax-cudnn-packed"
+    lse_dtype = "float32"  # cuDNN's softmax statistics, float32
+    domain = Domain(positions_from_zero=True, mask_kinds=TOP_LEFT, dtypes=("fp16", "bf16"), head_dims=HEAD_DIMS)
+
+    def spans(self, batch):
+        """The documents handed to cuDNN: the reference's, with tokens on both sides."""
+        return [d for d in packing.documents(batch) if d.q_len > 0 and d.kv_len > 0]
+
+    def attention(self, p, x):
+        check_attention(self, p)
+        q_ids, _, kv_ids, _ = rows(p.batch)
+        q, k, v, do = self._tensors(p, x)
+        n_rows, tq, m = q_ids.shape[0], q_ids.shape[1], p.batch.max_segments
+        causal, w = cudnn_window(p.batch.window, "causal" in p.batch.mask, self.exclusive_left)
+        seqlen = {s: np.full((n_rows, m), -1, np.int32) for s in ("q", "kv")}
+        offsets = {s: np.full((n_rows, m + 1), -1, np.int32) for s in ("q", "kv")}
+        stat_index = np.zeros((n_rows, tq, 2), np.int32)
+        keep = np.zeros((n_rows, tq), bool)
+        used = np.zeros(n_rows, np.int64)
+        sequence = 0  # cuDNN's compacted sequences, rows in order
+        for d in self.spans(p.batch):
+            slot = used[d.row]
+            used[d.row] += 1
+            for side, start, length in (("q", d.q_start, d.q_len), ("kv", d.kv_start, d.kv_len)):
+                seqlen[side][d.row, slot], offsets[side][d.row, slot] = length, start
+            t = np.arange(d.q_len)
+            stat_index[d.row, d.q_start:d.q_start + d.q_len] = np.stack([np.full_like(t, sequence), t], -1)
+            keep[d.row, d.q_start:d.q_start + d.q_len] = attends_something(d.q_len, d.kv_len, t, causal, w)
+            sequence += 1
+        o, lse, grads = _packed(q, k, v, do, *(jnp.asarray(a) for a in (seqlen["q"], seqlen["kv"], offsets["q"],
+                                                                        offsets["kv"], stat_index, keep)),
+                                scale=float(p.effective_scale), causal=causal, window=w, backward=p.backward)
+        return self._outputs(p, o, lse, grads)
