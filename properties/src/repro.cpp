@@ -108,9 +108,18 @@ Judgement judge_micro_sequences(Backend& backend, const KvBufferProblem& p) {
   return j;
 }
 
+// An exception or a failed worker is the backend's answer too: the call disagrees.
 Judgement judge_directly(Backend& backend, const Case& c) {
-  if (const auto* kv = c.as<KvBufferCase>()) return judge_micro_sequences(backend, kv->problem);
-  return judge_case(backend, c);
+  Judgement j;
+  try {
+    if (const auto* kv = c.as<KvBufferCase>()) return judge_micro_sequences(backend, kv->problem);
+    return judge_case(backend, c);
+  } catch (const BackendFailure& e) {
+    j.fail(e.what());
+  } catch (const std::exception& e) {
+    j.fail(std::string("exception: ") + e.what());
+  }
+  return j;
 }
 
 // The same problem, whether the tensors are written out or generated from a seed.

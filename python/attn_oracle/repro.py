@@ -237,8 +237,8 @@ def python_script(c: Case, target: str, *, origin: str = "", differs: str = "", 
     head += list(stack.notes) if stack else [f"Run it where {module} imports; exit 1 (AssertionError) while it differs."]
     out = ['"""' + "\n".join(line for line in head if line) + '\n"""', ""]
     out += ["from types import SimpleNamespace", "", "import numpy as np", ""] if stack is None else ["import numpy as np", ""]
-    out += imports + ["", HELPERS.strip("\n"), ""]
-    out += [s + "\n" for s in setup if "\n" in s]
+    out += imports + ["", "", HELPERS.strip("\n"), "", ""]
+    out += [s + "\n\n" for s in setup if "\n" in s]
     if c.op == "kv_buffer":
         out += _kv_lines(c) + [s for s in setup if "\n" not in s]
         out += ["# The reference's metadata of each micro-sequence (docs/semantics.md section 3), compared exactly.",
@@ -293,7 +293,9 @@ def write(target: str, case_path: str, out: Optional[str] = None) -> str:
     c, said, first = direct_case(target, case_path)
     property_id = (original.property or {}).get("id", "")
     transformed = "transformed" in said
-    script = python_script(c, target, origin=os.fspath(case_path), differs=first, property_id=property_id,
+    origin = os.path.relpath(case_path)
+    origin = origin if not origin.startswith("..") else os.fspath(case_path)
+    script = python_script(c, target, origin=origin, differs=first, property_id=property_id,
                            transformed=transformed)
     if out:
         with open(out, "w") as f:
