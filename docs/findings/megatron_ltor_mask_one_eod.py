@@ -119,7 +119,7 @@ budgets = {"o": 1e-05, "lse": 1.004188791535853e-05}
 expected = {
     'o': np.array([[[[-0.7873066067695618]], [[-0.3453484773635864]]]]),
     'lse': np.array([[[-0.7260921984087645, -0.12896893087502992]]]),
-    'attention_mask': np.array([[[[false, true], [true, false]]]]),  # in the stack's terms
+    'attention_mask': np.array([[[[False, True], [True, False]]]]),  # in the stack's terms
     'position_ids': np.array([[0, 0]]),  # in the stack's terms
 }
 differs = compare(got, expected, budgets)

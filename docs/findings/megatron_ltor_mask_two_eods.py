@@ -119,7 +119,7 @@ budgets = {"o": 1e-05, "lse": 1.0028487107783804e-05}
 expected = {
     'o': np.array([[[[-0.6522642970085144]], [[0.5430930852890015]], [[-0.5086221098899841]]]]),
     'lse': np.array([[[0.7219765668308469, 0.10781692450269365, 0.3270907557626259]]]),
-    'attention_mask': np.array([[[[false, true, true], [true, false, true], [true, true, false]]]]),  # in the stack's terms
+    'attention_mask': np.array([[[[False, True, True], [True, False, True], [True, True, False]]]]),  # in the stack's terms
     'position_ids': np.array([[0, 0, 0]]),  # in the stack's terms
 }
 differs = compare(got, expected, budgets)

@@ -103,7 +103,7 @@ def _literal(a) -> str:
             return f"np.where(np.array({json.dumps(np.isneginf(a).tolist())}), -np.inf, np.array({text}))"
         return f"np.array({text})"
     if a.dtype.kind == "b":
-        return f"np.array({json.dumps(a.tolist())})"
+        return f"np.array({a.tolist()!r})"
     return f"np.array({json.dumps(np.asarray(a, np.int64).tolist())})"
 
 
