@@ -297,6 +297,9 @@ def write(target: str, case_path: str, out: Optional[str] = None) -> str:
     origin = origin if not origin.startswith("..") else os.fspath(case_path)
     script = python_script(c, target, origin=origin, differs=first, property_id=property_id,
                            transformed=transformed)
+    if target.startswith("attn_oracle.") and "\nfrom attn_oracle" in script:
+        print(f"python -m attn_oracle repro: note: {target} has no reproduction(), so the script imports it, "
+              "and attn-oracle with it", file=sys.stderr)
     if out:
         with open(out, "w") as f:
             f.write(script)
