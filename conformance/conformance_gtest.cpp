@@ -35,6 +35,7 @@
 #include "attn_oracle/harness/program.hpp"
 #include "attn_oracle/harness/report.hpp"
 #include "attn_oracle/harness/test_lists.hpp"
+#include "attn_oracle/repro.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -67,13 +68,6 @@ const std::optional<TestIdList>& list_from(const char* variable, std::string& er
     if (const char* path = std::getenv(variable); path && *path) it->second.first = TestIdList::read(path, it->second.second);
   error = it->second.second;
   return it->second.first;
-}
-
-std::string file_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // The backend a test runs on. One that isolates itself is kept for the
@@ -123,10 +117,10 @@ std::string failures_text(const CheckResult& r) {
   if (const std::string cost = triage_cost_line(o); !cost.empty()) os << cost << "\n";
   for (const TriageEntry& e : triage_entries(o)) {
     if (!e.heading.empty()) os << e.heading << (e.failure ? "" : ": " + e.example) << "\n";
-    if (const PropertyFailure* f = e.failure)
-      os << f->message << "\ncounterexample (" << counterexample_origin(*f) << "): " << f->case_path
-         << "\n" << file_text(f->case_path) << "replay: " << f->replay_command << "\nrerun: " << f->rerun_command << "\n"
-         << (f->backend_log.empty() ? "" : "the worker's stderr ended with:\n" + f->backend_log + "\n");
+    if (const PropertyFailure* f = e.failure) {
+      for (const std::string& line : failure_lines(*f)) os << line << "\n";
+      if (!f->backend_log.empty()) os << "the worker's stderr ended with:\n" << f->backend_log << "\n";
+    }
     if (!e.decline.empty()) os << "  " << e.decline << "\n";
   }
   return os.str();

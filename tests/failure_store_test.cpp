@@ -135,6 +135,25 @@ TEST(FailureStore, AStoredFailureIsReplayedFirstThenPassesAndIsRetired) {
   EXPECT_FALSE(after.result.contains("store")) << after.result.dump();
 }
 
+// A shown failure prints its case in a line (the JSON stays in its file) and its repro
+// line; a cluster the store opened reads "from the store", with the draws of this run
+// that join it counted from the first of them, never "from draw -1".
+TEST(FailureStore, AStoredClusterSaysFromTheStoreAndCountsFromItsFirstDraw) {
+  const fs::path dir = fresh_dir("store_heading");
+  ToggledBackend::bug = true;
+  const CheckRun found = check(dir, 7, 100);
+  ASSERT_EQ(found.status, 1) << found.out;
+  EXPECT_FALSE(has(found.out, "\"schema\"")) << found.out;
+  EXPECT_TRUE(has(found.out, "      metadata ")) << found.out;
+  EXPECT_TRUE(has(found.out, "    repro: ") && has(found.out, " repro --backend toggled ")) << found.out;
+  const CheckRun stored_only = check(dir, 8, 1);
+  EXPECT_TRUE(has(stored_only.out, "from the store")) << stored_only.out;
+  EXPECT_FALSE(has(stored_only.out, "from draw -1")) << stored_only.out;
+  const CheckRun joined = check(dir, 7, 100);
+  EXPECT_FALSE(has(joined.out, "from draw -1")) << joined.out;
+  EXPECT_TRUE(has(joined.out, ", and from the store\n")) << joined.out;
+}
+
 // Seeds 7 and 8 shrink to the same case, seed 11 to another (found by trying seeds).
 TEST(FailureStore, TheSameCaseFromTwoSeedsIsOneFileAndAnotherCaseIsAnother) {
   const fs::path dir = fresh_dir("two_seeds");

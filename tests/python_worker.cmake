@@ -5,8 +5,8 @@
 #                             examples/{jax,torch}_backend.py pass every attention
 #                             property (SKIP when PYTHON cannot import the framework)
 #   planted_fails_and_replays examples/planted_numpy_backend.py fails, shrinks to a
-#                             small case, and its printed replay line exits 3 with
-#                             the same message
+#                             small case printed in a line, with a repro line, and its
+#                             printed replay line exits 3 with the same message
 #   crashing_worker, hanging_worker, garbage_worker
 #                             each a clean failure of the case with the worker's
 #                             stderr in the output and in the report
@@ -167,7 +167,9 @@ elseif(CASE STREQUAL "planted_fails_and_replays")
   string(REGEX MATCH "FAILED +metadata/matchesReference[^\n]*\n +\[1\] wrong answer on ordinary inputs[^\n]*\n +([^\n]*)\n" _ "${out}")
   set(message "${CMAKE_MATCH_1}")
   expect("a shrunk case" "counterexample \\(draw [0-9]+, [1-9][0-9]* shrinks\\)" "${out}")
-  expect("a bottom-right case" "\"mask\": \"(padding_)?causal_bottom_right\"" "${out}")
+  # The case in a line under its path (its JSON stays in the file), and the repro line.
+  expect("a bottom-right case" "\\.case\\.json\n +metadata (padding_)?causal_bottom_right M=" "${out}")
+  expect("a repro line" "\n +repro: attn-oracle repro --backend 'exec:" "${out}")
   string(REGEX MATCH "\n +replay: attn-oracle ([^\n]*)\n" _ "${out}")
   set(replay "${CMAKE_MATCH_1}")
   # Small: at most 4 tokens a side, one row, one document.

@@ -25,6 +25,7 @@
 #include "attn_oracle/harness/report.hpp"
 #include "attn_oracle/harness/test_lists.hpp"
 #include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/repro.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -120,15 +121,6 @@ void print_table(const CheckReport& report) {
   }
 }
 
-// The counterexample file as written, indented (at most 40 lines).
-void print_case_file(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  int n = 0;
-  for (; std::getline(in, line) && n < 40; ++n) std::cout << "      " << line << "\n";
-  if (std::getline(in, line)) std::cout << "      ... (the rest in the file)\n";
-}
-
 // The end of a worker's stderr, indented (the report keeps all of what was captured).
 void print_backend_log(const std::string& log) {
   if (log.empty()) return;
@@ -156,10 +148,7 @@ void print_result(const CheckResult& r) {
   for (const TriageEntry& e : triage_entries(o)) {
     if (!e.heading.empty()) std::cout << "    " << e.heading << (e.failure ? "" : ": " + e.example) << "\n";
     if (const PropertyFailure* f = e.failure) {
-      std::cout << "    " << f->message << "\n";
-      std::cout << "    counterexample (" << counterexample_origin(*f) << "): " << f->case_path << "\n";
-      print_case_file(f->case_path);
-      std::cout << "    replay: " << f->replay_command << "\n    rerun: " << f->rerun_command << "\n";
+      for (const std::string& line : failure_lines(*f)) std::cout << "    " << line << "\n";
       print_backend_log(f->backend_log);
     }
     if (!e.decline.empty()) std::cout << "      " << e.decline << "\n";

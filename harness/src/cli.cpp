@@ -43,6 +43,7 @@
 #include "attn_oracle/harness/isolation.hpp"
 #include "attn_oracle/harness/npy_export.hpp"
 #include "attn_oracle/harness/report.hpp"
+#include "attn_oracle/harness/repro.hpp"
 #include "attn_oracle/replay.hpp"
 
 namespace attn_oracle {
@@ -65,6 +66,14 @@ commands:
                                   PASS (exit 0), FAIL (exit 3) or SKIP (exit 4: nothing was
                                   judged) and the first differences; default backend: the one
                                   the case records, else reference
+  repro [--backend NAME] CASE [--out FILE] [--direct FILE]
+                                  a counterexample as a standalone GoogleTest file (stdout,
+                                  or FILE) that calls the backend through the seam alone and
+                                  asserts the reference's answer inline: the call of the
+                                  case's property check that the backend answers differently
+                                  from the reference; exit 3 when no call does; --direct:
+                                  that call as a case file with `expected` (what `python -m
+                                  attn_oracle repro` writes a Python script from)
   NAME is a registered backend (`backends` lists them) or exec:COMMAND, a worker
   process speaking docs/protocol.md (COMMAND runs under /bin/sh -c; per-call time
   limit ATTN_ORACLE_WORKER_TIMEOUT seconds, default 60), e.g.
@@ -492,7 +501,7 @@ int coverage_command(const std::vector<std::string>& argv) {
 }  // namespace
 
 bool is_cli_verb(const std::string& word) {
-  static const std::set<std::string> verbs = {"eval",   "replay", "check",    "backends", "promote",
+  static const std::set<std::string> verbs = {"eval",   "replay", "repro", "check",    "backends", "promote",
                                               "export", "report", "coverage", "help",     "--help"};
   return verbs.count(word) || is_isolation_child_verb(word);
 }
@@ -512,6 +521,7 @@ int run_cli(const std::vector<std::string>& argv, const CheckEnvironment& env) {
     if (is_isolation_child_verb(command)) return run_isolation_child(argv);
     if (command == "eval") return eval_command(rest);
     if (command == "replay") return replay_command(rest);
+    if (command == "repro") return repro_command(rest);
     if (command == "check") return check_command(rest, env);
     if (command == "report") return report_command(rest);
     if (command == "backends") return backends_command(rest, env);

@@ -3,6 +3,7 @@
 #include "attn_oracle/harness/report.hpp"
 
 #include "attn_oracle/harness/test_lists.hpp"
+#include "attn_oracle/repro.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -45,6 +46,7 @@ ojson failure_to_json(const PropertyFailure& f) {
   j["counterexample"] = f.case_path;
   j["replay"] = f.replay_command;
   j["rerun"] = f.rerun_command;
+  j["repro"] = f.repro_command;
   if (!f.backend_log.empty()) j["backend_log"] = f.backend_log;
   return j;
 }
@@ -96,6 +98,7 @@ PropertyFailure failure_from_json(const json& j) {
   f.case_path = j.value("counterexample", "");
   f.replay_command = j.value("replay", "");
   f.rerun_command = j.value("rerun", "");
+  f.repro_command = j.value("repro", "");
   f.backend_log = j.value("backend_log", "");
   return f;
 }
@@ -193,7 +196,9 @@ void markdown_property(const CheckResult& r, std::ostream& os) {
     if (const PropertyFailure* f = e.failure) {
       os << "\n```\n" << f->message << "\n```\n\n";
       os << "- counterexample (" << counterexample_origin(*f) << "): `" << f->case_path << "`\n";
-      os << "- replay: `" << f->replay_command << "`\n- rerun: `" << f->rerun_command << "`\n";
+      for (const std::string& line : case_summary_lines(f->case_path)) os << "- case: " << line << "\n";
+      os << "- replay: `" << f->replay_command << "`\n- reproduce without attn-oracle: `" << f->repro_command
+         << "`\n- rerun: `" << f->rerun_command << "`\n";
       if (!f->backend_log.empty()) os << "- the worker's stderr ended with:\n\n```\n" << f->backend_log << (f->backend_log.ends_with('\n') ? "" : "\n") << "```\n";
     }
     if (!e.decline.empty()) os << "\n- `" << e.decline << "`\n";

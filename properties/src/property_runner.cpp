@@ -395,6 +395,7 @@ std::string failure_signature(const std::string& message) {
 void set_replay_commands(PropertyFailure& f, const RunSettings& s, const std::string& backend,
                          const std::string& property, bool this_run) {
   f.replay_command = s.program + " replay --backend " + shell_word(backend) + " " + shell_word(f.case_path);
+  f.repro_command = s.program + " repro --backend " + shell_word(backend) + " " + shell_word(f.case_path);
   f.rerun_command = s.program + " check --backend " + shell_word(backend) + " --filter " + property;
   if (this_run) f.rerun_command += " --seed " + std::to_string(s.seed) + " --cases " + std::to_string(s.cases);
   // Settings read from the environment change the draws: the rerun names them.

@@ -36,6 +36,9 @@ std::string crash_how(const std::string& message) {
   return folded(message);
 }
 
+// The earlier of two draws, where -1 is none (a cluster opened by a stored failure).
+int earliest(int a, int b) { return a < 0 ? b : b < 0 ? a : std::min(a, b); }
+
 std::string classes_text(const std::vector<InputClass>& classes) {
   std::string out;
   for (InputClass c : classes) out += (out.empty() ? "" : ", ") + std::string(to_string(c));
@@ -124,7 +127,7 @@ std::string cluster_line(const FailureCluster& c) {
   std::string what(to_string(c.rank));
   if (c.input_class && c.rank == FailureRank::wrong_on_input_class) what += " (" + std::string(to_string(*c.input_class)) + ")";
   else if (c.input_class) what += " on " + std::string(to_string(*c.input_class));
-  if (c.draws == 0) return what + ", from the store";
+  if (c.draws == 0 || c.first_draw < 0) return what + ", from the store";
   return what + ", " + std::to_string(c.draws) + (c.draws == 1 ? " draw" : " draws") + " from draw " +
          std::to_string(c.first_draw) + (c.stored ? ", and from the store" : "");
 }
@@ -251,13 +254,15 @@ FailureCluster& Triage::cluster_for(const std::string& key, FailureRank rank, st
     c.key = key, c.rank = rank, c.input_class = cls, c.first_draw = draw;
     if (cls) c.decline = decline_line(backend_, capability_, *cls);
   }
-  if (draw >= 0) c.first_draw = c.first_draw < 0 ? draw : std::min(c.first_draw, draw);
+  c.first_draw = earliest(c.first_draw, draw);
   return c;
 }
 
 bool Triage::take(const Draw& d) {
   if (auto seen = group_cluster_.find(d.group); seen != group_cluster_.end()) {
-    ++clusters_[seen->second].draws;
+    FailureCluster& c = clusters_[seen->second];
+    ++c.draws;
+    c.first_draw = earliest(c.first_draw, d.draw);  // a stored failure's cluster has none until now
     return false;
   }
   const bool ordinary = d.kind == FailureKind::wrong_answer && d.classes.empty();
@@ -332,7 +337,7 @@ void merge_clusters(std::vector<FailureCluster>& into, const std::vector<Failure
       continue;
     }
     it->draws += c.draws;
-    it->first_draw = std::min(it->first_draw, c.first_draw);
+    it->first_draw = earliest(it->first_draw, c.first_draw);
     if (it->counterexample.empty()) it->counterexample = c.counterexample, it->example = c.example;
   }
 }

@@ -3,6 +3,7 @@
     python -m attn_oracle check MODULE:CLASS [--cases N] [--seed S] [--filter PREFIX] ...
     python -m attn_oracle replay [MODULE:CLASS] CASE
     python -m attn_oracle eval [MODULE:CLASS] CASE
+    python -m attn_oracle repro MODULE:CLASS CASE [-o FILE]
     python -m attn_oracle COMMAND ...        any other attn-oracle command, as is
     python -m attn_oracle [COMMAND] --help   these forms, then attn-oracle's usage (exit 0)
 
@@ -29,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-VERBS_WITH_BACKEND = ("check", "replay", "eval")
+VERBS_WITH_BACKEND = ("check", "replay", "eval", "repro")
 _TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 _HELP = ("--help", "-h")
 
@@ -43,6 +44,10 @@ usage: python -m attn_oracle COMMAND ...   (attn-oracle with a backend written i
                                   python -m attn_oracle check examples.numpy_backend:Backend --cases N
   replay [MODULE:CLASS] CASE      replay below, on CLASS when given
   eval [MODULE:CLASS] CASE        eval below, on CLASS when given
+  repro MODULE:CLASS CASE [-o FILE]
+                                  a counterexample as one standalone Python script (stdout, or
+                                  FILE) that imports NumPy and the code under test only: the
+                                  stack's public API for attn_oracle.stacks, else MODULE
   COMMAND ...                     any other attn-oracle command, as is:
 """
 
@@ -109,9 +114,32 @@ def run(argv: Sequence[str], **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(command_line(argv), env=environment(), **kwargs)
 
 
+def python_repro_target(argv: Sequence[str]) -> Optional[list[str]]:
+    """``repro MODULE:CLASS ...`` or the form a failure prints, ``repro --backend 'exec:PYTHON -m
+    attn_oracle.worker MODULE:CLASS' ...``: the arguments of attn_oracle.repro.main, else None."""
+    if not argv or argv[0] != "repro" or wants_help(argv):
+        return None
+    rest = list(argv[1:])
+    if rest and is_target(rest[0]):
+        return rest
+    for i, a in enumerate(rest):
+        value = a[len("--backend="):] if a.startswith("--backend=") else rest[i + 1] if a == "--backend" and i + 1 < len(rest) else None
+        if value is None:
+            continue
+        words = shlex.split(value[len("exec:"):]) if value.startswith("exec:") else []
+        if len(words) >= 4 and words[-3:-1] == ["-m", "attn_oracle.worker"] and is_target(words[-1]):
+            return [words[-1]] + rest[:i] + rest[i + (1 if a.startswith("--backend=") else 2):]
+    return None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Replaces this process with attn-oracle (its output and exit status are the command's)."""
+    """Replaces this process with attn-oracle (its output and exit status are the command's);
+    ``repro`` of a Python backend is written here (attn_oracle.repro)."""
     argv = sys.argv[1:] if argv is None else argv
+    if (repro_args := python_repro_target(argv)) is not None:
+        from . import repro
+
+        return repro.main(repro_args)
     try:
         command = [bundled_cli(), "--help"] if wants_help(argv) else command_line(argv)
     except UsageError as e:

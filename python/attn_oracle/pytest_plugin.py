@@ -13,7 +13,8 @@ serves) in the project's pytest configuration, or on the command line::
 
 Every property of ``attn-oracle check --list`` then becomes a test item
 ``attn-oracle[mypkg.kernels:Backend]::attention/matchesReference`` that passes,
-fails (showing the property's counterexample and its replay line) or skips
+fails (showing the property's counterexample in a line or three, its replay line
+and the repro line that writes a standalone script) or skips
 (a capability the backend lacks, every draw declined) as the property did.
 ``-k``, ``-x`` and ``--deselect`` select properties as they select tests.
 The selected properties share one ``attn-oracle check --backend exec:...

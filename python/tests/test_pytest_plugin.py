@@ -68,12 +68,14 @@ def test_the_selected_items_share_one_check_run(tmp_path):
                              "small_seq/matchesReference"]]
 
 
-def test_a_failing_property_shows_its_counterexample_and_replay_line(tmp_path):
+def test_a_failing_property_shows_its_counterexample_and_replay_and_repro_lines(tmp_path):
     done = run_pytest(tmp_path, "-k", "metadata/matchesReference", "--attn-oracle-backend",
                       "examples.planted_numpy_backend:Backend", "--attn-oracle-args", "--cases 50")
     assert done.returncode == 1, done.stdout + done.stderr
     assert "1 failed" in done.stdout and "counterexample (draw" in done.stdout
-    assert " replay --backend 'exec:" in done.stdout
+    assert " replay --backend 'exec:" in done.stdout and " repro --backend 'exec:" in done.stdout
+    # The shrunk case in a line, not its JSON.
+    assert "metadata causal_bottom_right" in done.stdout and '"schema"' not in done.stdout
 
 
 def test_without_a_backend_the_plugin_adds_nothing(tmp_path):

@@ -17,7 +17,10 @@
 #  - every replay line ctest printed, run as printed from the build directory,
 #    reproduces its failure: FAIL with the same message, or the same crash;
 #  - the binary's `check` verb applies the same known-failures list;
-#  - a listed property that passes fails its test (XPASS).
+#  - a listed property that passes fails its test (XPASS);
+#  - the `repro` line printed beside the cu_seqlens_kv failure writes a GoogleTest
+#    file that, built with packed_meta's source and the seam (tests/consumers/repro),
+#    fails as the bug does, and passes built with the reference under its name.
 cmake_minimum_required(VERSION 3.25)
 
 function(fail)
@@ -189,5 +192,37 @@ if(rc EQUAL 0 OR NOT out MATCHES "XPASS")
   fail("a listed property that passes did not fail its test with XPASS (${rc}):\n${out}")
 endif()
 
+# --- the reproduction of a deep bug: a GoogleTest file that fails on packed_meta, passes on the reference
+result_of(r metadata/matchesReference)
+string(JSON failures GET "${r}" failures)
+string(JSON count LENGTH "${failures}")
+math(EXPR last_failure "${count} - 1")
+set(repro "")
+foreach(k RANGE ${last_failure})
+  string(JSON message GET "${failures}" ${k} message)
+  if(message MATCHES "^cu_seqlens_kv")
+    string(JSON repro GET "${failures}" ${k} repro)
+  endif()
+endforeach()
+string(FIND "${ctest_out}" "repro: ${repro}" printed)
+if(repro STREQUAL "" OR printed EQUAL -1)
+  fail("ctest printed no repro line for the cu_seqlens_kv failure ('${repro}')")
+endif()
+set(repro_dir ${BINARY_DIR}/repro)
+file(MAKE_DIRECTORY ${repro_dir})
+run_step("${repro} --out" sh -c "${repro} --out ${repro_dir}/repro_test.cpp")
+file(READ ${repro_dir}/repro_test.cpp repro_test)
+if(repro_test MATCHES "include \"attn_oracle/(reference|properties|harness)" OR NOT repro_test MATCHES "cu_seqlens_kv")
+  fail("the reproduction includes more than the seam, or checks no cu_seqlens_kv:\n${repro_test}")
+endif()
+run_step("configure the reproduction" ${CMAKE_COMMAND} -S ${SOURCE_DIR}/../repro -B ${repro_dir}/build -G ${GENERATOR}
+         -DCMAKE_PREFIX_PATH=${PREFIX} -DREPRO_TEST=${repro_dir}/repro_test.cpp -DVENDOR_DIR=${SOURCE_DIR} ${OPTIONS})
+run_step("build the reproduction" ${CMAKE_COMMAND} --build ${repro_dir}/build)
+execute_process(COMMAND ${repro_dir}/build/repro_on_packed_meta RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(rc EQUAL 0 OR NOT out MATCHES "cu_seqlens_kv")
+  fail("the reproduction passed on packed_meta, or failed elsewhere (${rc}):\n${out}")
+endif()
+run_step("the reproduction on the reference" ${repro_dir}/build/repro_on_reference)
+
 message(STATUS "vendor run: both deep bugs shrunk and replayed, the crash isolated, the known failure xfail, "
-               "the limitation declined; report in ${report_dir}")
+               "the limitation declined, the reproduction fails on packed_meta and passes on the reference; report in ${report_dir}")

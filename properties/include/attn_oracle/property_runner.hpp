@@ -118,6 +118,7 @@ struct PropertyFailure {
   bool nondeterministic = false;
   bool from_store = false;  // a stored case of an earlier run that still fails (failure_store.hpp)
   std::string case_path, replay_command, rerun_command;
+  std::string repro_command;  // writes a standalone reproduction (`repro`, repro.hpp)
   std::string backend_log;  // the end of a worker process's stderr, when the backend is one (process_backend.hpp)
 };
 

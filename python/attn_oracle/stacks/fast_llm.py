@@ -136,7 +136,13 @@ def micro_sequence(doc_lengths, m: int, i: int) -> dict:
     count = -(-n // m)
     if not 0 <= i < count:
         raise AttnOracleError("kv_buffer_slice_out_of_bounds", f"micro-sequence {i} of {count} (N = {n}, m = {m})")
-    inputs = model_inputs(tuple(int(x) for x in lengths), int(m))
+    return fast_llm_micro_sequence(tuple(int(x) for x in lengths), int(m), i)
+
+
+def fast_llm_micro_sequence(doc_lengths: tuple, m: int, i: int) -> dict:
+    """The suite's fields of micro-sequence i from Fast-LLM's model inputs (the one place they are read)."""
+    n = sum(doc_lengths)
+    inputs = model_inputs(doc_lengths, m)
     mi = inputs[i]
     begin = i * m
     end = min(begin + len(mi.tokens), n)  # the padding Fast-LLM added is cut off
@@ -158,6 +164,18 @@ class Backend:
     """Fast-LLM's micro-sequence preprocessing (``LanguageModelBatch.get_model_inputs``)."""
 
     name, version = "fast-llm-micro-sequences", f"{FAST_LLM_VERSION}+{_revision()}"
+
+    def reproduction(self, case):
+        """The call a reproduction makes (attn_oracle.repro): Fast-LLM's preprocessing, as its tests call it."""
+        from ..repro import StackCall
+
+        return StackCall(
+            imports=["import torch", "from fast_llm.data.document.config import LanguageModelBatchPreprocessingConfig",
+                     "from fast_llm.data.document.language_model import LanguageModelBatch, LanguageModelDocument"],
+            functions=[model_inputs, _ints, fast_llm_micro_sequence],
+            call="fast_llm_micro_sequence(tuple(doc_lengths), micro_seq_tokens, i)",
+            notes=["Run it from a Fast-LLM checkout (`PYTHONPATH=. python THIS_FILE`); exit 1 (AssertionError) "
+                   "while it differs."])
 
     def kv_micro_sequence(self, problem, i):
         return micro_sequence(problem.doc_lengths, problem.micro_seq_tokens, i)

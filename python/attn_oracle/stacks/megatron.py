@@ -78,7 +78,8 @@ from megatron.core.utils import flatten_batch_for_packed_sequences  # noqa: E402
 from torch.nn.functional import scaled_dot_product_attention  # noqa: E402
 from torch.utils.data import default_collate  # noqa: E402
 
-__all__ = ["Backend", "PaddedBackend", "EodMaskBackend", "TrainingEodMaskBackend", "packed_seq_params", "eod_tokens"]
+__all__ = ["Backend", "PaddedBackend", "EodMaskBackend", "TrainingEodMaskBackend", "packed_seq_params", "eod_tokens",
+           "training_ltor_masks", "sdpa_under_mask"]
 
 VERSION = installed_version("megatron-core")
 EOD, PAD, TEXT = 2, 3, 7  # token ids: end of document, a pad token no sample holds, any other token
@@ -265,14 +266,6 @@ class PaddedBackend(Backend):
         return out
 
 
-def _heads_first(a, grad=False):  # NumPy [R, T, H, D] -> float64 tensor [R, H, T, D]
-    return torch.from_numpy(np.ascontiguousarray(np.transpose(a, (0, 2, 1, 3)), np.float64)).requires_grad_(grad)
-
-
-def _tokens_first(t):
-    return t.detach().transpose(1, 2).numpy()
-
-
 class EodMaskBackend:
     """Attention under the mask Megatron's GPT dataset builds from EOD tokens, through SDPA."""
 
@@ -297,18 +290,7 @@ class EodMaskBackend:
         if self.check_positions and not np.array_equal(positions.numpy(), np.broadcast_to(want, positions.shape)):
             raise AssertionError(f"Megatron's position_ids {positions.numpy().tolist()} differ from the batch's "
                                  f"positions {np.broadcast_to(want, positions.shape).tolist()}")
-        attends = ~masked.reshape(ids.shape[0], 1, ids.shape[1], ids.shape[1])  # SDPA: True = attends
-        q, k, v = (_heads_first(t, p.backward) for t in (x.q, x.k, x.v))
-        o = scaled_dot_product_attention(q, k, v, attn_mask=attends, scale=p.effective_scale,
-                                         enable_gqa=p.heads_q != p.heads_kv)
-        groups = p.heads_q // p.heads_kv
-        scores = q.detach() @ k.detach().repeat_interleave(groups, 1).transpose(-1, -2) * p.effective_scale
-        lse = torch.logsumexp(scores.masked_fill(~attends, float("-inf")), -1)  # [R, Hq, Tq]
-        out = {"o": _tokens_first(o), "lse": lse.numpy()}
-        if p.backward:
-            o.backward(_heads_first(x.do))
-            out.update(dq=_tokens_first(q.grad), dk=_tokens_first(k.grad), dv=_tokens_first(v.grad))
-        return out
+        return sdpa_under_mask(masked, x.q, x.k, x.v, p.effective_scale, x.do if p.backward else None)
 
 
 class TrainingEodMaskBackend(EodMaskBackend):
@@ -320,10 +302,60 @@ class TrainingEodMaskBackend(EodMaskBackend):
     check_positions = False
 
     def masks(self, ids: np.ndarray):
-        from megatron.training.utils import get_ltor_masks_and_position_ids
+        return training_ltor_masks(ids)
 
-        data = torch.from_numpy(np.stack([eod_tokens(row)[:-1] for row in ids]))
-        mask, _, positions = get_ltor_masks_and_position_ids(
-            data, EOD, PAD, reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=False,
-            pad_mask_loss=False)
-        return mask, positions
+    def reproduction(self, case):
+        """The calls a reproduction makes (attn_oracle.repro): Megatron's public mask function, then SDPA."""
+        from ..repro import StackCall
+
+        ids = np.asarray(case.fields["q"]["segment_ids"])
+        allowed = oracle.explicit_mask(ids, case.fields["q"]["segment_pos"], mask=case.fields["mask"],
+                                       max_segments=case.fields["max_segments"])
+        return StackCall(
+            imports=["import torch", "from megatron.training.utils import get_ltor_masks_and_position_ids",
+                     "from torch.nn.functional import scaled_dot_product_attention", "",
+                     f"EOD, PAD, TEXT = {EOD}, {PAD}, {TEXT}  # token ids: end of document, a pad token no sample holds, "
+                     "any other"],
+            functions=[_runs, eod_tokens, training_ltor_masks, sdpa_under_mask],
+            call="attention_mask, position_ids = training_ltor_masks(q_ids)  # True = masked\n"
+                 "got = {**sdpa_under_mask(attention_mask, q, k, v, scale, do), \"attention_mask\": attention_mask.numpy(),\n"
+                 "       \"position_ids\": position_ids.numpy()}",
+            fields={"o": "o", "lse": "lse", "dq": "dq", "dk": "dk", "dv": "dv"},
+            expected={"attention_mask": ~allowed[:, None], "position_ids": np.asarray(case.fields["q"]["segment_pos"])},
+            notes=[f"Found on megatron-core {VERSION} (torch {torch.__version__}); runs on a CPU. "
+                   "Exit 1 (AssertionError) while it differs."])
+
+
+def training_ltor_masks(ids: np.ndarray):
+    """Megatron's attention mask [B, 1, T, T] (True = masked) and position ids from the public
+    ``megatron.training.utils.get_ltor_masks_and_position_ids``, for rows ``ids`` whose documents
+    end with EOD, with a pad token distinct from EOD (the one place this module calls it)."""
+    from megatron.training.utils import get_ltor_masks_and_position_ids
+
+    data = torch.from_numpy(np.stack([eod_tokens(row)[:-1] for row in ids]))
+    mask, _, positions = get_ltor_masks_and_position_ids(
+        data, EOD, PAD, reset_position_ids=True, reset_attention_mask=True, eod_mask_loss=False,
+        pad_mask_loss=False)
+    return mask, positions
+
+
+def sdpa_under_mask(masked, q, k, v, scale, do=None):
+    """torch's SDPA under a Megatron mask (True = masked) on float64 [R, T, H, D] arrays: o, the lse
+    [R, Hq, Tq] of the same masked scores and, with ``do``, dq, dk, dv by autograd."""
+    attends = ~masked.reshape(q.shape[0], 1, q.shape[1], k.shape[1])  # SDPA: True = attends
+
+    def heads_first(a, grad):  # [R, T, H, D] -> [R, H, T, D]
+        return torch.from_numpy(np.ascontiguousarray(np.transpose(a, (0, 2, 1, 3)), np.float64)).requires_grad_(grad)
+
+    def tokens_first(t):
+        return t.detach().transpose(1, 2).numpy()
+
+    tq, tk, tv = (heads_first(t, do is not None) for t in (q, k, v))
+    o = scaled_dot_product_attention(tq, tk, tv, attn_mask=attends, scale=scale, enable_gqa=q.shape[2] != k.shape[2])
+    groups = q.shape[2] // k.shape[2]
+    scores = tq.detach() @ tk.detach().repeat_interleave(groups, 1).transpose(-1, -2) * scale
+    out = {"o": tokens_first(o), "lse": torch.logsumexp(scores.masked_fill(~attends, float("-inf")), -1).numpy()}
+    if do is not None:
+        o.backward(heads_first(do, False))
+        out.update(dq=tokens_first(tq.grad), dk=tokens_first(tk.grad), dv=tokens_first(tv.grad))
+    return out

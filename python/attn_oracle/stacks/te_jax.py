@@ -268,10 +268,23 @@ class Backend:
         return extra, [np.asarray(a).astype(np.int64) for a in fields]
 
     def _descriptor(self, q_ids, kv_ids, q_pos, kv_pos, *, kind, window, max_segments):
-        desc = self.te.SequenceDescriptor.from_segment_ids_and_pos((q_ids, kv_ids), (q_pos, kv_pos))
-        (q_len, kv_len), (q_off, kv_off) = desc.get_seqlens_and_offsets(
-            kind, self.te.QKVLayout.THD_THD_THD, window, max_segments)
-        return q_len, kv_len, q_off, kv_off
+        fields = te_seqlens_and_offsets(self.te, q_ids, kv_ids, q_pos, kv_pos, kind, window, max_segments)
+        return fields["q_seqlens"], fields["kv_seqlens"], fields["q_offsets"], fields["kv_offsets"]
+
+    def reproduction(self, case):
+        """The call a reproduction makes (attn_oracle.repro): TE's public SequenceDescriptor."""
+        from ..repro import StackCall
+
+        return StackCall(
+            imports=["import jax.numpy as jnp", "from transformer_engine.jax import attention  # TE's public module"],
+            functions=[te_seqlens_and_offsets],
+            fields={f: f for f in ("q_seqlens", "kv_seqlens", "q_offsets", "kv_offsets")},
+            call="te_seqlens_and_offsets(attention, *(jnp.asarray(a, jnp.int32) for a in (q_ids, kv_ids, q_pos, kv_pos)), "
+                 f"attention.AttnMaskType.{_MASKS[case.fields['mask']]}, None if window == (-1, -1) else window, "
+                 "max_segments)",
+            notes=["TE's metadata code is Python (transformer_engine/jax/attention.py): run this where "
+                   "`transformer_engine.jax` imports (a CUDA machine with transformer-engine-jax). "
+                   "Exit 1 (AssertionError) while it differs."])
 
     def _compaction_run(self, q_ids, q_pos, kv_ids, kv_pos, *, kind, window, max_segments):
         """The cu_seqlens and ragged offsets FusedAttnFwdPrimitive.impl hands the kernel, over [R, T] rows."""
@@ -318,3 +331,11 @@ class Backend:
             out[f"cu_seqlens_{side}"] = cu[: s + 1]
             out[f"ragged_offsets_{side}"] = np.append(ragged[:s], ids.size)
         return out
+
+
+def te_seqlens_and_offsets(attention, q_ids, kv_ids, q_pos, kv_pos, mask_type, window, max_segments):
+    """TE's per-slot seqlens and offsets of a packed THD batch: the one place this module asks TE for them."""
+    descriptor = attention.SequenceDescriptor.from_segment_ids_and_pos((q_ids, kv_ids), (q_pos, kv_pos))
+    (q_len, kv_len), (q_off, kv_off) = descriptor.get_seqlens_and_offsets(
+        mask_type, attention.QKVLayout.THD_THD_THD, window, max_segments)
+    return {"q_seqlens": q_len, "kv_seqlens": kv_len, "q_offsets": q_off, "kv_offsets": kv_off}
