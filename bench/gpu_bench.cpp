@@ -1,22 +1,27 @@
 // gpu_bench.cpp: the project's CUDA kernels against cuDNN SDPA and against the
 // memory system, on one device in one run (Google Benchmark tables from CUDA-event
-// medians; nothing here runs without a device).
+// medians; nothing here runs without a device). Metadata first, then attention.
 //
-//   attention/{fwd,bwd}/{ours,cudnn}/L/{no_mask,causal}
-//       bf16, D = 128, 16 heads, 16384 tokens in one row split into documents of
-//       L = 512 .. 8192; ours = gpu::attention_on_device, cudnn = cudnn::sdpa_on_device
-//       (thd, ragged offsets from the same metadata). TFLOP/s with FLOPs
-//       4 * sum(L^2) * D * H forward, 2.5x that backward, halved for causal; the
-//       summary line gives the ratio ours / cuDNN. Both outputs must agree (max |o|
-//       difference <= 3e-2, no NaN) before anything is reported.
+//   metadata/{next,next_graph,legacy,d2d_copy}/SHAPE: the token-parallel kernels
+//       (`cuda-next`; enqueued on a stream, and replayed as a CUDA graph), the
+//       row-per-thread kernels (`cuda`, fewer passes: they take up to seconds) and a
+//       device-to-device copy of the four input arrays (the floor for reading each
+//       input once), at 1 x 2^20 tokens, 8 x 131072 with 8 and with 1024 documents a
+//       row, and 4096 x 256 (2 documents a row), mask padding_causal; both kernel
+//       families must equal the twin before anything is timed.
+//   attention/{fwd,bwd}/{next,cuda,cudnn}/D/L/{no_mask,causal}: bf16, 16 heads,
+//       16384 tokens in one row split into documents of L = 512 .. 16384, head dims
+//       64, 128, 256. next = the tensor-core forward of `cuda-next` (its backward is
+//       still the WMMA one, timed as cuda's); cuda = the WMMA kernels, at D = 128
+//       only (seconds per pass elsewhere); cudnn = cudnn::sdpa_on_device on the same
+//       metadata. TFLOP/s with FLOPs 4 * sum(L^2) * D * H forward, 2.5x that
+//       backward, halved for causal; the summary line gives ratios to cuDNN (its
+//       time over ours: above 1 is faster) and the fraction of the bf16 dense peak
+//       of the datasheet (989 TFLOP/s for H100 / H200 SXM). Every output checked
+//       against cuDNN's (max |o| difference <= 3e-2, no NaN) before it is reported.
 //   small_seq/{ours,cudnn}: 30720 documents of one query and 16 keys, H = 1, D = 128,
-//       bf16 forward; ours = gpu::small_seq_on_device, cudnn = SDPA on [30720, 1, 1|16,
-//       128] (bshd, s_q = 1). Time and achieved bandwidth over the bytes each must move
-//       once (Q, K, V, O, plus P fp32 for ours or the LSE fp32 for cuDNN).
-//   metadata/{kernels,d2d_copy}: the metadata kernels (rows, scans, compaction) on
-//       B = 8 rows of T = 131072 against a device-to-device copy of their four input
-//       arrays (the floor any O(T) algorithm has to beat); GB/s of the copy.
-// All times are medians of kReps CUDA-event-timed passes after one checked pass.
+//       bf16 forward, as before.
+// All times are medians of CUDA-event-timed passes after one checked pass.
 //
 // Run: scripts/bench gpu [--results DIR] [--benchmark_* flags]; without a device it
 // prints `gpu: skipped (no CUDA device)` and exits 0.
@@ -51,7 +56,9 @@ using bench::format_ms;
 
 constexpr const char* kProgram = "attn_oracle_bench_gpu";
 [[maybe_unused]] constexpr uint64_t kSeed = 20261122;
-[[maybe_unused]] constexpr int kReps = 20;
+[[maybe_unused]] constexpr int kReps = 10;
+[[maybe_unused]] constexpr int kLegacyReps = 3;          // the WMMA attention: up to 0.3 s a pass
+[[maybe_unused]] constexpr int kLegacyMetadataReps = 3;  // one thread a row: up to a second a pass at 1 x 2^20
 
 [[noreturn]] [[maybe_unused]] void die(const std::string& message) { bench::fatal(kProgram, message); }
 
@@ -85,14 +92,31 @@ PackedSide one_row(const std::vector<int64_t>& lengths, int64_t tokens) {
 }
 
 // ---------------------------------------------------------------------------
-// Fused attention: ours against cuDNN SDPA
+// Fused attention: the tensor-core forward, the WMMA kernels, cuDNN SDPA
 // ---------------------------------------------------------------------------
 
 constexpr int64_t kTokens = 16384;
-constexpr int64_t kLengths[] = {512, 1024, 2048, 4096, 8192};
-constexpr int kHeads = 16, kDim = 128;
+constexpr int64_t kLengths[] = {512, 1024, 2048, 4096, 8192, 16384};
+constexpr int kHeadDims[] = {64, 128, 256};
+constexpr int kHeads = 16;
 
-void attention_pair(int64_t L, bool causal) {
+// The datasheet's dense bf16 rate of the chip, 0 when unknown.
+double peak_tflops(const std::string& device) {
+  return device.find("H100") != std::string::npos || device.find("H200") != std::string::npos ? 989.4 : 0.0;
+}
+
+double tflops(double flops, double ms) { return flops / (ms * 1e9); }
+
+double max_abs_diff(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  double diff = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = gpu::from_storage_bits(a[i], gpu::kBf16), y = gpu::from_storage_bits(b[i], gpu::kBf16);
+    diff = std::max(diff, std::isnan(x) || std::isnan(y) ? INFINITY : std::fabs(x - y));
+  }
+  return diff;
+}
+
+void attention_case(int D, int64_t L, bool causal, const std::string& device) {
   const int64_t docs = kTokens / L;
   PackedBatch batch;
   batch.mask = causal ? MaskKind::causal : MaskKind::no_mask;
@@ -101,41 +125,49 @@ void attention_pair(int64_t L, bool causal) {
   batch.kv = batch.q;
   const Expected<Metadata> md = gpu::metadata_twin(batch);
   if (!md) die("metadata_twin rejected the attention input: " + md.error().message);
-  const gpu::DeviceAttentionInputs in =
-      bench::bf16_attention_inputs(md.value(), batch.mask, kHeads, kDim, kSeed, kReps);
-  gpu::DeviceAttentionOutputs ours;
-  if (!gpu::attention_on_device(in, ours)) die("attention_on_device failed: " + ours.failure);
+  const double flops = 4.0 * double(docs) * double(L) * double(L) * D * kHeads * (causal ? 0.5 : 1.0);
+  const std::string tag = std::to_string(D) + "/" + std::to_string(L) + "/" + (causal ? "causal" : "no_mask");
+  const double peak = peak_tflops(device);
 
-  const double flops = 4.0 * double(docs) * double(L) * double(L) * kDim * kHeads * (causal ? 0.5 : 1.0);
-  const std::string tag = std::to_string(L) + "/" + (causal ? "causal" : "no_mask");
-  auto tflops = [](double f, double ms) { return f / (ms * 1e9); };
-  measured.push_back({"attention/fwd/ours/" + tag, ours.fwd_ms, {{"TFLOP/s", tflops(flops, ours.fwd_ms)}}});
-  measured.push_back({"attention/bwd/ours/" + tag, ours.bwd_ms, {{"TFLOP/s", tflops(2.5 * flops, ours.bwd_ms)}}});
-  std::string line = "attention bf16 D=128 H=16 L=" + std::to_string(L) + " x " + std::to_string(docs) + " docs " +
-                     (causal ? "causal" : "no_mask") + ": ours fwd " + fixed(tflops(flops, ours.fwd_ms), 1) +
-                     " TFLOP/s (" + format_ms(ours.fwd_ms) + " ms), bwd " + fixed(tflops(2.5 * flops, ours.bwd_ms), 1) +
-                     " TFLOP/s (" + format_ms(ours.bwd_ms) + " ms)";
+  gpu::DeviceAttentionInputs in = bench::bf16_attention_inputs(md.value(), batch.mask, kHeads, D, kSeed, kReps);
+  in.next = true;
+  gpu::DeviceAttentionOutputs next;
+  if (!gpu::attention_on_device(in, next)) die("attention_on_device (cuda-next) failed: " + next.failure);
+  measured.push_back({"attention/fwd/next/" + tag, next.fwd_ms, {{"TFLOP/s", tflops(flops, next.fwd_ms)}}});
+  std::string line = "attention bf16 D=" + std::to_string(D) + " H=16 L=" + std::to_string(L) + " x " +
+                     std::to_string(docs) + " docs " + (causal ? "causal" : "no_mask") + ": next fwd " +
+                     fixed(tflops(flops, next.fwd_ms), 1) + " TFLOP/s (" + format_ms(next.fwd_ms) + " ms" +
+                     (peak > 0 ? ", " + fixed(tflops(flops, next.fwd_ms) / peak, 3) + " of peak" : std::string()) +
+                     "), bwd (WMMA) " + fixed(tflops(2.5 * flops, next.bwd_ms), 1) + " TFLOP/s (" +
+                     format_ms(next.bwd_ms) + " ms)";
+  measured.push_back({"attention/bwd/next/" + tag, next.bwd_ms, {{"TFLOP/s", tflops(2.5 * flops, next.bwd_ms)}}});
+  if (D == 128) {
+    in.next = false;
+    in.timing_reps = kLegacyReps;
+    gpu::DeviceAttentionOutputs legacy;
+    if (!gpu::attention_on_device(in, legacy)) die("attention_on_device (cuda) failed: " + legacy.failure);
+    if (max_abs_diff(legacy.o, next.o) > 3e-2) die("cuda and cuda-next disagree on o at " + tag + "; not timing");
+    measured.push_back({"attention/fwd/cuda/" + tag, legacy.fwd_ms, {{"TFLOP/s", tflops(flops, legacy.fwd_ms)}}});
+    line += "; cuda (WMMA) fwd " + fixed(tflops(flops, legacy.fwd_ms), 1) + " TFLOP/s (" + format_ms(legacy.fwd_ms) +
+            " ms), next/cuda speed " + fixed(legacy.fwd_ms / next.fwd_ms, 2) + "x";
+  }
 #if ATTN_ORACLE_BENCH_CUDNN
   cudnn::SdpaCall call;
   call.plan = cudnn::make_plan(md.value(), 1, kTokens, kTokens);
-  call.shape = AttentionShape{kHeads, kHeads, kDim, std::nullopt, Dtype::bf16, true};
+  call.shape = AttentionShape{kHeads, kHeads, D, std::nullopt, Dtype::bf16, true};
   call.band = cudnn::band_for(batch.mask, Window{});
   call.q = in.q, call.k = in.k, call.v = in.v, call.d_o = in.d_o;
   call.timing_reps = kReps;
   cudnn::SdpaOutputs theirs;
   if (!cudnn::sdpa_on_device(call, theirs)) die("cuDNN SDPA failed: " + theirs.failure);
-  double diff = 0.0;
-  for (size_t i = 0; i < ours.o.size(); ++i) {
-    const double a = gpu::from_storage_bits(ours.o[i], gpu::kBf16), b = gpu::from_storage_bits(theirs.o[i], gpu::kBf16);
-    diff = std::max(diff, std::isnan(a) || std::isnan(b) ? INFINITY : std::fabs(a - b));
-  }
-  if (diff > 3e-2) die("ours and cuDNN disagree on o (max |diff| " + std::to_string(diff) + "); not timing");
+  const double diff = max_abs_diff(next.o, theirs.o);
+  if (!(diff <= 3e-2)) die("cuda-next and cuDNN disagree on o at " + tag + " (max |diff| " + std::to_string(diff) + ")");
   measured.push_back({"attention/fwd/cudnn/" + tag, theirs.fwd_ms, {{"TFLOP/s", tflops(flops, theirs.fwd_ms)}}});
   measured.push_back({"attention/bwd/cudnn/" + tag, theirs.bwd_ms, {{"TFLOP/s", tflops(2.5 * flops, theirs.bwd_ms)}}});
-  // ratio = cuDNN time / our time: above 1 means ours is faster.
   line += "; cuDNN fwd " + fixed(tflops(flops, theirs.fwd_ms), 1) + " (" + format_ms(theirs.fwd_ms) + " ms), bwd " +
-          fixed(tflops(2.5 * flops, theirs.bwd_ms), 1) + " (" + format_ms(theirs.bwd_ms) + " ms); speed ours/cuDNN fwd " +
-          fixed(theirs.fwd_ms / ours.fwd_ms, 2) + "x, bwd " + fixed(theirs.bwd_ms / ours.bwd_ms, 2) + "x";
+          fixed(tflops(2.5 * flops, theirs.bwd_ms), 1) + " (" + format_ms(theirs.bwd_ms) +
+          " ms); speed next/cuDNN fwd " + fixed(theirs.fwd_ms / next.fwd_ms, 2) + "x, bwd " +
+          fixed(theirs.bwd_ms / next.bwd_ms, 2) + "x";
 #else
   line += "; cuDNN: not in this build";
 #endif
@@ -204,35 +236,57 @@ void small_seq_pair() {
 // Metadata kernels against a device-to-device copy of their inputs
 // ---------------------------------------------------------------------------
 
-constexpr int64_t kMetaRows = 8, kMetaT = 131072, kMetaDocs = 8;
+struct MetadataShape {
+  const char* tag;
+  int64_t rows, tokens, docs_per_row, doc_length;  // documents from token 0, the rest padding
+};
+constexpr MetadataShape kMetadataShapes[] = {{"1x1048576", 1, 1 << 20, 8, 120000},
+                                             {"8x131072_8docs", 8, 131072, 8, 15000},
+                                             {"8x131072_1024docs", 8, 131072, 1024, 120},
+                                             {"4096x256", 4096, 256, 2, 120}};
 
-void metadata_pair() {
+void metadata_case(const MetadataShape& shape) {
   PackedBatch batch;
   batch.mask = MaskKind::padding_causal;
-  batch.max_segments = kMetaDocs;
-  // 8 documents of 15000 tokens per row, the rest padding.
-  const PackedSide row = one_row(std::vector<int64_t>(kMetaDocs, 15000), kMetaT);
-  batch.q.segment_ids = IntArray::filled({kMetaRows, kMetaT}, 0);
-  batch.q.segment_pos = IntArray::filled({kMetaRows, kMetaT}, 0);
-  for (int64_t r = 0; r < kMetaRows; ++r)
-    for (int64_t t = 0; t < kMetaT; ++t)
-      batch.q.segment_ids.data[r * kMetaT + t] = row.segment_ids.data[t],
-      batch.q.segment_pos.data[r * kMetaT + t] = row.segment_pos.data[t];
+  batch.max_segments = shape.docs_per_row;
+  const PackedSide row = one_row(std::vector<int64_t>(shape.docs_per_row, shape.doc_length), shape.tokens);
+  batch.q.segment_ids = IntArray::filled({shape.rows, shape.tokens}, 0);
+  batch.q.segment_pos = IntArray::filled({shape.rows, shape.tokens}, 0);
+  for (int64_t r = 0; r < shape.rows; ++r)
+    for (int64_t t = 0; t < shape.tokens; ++t)
+      batch.q.segment_ids.data[r * shape.tokens + t] = row.segment_ids.data[t],
+      batch.q.segment_pos.data[r * shape.tokens + t] = row.segment_pos.data[t];
   batch.kv = batch.q;
   auto prepared = gpu::prepare_batch(batch);
   if (!prepared) die("prepare_batch rejected the metadata input: " + prepared.error().message);
   const gpu::InputSizes sizes{batch.q.segment_ids.data.size(), batch.q.segment_pos.data.size(),
                               batch.kv.segment_ids.data.size(), batch.kv.segment_pos.data.size()};
-  gpu::DeviceMetadataOutputs out;
-  if (!gpu::metadata_on_device(prepared->params, sizes, out, kReps)) die("metadata_on_device failed: " + out.failure);
   const Expected<Metadata> twin = gpu::metadata_twin(batch);
-  if (!twin || out.cu_seqlens_q != twin->cu_seqlens_q || out.ragged_offsets_kv != twin->ragged_offsets_kv)
-    die("the metadata kernels and the twin disagree; not timing");
-  measured.push_back({"metadata/kernels", out.kernels_ms, {}});
-  measured.push_back({"metadata/d2d_copy", out.copy_ms, {{"GB/s", out.copy_bytes / (out.copy_ms * 1e6)}}});
-  lines.push_back("metadata B=8 T=131072 M=8: kernels " + format_ms(out.kernels_ms) + " ms, device-to-device copy of "
-                  "the inputs " + format_ms(out.copy_ms) + " ms (" + fixed(out.copy_bytes / (out.copy_ms * 1e6), 0) +
-                  " GB/s read + written); kernels / copy " + fixed(out.kernels_ms / out.copy_ms, 2) + "x");
+  if (!twin) die("the twin rejected the metadata input: " + twin.error().message);
+  auto same = [&](const gpu::DeviceMetadataOutputs& out) {
+    return out.error_row < 0 && out.q_seqlens == twin->q_seqlens && out.q_offsets == twin->q_offsets &&
+           out.cu_seqlens_q == twin->cu_seqlens_q && out.cu_seqlens_kv == twin->cu_seqlens_kv &&
+           out.ragged_offsets_q == twin->ragged_offsets_q && out.ragged_offsets_kv == twin->ragged_offsets_kv;
+  };
+  gpu::DeviceMetadataOutputs next, legacy;
+  if (!gpu::metadata_stream_on_device(prepared->params, sizes, next, kReps))
+    die("metadata_stream_on_device failed: " + next.failure);
+  if (!same(next)) die(std::string("the token-parallel kernels and the twin disagree at ") + shape.tag + "; not timing");
+  if (!gpu::metadata_on_device(prepared->params, sizes, legacy, kLegacyMetadataReps))
+    die("metadata_on_device failed: " + legacy.failure);
+  if (!same(legacy)) die(std::string("the row-per-thread kernels and the twin disagree at ") + shape.tag);
+  const std::string tag = shape.tag;
+  const double gbs = next.copy_bytes / (next.copy_ms * 1e6);
+  measured.push_back({"metadata/next/" + tag, next.kernels_ms, {}});
+  measured.push_back({"metadata/next_graph/" + tag, next.graph_ms, {}});
+  measured.push_back({"metadata/legacy/" + tag, legacy.kernels_ms, {}});
+  measured.push_back({"metadata/d2d_copy/" + tag, next.copy_ms, {{"GB/s", gbs}}});
+  lines.push_back("metadata " + tag + " (" + std::to_string(shape.docs_per_row) + " docs a row): token-parallel " +
+                  format_ms(next.kernels_ms) + " ms (graph " + format_ms(next.graph_ms) + " ms), row-per-thread " +
+                  format_ms(legacy.kernels_ms) + " ms, device-to-device copy of the inputs " + format_ms(next.copy_ms) +
+                  " ms (" + fixed(gbs, 0) + " GB/s read + written); token-parallel / copy " +
+                  fixed(next.kernels_ms / next.copy_ms, 2) + "x (graph " + fixed(next.graph_ms / next.copy_ms, 2) +
+                  "x), row-per-thread / copy " + fixed(legacy.kernels_ms / legacy.copy_ms, 1) + "x");
 }
 #endif
 
@@ -259,23 +313,27 @@ int main(int argc, char** argv) {
     return 0;
   }
 #if ATTN_ORACLE_BENCH_CUDA
-  for (int64_t L : kLengths)
-    for (bool causal : {false, true}) attention_pair(L, causal);
+  for (const MetadataShape& shape : kMetadataShapes) metadata_case(shape);
+  for (int D : kHeadDims)
+    for (int64_t L : kLengths)
+      for (bool causal : {false, true}) attention_case(D, L, causal, device);
   small_seq_pair();
-  metadata_pair();
 #else
   lines.push_back("gpu: skipped (this build has no CUDA)");
 #endif
   register_measured();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  lines.push_back("times: medians of " + std::to_string(kReps) + " CUDA-event-timed passes after one checked pass, " +
-                  "copies excluded, " + device);
+  lines.push_back("times: medians of " + std::to_string(kReps) + " CUDA-event-timed passes after one checked pass (" +
+                  std::to_string(kLegacyReps) + " for the WMMA attention, " + std::to_string(kLegacyMetadataReps) +
+                  " for the row-per-thread metadata), host copies excluded, " + device);
   const bench::ResultsFile file{kProgram, "gpu", "inputs (bench/gpu_bench.cpp, seed " + std::to_string(kSeed) + ")"};
   const std::vector<std::string> input_lines{
-      "attention: bf16, D=128, H=16, 16384 tokens in one row as documents of L = 512..8192, no_mask and causal",
-      "small_seq: 30720 documents x (1 query, 16 keys), H=1, D=128, bf16 forward",
-      "metadata: B=8, T=131072, 8 documents of 15000 tokens per row, padding_causal"};
+      "metadata: padding_causal; 1 x 2^20 (8 documents of 120000), 8 x 131072 (8 of 15000; 1024 of 120), "
+      "4096 x 256 (2 of 120) tokens, the rest of each row padding",
+      "attention: bf16, D = 64 / 128 / 256, H=16, 16384 tokens in one row as documents of L = 512..16384, no_mask "
+      "and causal",
+      "small_seq: 30720 documents x (1 query, 16 keys), H=1, D=128, bf16 forward"};
   bench::print_summary(file, results_dir, device, input_lines, lines);
   return 0;
 }

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "attn_oracle/gpu/attention/flash_tile.hpp"
 #include "attn_oracle/gpu/attention/index_mask.hpp"
 #include "attn_oracle/gpu/attention/tile_range.hpp"
 #include "attn_oracle/reference/metadata.hpp"
@@ -183,6 +184,29 @@ TEST(TileRange, VisitsExactlyTheTilesWithAnAllowedElement) {
         }
       }
   EXPECT_EQ(checked, 6 * 16 * 41 * 41 * 5);
+}
+
+// tile_fully_allowed lets the tensor-core kernels skip the per-element mask: it
+// must hold exactly when every element of the tile, all inside the document, is
+// allowed (true where some is not would attend a masked key).
+TEST(TileRange, FullyAllowedExactlyWhenEveryElementIs) {
+  int64_t full = 0;
+  for (const Rule& r : all_rules())
+    for (int64_t lq = 0; lq <= kMaxLen; ++lq)
+      for (int64_t lkv = 0; lkv <= kMaxLen; ++lkv) {
+        const AllowedBits m = allowed_bits(r, lq, lkv);
+        for (const auto& [tq, tkv] : kTileShapes)
+          for (int64_t a0 = 0; a0 < lq + tq; a0 += tq)
+            for (int64_t b0 = 0; b0 < lkv + tkv; b0 += tkv) {
+              const int64_t a1 = a0 + tq, b1 = b0 + tkv;
+              bool every = a1 <= lq && b1 <= lkv;
+              for (int64_t a = a0; every && a < a1; ++a) every = ((m.rows[a] >> b0) & low_bits(tkv)) == low_bits(tkv);
+              ASSERT_EQ(gpu::tile_fully_allowed(r.mask, r.left, r.right, a0, a1, b0, b1, lq, lkv), every)
+                  << r.describe(lq, lkv) << ", tile [" << a0 << ", " << a1 << ") x [" << b0 << ", " << b1 << ")";
+              full += every;
+            }
+      }
+  EXPECT_GT(full, 0);
 }
 
 TEST(TileRange, HandPickedEdges) {

@@ -1,12 +1,15 @@
 // metadata_twin_test.cpp: hand cases for the O(T) metadata twin at the edges its
 // properties reach rarely (ids above M that reappear, empty rows, T = 0, extra
-// dims addressed by strides), and the CUDA kernels against the twin, integer for
-// integer, on generated inputs when a device is present (skipped otherwise).
+// dims addressed by strides, runs that meet at a segment boundary), the stream
+// cursor the token kernels step, the token-parallel twin against the row-per-thread
+// one (the `cuda` backend's algorithm) on generated inputs, and both CUDA paths
+// against the twin, integer for integer, when a device is present (skipped otherwise).
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
 #include "attn_oracle/generators.hpp"
 #include "attn_oracle/gpu/metadata.hpp"
+#include "attn_oracle/gpu/metadata_tokens.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/reference_backend.hpp"
@@ -74,6 +77,65 @@ TEST(MetadataTwin, TrimsBottomRightByBinarySearch) {
   EXPECT_EQ(md->kv_seqlens, std::vector<int64_t>({2}));
 }
 
+TEST(MetadataTwin, OrderIsJudgedAcrossPaddingButNotAcrossSegments) {
+  auto md = gpu::metadata_twin(one_row({2, 0, 1}, {1, 1, 1}, MaskKind::padding, 2));
+  ASSERT_FALSE(md.ok());
+  EXPECT_EQ(md.error().code, ErrorCode::ids_out_of_order);
+  EXPECT_NE(md.error().message.find("document id 1 follows document id 2"), std::string::npos) << md.error().message;
+  // q's last run (id 3) is not the previous run of kv's first (id 1): another segment.
+  auto ok = gpu::metadata_twin(one_row({1, 1, 3}, {1, 2, 3}, MaskKind::padding, 3));
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+}
+
+TEST(MetadataTwin, StreamCursorStepsLikeDivision) {
+  for (int64_t row_tokens : {1, 2, 3, 255, 256, 257, 1000, 4096})
+    for (int64_t step : {1, 7, 256, 2048})
+      for (int64_t start : {0, 1, 5, 300, 5000}) {
+        gpu::StreamCursor c = gpu::cursor_at(start, row_tokens);
+        for (int64_t g = start; g < start + 40 * step; g += step, gpu::advance(c, step, row_tokens)) {
+          const gpu::StreamCursor want = gpu::cursor_at(g, row_tokens);
+          ASSERT_EQ(c.row, want.row) << "row_tokens " << row_tokens << ", step " << step << ", g " << g;
+          ASSERT_EQ(c.within, want.within) << "row_tokens " << row_tokens << ", step " << step << ", g " << g;
+        }
+      }
+}
+
+TEST(MetadataTwin, ErrorKeysOrderSideThenCodeThenToken) {
+  using gpu::error_key;
+  EXPECT_LT(error_key(0, gpu::kNegativePosition, 1000), error_key(1, gpu::kNegativeId, 0));
+  EXPECT_LT(error_key(1, gpu::kNegativeId, 1000), error_key(1, gpu::kNoncontiguous, 0));
+  EXPECT_LT(error_key(1, gpu::kNoncontiguous, 3), error_key(1, gpu::kNoncontiguous, 4));
+  const uint64_t key = error_key(1, gpu::kPositionsNotIncreasing, (int64_t{1} << 40) + 3);
+  EXPECT_EQ(gpu::key_side(key), 1);
+  EXPECT_EQ(gpu::key_code(key), gpu::kPositionsNotIncreasing);
+  EXPECT_EQ(gpu::key_token(key), (int64_t{1} << 40) + 3);
+}
+
+// The token-parallel twin and the row-per-thread one give the same metadata, or
+// the same error, message included, on every draw.
+void expect_twins_agree(Backend&, const Case& c) {
+  const PackedBatch& b = c.as<MetadataCase>()->batch;
+  const auto tokens = gpu::metadata_twin(b), rows = gpu::metadata_rows_twin(b);
+  require(tokens.ok() == rows.ok(), "the two twins disagree on accepting the input");
+  if (tokens.ok()) require(tokens.value() == rows.value(), "the two twins' metadata differ");
+  else
+    require(tokens.error().code == rows.error().code && tokens.error().message == rows.error().message,
+            "the two twins give different errors: " + tokens.error().message + " vs " + rows.error().message);
+}
+
+TEST(MetadataTwin, TokenStepsEqualRowLoopsOnStructuredAndArbitraryInputs) {
+  RunSettings settings = default_run_settings();
+  settings.cases = 1500;
+  const auto reference = make_reference_backend();
+  for (auto gen : {packed_batch(), arbitrary_batch()}) {
+    const PropertyDef twins_agree{"metadata/tokenTwinEqualsRowTwin", Capability::metadata,
+                                  "the token-parallel twin equals the row-per-thread twin",
+                                  [gen](Backend&) { return Case{MetadataCase{*gen}, {}, {}, {}}; }, expect_twins_agree};
+    const PropertyOutcome o = run_property(twins_agree, *reference, settings);
+    EXPECT_EQ(o.status, PropertyOutcome::Status::passed) << (o.failures.empty() ? o.message : o.failures[0].message);
+  }
+}
+
 // ------------------------------------------------------------ CUDA vs twin
 class CudaMatchesTwin : public testing::Test {
  protected:
@@ -83,24 +145,37 @@ class CudaMatchesTwin : public testing::Test {
   }
 };
 
+template <Expected<Metadata> (*Kernel)(const PackedBatch&)>
 void expect_same(Backend&, const Case& c) {
   const PackedBatch& b = c.as<MetadataCase>()->batch;
-  const auto twin = gpu::metadata_twin(b), cuda = gpu::metadata_cuda(b);
+  const auto twin = gpu::metadata_twin(b), cuda = Kernel(b);
   require(twin.ok() == cuda.ok(), "the twin and the kernel disagree on accepting the input");
   if (twin.ok()) require(twin.value() == cuda.value(), "the twin's and the kernel's metadata differ");
-  else require(twin.error().code == cuda.error().code, "the twin and the kernel give different codes");
+  else
+    require(twin.error().code == cuda.error().code && twin.error().message == cuda.error().message,
+            "the twin and the kernel give different errors: " + twin.error().message + " vs " + cuda.error().message);
 }
 
-TEST_F(CudaMatchesTwin, OnTenThousandStructuredAndArbitraryInputs) {
+template <Expected<Metadata> (*Kernel)(const PackedBatch&)>
+void check_on_ten_thousand_inputs(const char* name) {
   RunSettings settings = default_run_settings();
   settings.cases = 5000;
   const auto reference = make_reference_backend();
   for (auto gen : {packed_batch(), arbitrary_batch()}) {
-    const PropertyDef twin_equals_kernel{"metadata/cudaEqualsTwin", Capability::metadata, "the kernels equal the twin",
-                                         [gen](Backend&) { return Case{MetadataCase{*gen}, {}, {}, {}}; }, expect_same};
+    const PropertyDef twin_equals_kernel{name, Capability::metadata, "the kernels equal the twin",
+                                         [gen](Backend&) { return Case{MetadataCase{*gen}, {}, {}, {}}; },
+                                         expect_same<Kernel>};
     const PropertyOutcome o = run_property(twin_equals_kernel, *reference, settings);
     EXPECT_EQ(o.status, PropertyOutcome::Status::passed) << (o.failures.empty() ? o.message : o.failures[0].message);
   }
+}
+
+TEST_F(CudaMatchesTwin, OnTenThousandStructuredAndArbitraryInputs) {
+  check_on_ten_thousand_inputs<gpu::metadata_cuda>("metadata/cudaEqualsTwin");
+}
+
+TEST_F(CudaMatchesTwin, TokenParallelKernelsOnTenThousandStructuredAndArbitraryInputs) {
+  check_on_ten_thousand_inputs<gpu::metadata_cuda_next>("metadata/cudaNextEqualsTwin");
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// attention_cuda.cpp: the `cuda` backend's attention entry points (DESIGN
-// section 5): metadata through the production CUDA path (its errors pass
+// attention_cuda.cpp: the attention entry points of the `cuda` backend and of
+// `cuda-next` (same checks and conversions; its own metadata and forward kernels):
+// metadata through the production CUDA path (its errors pass
 // through unchanged), head and tensor-size checks, the seam's double tensors
 // converted to fp16 / bf16 bit patterns on the host, the kernels of
 // attention_kernels.cu, and the results widened back into the seam's layouts
@@ -64,10 +65,11 @@ struct DeviceRun {
   DeviceAttentionOutputs out;
 };
 
-// `caller`: the buffers of attention_cuda_into, checked before any device work.
+// `caller`: the buffers of attention_cuda_into, checked before any device work;
+// `next`: the `cuda-next` kernels (token-parallel metadata, tensor-core forward).
 Expected<DeviceRun> run_on_device(const AttentionProblem& problem, const AttentionInputs& inputs,
-                                  const AttentionOutputs* caller) {
-  Expected<Metadata> md = metadata_cuda(problem.batch);  // also "no CUDA device"
+                                  const AttentionOutputs* caller, bool next) {
+  Expected<Metadata> md = next ? metadata_cuda_next(problem.batch) : metadata_cuda(problem.batch);  // also "no CUDA device"
   if (!md) return md.error();
   const AttentionShape& shape = problem.shape;
   if (auto e = check_heads(shape)) return *e;
@@ -88,7 +90,8 @@ Expected<DeviceRun> run_on_device(const AttentionProblem& problem, const Attenti
   if (caller)
     if (auto e = check_output_buffers(*caller, z.q_elems(), z.kv_elems(), shape.backward)) return *e;
   if (auto e = check_document_spans(md.value(), z.rows, z.q_len, z.kv_len)) return *e;
-  if (auto reason = attention_cuda_unsupported(problem)) return Error{ErrorCode::unsupported, *reason};
+  if (auto reason = next ? attention_cuda_next_unsupported(problem) : attention_cuda_unsupported(problem))
+    return Error{ErrorCode::unsupported, *reason};
 
   run.dtype = device_dtype(shape.dtype);
   run.backward = shape.backward;
@@ -103,6 +106,7 @@ Expected<DeviceRun> run_on_device(const AttentionProblem& problem, const Attenti
   p.window_left = problem.batch.window.left, p.window_right = problem.batch.window.right;
   p.dtype = run.dtype;
   in.backward = shape.backward;
+  in.next = next;
   in.cu_seqlens_q = md->cu_seqlens_q, in.cu_seqlens_kv = md->cu_seqlens_kv;
   in.ragged_offsets_q = md->ragged_offsets_q, in.ragged_offsets_kv = md->ragged_offsets_kv;
   in.q = to_storage(inputs.q, run.dtype);
@@ -130,6 +134,23 @@ void scatter(const DeviceRun& run, const AttentionOutputs& out) {
   widen(run.out.dv, run.dtype, out.dv);
 }
 
+AttentionResult result_of(const DeviceRun& run, bool backward) {
+  const Layout& z = run.z;
+  AttentionResult result;
+  result.o.assign(static_cast<size_t>(z.q_elems()), 0.0);
+  result.lse.assign(static_cast<size_t>(z.rows * z.heads_q * z.q_len), 0.0);
+  AttentionOutputs out{result.o.data(), result.lse.data()};
+  if (backward) {
+    result.grads.emplace();
+    result.grads->dq.assign(static_cast<size_t>(z.q_elems()), 0.0);
+    result.grads->dk.assign(static_cast<size_t>(z.kv_elems()), 0.0);
+    result.grads->dv.assign(static_cast<size_t>(z.kv_elems()), 0.0);
+    out.dq = result.grads->dq.data(), out.dk = result.grads->dk.data(), out.dv = result.grads->dv.data();
+  }
+  scatter(run, out);
+  return result;
+}
+
 }  // namespace
 
 std::optional<std::string> attention_cuda_unsupported(const AttentionProblem& problem) {
@@ -143,27 +164,35 @@ std::optional<std::string> attention_cuda_unsupported(const AttentionProblem& pr
 }
 
 Expected<AttentionResult> attention_cuda(const AttentionProblem& problem, const AttentionInputs& inputs) {
-  Expected<DeviceRun> run = run_on_device(problem, inputs, nullptr);
+  Expected<DeviceRun> run = run_on_device(problem, inputs, nullptr, false);
   if (!run) return run.error();
-  const Layout& z = run->z;
-  AttentionResult result;
-  result.o.assign(static_cast<size_t>(z.q_elems()), 0.0);
-  result.lse.assign(static_cast<size_t>(z.rows * z.heads_q * z.q_len), 0.0);
-  AttentionOutputs out{result.o.data(), result.lse.data()};
-  if (problem.shape.backward) {
-    result.grads.emplace();
-    result.grads->dq.assign(static_cast<size_t>(z.q_elems()), 0.0);
-    result.grads->dk.assign(static_cast<size_t>(z.kv_elems()), 0.0);
-    result.grads->dv.assign(static_cast<size_t>(z.kv_elems()), 0.0);
-    out.dq = result.grads->dq.data(), out.dk = result.grads->dk.data(), out.dv = result.grads->dv.data();
-  }
-  scatter(run.value(), out);
-  return result;
+  return result_of(run.value(), problem.shape.backward);
 }
 
 std::optional<Error> attention_cuda_into(const AttentionProblem& problem, const AttentionInputs& inputs,
                                          const AttentionOutputs& out) {
-  Expected<DeviceRun> run = run_on_device(problem, inputs, &out);
+  Expected<DeviceRun> run = run_on_device(problem, inputs, &out, false);
+  if (!run) return run.error();
+  scatter(run.value(), out);
+  return std::nullopt;
+}
+
+std::optional<std::string> attention_cuda_next_unsupported(const AttentionProblem& problem) {
+  if (auto reason = attention_cuda_unsupported(problem)) return reason;
+  if (!attention_kernels_instantiated(device_dtype(problem.shape.dtype), int(problem.shape.head_dim), true))
+    return "this build has no CuTe kernels (the CUTLASS headers were not found at configure time)";
+  return std::nullopt;
+}
+
+Expected<AttentionResult> attention_cuda_next(const AttentionProblem& problem, const AttentionInputs& inputs) {
+  Expected<DeviceRun> run = run_on_device(problem, inputs, nullptr, true);
+  if (!run) return run.error();
+  return result_of(run.value(), problem.shape.backward);
+}
+
+std::optional<Error> attention_cuda_next_into(const AttentionProblem& problem, const AttentionInputs& inputs,
+                                              const AttentionOutputs& out) {
+  Expected<DeviceRun> run = run_on_device(problem, inputs, &out, true);
   if (!run) return run.error();
   scatter(run.value(), out);
   return std::nullopt;

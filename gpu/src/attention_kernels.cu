@@ -55,6 +55,7 @@
 #include "attn_oracle/gpu/attention_device.hpp"
 #include "device_array.cuh"
 #include "event_timer.cuh"
+#include "flash/flash_launch.hpp"
 
 namespace attn_oracle::gpu {
 namespace {
@@ -159,23 +160,6 @@ struct DqSmem {
 static_assert(kScoreTile % 32 == 0 && kProbTile<__half> % 32 == 0 && kHalfTile<__half, 64> % 32 == 0 &&
                   kFloatTile<64> % 32 == 0,
               "WMMA tile pointers must stay 32-byte aligned");
-
-// ------------------------------------------------------------------ work items
-struct TileItem {
-  int64_t doc, tile;  // document, tile index inside it
-};
-
-// Block `t` of the flattened grid: the document d with prefix[d] <= t < prefix[d + 1]
-// (prefix[docs] = total tiles; documents without tiles repeat a prefix value).
-__device__ TileItem locate_tile(const int64_t* prefix, int64_t docs, int64_t t) {
-  int64_t lo = 0, hi = docs;
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (prefix[mid] <= t) lo = mid;
-    else hi = mid;
-  }
-  return TileItem{lo, t - prefix[lo]};
-}
 
 // ------------------------------------------------------------------ tile movement
 // Rows [0, rows) of the 16 x D tile of `head` from token `token0` of a
@@ -540,9 +524,12 @@ struct Grids {
   const int64_t* q_prefix;   // device [docs + 1]
   const int64_t* kv_prefix;  // device [docs + 1]
   int64_t q_tiles, kv_tiles;
+  const int64_t* flash_q_prefix = nullptr;  // device [docs + 1], tiles of flash::forward_block_m rows
+  int64_t flash_q_tiles = 0;
 };
 
 bool run_forward(const AttentionFwdParams& p, const Grids& grid, std::string& failure) {
+  if (grid.flash_q_prefix) return flash::forward(p, grid.flash_q_prefix, grid.flash_q_tiles, failure);
   bool ok = true;
   dispatch(p.dtype, p.head_dim, [&](auto instance) {
     using T = typename decltype(instance)::Type;
@@ -571,13 +558,13 @@ bool run_backward(const AttentionBwdParams& p, const Grids& grid, std::string& f
 
 }  // namespace
 
-bool attention_kernels_instantiated(int dtype, int head_dim) {
-  return dispatch(dtype, head_dim, [](auto) {});
+bool attention_kernels_instantiated(int dtype, int head_dim, bool next) {
+  return dispatch(dtype, head_dim, [](auto) {}) && (!next || flash::built());
 }
 
 bool attention_on_device(const DeviceAttentionInputs& in, DeviceAttentionOutputs& out) {
   const AttentionFwdParams& shape = in.params;
-  if (!attention_kernels_instantiated(shape.dtype, shape.head_dim)) {
+  if (!attention_kernels_instantiated(shape.dtype, shape.head_dim, in.next)) {
     out.failure = "no kernel for dtype " + std::to_string(shape.dtype) + " and head_dim " +
                   std::to_string(shape.head_dim);
     return false;
@@ -610,7 +597,14 @@ bool attention_on_device(const DeviceAttentionInputs& in, DeviceAttentionOutputs
   p.q = q.ptr, p.k = k.ptr, p.v = v.ptr, p.o = o.ptr, p.lse = lse.ptr;
   p.cu_seqlens_q = cu_q.ptr, p.cu_seqlens_kv = cu_kv.ptr;
   p.ragged_offsets_q = ragged_q.ptr, p.ragged_offsets_kv = ragged_kv.ptr;
-  const Grids grid{q_prefix.ptr, kv_prefix.ptr, q_prefix_host.back(), kv_prefix_host.back()};
+  Grids grid{q_prefix.ptr, kv_prefix.ptr, q_prefix_host.back(), kv_prefix_host.back()};
+  const std::vector<int64_t> flash_prefix_host =
+      in.next ? tile_prefix(in.cu_seqlens_q, flash::forward_block_m(shape.head_dim)) : std::vector<int64_t>{};
+  DeviceArray<int64_t> flash_prefix(flash_prefix_host.size());
+  if (in.next) {
+    if (!flash_prefix.ok() || !flash_prefix.upload(flash_prefix_host)) return fail(out.failure, "upload");
+    grid.flash_q_prefix = flash_prefix.ptr, grid.flash_q_tiles = flash_prefix_host.back();
+  }
 
   // Tokens outside every document keep these: o = 0, lse = -inf.
   if (!o.zero()) return fail(out.failure, "o fill");

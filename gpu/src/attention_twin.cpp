@@ -1,11 +1,14 @@
 // attention_twin.cpp: the CPU twin of the fused varlen attention kernels (DESIGN
 // section 5). The kernels' per-tile and per-row functions (attention/*.hpp) run in
-// loops over documents, heads and 16 x 16 tiles instead of across CUDA blocks:
-//  - forward, per (document, query head, q tile): over the kv tiles of
-//    kv_tile_range, S = scale * Q K^T in fp32 with index_allowed outside -> -inf,
-//    the online softmax per row, P rounded to the dtype before O = O * alpha + P V
-//    (fp32); finally O / l rounded to the dtype and lse = m + log(l) in fp32;
-//  - backward, deterministic mode: delta = rowsum(dO * O) from the rounded O;
+// loops over documents, heads and tiles instead of across CUDA blocks:
+//  - forward, the tensor-core kernels' schedule (flash_tile.hpp), per (document,
+//    query head, q tile of kBlockM rows): over the kBlockN-key tiles of
+//    kv_tile_range, S = Q K^T in fp32 taken to base 2 (score_log2), masked by
+//    the row's key interval outside tile_fully_allowed tiles, the online softmax
+//    per row, P rounded to the dtype before O = O * alpha + P V (fp32); finally
+//    O / l rounded to the dtype and lse = (m + log2 l) ln 2 in fp32;
+//  - backward, the WMMA kernels' 16 x 16 tiles, deterministic mode: delta =
+//    rowsum(dO * O) from the rounded O;
 //    dK, dV per (document, kv head, kv tile) over the group's query heads and the
 //    q tiles of q_tile_range; dQ per (document, query head, q tile) in its own
 //    pass. P is recomputed from lse, dS = P (dP - delta) * scale; round(P) meets
@@ -28,6 +31,7 @@
 #include "attn_oracle/gpu/attention.hpp"
 #include "attn_oracle/gpu/attention/attention_params.hpp"
 #include "attn_oracle/gpu/attention/doc_span.hpp"
+#include "attn_oracle/gpu/attention/flash_tile.hpp"
 #include "attn_oracle/gpu/attention/index_mask.hpp"
 #include "attn_oracle/gpu/attention/numeric.hpp"
 #include "attn_oracle/gpu/attention/online_softmax.hpp"
@@ -163,26 +167,52 @@ void add_rounded_times_rows(float* acc, const float x[kTileQ][kTileKv], const Ti
 
 // ---------------------------------------------------------------- forward
 
-// One (document, query head, q tile): the kernel's thread block.
+// One (document, query head, q tile of the tensor-core forward's kBlockM rows):
+// the kernel's thread block, over kv tiles of its kBlockN keys (flash_tile.hpp).
 void forward_q_tile(const AttentionFwdParams& p, const DocSpan& d, int h, int64_t q_tile) {
   const int D = p.head_dim, hk = kv_head_of(h, p.heads_q, p.heads_kv);
-  const int64_t a0 = q_tile * kTileQ, a1 = std::min<int64_t>(a0 + kTileQ, d.lq);
-  SoftmaxRow state[kTileQ];
-  std::vector<float> o(kTileQ * D, 0.0f);
-  float s[kTileQ][kTileKv];
-  const TileRange kv = kv_tile_range(p.mask, p.window_left, p.window_right, a0, a1, d.lq, d.lkv, kTileKv);
-  for (int64_t kv_tile = kv.begin; kv_tile < kv.end; ++kv_tile) {
-    const Tile t = tile_at(d, q_tile, kv_tile);
-    scores_tile(s, p, d, t, h);
-    for (int64_t i = 0; i < t.rows; ++i)
-      rescale_row(&o[i * D], D, online_softmax_update_inplace(state[i], s[i], static_cast<int>(t.cols)));
-    add_rounded_times_rows(o.data(), s, t, p.dtype, p.v, d.kv0, p.heads_kv, hk, D);
+  const FlashTile tile = flash_forward_tile(D);
+  const int64_t a0 = q_tile * tile.block_m, rows = std::min<int64_t>(tile.block_m, d.lq - a0);
+  const float scale_log2 = p.scale * kLog2e;
+  std::vector<float> o(rows * D, 0.0f), m(rows, -INFINITY), l(rows, 0.0f), s(tile.block_n);
+  const TileRange kv = kv_tile_range(p.mask, p.window_left, p.window_right, a0, a0 + rows, d.lq, d.lkv, tile.block_n);
+  for (int64_t n = kv.begin; n < kv.end; ++n) {
+    const int64_t b0 = n * tile.block_n, cols = std::min<int64_t>(tile.block_n, d.lkv - b0);
+    const bool full =
+        tile_fully_allowed(p.mask, p.window_left, p.window_right, a0, a0 + rows, b0, b0 + tile.block_n, d.lq, d.lkv);
+    for (int64_t i = 0; i < rows; ++i) {
+      const KeyInterval keys = full ? KeyInterval{kUnboundedLo, kUnboundedHi}
+                                    : key_interval(p.mask, p.window_left, p.window_right, a0 + i, d.lq, d.lkv);
+      const float* q = row_of(p.q, d.q0 + a0 + i, p.heads_q, h, D);
+      float row_max = m[i];
+      for (int64_t j = 0; j < cols; ++j) {
+        s[j] = -INFINITY;
+        if (b0 + j < keys.lo || b0 + j > keys.hi) continue;
+        const float* k = row_of(p.k, d.kv0 + b0 + j, p.heads_kv, hk, D);
+        float raw = 0.0f;
+        for (int c = 0; c < D; ++c) raw += q[c] * k[c];
+        s[j] = score_log2(raw, scale_log2);
+        row_max = std::max(row_max, s[j]);
+      }
+      const float alpha = rescale_factor(m[i], row_max);
+      m[i] = row_max;
+      float sum = 0.0f;
+      for (int64_t j = 0; j < cols; ++j) sum += s[j] = softmax_weight(s[j], row_max);
+      l[i] = l[i] * alpha + sum;
+      float* oi = &o[i * D];
+      rescale_row(oi, D, alpha);
+      for (int64_t j = 0; j < cols; ++j) {  // P rounded to the storage type, as the tensor cores take it
+        const float pj = round_to(s[j], p.dtype);
+        const float* v = row_of(p.v, d.kv0 + b0 + j, p.heads_kv, hk, D);
+        for (int c = 0; c < D; ++c) oi[c] += pj * v[c];
+      }
+    }
   }
-  for (int64_t i = 0; i < a1 - a0; ++i) {
-    finalize_row(&o[i * D], D, state[i]);
+  for (int64_t i = 0; i < rows; ++i) {
+    const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
     float* out = row_of(p.o, d.q0 + a0 + i, p.heads_q, h, D);
-    for (int c = 0; c < D; ++c) out[c] = round_to(o[i * D + c], p.dtype);
-    p.lse[h * p.total_q + d.q0 + a0 + i] = row_lse(state[i]);
+    for (int c = 0; c < D; ++c) out[c] = round_to(o[i * D + c] * inv, p.dtype);
+    p.lse[h * p.total_q + d.q0 + a0 + i] = lse_from_log2(m[i], l[i]);
   }
 }
 
@@ -191,7 +221,8 @@ void forward_pass(const AttentionFwdParams& p) {
   for (int64_t doc = 0; doc < p.docs; ++doc) {
     const DocSpan d = doc_span(p, doc);
     for (int h = 0; h < p.heads_q; ++h)
-      for (int64_t q_tile = 0; q_tile * kTileQ < d.lq; ++q_tile) forward_q_tile(p, d, h, q_tile);
+      for (int64_t q_tile = 0; q_tile * flash_forward_tile(p.head_dim).block_m < d.lq; ++q_tile)
+        forward_q_tile(p, d, h, q_tile);
   }
 }
 

@@ -9,17 +9,17 @@
 
 namespace attn_oracle::gpu {
 
-// Median CUDA-event time of `reps` runs of `pass`; < 0 when a run failed.
+// Median CUDA-event time of `reps` runs of `pass` (events on `stream`); < 0 when a run failed.
 template <class Pass>
-float median_event_ms(int reps, Pass&& pass) {
+float median_event_ms(int reps, Pass&& pass, cudaStream_t stream = nullptr) {
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
   std::vector<float> ms;
   for (int r = 0; r < reps; ++r) {
-    cudaEventRecord(start);
+    cudaEventRecord(start, stream);
     if (!pass()) break;
-    cudaEventRecord(stop);
+    cudaEventRecord(stop, stream);
     cudaEventSynchronize(stop);
     float t = 0.0f;
     cudaEventElapsedTime(&t, start, stop);

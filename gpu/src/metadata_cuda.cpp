@@ -1,6 +1,7 @@
-// metadata_cuda.cpp: the `cuda` backend's metadata entry point: validation of
-// shapes on the host, the kernels on the device, and the first row error turned
-// into the same Error the twin gives.
+// metadata_cuda.cpp: the metadata entry points of the `cuda` backend (row-per-thread
+// kernels) and of `cuda-next` (token-parallel kernels): validation of shapes on the
+// host, the kernels on the device, and the first row error turned into the same
+// Error the twin gives.
 #include "attn_oracle/gpu/metadata.hpp"
 #include "attn_oracle/gpu/metadata_device.hpp"
 
@@ -8,7 +9,11 @@ namespace attn_oracle::gpu {
 
 bool cuda_available(std::string* device_name) { return device_present(device_name); }
 
-Expected<Metadata> metadata_cuda(const PackedBatch& batch) {
+namespace {
+
+using DeviceRun = bool (*)(const MetadataParams&, const InputSizes&, DeviceMetadataOutputs&, int);
+
+Expected<Metadata> metadata_through(const PackedBatch& batch, DeviceRun run) {
   if (!device_present(nullptr)) return Error{ErrorCode::unsupported, "no CUDA device on this machine"};
   auto prepared = prepare_batch(batch);
   if (!prepared) return prepared.error();
@@ -16,7 +21,7 @@ Expected<Metadata> metadata_cuda(const PackedBatch& batch) {
   DeviceMetadataOutputs out;
   const InputSizes sizes{batch.q.segment_ids.data.size(), batch.q.segment_pos.data.size(),
                          batch.kv.segment_ids.data.size(), batch.kv.segment_pos.data.size()};
-  if (!metadata_on_device(p, sizes, out)) return Error{ErrorCode::unsupported, "CUDA failure: " + out.failure};
+  if (!run(p, sizes, out, 0)) return Error{ErrorCode::unsupported, "CUDA failure: " + out.failure};
   if (out.error_row >= 0) return row_error_to_error(p, out.error_row, out.error);
   Metadata md;
   md.extra = prepared->extra;
@@ -31,6 +36,14 @@ Expected<Metadata> metadata_cuda(const PackedBatch& batch) {
   md.ragged_offsets_q = std::move(out.ragged_offsets_q);
   md.ragged_offsets_kv = std::move(out.ragged_offsets_kv);
   return md;
+}
+
+}  // namespace
+
+Expected<Metadata> metadata_cuda(const PackedBatch& batch) { return metadata_through(batch, metadata_on_device); }
+
+Expected<Metadata> metadata_cuda_next(const PackedBatch& batch) {
+  return metadata_through(batch, metadata_stream_on_device);
 }
 
 }  // namespace attn_oracle::gpu

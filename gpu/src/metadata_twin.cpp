@@ -1,10 +1,18 @@
-// metadata_twin.cpp: the CPU twin of the metadata kernels. The same row functions
-// (metadata_row.hpp) run in a loop over rows instead of across CUDA threads; the
-// exclusive scans over rows are std::exclusive_scan instead of CUB's.
+// metadata_twin.cpp: the CPU twins of the metadata kernels.
+//  - metadata_twin: the token-parallel kernels' steps (metadata_tokens.hpp) in
+//    loops, in the kernels' order: tokens, runs (2a for every run, then 2b),
+//    slots, the exclusive scan over slots (std::exclusive_scan for CUB's), the
+//    scatter. The tables and the hash take plain stores where the kernels take
+//    atomics (HostOps); the results are counts, minima and maxima, so no thread
+//    order or block size can make the kernels' integers differ from these.
+//  - metadata_rows_twin: the row-per-thread kernels of the `cuda` backend
+//    (metadata_row.hpp) in a loop over rows, kept while those kernels are.
+#include <algorithm>
 #include <numeric>
 
 #include "attn_oracle/gpu/metadata.hpp"
 #include "attn_oracle/gpu/metadata_row.hpp"
+#include "attn_oracle/gpu/metadata_tokens.hpp"
 
 namespace attn_oracle::gpu {
 namespace {
@@ -84,7 +92,7 @@ Metadata assemble_metadata(const MetadataParams& p, const Shape& extra, Metadata
   return md;
 }
 
-Expected<Metadata> metadata_twin(const PackedBatch& batch) {
+Expected<Metadata> metadata_rows_twin(const PackedBatch& batch) {
   auto prepared = prepare_batch(batch);
   if (!prepared) return prepared.error();
   MetadataParams p = prepared->params;
@@ -100,13 +108,110 @@ Expected<Metadata> metadata_twin(const PackedBatch& batch) {
   return assemble_metadata(p, prepared->extra, std::move(rows));
 }
 
+namespace {
+
+// The twin's stand-ins for the kernels' atomics.
+struct HostOps {
+  static uint64_t load(const uint64_t* a) { return *a; }
+  static uint64_t cas(uint64_t* a, uint64_t expected, uint64_t desired) {
+    const uint64_t held = *a;
+    if (held == expected) *a = desired;
+    return held;
+  }
+  static void min(uint64_t* a, uint64_t v) { *a = std::min(*a, v); }
+  static void max(uint64_t* a, uint64_t v) { *a = std::max(*a, v); }
+};
+
+// Step 1 over the whole stream: per-token codes into the row keys, run starts and
+// ends (in stream order: run k's ends at index k); returns the runs of ids > M.
+int64_t scan_tokens(const MetadataParams& p, RunTables& r, std::vector<int64_t>& run_first,
+                    std::vector<int64_t>& run_last) {
+  const int64_t row_tokens = p.q.len + p.kv.len, total = p.rows * row_tokens;
+  int64_t large = 0;
+  StreamCursor c;
+  RowRef row{nullptr, nullptr, 0};
+  for (int64_t g = 0; g < total; ++g, advance(c, 1, row_tokens)) {
+    const StreamToken s = stream_token(p, c);
+    if (s.t == 0 || g == 0) row = side_ref(p, s.row, s.side);
+    const TokenCheck check = check_token(row, s.t, p.max_segments, p.mask);
+    if (check.code >= 0) note_error<HostOps>(r, s.row, s.side, check.code, s.t);
+    if (check.run_start) {
+      run_first.push_back(g);
+      large += row.ids[s.t] > p.max_segments;
+    }
+    if (check.run_end) run_last.push_back(g);
+  }
+  return large;
+}
+
+}  // namespace
+
+Expected<Metadata> metadata_twin(const PackedBatch& batch) {
+  auto prepared = prepare_batch(batch);
+  if (!prepared) return prepared.error();
+  MetadataParams p = prepared->params;
+  MetadataBuffers rows;
+  rows.allocate(p);
+  const int64_t M = p.max_segments;
+
+  std::vector<uint64_t> row_keys(p.rows, kNoKey), first_tab(p.rows * 2 * M, kNoKey), last_tab(p.rows * 2 * M, 0);
+  uint64_t error_row = kNoKey;
+  RunTables r;
+  r.row_keys = row_keys.data(), r.error_row = &error_row, r.first_tab = first_tab.data(), r.last_tab = last_tab.data();
+  std::vector<int64_t> run_first, run_last;
+  const int64_t large = scan_tokens(p, r, run_first, run_last);
+  std::vector<uint64_t> hash(large > 0 ? 2 * large + 1 : 0, kNoKey);
+  r.run_first = run_first.data(), r.run_last = run_last.data(), r.runs = int64_t(run_first.size());
+  r.hash = hash.data(), r.hash_capacity = hash.size();
+  for (int64_t k = 0; k < r.runs; ++k) index_run<HostOps>(p, r, k);
+  for (int64_t k = 0; k < r.runs; ++k) check_reappearance<HostOps>(p, r, k);
+  if (error_row != kNoKey) {
+    const int64_t row = int64_t(error_row);
+    return row_error_to_error(p, row, row_error_of(p, r, row));
+  }
+
+  const int64_t slots = p.rows * M;
+  std::vector<SlotDoc> docs(slots);
+  std::vector<SlotTotals> totals(slots), base(slots);
+  for (int64_t i = 0; i < slots; ++i) {
+    docs[i] = slot_document(p, i / M, i % M, first_tab.data(), last_tab.data());
+    totals[i] = slot_totals(docs[i]);
+  }
+  std::exclusive_scan(totals.begin(), totals.end(), base.begin(), SlotTotals{});
+  const int64_t documents = slots == 0 ? 0 : base.back().docs + totals.back().docs;
+  Metadata md;
+  md.extra = prepared->extra;
+  md.batch = p.batch;
+  md.max_segments = M;
+  md.cu_seqlens_q.assign(documents + 1, 0);
+  md.cu_seqlens_kv.assign(documents + 1, 0);
+  md.ragged_offsets_q.assign(documents + 1, p.rows * p.q.len);
+  md.ragged_offsets_kv.assign(documents + 1, p.rows * p.kv.len);
+  CompactionParams c;
+  c.cu_seqlens_q = md.cu_seqlens_q.data(), c.cu_seqlens_kv = md.cu_seqlens_kv.data();
+  c.ragged_offsets_q = md.ragged_offsets_q.data(), c.ragged_offsets_kv = md.ragged_offsets_kv.data();
+  for (int64_t i = 0; i < slots; ++i) scatter_slot(p, c, i / M, docs[i], base[i], base[(i / M) * M]);
+  md.q_seqlens = std::move(rows.q_seqlens);
+  md.kv_seqlens = std::move(rows.kv_seqlens);
+  md.q_offsets = std::move(rows.q_offsets);
+  md.kv_offsets = std::move(rows.kv_offsets);
+  return md;
+}
+
 int64_t metadata_twin_scratch_bytes(const PackedBatch& batch) {
   auto prepared = prepare_batch(batch);
   if (!prepared) return 0;
   const MetadataParams& p = prepared->params;
-  const int64_t per_row = sizeof(RowError) + 3 * sizeof(int64_t);  // errors, docs and token totals
-  return 2 * p.max_segments * int64_t(sizeof(DocRun)) + p.large_capacity * int64_t(sizeof(int32_t)) +
-         p.rows * per_row + 3 * p.rows * int64_t(sizeof(int64_t));  // + the three scans
+  std::vector<uint64_t> keys(p.rows, kNoKey);
+  uint64_t error_row = kNoKey;
+  RunTables r;
+  r.row_keys = keys.data(), r.error_row = &error_row;
+  std::vector<int64_t> run_first, run_last;
+  const int64_t large = scan_tokens(p, r, run_first, run_last);
+  const int64_t runs = int64_t(run_first.size()), slots = p.rows * p.max_segments;
+  const int64_t per_slot = sizeof(SlotDoc) + 2 * sizeof(SlotTotals) + 4 * sizeof(uint64_t);  // + 2 tables x 2 sides
+  return p.rows * int64_t(sizeof(uint64_t)) + 2 * runs * int64_t(sizeof(int64_t)) +
+         (large > 0 ? 2 * large + 1 : 0) * int64_t(sizeof(uint64_t)) + slots * per_slot;
 }
 
 }  // namespace attn_oracle::gpu

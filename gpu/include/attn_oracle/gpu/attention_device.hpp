@@ -37,6 +37,9 @@ struct DeviceAttentionInputs {
   // > 0: after the checked run, launch the forward (and backward) kernels this many
   // more times and report the median CUDA-event time of each pass (bench only).
   int timing_reps = 0;
+  // The `cuda-next` kernels: the tensor-core (CuTe) forward; the backward is still
+  // the WMMA one (it reads the same o and lse).
+  bool next = false;
 };
 
 struct DeviceAttentionOutputs {
@@ -50,8 +53,9 @@ struct DeviceAttentionOutputs {
   std::string failure;       // a CUDA failure or an unsupported shape, empty on success
 };
 
-// Whether the kernels are instantiated for (dtype, head_dim): the dispatch grid.
-bool attention_kernels_instantiated(int dtype, int head_dim);
+// Whether the kernels are instantiated for (dtype, head_dim): the dispatch grid
+// (`next`: also that this build has the CuTe kernels).
+bool attention_kernels_instantiated(int dtype, int head_dim, bool next = false);
 
 // Uploads, fills the outputs of uncovered tokens (o = 0, lse = -inf, grads = 0),
 // runs the forward and, when in.backward, the backward kernels, downloads.

@@ -37,14 +37,18 @@ Error row_error_to_error(const MetadataParams& p, int64_t row, const RowError& e
 // Assembles the Metadata from per-row results (exclusive scans + compaction on the host).
 Metadata assemble_metadata(const MetadataParams& p, const Shape& extra, MetadataBuffers&& rows);
 
-// The CPU twin: the kernels' row functions run in a loop over rows.
+// The CPU twin of the token-parallel kernels (metadata_tokens.hpp): their steps in loops.
 Expected<Metadata> metadata_twin(const PackedBatch& batch);
 
-// Peak scratch bytes the twin uses for a batch (runs of both sides, large-id set).
+// The CPU twin of the row-per-thread kernels of the `cuda` backend (metadata_row.hpp).
+Expected<Metadata> metadata_rows_twin(const PackedBatch& batch);
+
+// Peak scratch bytes metadata_twin uses for a batch (row keys, runs, tables, hash, slots).
 int64_t metadata_twin_scratch_bytes(const PackedBatch& batch);
 
 // CUDA: present when compiled with CUDA; fails with `unsupported` without a device.
 bool cuda_available(std::string* device_name = nullptr);
-Expected<Metadata> metadata_cuda(const PackedBatch& batch);
+Expected<Metadata> metadata_cuda(const PackedBatch& batch);       // row-per-thread kernels (`cuda`)
+Expected<Metadata> metadata_cuda_next(const PackedBatch& batch);  // token-parallel kernels (`cuda-next`)
 
 }  // namespace attn_oracle::gpu

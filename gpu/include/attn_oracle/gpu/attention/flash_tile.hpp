@@ -1,0 +1,77 @@
+// flash_tile.hpp: the tile schedule and element arithmetic of the tensor-core
+// (CuTe) attention kernels of the `cuda-next` backend, shared with the CPU twin
+// (attention_twin.cpp) so that both visit the same tiles in the same order and
+// round at the same steps. Plain C++17: nvcc and g++ compile it as is.
+//
+// Forward, per (document, query head, q tile of kBlockM rows): over the kv tiles
+// of kv_tile_range in increasing order, S = Q K^T in fp32; each score becomes
+// s * scale * log2(e) (a masked one -inf); the row max m and the sum l of
+// p = 2^(s - m) run over the tiles (online softmax, base 2); P is rounded to the
+// storage type before O += P V; finally O / l and lse = (m + log2 l) * ln 2.
+// Tiles wholly inside every row's key interval (tile_fully_allowed) skip the
+// per-element mask: the result is the same, only cheaper.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "attn_oracle/gpu/attention/index_mask.hpp"
+#include "attn_oracle/gpu/hd.hpp"
+
+namespace attn_oracle::gpu {
+
+// Block shapes by head dim: kBlockM query rows by kBlockN keys, kWarps warps of
+// 16 rows each. A thread holds kBlockM * D / (32 kWarps) fp32 values of O and
+// kBlockM * kBlockN / (32 kWarps) of S: with 16 rows a warp, 64 + 32 at D = 128 and
+// 128 + 32 at D = 256, which leaves room for the operand fragments under 255
+// registers (32 rows a warp spilled at D = 64 and 128: bench/results/*-build-evidence.md).
+struct FlashTile {
+  int block_m, block_n, warps;
+};
+
+ATTN_HD constexpr FlashTile flash_forward_tile(int head_dim) {
+  return head_dim <= 128 ? FlashTile{128, 64, 8} : FlashTile{64, 64, 4};
+}
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+
+// A raw score q . k in the base-2 softmax domain.
+ATTN_HD float score_log2(float raw, float scale_log2) { return raw * scale_log2; }
+
+// 2^x for x <= 0: the device's ex2.approx (2 ulp, results under 2^-126 flushed to
+// 0, as the tensor-core kernels everywhere take it), exp2f on the host. The twin
+// and the kernels differ here by rounding only, inside the tolerance rule.
+ATTN_HD float exp2_nonpositive(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return exp2f(x);
+#endif
+}
+
+// p = 2^(s - m); 0 for a masked score, and while no score of the row is allowed.
+ATTN_HD float softmax_weight(float s, float m) { return m == -INFINITY ? 0.0f : exp2_nonpositive(s - m); }
+
+// The factor a row's l and O take when its max moves from m_old to m_new.
+ATTN_HD float rescale_factor(float m_old, float m_new) {
+  return m_old == -INFINITY ? (m_new == -INFINITY ? 1.0f : 0.0f) : exp2_nonpositive(m_old - m_new);
+}
+
+// Natural-log lse of a row from its base-2 max and sum; -inf when nothing is attended.
+ATTN_HD float lse_from_log2(float m, float l) { return l > 0.0f ? (m + log2f(l)) * kLn2 : -INFINITY; }
+
+// True when every query of [a0, a1) may attend every key of [b0, b1), all of them
+// inside the document: the per-element mask would change nothing. The interval
+// ends never decrease with the query, so the first query's hi and the last's lo decide.
+ATTN_HD bool tile_fully_allowed(int mask, int64_t left, int64_t right, int64_t a0, int64_t a1, int64_t b0, int64_t b1,
+                                int64_t lq, int64_t lkv) {
+  if (a1 > lq || b1 > lkv || a0 >= a1 || b0 >= b1) return false;
+  const KeyInterval first = key_interval(mask, left, right, a0, lq, lkv);
+  const KeyInterval last = key_interval(mask, left, right, a1 - 1, lq, lkv);
+  return last.lo <= b0 && first.hi >= b1 - 1;
+}
+
+}  // namespace attn_oracle::gpu

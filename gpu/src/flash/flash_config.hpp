@@ -1,0 +1,91 @@
+// flash_config.hpp: the CuTe types of the tensor-core attention kernels (tiled MMA,
+// shared-memory layouts, copy atoms) and the register-layout views the kernels'
+// row steps use. Host code too: tests/flash_layout_test.cpp builds these same
+// types with g++ and checks, thread by thread, the coordinates every fragment
+// holds (the views below, the quad that shares a row), which no CPU can run.
+//
+// MMA: SM80's m16n8k16 (fp16 / bf16 in, fp32 accumulate), the warps stacked along
+// M, the tile permuted to 16 columns so that one ldmatrix.x4 feeds two atoms.
+// Shared memory: rows of 64 elements (128 bytes) swizzled (Swizzle<3,3,3>), so
+// that the 16-byte cp.async writes and the ldmatrix reads of 8 rows spread over
+// all banks; V is read transposed (ldmatrix.trans) through a (D, kBlockN) view.
+#pragma once
+
+// clang-format off: CuTe's tensor.hpp must come before its atoms.
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_atom.hpp>
+#include <cute/atom/mma_atom.hpp>
+// clang-format on
+
+#include "attn_oracle/gpu/attention/flash_tile.hpp"
+
+namespace attn_oracle::gpu::flash {
+
+using namespace cute;
+
+template <class T>
+struct MmaOp;
+template <>
+struct MmaOp<half_t> {
+  using type = SM80_16x8x16_F32F16F16F32_TN;
+};
+template <>
+struct MmaOp<bfloat16_t> {
+  using type = SM80_16x8x16_F32BF16BF16F32_TN;
+};
+
+template <class T, int kWarps>
+using FlashMma = TiledMMA<MMA_Atom<typename MmaOp<T>::type>, Layout<Shape<Int<kWarps>, _1, _1>>,
+                          Tile<Int<16 * kWarps>, _16, _16>>;
+
+// Rows of 64 elements, swizzled; any (rows, D) tile with rows % 8 == 0, D % 64 == 0.
+using SmemAtom = decltype(composition(Swizzle<3, 3, 3>{}, Layout<Shape<_8, _64>, Stride<_64, _1>>{}));
+
+template <int kRows, int D>
+using SmemTile = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kRows>, Int<D>>{}));
+
+// 16-byte global loads and stores: 8 threads per 64-element row, kThreads / 8 rows.
+template <int kThreads>
+using GmemThreads = Layout<Shape<Int<kThreads / 8>, _8>, Stride<_8, _1>>;
+
+template <class T, int D>
+struct ForwardConfig {
+  static constexpr FlashTile kTile = flash_forward_tile(D);
+  static constexpr int kBlockM = kTile.block_m, kBlockN = kTile.block_n, kWarps = kTile.warps;
+  static constexpr int kThreads = kWarps * 32, kDim = D;
+  using Element = T;
+  using Mma = FlashMma<T, kWarps>;
+  using SmemQ = SmemTile<kBlockM, D>;
+  using SmemKV = SmemTile<kBlockN, D>;
+  // (d, n) -> the element (n, d) of a K/V tile: V^T as the B operand of P V.
+  using SmemVt = decltype(composition(SmemKV{}, make_layout(Shape<Int<D>, Int<kBlockN>>{}, GenRowMajor{})));
+  using GmemLoad = decltype(make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<uint128_t>, T>{},
+                                            GmemThreads<kThreads>{}, Layout<Shape<_1, _8>>{}));
+  using GmemStore = decltype(make_tiled_copy(Copy_Atom<UniversalCopy<uint128_t>, T>{}, GmemThreads<kThreads>{},
+                                             Layout<Shape<_1, _8>>{}));
+  using LoadA = Copy_Atom<SM75_U32x4_LDSM_N, T>;
+  using LoadB = Copy_Atom<SM75_U32x4_LDSM_N, T>;
+  using LoadBt = Copy_Atom<SM75_U16x8_LDSM_T, T>;
+  using StoreC = Copy_Atom<UniversalCopy<T>, T>;
+  static constexpr size_t kQBytes = size_t(cosize(SmemQ{})) * sizeof(T);
+  static constexpr size_t kKVBytes = size_t(cosize(SmemKV{})) * sizeof(T);
+  static constexpr size_t kSmemBytes = kQBytes + 4 * kKVBytes;  // Q, then K and V twice (double buffer)
+};
+
+// An accumulator layout ((2, 2), M, N) seen as (rows, cols) = ((2, M), (2, N)): the
+// values of one thread on one row of the tile, so the row steps loop over them.
+template <class L>
+CUTE_HOST_DEVICE constexpr auto rowcol(L const& acc) {
+  auto v = get<0>(acc);
+  return make_layout(make_layout(get<1>(v), get<1>(acc)), make_layout(get<0>(v), get<2>(acc)));
+}
+
+// The same accumulator as the A operand of the next product, ((2, 2, 2), M, N / 2):
+// two neighbouring 16x8 C tiles hold exactly one 16x16 A tile, value for value.
+template <class L>
+CUTE_HOST_DEVICE constexpr auto acc_as_a(L const& acc) {
+  auto d = logical_divide(acc, Shape<Underscore, Underscore, _2>{});
+  return make_layout(make_layout(get<0>(d), get<2, 0>(d)), get<1>(d), get<2, 1>(d));
+}
+
+}  // namespace attn_oracle::gpu::flash

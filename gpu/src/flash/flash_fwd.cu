@@ -1,0 +1,318 @@
+// flash_fwd.cu: the tensor-core attention forward of the `cuda-next` backend
+// (CuTe, SM80 MMA, built for sm_90), fp16 / bf16 storage, head dims 64 / 128 / 256.
+//
+// One block of kWarps warps per (document, query head, q tile of kBlockM rows):
+//   Q tile -> shared memory once (cp.async); K and V tiles of kBlockN keys in two
+//   shared-memory stages, the next tile's copy in flight while this one is used;
+//   S = Q K^T on the tensor cores from ldmatrix fragments, in registers; the row
+//   steps of flash_tile.hpp on the registers (a row's values are spread over the 4
+//   threads of a quad: max and sum reduce by two shuffles); P converted to the
+//   storage type in registers and used directly as the A operand of O += P V
+//   (acc_as_a), V^T read by ldmatrix.trans; O / l through shared memory to
+//   16-byte stores; lse by the quad's first thread.
+// Tiles: kv_tile_range of the q tile, increasing, as the twin; a tile wholly
+// allowed (tile_fully_allowed) skips the per-element mask. Rows and keys past the
+// document are zero-filled in shared memory and never stored.
+// Grid: x = the flattened (document, q tile) index, last first (the longest rows
+// of a causal document start first), y = query head.
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <string>
+
+#include "attn_oracle/gpu/attention/attention_params.hpp"
+#include "attn_oracle/gpu/attention/doc_span.hpp"
+#include "attn_oracle/gpu/attention/flash_tile.hpp"
+#include "attn_oracle/gpu/attention/tile_range.hpp"
+#include "flash/flash_config.hpp"
+#include "flash/flash_launch.hpp"
+
+namespace attn_oracle::gpu::flash {
+namespace {
+
+// Rows [0, valid) of a (rows, D) global tile into shared memory by cp.async, the
+// rest zero-filled; `coord` is the copy's partition of the tile's identity.
+template <class Copy, class G, class S, class C>
+__device__ void load_rows(const Copy& copy, const G& g, S&& s, const C& coord, int valid) {
+  CUTE_UNROLL
+  for (int m = 0; m < size<1>(s); ++m) {
+    if (get<0>(coord(0, m, 0)) < valid) cute::copy(copy, g(_, m, _), s(_, m, _));
+    else clear(s(_, m, _));
+  }
+}
+
+__device__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
+}
+
+__device__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffff, x, 1);
+  return x + __shfl_xor_sync(0xffffffff, x, 2);
+}
+
+// acc += A B^T over the K mode, both operands from shared memory through ldmatrix.
+template <class Mma, class Acc, class RA, class SA, class CopyA, class RB, class SB, class CopyB>
+__device__ void gemm_ss(const Mma& mma, Acc& acc, RA& ra, const SA& sa, const CopyA& copy_a, RB& rb, const SB& sb,
+                        const CopyB& copy_b, int thread) {
+  auto ra_view = copy_a.get_slice(thread).retile_D(ra);
+  auto rb_view = copy_b.get_slice(thread).retile_D(rb);
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(ra); ++k) {
+    cute::copy(copy_a, sa(_, _, k), ra_view(_, _, k));
+    cute::copy(copy_b, sb(_, _, k), rb_view(_, _, k));
+    cute::gemm(mma, ra(_, _, k), rb(_, _, k), acc);
+  }
+}
+
+// acc += A B^T with A already in registers.
+template <class Mma, class Acc, class RA, class RB, class SB, class CopyB>
+__device__ void gemm_rs(const Mma& mma, Acc& acc, const RA& ra, RB& rb, const SB& sb, const CopyB& copy_b, int thread) {
+  auto rb_view = copy_b.get_slice(thread).retile_D(rb);
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(ra); ++k) {
+    cute::copy(copy_b, sb(_, _, k), rb_view(_, _, k));
+    cute::gemm(mma, ra(_, _, k), rb(_, _, k), acc);
+  }
+}
+
+// The running softmax of one thread's rows; l holds this thread's columns only
+// until the end (a sum is linear in its parts, rescaling included).
+template <int kRows>
+struct RowState {
+  float m[kRows], l[kRows];
+};
+
+// A row's allowed keys relative to the tile's first key, clamped to [-1, kBlockN]
+// (32-bit: the per-element test is then two integer compares).
+struct TileKeys {
+  int lo, hi;
+};
+
+template <int kBlockN>
+__device__ TileKeys tile_keys(const AttentionFwdParams& p, const DocSpan& span, int64_t a, int64_t b0) {
+  if (a >= span.lq) return TileKeys{1, 0};  // a row past the document attends nothing
+  const KeyInterval k = key_interval(p.mask, p.window_left, p.window_right, a, span.lq, span.lkv);
+  auto clamp = [&](int64_t x) { return int(x - b0 < -1 ? -1 : x - b0 > kBlockN ? kBlockN : x - b0); };
+  return TileKeys{clamp(k.lo), clamp(k.hi)};
+}
+
+// Scores (raw q . k) -> P in place, the rows' state and O rescaled: one kv tile.
+template <bool kMasked, int kBlockN, class S, class C, class O, int kRows>
+__device__ void softmax_tile(S& s, const C& coord, O& o, RowState<kRows>& st, const AttentionFwdParams& p,
+                             const DocSpan& span, int64_t a0, int64_t b0, float scale_log2) {
+  CUTE_UNROLL
+  for (int i = 0; i < kRows; ++i) {
+    TileKeys keys{0, kBlockN - 1};
+    if (kMasked) keys = tile_keys<kBlockN>(p, span, a0 + get<0>(coord(i, 0)), b0);
+    float row_max = st.m[i];
+    CUTE_UNROLL
+    for (int j = 0; j < size<1>(s); ++j) {
+      const int b = get<1>(coord(i, j));
+      const float x = score_log2(s(i, j), scale_log2);
+      s(i, j) = !kMasked || (b >= keys.lo && b <= keys.hi) ? x : -INFINITY;
+      row_max = fmaxf(row_max, s(i, j));
+    }
+    row_max = quad_max(row_max);
+    const float alpha = rescale_factor(st.m[i], row_max);
+    st.m[i] = row_max;
+    float sum = 0.0f;
+    CUTE_UNROLL
+    for (int j = 0; j < size<1>(s); ++j) {
+      s(i, j) = softmax_weight(s(i, j), row_max);
+      sum += s(i, j);
+    }
+    st.l[i] = st.l[i] * alpha + sum;
+    CUTE_UNROLL
+    for (int j = 0; j < size<1>(o); ++j) o(i, j) *= alpha;
+  }
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads) forward_kernel(AttentionFwdParams p, const int64_t* q_tiles) {
+  using T = typename Cfg::Element;
+  constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN, D = Cfg::kDim;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int thread = threadIdx.x;
+  const TileItem item = locate_tile(q_tiles, p.docs, int64_t(gridDim.x) - 1 - blockIdx.x);
+  const DocSpan span = doc_span(p, item.doc);
+  const int h = blockIdx.y, g = kv_head_of(h, p.heads_q, p.heads_kv);
+  const int64_t a0 = item.tile * BM;
+  const int rows = int(span.lq - a0 < BM ? span.lq - a0 : BM);
+  const TileRange kv = kv_tile_range(p.mask, p.window_left, p.window_right, a0, a0 + rows, span.lq, span.lkv, BN);
+
+  // Global tiles: row stride heads * D; the K/V pointers move by a tile per step.
+  const int64_t q_stride = int64_t(p.heads_q) * D, kv_stride = int64_t(p.heads_kv) * D;
+  const T* q_ptr = reinterpret_cast<const T*>(p.q) + (span.q0 + a0) * q_stride + int64_t(h) * D;
+  const T* k_base = reinterpret_cast<const T*>(p.k) + span.kv0 * kv_stride + int64_t(g) * D;
+  const T* v_base = reinterpret_cast<const T*>(p.v) + span.kv0 * kv_stride + int64_t(g) * D;
+  auto tile_shape = Shape<Int<BM>, Int<D>>{};
+  auto kv_shape = Shape<Int<BN>, Int<D>>{};
+  Tensor gQ = make_tensor(make_gmem_ptr(q_ptr), tile_shape, make_stride(q_stride, _1{}));
+  // K / V tile n: the copy's partition of tile 0, moved by n tiles of rows.
+  Tensor gK0 = make_tensor(make_gmem_ptr(k_base), kv_shape, make_stride(kv_stride, _1{}));
+  Tensor gV0 = make_tensor(make_gmem_ptr(v_base), kv_shape, make_stride(kv_stride, _1{}));
+
+  T* smem_q = reinterpret_cast<T*>(smem);
+  T* smem_kv = smem_q + cosize(typename Cfg::SmemQ{});
+  constexpr int kKV = cosize(typename Cfg::SmemKV{});
+  Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Cfg::SmemQ{});
+  // Stage s of K starts at smem_kv + 2 s kKV and V kKV after it; a stage is a whole
+  // number of swizzle periods, so one partition serves both, moved by a pointer offset.
+  Tensor sK = make_tensor(make_smem_ptr(smem_kv), typename Cfg::SmemKV{});
+  Tensor sV = make_tensor(make_smem_ptr(smem_kv + kKV), typename Cfg::SmemKV{});
+  Tensor sVt = make_tensor(make_smem_ptr(smem_kv + kKV), typename Cfg::SmemVt{});
+
+  typename Cfg::GmemLoad load;
+  auto load_thr = load.get_slice(thread);
+  Tensor cQ = load_thr.partition_S(make_identity_tensor(tile_shape));
+  Tensor cKV = load_thr.partition_S(make_identity_tensor(kv_shape));
+  Tensor load_sK = load_thr.partition_D(sK);
+  Tensor load_sV = load_thr.partition_D(sV);
+  Tensor load_gK = load_thr.partition_S(gK0);
+  Tensor load_gV = load_thr.partition_S(gV0);
+  auto load_kv = [&](int64_t n, int stage) {
+    const int valid = int(span.lkv - n * BN < BN ? span.lkv - n * BN : BN);
+    const int offset = stage * 2 * kKV;
+    const int64_t rows_before = n * BN * kv_stride;
+    load_rows(load, make_tensor(load_gK.data() + rows_before, load_gK.layout()),
+              make_tensor(load_sK.data() + offset, load_sK.layout()), cKV, valid);
+    load_rows(load, make_tensor(load_gV.data() + rows_before, load_gV.layout()),
+              make_tensor(load_sV.data() + offset, load_sV.layout()), cKV, valid);
+  };
+
+  typename Cfg::Mma mma;
+  auto thr_mma = mma.get_slice(thread);
+  Tensor acc_o = partition_fragment_C(mma, tile_shape);
+  clear(acc_o);
+  Tensor cS = thr_mma.partition_C(make_identity_tensor(Shape<Int<BM>, Int<BN>>{}));
+  Tensor rowcol_cs = make_tensor(cS.data(), rowcol(cS.layout()));
+  // Register fragments shaped by the MMA; only their shapes are taken from these views.
+  Tensor rQ = thr_mma.partition_fragment_A(sQ);
+  Tensor rK = thr_mma.partition_fragment_B(sK);
+  Tensor rVt = thr_mma.partition_fragment_B(make_tensor(make_smem_ptr(smem_kv), Shape<Int<D>, Int<BN>>{}));
+  auto copy_a = make_tiled_copy_A(typename Cfg::LoadA{}, mma);
+  auto copy_b = make_tiled_copy_B(typename Cfg::LoadB{}, mma);
+  auto copy_bt = make_tiled_copy_B(typename Cfg::LoadBt{}, mma);
+  Tensor sQ_a = copy_a.get_slice(thread).partition_S(sQ);
+  Tensor sK_b = copy_b.get_slice(thread).partition_S(sK);
+  Tensor sVt_b = copy_bt.get_slice(thread).partition_S(sVt);
+
+  constexpr int kRows = decltype(size<0>(rowcol(acc_o.layout())))::value;
+  RowState<kRows> st;
+  CUTE_UNROLL
+  for (int i = 0; i < kRows; ++i) st.m[i] = -INFINITY, st.l[i] = 0.0f;
+  const float scale_log2 = p.scale * kLog2e;
+
+  load_rows(load, load_thr.partition_S(gQ), load_thr.partition_D(sQ), cQ, rows);
+  if (kv.begin < kv.end) load_kv(kv.begin, 0);
+  cp_async_fence();
+  for (int64_t n = kv.begin; n < kv.end; ++n) {
+    const int stage = int((n - kv.begin) & 1);
+    cp_async_wait<0>();
+    __syncthreads();  // this stage landed for every thread; the other one is free
+    if (n + 1 < kv.end) load_kv(n + 1, stage ^ 1);
+    cp_async_fence();
+
+    Tensor acc_s = partition_fragment_C(mma, Shape<Int<BM>, Int<BN>>{});
+    clear(acc_s);
+    const int offset = stage * 2 * kKV;
+    gemm_ss(mma, acc_s, rQ, sQ_a, copy_a, rK, make_tensor(sK_b.data() + offset, sK_b.layout()), copy_b, thread);
+    Tensor s = make_tensor(acc_s.data(), rowcol(acc_s.layout()));
+    Tensor o = make_tensor(acc_o.data(), rowcol(acc_o.layout()));
+    const int64_t b0 = n * BN;
+    if (tile_fully_allowed(p.mask, p.window_left, p.window_right, a0, a0 + rows, b0, b0 + BN, span.lq, span.lkv))
+      softmax_tile<false, BN>(s, rowcol_cs, o, st, p, span, a0, b0, scale_log2);
+    else
+      softmax_tile<true, BN>(s, rowcol_cs, o, st, p, span, a0, b0, scale_log2);
+
+    Tensor p_tile = make_tensor_like<T>(acc_s);
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc_s); ++i) p_tile(i) = T(acc_s(i));  // round to nearest even
+    Tensor rP = make_tensor(p_tile.data(), acc_as_a(p_tile.layout()));
+    gemm_rs(mma, acc_o, rP, rVt, make_tensor(sVt_b.data() + offset, sVt_b.layout()), copy_bt, thread);
+  }
+
+  // Finalize: O / l, lse; O through shared memory (Q's, once every warp is past it).
+  Tensor o = make_tensor(acc_o.data(), rowcol(acc_o.layout()));
+  CUTE_UNROLL
+  for (int i = 0; i < kRows; ++i) {
+    const float l = quad_sum(st.l[i]);
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    CUTE_UNROLL
+    for (int j = 0; j < size<1>(o); ++j) o(i, j) *= inv;
+    const int r = get<0>(rowcol_cs(i, 0));
+    if (get<1>(rowcol_cs(i, 0)) == 0 && r < rows)
+      p.lse[int64_t(h) * p.total_q + span.q0 + a0 + r] = lse_from_log2(st.m[i], l);
+  }
+  Tensor o_out = make_tensor_like<T>(acc_o);
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc_o); ++i) o_out(i) = T(acc_o(i));
+  cp_async_wait<0>();  // with no kv tile, Q's copy may still be landing where O goes
+  __syncthreads();
+  auto store_c = make_tiled_copy_C(typename Cfg::StoreC{}, mma);
+  auto store_c_thr = store_c.get_slice(thread);
+  cute::copy(store_c, store_c_thr.retile_S(o_out), store_c_thr.partition_D(sQ));
+  __syncthreads();
+  typename Cfg::GmemStore store;
+  auto store_thr = store.get_slice(thread);
+  Tensor so = store_thr.partition_S(sQ);
+  Tensor go = store_thr.partition_D(
+      make_tensor(make_gmem_ptr(reinterpret_cast<T*>(p.o) + (span.q0 + a0) * q_stride + int64_t(h) * D), tile_shape,
+                  make_stride(q_stride, _1{})));
+  Tensor ro = make_tensor_like(so);
+  cute::copy(store, so, ro);
+  CUTE_UNROLL
+  for (int m = 0; m < size<1>(ro); ++m)
+    if (get<0>(cQ(0, m, 0)) < rows) cute::copy(store, ro(_, m, _), go(_, m, _));
+}
+
+template <class Cfg>
+bool launch_forward(const AttentionFwdParams& p, const int64_t* prefix, int64_t tiles, std::string& failure) {
+  if (tiles == 0 || p.heads_q == 0) return true;
+  if (tiles > INT_MAX || p.heads_q > 65535) {
+    failure = "flash forward: grid of " + std::to_string(tiles) + " tiles x " + std::to_string(p.heads_q) +
+              " heads exceeds CUDA's grid limits";
+    return false;
+  }
+  auto kernel = forward_kernel<Cfg>;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::kSmemBytes)) != cudaSuccess) {
+    failure = std::string("flash forward: shared memory attribute: ") + cudaGetErrorString(cudaGetLastError());
+    return false;
+  }
+  kernel<<<dim3(unsigned(tiles), unsigned(p.heads_q)), Cfg::kThreads, Cfg::kSmemBytes>>>(p, prefix);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+    failure = std::string("flash forward: ") + cudaGetErrorString(e);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool built() { return true; }
+
+int forward_block_m(int head_dim) { return flash_forward_tile(head_dim).block_m; }
+
+bool forward(const AttentionFwdParams& p, const int64_t* q_tile_prefix, int64_t q_tiles, std::string& failure) {
+  const bool bf16 = p.dtype == kBf16;
+#ifdef ATTN_FLASH_DEV_DIM  // development: one instantiation compiles in a fraction of the time
+  if (bf16 && p.head_dim == ATTN_FLASH_DEV_DIM)
+    return launch_forward<ForwardConfig<bfloat16_t, ATTN_FLASH_DEV_DIM>>(p, q_tile_prefix, q_tiles, failure);
+  failure = "flash forward: this development build has one head dim alone";
+  return false;
+#else
+  switch (p.head_dim) {
+    case 64: return bf16 ? launch_forward<ForwardConfig<bfloat16_t, 64>>(p, q_tile_prefix, q_tiles, failure)
+                         : launch_forward<ForwardConfig<half_t, 64>>(p, q_tile_prefix, q_tiles, failure);
+    case 128: return bf16 ? launch_forward<ForwardConfig<bfloat16_t, 128>>(p, q_tile_prefix, q_tiles, failure)
+                          : launch_forward<ForwardConfig<half_t, 128>>(p, q_tile_prefix, q_tiles, failure);
+    case 256: return bf16 ? launch_forward<ForwardConfig<bfloat16_t, 256>>(p, q_tile_prefix, q_tiles, failure)
+                          : launch_forward<ForwardConfig<half_t, 256>>(p, q_tile_prefix, q_tiles, failure);
+  }
+  failure = "flash forward: no kernel for head_dim " + std::to_string(p.head_dim);
+  return false;
+#endif
+}
+
+}  // namespace attn_oracle::gpu::flash
