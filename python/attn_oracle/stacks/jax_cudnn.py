@@ -31,7 +31,10 @@ position difference). Declined, each by the library:
 Declined by convention: the bottom-right kinds (``MaskType`` has NO_MASK,
 PADDING, CAUSAL, PADDING_CAUSAL; causal is top-left). :class:`Lengths` also
 declines a row of several documents and padding before its document (one
-length per row, counted from token 0).
+length per row, counted from token 0). The domains say all of these
+(``causal_windows_only`` for the window, ``one_sequence_a_row`` for
+:class:`Lengths`), so the draws land inside them; the hooks decline the same
+for a direct call.
 
 Conventions mapped:
 
@@ -175,7 +178,8 @@ class Lengths(_Base):
 
     name = "jax-cudnn-seq-lengths"
     lse_dtype = "input"  # jax.nn casts cuDNN's statistics to the output dtype
-    domain = Domain(positions_from_zero=True, mask_kinds=TOP_LEFT, dtypes=("fp16", "bf16"), head_dims=HEAD_DIMS)
+    domain = Domain(positions_from_zero=True, one_sequence_a_row=True, causal_windows_only=True, mask_kinds=TOP_LEFT,
+                    dtypes=("fp16", "bf16"), head_dims=HEAD_DIMS)
 
     def unsupported_attention(self, p):
         for ids in (p.batch.q_segment_ids, p.batch.kv_segment_ids):
@@ -210,7 +214,8 @@ class Packed(_Base):
 
     name = "jax-cudnn-packed"
     lse_dtype = "float32"  # cuDNN's softmax statistics, float32
-    domain = Domain(positions_from_zero=True, mask_kinds=TOP_LEFT, dtypes=("fp16", "bf16"), head_dims=HEAD_DIMS)
+    domain = Domain(positions_from_zero=True, causal_windows_only=True, mask_kinds=TOP_LEFT, dtypes=("fp16", "bf16"),
+                    head_dims=HEAD_DIMS)
 
     def spans(self, batch):
         """The documents handed to cuDNN: the reference's, with tokens on both sides."""

@@ -10,9 +10,11 @@ there is one), two ways users pack batches.
   kinds are the top-left ones and go in as ``is_causal`` too.
 - :class:`Lengths`: one document per row followed by padding, through
   ``query_seq_lengths`` / ``key_value_seq_lengths`` (no mask tensor). q and kv
-  may differ (cross-attention). Declined: a padding token before the document
-  (the lengths count from token 0), and the bottom-right kinds (``is_causal``
-  is top-left and there is no bottom-right option).
+  may differ (cross-attention). Its domain says what one length a row cannot
+  (``one_sequence_a_row``: several documents in a row, padding before the
+  document, since the lengths count from token 0) and the bottom-right kinds
+  (``is_causal`` is top-left and there is no bottom-right option), so the
+  draws land inside it.
 
 Conventions mapped:
 
@@ -141,8 +143,9 @@ class Lengths(_Base):
     """One document per row, then padding: query_seq_lengths / key_value_seq_lengths."""
 
     name = "jax.nn-seq-lengths"
-    domain = Domain(positions_from_zero=True, mask_kinds=("no_mask", "padding", "causal", "padding_causal"),
-                    dtypes=DTYPES)
+    # One length a row: one sequence a row, from token 0 (the hook below says the same for a direct call).
+    domain = Domain(positions_from_zero=True, one_sequence_a_row=True,
+                    mask_kinds=("no_mask", "padding", "causal", "padding_causal"), dtypes=DTYPES)
 
     def unsupported_attention(self, p):
         for ids in (p.batch.q_segment_ids, p.batch.kv_segment_ids):
