@@ -14,6 +14,10 @@
 //    within int32, as TransformerEngine JAX takes them, judges >= 90 of 100
 //    draws declared (positions_extra_dims = false, max_position = INT32_MAX),
 //    fewer through its hooks;
+//  - a backend in the shape of a sequence-length API (one sequence a row,
+//    windows that end at the query, as jax.nn's query_seq_lengths on cuDNN
+//    takes them) judges >= 90 of 100 draws declared, fewer through its hooks;
+//    draws of every input fall outside that domain, so the draw test can fail;
 //  - a pass on fewer than a tenth of its draws reads "passed, but judged only
 //    N of 100 draws", its verdict still passed;
 //  - a backend whose hooks decline only what a transformed problem holds (a
@@ -126,6 +130,41 @@ class TransformerEngineShaped final : public Backend, public MetadataCapability 
   bool declared_;
 };
 
+// One sequence a row, top-left kinds, positions from 0, windows that end at
+// the query: what jax.nn's and cuDNN's sequence lengths take.
+InputDomain sequence_lengths_domain() {
+  InputDomain d;
+  d.positions_from_zero = true;
+  d.one_sequence_a_row = true;
+  d.causal_windows_only = true;
+  d.mask_kinds = {MaskKind::no_mask, MaskKind::padding, MaskKind::causal, MaskKind::padding_causal};
+  return d;
+}
+
+// The reference's metadata and attention in the shape of a sequence-length
+// API, declared or declined by hook.
+class SequenceLengthsShaped final : public Backend, public MetadataCapability, public AttentionCapability {
+ public:
+  explicit SequenceLengthsShaped(bool declared) : declared_(declared) {}
+  std::string name() const override { return declared_ ? "sequence-lengths" : "sequence-lengths-by-hooks"; }
+  MetadataCapability* metadata() override { return this; }
+  AttentionCapability* attention() override { return this; }
+  InputDomain domain() const override { return declared_ ? sequence_lengths_domain() : InputDomain{}; }
+  std::optional<std::string> unsupported(const PackedBatch& batch) override {
+    return declared_ ? std::nullopt : outside_domain(sequence_lengths_domain(), batch);
+  }
+  std::optional<std::string> unsupported(const AttentionProblem& problem) override {
+    return declared_ ? std::nullopt : outside_domain(sequence_lengths_domain(), problem);
+  }
+  Expected<Metadata> metadata(const PackedBatch& batch) override { return ref::metadata(batch); }
+  Expected<AttentionResult> attention(const AttentionProblem& p, const AttentionInputs& in) override {
+    return ref::attention_dense_masked(p, in);
+  }
+
+ private:
+  bool declared_;
+};
+
 bool ends_in_padding(const PackedSide& side) {
   const IntArray& ids = side.segment_ids;
   if (ids.shape.empty() || ids.shape.back() == 0) return false;
@@ -215,6 +254,21 @@ TEST(OutsideDomain, NamesTheFieldThatExcludesAnInput) {
   EXPECT_EQ(outside_domain(int32_positions, one_row({1, 1}, {0, INT32_MAX})), std::nullopt);
   expect_outside(int32_positions, one_row({1, 1}, {0, int64_t{1} << 31}),
                  "position 2147483648 at q row 0 token 1; the backend takes positions up to 2147483647");
+  const InputDomain lengths = sequence_lengths_domain();
+  EXPECT_EQ(outside_domain(lengths, one_row({1, 1, 0}, {0, 1, 0}, MaskKind::padding)), std::nullopt);
+  EXPECT_EQ(outside_domain(lengths, one_row({0, 0}, {0, 0}, MaskKind::padding)), std::nullopt);  // length 0
+  expect_outside(lengths, one_row({0, 1, 1}, {0, 0, 1}, MaskKind::padding),
+                 "a document after padding (id 1) at q row 0 token 1; the backend takes one sequence a row");
+  expect_outside(lengths, one_row({1, 1, 2}, {0, 1, 0}), "a second document (id 2) at q row 0 token 2");
+  PackedBatch banded = one_row({1, 1, 0}, {0, 1, 0}, MaskKind::padding);
+  banded.window = Window{2, 0};
+  EXPECT_EQ(outside_domain(lengths, banded), std::nullopt);
+  banded.mask = MaskKind::padding_causal, banded.window = Window{2, 3};  // the right side is moot under causal
+  EXPECT_EQ(outside_domain(lengths, banded), std::nullopt);
+  banded.mask = MaskKind::padding;
+  expect_outside(lengths, banded, "window (2, 3) under mask padding; the backend takes a window only where it ends");
+  banded.window = Window{2, -1};
+  expect_outside(lengths, banded, "window (2, -1) under mask padding");
   AttentionProblem p{one_row({1, 1, 2}, {0, 1, 0}), AttentionShape{}};
   InputDomain kernel_shapes;
   kernel_shapes.dtypes = {Dtype::bf16};
@@ -247,7 +301,37 @@ rc::Gen<InputDomain> some_domain() {
   shared_positions.positions_extra_dims = false;
   InputDomain shared_from_zero = shared_positions;
   shared_from_zero.positions_from_zero = true;
-  return rc::gen::element(transformers_packed_domain(), padding_kinds, one_row_fp16, shared_positions, shared_from_zero);
+  InputDomain padded_samples;  // Megatron-core's padded path: one sample of one document, padding after it
+  padded_samples.self_attention_only = padded_samples.positions_from_zero = padded_samples.one_sequence_a_row = true;
+  padded_samples.max_rows = 1;
+  padded_samples.mask_kinds = {MaskKind::padding_causal, MaskKind::padding};
+  return rc::gen::element(transformers_packed_domain(), padding_kinds, one_row_fp16, shared_positions, shared_from_zero,
+                          sequence_lengths_domain(), padded_samples);
+}
+
+// The draw test can fail: draws of every input fall outside a domain of one
+// sequence a row and windows ending at the query (each field on its own), and
+// the same generator drawing inside it never does.
+TEST(DomainGenerators, DrawsOfEveryInputFallOutsideASequenceLengthDomain) {
+  const InputDomain lengths = sequence_lengths_domain();
+  InputDomain sequences_only = lengths, windows_only = lengths;
+  sequences_only.causal_windows_only = false;
+  windows_only.one_sequence_a_row = false;
+  rc::Random random(uint64_t{20261125});
+  int several = 0, open_right = 0;
+  for (int i = 0; i < 200; ++i) {
+    InputDomain free = lengths;  // the same shape fields, the two fields off
+    free.one_sequence_a_row = free.causal_windows_only = false;
+    const PackedBatch any = packed_batch(within(free, {.max_rows = 3}))(random.split(), 30).value();
+    several += outside_domain(sequences_only, any).has_value();
+    open_right += outside_domain(windows_only, any).has_value();
+    const PackedBatch inside = packed_batch(within(lengths, {.max_rows = 3}))(random.split(), 30).value();
+    ASSERT_EQ(outside_domain(lengths, inside), std::nullopt) << "draw " << i;
+  }
+  std::cout << "of 200 free draws: " << several << " not one sequence a row, " << open_right
+            << " with a window that does not end at the query\n";
+  EXPECT_GE(several, 60);
+  EXPECT_GE(open_right, 10);
 }
 
 // Not vacuous: under shared positions the valid draws still have extra dims.
@@ -362,6 +446,28 @@ TEST(DeclaredDomain, TransformerEngineShapedInputsAreDrawnInsteadOfDeclined) {
     EXPECT_EQ(o.status, PropertyOutcome::Status::passed) << id;
     EXPECT_GE(o.judged(), 90) << id;
     EXPECT_LT(h.judged(), o.judged()) << id;
+  }
+}
+
+// jax.nn's and cuDNN's sequence lengths declined 3 draws in 5 (several
+// documents in a row, padding before one) and cuDNN's packed path 1 in 5 (a
+// window with a right side and no causal term); declared, they are drawn inside.
+TEST(DeclaredDomain, SequenceLengthShapedInputsAreDrawnInsteadOfDeclined) {
+  SequenceLengthsShaped declared(true), by_hooks(false);
+  for (const PropertyDef& property : all_properties()) {
+    const bool attention_run = property.id == "attention/matchesReference" ||
+                               property.id == "attention/causalWindowEqualsTopLeftCausal";
+    if (property.needs != Capability::metadata && !attention_run) continue;
+    const PropertyOutcome o = run_property(property, declared, default_run_settings());
+    const PropertyOutcome h = run_property(property, by_hooks, default_run_settings());
+    std::cout << property.id << ": judged " << o.judged() << " of " << o.drawn << " declared, " << h.judged() << " of "
+              << h.drawn << " through the hooks"
+              << (o.status == PropertyOutcome::Status::skipped ? " (skipped: " + o.message + ")" : "") << "\n";
+    EXPECT_NE(o.status, PropertyOutcome::Status::failed) << property.id << ": " << o.failures.front().message;
+    if (o.status == PropertyOutcome::Status::skipped) continue;
+    if (property.id != "metadata/arbitraryInputsMatchReference") EXPECT_GE(o.judged(), 90) << property.id;
+    if (property.id == "attention/matchesReference" || property.id == "metadata/matchesReference")
+      EXPECT_LT(h.judged(), o.judged()) << property.id;
   }
 }
 

@@ -93,6 +93,20 @@ PackedSide without_padding(PackedSide side) {
   return side;
 }
 
+// For a domain of one sequence a row: each row keeps the run of ids at its
+// token 0; what follows is padding under a padding kind, else that document.
+PackedSide one_sequence(PackedSide side, bool padding) {
+  IntArray& ids = side.segment_ids;
+  const int64_t len = ids.shape.back();
+  for (int64_t t = 0; t < static_cast<int64_t>(ids.data.size()) && len > 0; ++t) {
+    const int64_t col = t % len, first = ids.data[t - col];
+    if (col == 0) continue;
+    if (!padding) ids.data[t] = first != 0 ? first : ids.data[t];
+    else if (ids.data[t - 1] == 0 || ids.data[t] != first) ids.data[t] = 0;
+  }
+  return side;
+}
+
 }  // namespace
 
 // Drawn at full size throughout: the inputs are tiny anyway (T <= 8), and
@@ -113,7 +127,8 @@ rc::Gen<PackedBatch> arbitrary_batch(const InputDomain& domain) {
   const int64_t max_rows = domain.max_rows > 0 ? std::min(kMaxRows, domain.max_rows) : kMaxRows;
   auto sizes = rc::gen::tuple(rc::gen::inRange<int64_t>(1, max_rows + 1), rc::gen::inRange<int64_t>(0, kMaxLen + 1),
                               rc::gen::inRange<int64_t>(0, kMaxLen + 1));
-  const bool self = domain.self_attention_only, from_zero = domain.positions_from_zero, no_padding = domain.no_padding;
+  const bool self = domain.self_attention_only, from_zero = domain.positions_from_zero, no_padding = domain.no_padding,
+             sequences = domain.one_sequence_a_row;
   return rc::gen::resize(100, rc::gen::map(rc::gen::pair(sizes, full), [=](std::pair<std::tuple<int64_t, int64_t, int64_t>, PackedBatch> p) {
     const auto [batch, q_len, kv_len] = p.first;
     PackedBatch& b = p.second;
@@ -122,6 +137,10 @@ rc::Gen<PackedBatch> arbitrary_batch(const InputDomain& domain) {
       s->segment_pos = cut(s->segment_pos, batch, len);
     }
     if (no_padding && allows_padding(b.mask)) b.q = without_padding(b.q), b.kv = without_padding(b.kv);
+    if (sequences) {
+      const bool padding = allows_padding(b.mask) && !no_padding;
+      b.q = one_sequence(b.q, padding), b.kv = one_sequence(b.kv, padding);
+    }
     if (from_zero) b.q = restart_positions(b.q), b.kv = restart_positions(b.kv);
     if (self) b.kv = b.q;
     return b;

@@ -167,13 +167,14 @@ rc::Gen<MaskKind> mask_kind(const BatchOptions& o) {
   return shrinking_element(kinds);
 }
 
-rc::Gen<Window> window(bool windows) {
+// `ends_at_query`: the right side is 0 (a domain of causal windows only, on a kind without a causal term).
+rc::Gen<Window> window(bool windows, bool ends_at_query) {
   if (!windows) return rc::gen::just(Window{});
   auto side = shrinking_weighted<int64_t>(
       {{3, rc::gen::just<int64_t>(-1)}, {1, rc::gen::just<int64_t>(0)}, {3, rc::gen::inRange<int64_t>(0, 9)}});
   return shrinking_weighted<Window>({
       {4, rc::gen::just(Window{})},
-      {3, rc::gen::construct<Window>(side, side)},
+      {3, rc::gen::construct<Window>(side, ends_at_query ? rc::gen::just<int64_t>(0) : side)},
   });
 }
 
@@ -223,6 +224,13 @@ std::vector<DocSpec> fit_row(std::vector<DocSpec> docs, int max_len, int max_doc
   return out;
 }
 
+// A domain of one sequence a row: the row's first document, with no padding before it.
+std::vector<DocSpec> one_sequence(std::vector<DocSpec> docs) {
+  docs.resize(std::min<size_t>(docs.size(), 1));
+  for (DocSpec& d : docs) d.q_gap = d.kv_gap = 0;
+  return docs;
+}
+
 rc::Gen<std::vector<DocSpec>> row_spec(EdgeMode mode, bool padding, const BatchOptions& o) {
   auto docs = rc::gen::withSize([=](int size) {
     // Two documents from the smallest sizes: most packing bugs need a neighbour.
@@ -232,7 +240,10 @@ rc::Gen<std::vector<DocSpec>> row_spec(EdgeMode mode, bool padding, const BatchO
       return rc::gen::container<std::vector<DocSpec>>(n, doc_spec(mode, padding, o.max_len));
     });
   });
-  return rc::gen::map(docs, [o](std::vector<DocSpec> d) { return fit_row(std::move(d), o.max_len - kMaxTrailing, o.max_docs - 1); });
+  return rc::gen::map(docs, [o](std::vector<DocSpec> d) {
+    if (o.domain.one_sequence_a_row) d = one_sequence(std::move(d));
+    return fit_row(std::move(d), o.max_len - kMaxTrailing, o.max_docs - 1);
+  });
 }
 
 // Broadcast positions run along the whole row (not from 0 in each document):
@@ -341,7 +352,7 @@ rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
                             : rc::gen::just(0);
     auto spare = h.mode == EdgeMode::exactly_m ? rc::gen::just(0) : rc::gen::inRange(0, 2);
     return rc::gen::build<BatchSpec>(
-        rc::gen::set(&BatchSpec::mask, rc::gen::just(h.mask)), rc::gen::set(&BatchSpec::window, window(o.domain.windows)),
+        rc::gen::set(&BatchSpec::mask, rc::gen::just(h.mask)), rc::gen::set(&BatchSpec::window, window(o.domain.windows, o.domain.causal_windows_only && !is_causal(h.mask))),
         rc::gen::set(&BatchSpec::spare_capacity, spare), rc::gen::set(&BatchSpec::q_trailing, trailing),
         rc::gen::set(&BatchSpec::kv_trailing, trailing),
         rc::gen::set(&BatchSpec::q, side_spec(h.extra.first, o.contiguous_positions, o.domain)),

@@ -407,6 +407,11 @@ std::optional<std::string> needs_padding(const InputDomain& d) {
   return "it needs a padding mask kind";
 }
 
+std::optional<std::string> needs_leading_padding(const InputDomain& d) {
+  if (d.one_sequence_a_row) return "it inserts padding before a row's tokens";
+  return needs_padding(d);
+}
+
 std::optional<std::string> needs_extra_dims(const InputDomain& d) {
   if (!d.extra_dims) return "it batches over extra leading dims";
   return std::nullopt;
@@ -445,7 +450,7 @@ std::vector<PropertyDef> metadata_properties() {
       {"metadata/trailingPaddingChangesNothing", m, "appending padding changes no length or offset",
        draw_trailing_padding, trailing_padding_changes_nothing, std::nullopt, {}, needs_padding},
       {"metadata/shiftingARowShiftsItsOffsets", m, "k leading pads in a row add k to its offsets", draw_row_shift,
-       shifting_a_row_shifts_its_offsets, std::nullopt, {}, needs_padding},
+       shifting_a_row_shifts_its_offsets, std::nullopt, {}, needs_leading_padding},
       {"metadata/extraDimsEqualSliceBySlice", m, "batched over extra dims equals slice by slice", draw_valid,
        extra_dims_equal_slice_by_slice, std::nullopt, {}, needs_extra_dims},
       {"metadata/extremePositionsChangeNothing", m, "positions moved up to INT64_MAX change no metadata integer",

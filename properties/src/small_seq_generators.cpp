@@ -208,6 +208,7 @@ AttentionDraw make_draw(PackedBatch batch, const Heads& h, uint64_t seed) {
 // Set after drawing, so that the draws of every other domain stay as they were.
 SmallSeqSpec within_domain(SmallSeqSpec spec, const InputDomain& d) {
   if (!d.windows) spec.window = Window{};
+  if (d.causal_windows_only && spec.window != Window{} && !is_causal(spec.mask)) spec.window.right = 0;
   if (d.positions_from_zero) {
     spec.all_at_first_key = true, spec.kv_stride = 1;
     for (auto& row : spec.rows)
@@ -221,7 +222,7 @@ SmallSeqSpec within_domain(SmallSeqSpec spec, const InputDomain& d) {
 rc::Gen<AttentionDraw> small_seq_draw(SmallSeqOptions o) {
   if (o.domain.max_rows > 0) o.max_rows = std::max(1, static_cast<int>(std::min<int64_t>(o.max_rows, o.domain.max_rows)));
   auto spec = small_seq_spec(o.max_rows, o.max_docs, false, o.domain);
-  if (!o.domain.windows || o.domain.positions_from_zero)
+  if (!o.domain.windows || o.domain.causal_windows_only || o.domain.positions_from_zero)
     spec = rc::gen::map(spec, [d = o.domain](SmallSeqSpec s) { return within_domain(std::move(s), d); });
   return rc::gen::map(
       rc::gen::tuple(spec, small_seq_heads(o), rc::gen::arbitrary<uint64_t>()),

@@ -328,6 +328,9 @@ class Domain:
     self_attention_only: q and kv are one batch (the same ids, positions, T and extra dims).
     no_padding: no padding token (id 0) on either side.
     positions_from_zero: every document's positions are 0, 1, 2, ...
+    one_sequence_a_row: each row of each side is one sequence: at most one
+    document, from token 0, then only padding (what one length a row says:
+    jax.nn's query_seq_lengths, Megatron-core's padded samples).
     max_position: the largest position taken (2**31 - 1 for a stack that holds
     positions in int32); 0 for no limit. The extreme-position properties move
     positions to the top of it.
@@ -338,6 +341,8 @@ class Domain:
     JAX vmaps the segment ids only).
     mask_kinds: the mask kinds taken (names as in docs/semantics.md); empty for all six.
     windows: whether a sliding window other than (-1, -1) is taken.
+    causal_windows_only: a window only where it ends at the query: right side 0,
+    or any under a causal kind (cuDNN's sliding_window_length is (i - W, i]).
     dtypes: among "fp32", "fp16", "bf16"; empty for all. head_dims: empty for any.
     sizes: the sizes a compiled backend was built for (jax.jit and torch.compile
     compile once per shape), a dict of lists, each optional: ``tokens`` (T of a
@@ -348,19 +353,21 @@ class Domain:
     self_attention_only: bool = False
     no_padding: bool = False
     positions_from_zero: bool = False
+    one_sequence_a_row: bool = False
     max_position: int = 0
     max_rows: int = 0
     extra_dims: bool = True
     positions_extra_dims: bool = True
     mask_kinds: tuple = ()
     windows: bool = True
+    causal_windows_only: bool = False
     dtypes: tuple = ()
     head_dims: tuple = ()
     sizes: Optional[dict] = None
 
     def __post_init__(self):
-        for key in ("self_attention_only", "no_padding", "positions_from_zero", "extra_dims", "positions_extra_dims",
-                    "windows"):
+        for key in ("self_attention_only", "no_padding", "positions_from_zero", "one_sequence_a_row", "extra_dims",
+                    "positions_extra_dims", "windows", "causal_windows_only"):
             if not isinstance(getattr(self, key), bool):
                 raise TypeError(f"Domain.{key} is {getattr(self, key)!r}: True or False")
         for key in ("max_rows", "max_position"):

@@ -19,10 +19,15 @@ The custom call's contract, as the CUDA lowering and jax's docstrings give it:
   (then filled with B*T*N*H); sequence s is q tokens ``offsets[s] / (N*H)``
   onwards, ``seqlen[s]`` of them, paired with kv sequence s.
 - the causal term is top-left on the index within a sequence; a sliding window
-  W keeps keys j with ``i - W < j <= i``.
+  W keeps keys j with ``j > i - W``, and ``j <= i`` only under a causal mask
+  type: what cuDNN did on an H100 (jax 0.11.2, cuDNN 9.19), not what JAX's
+  docstrings say (``(pos - W, pos]`` whatever the mask type);
+  fixtures/stacks/jax_cudnn_window_without_causal_attends_right.case.json.
 - softmax statistics ``[B*M, N, T]`` (float32): sequence, head, index within.
   What cuDNN leaves unwritten (a query outside every sequence, statistics past
-  a sequence's length) the stand-in fills with NaN, so nothing may read it.
+  a sequence's length) the stand-in fills with NaN, so nothing may read it; so
+  too the gradients of a token outside every sequence and of a key no query
+  attends (on the H100 they were NaN or a different number on each call).
 
 Backward: the vjp of the same forward. The backends at the bottom are the
 module's classes, imported after the stand-in is in place (check targets for CPU).
@@ -65,7 +70,7 @@ def _attention(q, k, v, q_seqlen, kv_seqlen, q_offsets, kv_offsets, *, scale, ma
     q_seq, q_idx = _membership(q_starts, q_lens, b * t)
     kv_seq, kv_idx = _membership(kv_starts, kv_lens, b * s)
     allowed = (q_seq[:, None] == kv_seq[None, :]) & (q_seq[:, None] >= 0)
-    if causal or window is not None:
+    if causal:
         allowed &= kv_idx[None, :] <= q_idx[:, None]
     if window is not None:
         allowed &= kv_idx[None, :] > q_idx[:, None] - window
@@ -80,14 +85,14 @@ def _attention(q, k, v, q_seqlen, kv_seqlen, q_offsets, kv_offsets, *, scale, ma
     total = weights.sum(-1, keepdims=True)
     o = jnp.einsum("nts,snh->tnh", weights / jnp.where(total > 0, total, 1.0), vf)
     lse = (top + jnp.log(jnp.where(total > 0, total, 1.0)))[..., 0]  # [N, B*T]
-    return o, lse, (q_seq, q_idx, q_starts, q_lens, attends)
+    return o, lse, (q_seq, q_idx, q_starts, q_lens, attends, allowed.any(0))
 
 
 def _forward(q, k, v, bias, q_seqlen, kv_seqlen, q_offsets, kv_offsets, *rest, scale, mask_type,
              sliding_window_length, is_training, **_):
     b, t, n, h = q.shape
     m = fused.get_max_seg_per_batch(q_offsets)
-    o, lse, (q_seq, q_idx, q_starts, q_lens, _) = _attention(
+    o, lse, (q_seq, q_idx, q_starts, q_lens, *_) = _attention(
         q, k, v, q_seqlen, kv_seqlen, q_offsets, kv_offsets, scale=scale, mask_type=mask_type,
         window=sliding_window_length, m=m)
     o = jnp.where((q_seq >= 0)[:, None, None], o, jnp.nan).reshape(b, t, n, h).astype(q.dtype)
@@ -112,7 +117,11 @@ def _backward(q, k, v, bias, q_seqlen, kv_seqlen, q_offsets, kv_offsets, page_ta
 
     _, pullback = jax.vjp(out, q, k, v)
     grad = jnp.where(jnp.isnan(grad_output), 0, grad_output).astype(jnp.float32)
-    grads = [g.astype(x.dtype) for g, x in zip(pullback(grad), (q, k, v))]
+    *_, attends, attended = _attention(q, k, v, q_seqlen, kv_seqlen, q_offsets, kv_offsets, scale=scale,
+                                       mask_type=mask_type, window=sliding_window_length, m=m)[2]
+    written = (attends.reshape(q.shape[:2]), attended.reshape(k.shape[:2]), attended.reshape(v.shape[:2]))
+    grads = [jnp.where(w[:, :, None, None], g, jnp.nan).astype(x.dtype)
+             for g, x, w in zip(pullback(grad), (q, k, v), written)]
     return grads + ([jnp.zeros_like(bias)] if variadic_args[1] else [])
 
 

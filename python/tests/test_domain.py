@@ -30,12 +30,16 @@ def test_the_hello_carries_the_fields_that_narrow_the_domain():
     assert worker.hello(Declares({"no_padding": True, "max_rows": 1}))["domain"] == {"no_padding": True, "max_rows": 1}
     assert worker.hello(Declares(Domain(positions_extra_dims=False, max_position=2**31 - 1)))["domain"] == {
         "positions_extra_dims": False, "max_position": 2**31 - 1}
+    assert worker.hello(Declares(Domain(one_sequence_a_row=True, causal_windows_only=True)))["domain"] == {
+        "one_sequence_a_row": True, "causal_windows_only": True}
 
 
 @pytest.mark.parametrize("fields, key", [({"mask_kinds": ["sideways"]}, "mask_kinds"), ({"dtypes": ["fp64"]}, "dtypes"),
                                          ({"no_padding": "yes"}, "no_padding"), ({"max_rows": -1}, "max_rows"),
                                          ({"positions_extra_dims": 0}, "positions_extra_dims"),
                                          ({"max_position": -1}, "max_position"),
+                                         ({"one_sequence_a_row": 1}, "one_sequence_a_row"),
+                                         ({"causal_windows_only": "yes"}, "causal_windows_only"),
                                          ({"head_dims": [0]}, "head_dims"), ({"mask_kinds": "causal"}, "mask_kinds")])
 def test_a_bad_field_is_refused_naming_it(fields, key):
     with pytest.raises((TypeError, ValueError), match=f"Domain.{key}"):
@@ -73,3 +77,26 @@ def test_a_self_attention_backend_is_judged_on_its_draws(tmp_path):
     assert f"passed, but judged only {judged[invalid]} of {cases} draws" in printed
     assert "excludes what it needs: it inserts padding tokens" in skipped["metadata/trailingPaddingChangesNothing"]
     assert all(r["draws"]["total"] == 0 for r in results if r["verdict"] == "skipped" and "domain" in r.get("message", ""))
+
+
+def check_in_tests(tmp_path, target, prefix, cases):
+    here = os.path.dirname(__file__)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]),
+           "ATTN_ORACLE_FAILURES_DIR": str(tmp_path / "failures")}
+    done = subprocess.run([sys.executable, "-m", "attn_oracle", "check", target, "--filter", prefix, "--cases",
+                           str(cases), "--no-store", "--report", str(tmp_path / target.replace(":", "-"))],
+                          cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    report = json.loads((tmp_path / target.replace(":", "-") / "conformance.json").read_text())["results"]
+    return done, report
+
+
+def test_a_sequence_length_backend_is_drawn_one_sequence_a_row_and_windows_ending_at_the_query(tmp_path):
+    # Right only inside its domain: one sequence a row, windows that end at the query.
+    cases = 30
+    done, results = check_in_tests(tmp_path, "sequence_lengths_backend:Backend", "attention/matchesReference", cases)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert results[0]["draws"]["judged"] >= 0.9 * cases, results[0]["draws"]
+    # The same code without the two fields is drawn several documents a row and open right sides, and fails.
+    done, results = check_in_tests(tmp_path, "sequence_lengths_backend:Undeclared", "attention/matchesReference", cases)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert results[0]["verdict"] == "FAILED", results[0]

@@ -48,3 +48,30 @@ def test_extreme_integers_are_judged_and_pass(tmp_path):
                              "--filter", "attention/extremeIntegersChangeNothing")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert report["results"][0]["draws"]["judged"] >= 14
+
+
+def test_fp32_asks_for_fp32_matmuls():
+    """XLA's default precision multiplies fp32 in TF32 on a GPU (o 15x over budget on an H100): an fp32 call
+    hands Flax precision=HIGHEST, a bf16 call nothing, the twin without it (highest=False) nothing."""
+    import re
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from attn_oracle.stacks import flax_attention
+
+    ids, pos = jnp.ones((1, 4), jnp.int32), jnp.arange(4, dtype=jnp.int32)[None]
+    window = (np.int32(-1), np.int32(-1))
+
+    def precisions(dtype, highest):
+        q, kv = jnp.zeros((1, 4, 2, 8), dtype), jnp.zeros((1, 4, 1, 8), dtype)
+        text = str(jax.make_jaxpr(lambda q, kv: flax_attention._attend.__wrapped__(
+            q, kv, kv, None, ids, pos, ids, pos, window, np.float32(1), causal=False, backward=False,
+            fp32_softmax=True, highest=highest))(q, kv))
+        return [re.search(r"precision=\(Precision\.HIGHEST", block) is not None
+                for block in text.split("dot_general[")[1:]]
+
+    assert precisions(jnp.float32, True) == [True, True]
+    assert precisions(jnp.float32, False) == [False, False]
+    assert precisions(jnp.bfloat16, True) == [False, False]

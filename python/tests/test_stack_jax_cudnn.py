@@ -44,6 +44,14 @@ def test_the_planted_twin_is_caught_and_shrunk(tmp_path):
     assert documents(case) == 1 and len(case["q"]["segment_ids"]) == 1, case
 
 
+@pytest.mark.parametrize("twin, prop", [("LengthsWindowAsJaxNnHandsIt", "attention/matchesReference"),
+                                        ("PackedGradientsAsWritten", "attention/matchesReference")])
+def test_each_workaround_is_needed(tmp_path, twin, prop):
+    """Without either mapping of what cuDNN did on an H100 (the stand-in does the same), the check fails."""
+    done, _ = run_check(tmp_path, f"planted_jax_cudnn:{twin}", "--cases", "40", "--filter", prop)
+    assert done.returncode == 1, done.stdout[-4000:]
+
+
 def _qkv(dtype, head_dim=8):
     q = jnp.ones((1, 16, 2, head_dim), dtype)
     return q, jnp.ones((1, 16, 1, head_dim), dtype), jnp.ones((1, 16, 1, head_dim), dtype)
@@ -87,4 +95,5 @@ def test_the_domain_and_the_declines_are_those():
     assert "right side" in Packed().unsupported_attention(p)
     p.batch.mask = "padding_causal"  # the right side is moot under a causal term
     assert Packed().unsupported_attention(p) is None
-    assert jax_cudnn.cudnn_window((3, 0), False) == (False, 4) and jax_cudnn.cudnn_window((-1, 0), False) == (True, None)
+    assert jax_cudnn.cudnn_window((3, 0), False) == (True, 4) and jax_cudnn.cudnn_window((-1, 0), False) == (True, None)
+    assert jax_cudnn.cudnn_window((3, 0), False, right_by_causal=False) == (False, 4)

@@ -34,6 +34,10 @@ std::optional<std::string> shape_fields(const InputDomain& d, const PackedBatch&
   if (!d.windows && batch.window != Window{})
     return "window (" + std::to_string(batch.window.left) + ", " + std::to_string(batch.window.right) +
            "); the backend takes no windows";
+  if (d.causal_windows_only && batch.window != Window{} && batch.window.right != 0 && !is_causal(batch.mask))
+    return "window (" + std::to_string(batch.window.left) + ", " + std::to_string(batch.window.right) + ") under mask " +
+           std::string(to_string(batch.mask)) + "; the backend takes a window only where it ends at the query (right 0, " +
+           "or a causal mask)";
   if (d.self_attention_only && batch.q != batch.kv)
     return "q and kv differ; the backend takes self-attention only (the same ids, positions, T and extra dims)";
   for (const auto& [name, side] : {std::pair{"q", &batch.q}, std::pair{"kv", &batch.kv}}) {
@@ -49,7 +53,8 @@ std::optional<std::string> shape_fields(const InputDomain& d, const PackedBatch&
   return std::nullopt;
 }
 
-// A padding token, a position past max_position, or a document whose positions do not run 0, 1, 2, ...
+// A padding token, a row that is not one sequence, a position past max_position,
+// or a document whose positions do not run 0, 1, 2, ...
 std::optional<std::string> content_fields(const InputDomain& d, const char* name, const PackedSide& side) {
   const IntArray &ids = side.segment_ids, &pos = side.segment_pos;
   if (ids.shape.empty() || !consistent(ids) || !consistent(pos)) return std::nullopt;
@@ -58,6 +63,10 @@ std::optional<std::string> content_fields(const InputDomain& d, const char* name
     const int64_t id = ids.data[t], row = len > 0 ? t / len : 0, col = len > 0 ? t % len : 0;
     const std::string at = std::string(name) + " row " + std::to_string(row) + " token " + std::to_string(col);
     if (d.no_padding && id == 0) return "a padding token (id 0) at " + at + "; the backend takes no padding";
+    if (d.one_sequence_a_row && id != 0 && col > 0 && ids.data[t - 1] != id)
+      return (ids.data[t - 1] == 0 ? "a document after padding" : "a second document") + std::string(" (id ") +
+             std::to_string(id) + ") at " + at + "; the backend takes one sequence a row (one document from token 0, " +
+             "then padding)";
     if (d.max_position > 0 && id != 0 && !pos.data.empty() && pos.data[t % pos_size] > d.max_position)
       return "position " + std::to_string(pos.data[t % pos_size]) + " at " + at + "; the backend takes positions up to " +
              std::to_string(d.max_position);
@@ -129,12 +138,14 @@ std::string to_string(const InputDomain& d) {
   if (d.self_attention_only) parts.emplace_back("self-attention only");
   if (d.no_padding) parts.emplace_back("no padding");
   if (d.positions_from_zero) parts.emplace_back("positions from 0");
+  if (d.one_sequence_a_row) parts.emplace_back("one sequence a row");
   if (d.max_position > 0) parts.push_back("positions up to " + std::to_string(d.max_position));
   if (d.max_rows > 0) parts.push_back("at most " + std::to_string(d.max_rows) + (d.max_rows == 1 ? " row" : " rows"));
   if (!d.extra_dims) parts.emplace_back("no extra dims");
   if (!d.positions_extra_dims) parts.emplace_back("positions [B, T] under extra dims");
   if (!d.mask_kinds.empty()) parts.push_back("masks " + listed(d.mask_kinds));
   if (!d.windows) parts.emplace_back("no windows");
+  if (d.causal_windows_only) parts.emplace_back("windows ending at the query");
   if (!d.dtypes.empty()) parts.push_back("dtypes " + listed(d.dtypes));
   if (!d.head_dims.empty()) parts.push_back("head dims " + listed(d.head_dims));
   if (!d.sizes.tokens.empty()) parts.push_back("tokens " + listed(d.sizes.tokens));
@@ -149,7 +160,7 @@ std::string to_string(const InputDomain& d) {
 std::optional<std::string> outside_domain(const InputDomain& d, const PackedBatch& batch) {
   if (auto why = shape_fields(d, batch)) return why;
   if (auto why = size_fields(d.sizes, batch)) return why;
-  if (!d.no_padding && !d.positions_from_zero && d.max_position == 0) return std::nullopt;
+  if (!d.no_padding && !d.positions_from_zero && !d.one_sequence_a_row && d.max_position == 0) return std::nullopt;
   if (!validate(batch)) return std::nullopt;  // content fields describe valid inputs
   if (auto why = content_fields(d, "q", batch.q)) return why;
   return content_fields(d, "kv", batch.kv);

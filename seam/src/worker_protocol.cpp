@@ -370,9 +370,11 @@ InputDomain read_domain(const nlohmann::json& domain) {
     if (key == "self_attention_only") d.self_attention_only = domain_flag(key, v);
     else if (key == "no_padding") d.no_padding = domain_flag(key, v);
     else if (key == "positions_from_zero") d.positions_from_zero = domain_flag(key, v);
+    else if (key == "one_sequence_a_row") d.one_sequence_a_row = domain_flag(key, v);
     else if (key == "extra_dims") d.extra_dims = domain_flag(key, v);
     else if (key == "positions_extra_dims") d.positions_extra_dims = domain_flag(key, v);
     else if (key == "windows") d.windows = domain_flag(key, v);
+    else if (key == "causal_windows_only") d.causal_windows_only = domain_flag(key, v);
     else if (key == "max_position") {
       if (!v.is_number_integer() || v.get<int64_t>() < 0) bad_domain(key, "an integer >= 0 (0: no limit)", v);
       d.max_position = v.get<int64_t>();
@@ -396,8 +398,9 @@ InputDomain read_domain(const nlohmann::json& domain) {
       d.sizes = read_size_menu(v);
     } else {
       throw ProtocolError("domain has the unknown key \"" + key +
-                          "\" (known: self_attention_only, no_padding, positions_from_zero, max_rows, extra_dims, "
-                          "positions_extra_dims, max_position, mask_kinds, windows, dtypes, head_dims, sizes)");
+                          "\" (known: self_attention_only, no_padding, positions_from_zero, one_sequence_a_row, "
+                          "max_rows, extra_dims, positions_extra_dims, max_position, mask_kinds, windows, "
+                          "causal_windows_only, dtypes, head_dims, sizes)");
     }
   }
   return d;

@@ -34,7 +34,7 @@ from pathlib import Path
 from .registry import STACKS
 from .report import judged_and_verdict, judged_of_drawn
 
-LIBRARIES = ("torch", "xformers", "transformers", "jax", "jaxlib", "flax", "numpy")
+LIBRARIES = ("torch", "xformers", "transformers", "jax", "jaxlib", "flax", "maxtext", "numpy")
 
 
 def gpu_targets(only=()) -> list[tuple[str, str, tuple[str, ...]]]:

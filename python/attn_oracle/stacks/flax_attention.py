@@ -25,6 +25,12 @@ Conventions mapped:
   differentiated function, so dq, dk, dv come back through them.
 - the softmax: ``force_fp32_for_softmax=True`` (:attr:`Backend.fp32_softmax`),
   as Flax's attention modules offer; inputs are cast to the problem's dtype.
+- fp32 matmuls: ``precision=jax.lax.Precision.HIGHEST`` for fp32 inputs
+  (:attr:`Backend.highest`). The suite judges fp32 as fp32, while XLA's
+  default precision on a GPU multiplies fp32 in TF32 (``Precision.DEFAULT``:
+  "uses tensorfloat32 if available"), which put o 15x over its fp32 budget on
+  an H100; ``dot_product_attention`` takes ``precision`` for this. On a CPU
+  it changes nothing.
 """
 
 from __future__ import annotations
@@ -58,18 +64,20 @@ def flax_mask(q_ids, q_pos, kv_ids, kv_pos, window, causal):
     return nn.combine_masks(*masks).astype(bool)
 
 
-@partial(jax.jit, static_argnames=("causal", "backward", "fp32_softmax", "map_empty", "rescale"))
+@partial(jax.jit, static_argnames=("causal", "backward", "fp32_softmax", "map_empty", "rescale", "highest"))
 def _attend(q, k, v, do, q_ids, q_pos, kv_ids, kv_pos, window, factor, *, causal, backward, fp32_softmax,
-            map_empty=True, rescale=False):
+            map_empty=True, rescale=False, highest=True):
     mask = flax_mask(q_ids, q_pos, kv_ids, kv_pos, window, causal)
     keep = mask.any(-1)[:, 0, :, None, None]  # [R, Tq, 1, 1]: queries that attend a key
     group = q.shape[2] // k.shape[2]
+    # fp32 as fp32: XLA's default precision multiplies fp32 in TF32 on a GPU (the module docstring)
+    precision = jax.lax.Precision.HIGHEST if highest and q.dtype == jnp.float32 else None
 
     def forward(q, k, v):
         if rescale:
             q = (q.astype(jnp.float32) * factor).astype(q.dtype)
         o = nn.dot_product_attention(q, jnp.repeat(k, group, axis=2), jnp.repeat(v, group, axis=2), mask=mask,
-                                     force_fp32_for_softmax=fp32_softmax).astype(q.dtype)
+                                     precision=precision, force_fp32_for_softmax=fp32_softmax).astype(q.dtype)
         return jnp.where(keep, o, jnp.zeros_like(o)) if map_empty else o
 
     if not backward:
@@ -87,6 +95,7 @@ class Backend:
     domain = Domain(mask_kinds=("no_mask", "padding", "causal", "padding_causal"), max_position=int(I32))
     fp32_softmax = True
     map_empty = True
+    highest = True  # False: fp32 at XLA's default precision (TF32 on a GPU)
 
     def unsupported_attention(self, p):
         if p.batch.mask.endswith("bottom_right"):
@@ -109,7 +118,7 @@ class Backend:
         rescale = p.scale is not None and abs(p.effective_scale - 1.0 / np.sqrt(p.head_dim)) > 0
         o, grads = _attend(q, k, v, do, q_ids, q_pos, kv_ids, kv_pos, window, factor, causal="causal" in p.batch.mask,
                            backward=p.backward, fp32_softmax=self.fp32_softmax, map_empty=self.map_empty,
-                           rescale=bool(rescale))
+                           rescale=bool(rescale), highest=self.highest)
         out = {"o": numpy_out(o)}
         if p.backward:
             out.update(zip(("dq", "dk", "dv"), (numpy_out(g) for g in grads)))

@@ -31,17 +31,32 @@ position difference). Declined, each by the library:
 Declined by convention: the bottom-right kinds (``MaskType`` has NO_MASK,
 PADDING, CAUSAL, PADDING_CAUSAL; causal is top-left). :class:`Lengths` also
 declines a row of several documents and padding before its document (one
-length per row, counted from token 0).
+length per row, counted from token 0). The domains say all of these
+(``causal_windows_only`` for the window, ``one_sequence_a_row`` for
+:class:`Lengths`), so the draws land inside them; the hooks decline the same
+for a direct call.
 
 Conventions mapped:
 
 - the window: W = left + 1 (cuDNN's left bound is exclusive); under a causal
-  kind the right side is moot and goes as 0; ``(-1, 0)`` without a causal term
-  is the causal kind itself.
+  kind the right side is moot and goes as 0; a right side 0 without a causal
+  term goes as the causal term (positions from 0: the same keys). cuDNN's
+  window bounds the left side only: handed W alone under a padding mask, as
+  jax.nn does for ``local_window_size=(L, 0)`` without ``is_causal``, it let
+  query i attend every key from i - L on (H100, jax 0.11.2, cuDNN 9.19), where
+  jax.nn's docstring promises ``[i - L, i]``; a bug of JAX, docs/findings/
+  jax-cudnn-window-without-causal.md (``right_by_causal = False`` hands it
+  over as jax.nn does).
 - a query that attends nothing (padding, a document without keys, a window
   past the last key): cuDNN writes nothing documented there; the module finds
   those queries from the arguments it passed (spans, causal, W) and writes o = 0,
   lse = -inf, inside the differentiated function.
+- gradients cuDNN leaves unwritten: dq of a query that attends nothing and dk,
+  dv of a key that no query attends (a token outside every span; the last keys
+  of a causal span with more keys than queries) came back NaN, or another
+  number on each call, on an H100. Neither JAX's docstrings nor cuDNN's say
+  what is written there; the module writes 0, the gradient of a token that
+  changes no output (``zero_unwritten``).
 - lse: :class:`Lengths` gets ``[B, Tq, Hq]`` from jax.nn in the input dtype
   (``lse_dtype = "input"``); :class:`Packed` gets cuDNN's softmax statistics,
   float32 ``[B*M, Hq, T]`` indexed by compacted sequence and token within it,
@@ -86,9 +101,11 @@ if (_reason := unavailable_reason()) is not None:
     raise StackUnavailable(f"JAX cuDNN attention: {_reason}")
 
 
-def cudnn_window(window, causal: bool, exclusive: bool = True):
+def cudnn_window(window, causal: bool, exclusive: bool = True, right_by_causal: bool = True):
     """(causal, W or None) for the suite's window, or None where cuDNN has no such window.
-    ``exclusive``: cuDNN's left bound is exclusive, so W = left + 1 (False: a planted twin's W = left)."""
+    ``exclusive``: cuDNN's left bound is exclusive, so W = left + 1 (False: a planted twin's W = left).
+    ``right_by_causal``: a right side 0 goes as the causal term, since cuDNN's window bounds the left side
+    only (False: as jax.nn hands it over, W without a causal term)."""
     left, right = (int(w) for w in window)
     if causal:
         right = 0  # moot under a causal term
@@ -96,7 +113,12 @@ def cudnn_window(window, causal: bool, exclusive: bool = True):
         return causal, None
     if right != 0:
         return None
-    return (True, None) if left < 0 else (causal, left + exclusive)
+    return (True, None) if left < 0 else (causal or right_by_causal, left + exclusive)
+
+
+def attended_keys(q_len, kv_len, j, causal):
+    """[..., S] bool: whether key index j (< kv_len) is attended by a query (a window W >= 1 keeps j = i)."""
+    return (j < kv_len) & (q_len > 0) & ((j < q_len) if causal else True)
 
 
 def attends_something(q_len, kv_len, t, causal, w):
@@ -106,35 +128,44 @@ def attends_something(q_len, kv_len, t, causal, w):
     return (t < q_len) & (kv_len > 0) & (first <= last)
 
 
+def _written(grads, q_keep, kv_keep):
+    """dq = 0 where a query attends nothing, dk = dv = 0 where no query attends the key: cuDNN leaves
+    those unwritten (NaN, or another number on each call, on an H100)."""
+    dq, dk, dv = grads
+    return tuple(jnp.where(keep[:, :, None, None], g, jnp.zeros_like(g))
+                 for g, keep in ((dq, q_keep), (dk, kv_keep), (dv, kv_keep)))
+
+
 def _finish(o, lse, keep):
     """o = 0 and lse = -inf where a query attends nothing; keep is [R, Tq]."""
     o = jnp.where(keep[:, :, None, None], o, jnp.zeros_like(o))
     return o, jnp.where(keep[:, :, None], lse.astype(jnp.float32), -jnp.inf)
 
 
-def _run(forward, q, k, v, do, backward):
+def _run(forward, q, k, v, do, backward, keep, kv_keep):
     if not backward:
         o, lse = forward(q, k, v)
         return o, lse, None
     (o, lse), pullback = jax.vjp(forward, q, k, v)
-    return o, lse, pullback((do, jnp.zeros_like(lse)))
+    grads = pullback((do, jnp.zeros_like(lse)))
+    return o, lse, grads if kv_keep is None else _written(grads, keep, kv_keep)
 
 
 # scale is static: JAX's cuDNN call takes it as a Python float (a non-differentiable argument of its custom_vjp)
 @partial(jax.jit, static_argnames=("scale", "causal", "window", "backward"))
-def _lengths(q, k, v, do, q_len, kv_len, keep, *, scale, causal, window, backward):
+def _lengths(q, k, v, do, q_len, kv_len, keep, kv_keep, *, scale, causal, window, backward):
     def forward(q, k, v):
         o, lse = jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=causal, query_seq_lengths=q_len,
                                               key_value_seq_lengths=kv_len, local_window_size=window,
                                               implementation="cudnn", return_residual=True)
         return _finish(o, lse, keep)
 
-    return _run(forward, q, k, v, do, backward)
+    return _run(forward, q, k, v, do, backward, keep, kv_keep)
 
 
 @partial(jax.jit, static_argnames=("scale", "causal", "window", "backward"))
-def _packed(q, k, v, do, q_seqlen, kv_seqlen, q_offsets, kv_offsets, stat_index, keep, *, scale, causal, window,
-            backward):
+def _packed(q, k, v, do, q_seqlen, kv_seqlen, q_offsets, kv_offsets, stat_index, keep, kv_keep, *, scale, causal,
+            window, backward):
     mask_type = fused.MaskType.PADDING_CAUSAL if causal else fused.MaskType.PADDING
 
     def forward(q, k, v):
@@ -145,15 +176,20 @@ def _packed(q, k, v, do, q_seqlen, kv_seqlen, q_offsets, kv_offsets, stat_index,
         lse = stats[stat_index[..., 0], :, stat_index[..., 1]]  # [R, Tq, Hq]
         return _finish(o, lse, keep)
 
-    return _run(forward, q, k, v, do, backward)
+    return _run(forward, q, k, v, do, backward, keep, kv_keep)
 
 
 class _Base:
     version = jax.__version__
     exclusive_left = True  # False: a planted twin's window, W = left
+    right_by_causal = True  # False: a window's right side 0 handed over as jax.nn does (W alone, no causal term)
+    zero_unwritten = True  # False: the gradients cuDNN leaves unwritten come back as they are
+
+    def _window(self, p):
+        return cudnn_window(p.batch.window, "causal" in p.batch.mask, self.exclusive_left, self.right_by_causal)
 
     def unsupported_attention(self, p):
-        if cudnn_window(p.batch.window, "causal" in p.batch.mask, self.exclusive_left) is None:
+        if self._window(p) is None:
             return "a window with a right side and no causal term: cuDNN's window is (i - W, i]"
         return None
 
@@ -175,7 +211,8 @@ class Lengths(_Base):
 
     name = "jax-cudnn-seq-lengths"
     lse_dtype = "input"  # jax.nn casts cuDNN's statistics to the output dtype
-    domain = Domain(positions_from_zero=True, mask_kinds=TOP_LEFT, dtypes=("fp16", "bf16"), head_dims=HEAD_DIMS)
+    domain = Domain(positions_from_zero=True, one_sequence_a_row=True, causal_windows_only=True, mask_kinds=TOP_LEFT,
+                    dtypes=("fp16", "bf16"), head_dims=HEAD_DIMS)
 
     def unsupported_attention(self, p):
         for ids in (p.batch.q_segment_ids, p.batch.kv_segment_ids):
@@ -195,13 +232,15 @@ class Lengths(_Base):
         same = q_ids.max(-1) == kv_ids.max(-1)  # a row whose q and kv documents differ attends nothing
         q_len = np.where(same, (q_ids != 0).sum(-1), 0).astype(np.int32)
         kv_len = np.where(same, (kv_ids != 0).sum(-1), 0).astype(np.int32)
-        causal, w = cudnn_window(p.batch.window, "causal" in p.batch.mask, self.exclusive_left)
+        causal, w = self._window(p)
         t = np.arange(q_ids.shape[1])[None, :]
         keep = attends_something(q_len[:, None], kv_len[:, None], t, causal, w)
+        j = np.arange(kv_ids.shape[1])[None, :]
+        kv_keep = attended_keys(q_len[:, None], kv_len[:, None], j, causal) if self.zero_unwritten else None
         window = None if w is None else (w - 1, 0)  # jax.nn hands cuDNN left + 1
         o, lse, grads = _lengths(q, k, v, do, jnp.asarray(q_len), jnp.asarray(kv_len), jnp.asarray(keep),
-                                 scale=float(p.effective_scale), causal=causal, window=window,
-                                 backward=p.backward)
+                                 None if kv_keep is None else jnp.asarray(kv_keep), scale=float(p.effective_scale),
+                                 causal=causal, window=window, backward=p.backward)
         return self._outputs(p, o, lse, grads)
 
 
@@ -210,7 +249,8 @@ class Packed(_Base):
 
     name = "jax-cudnn-packed"
     lse_dtype = "float32"  # cuDNN's softmax statistics, float32
-    domain = Domain(positions_from_zero=True, mask_kinds=TOP_LEFT, dtypes=("fp16", "bf16"), head_dims=HEAD_DIMS)
+    domain = Domain(positions_from_zero=True, causal_windows_only=True, mask_kinds=TOP_LEFT, dtypes=("fp16", "bf16"),
+                    head_dims=HEAD_DIMS)
 
     def spans(self, batch):
         """The documents handed to cuDNN: the reference's, with tokens on both sides."""
@@ -221,11 +261,12 @@ class Packed(_Base):
         q_ids, _, kv_ids, _ = rows(p.batch)
         q, k, v, do = self._tensors(p, x)
         n_rows, tq, m = q_ids.shape[0], q_ids.shape[1], p.batch.max_segments
-        causal, w = cudnn_window(p.batch.window, "causal" in p.batch.mask, self.exclusive_left)
+        causal, w = self._window(p)
         seqlen = {s: np.full((n_rows, m), -1, np.int32) for s in ("q", "kv")}
         offsets = {s: np.full((n_rows, m + 1), -1, np.int32) for s in ("q", "kv")}
         stat_index = np.zeros((n_rows, tq, 2), np.int32)
         keep = np.zeros((n_rows, tq), bool)
+        kv_keep = np.zeros((n_rows, kv_ids.shape[1]), bool)
         used = np.zeros(n_rows, np.int64)
         sequence = 0  # cuDNN's compacted sequences, rows in order
         for d in self.spans(p.batch):
@@ -236,8 +277,11 @@ class Packed(_Base):
             t = np.arange(d.q_len)
             stat_index[d.row, d.q_start:d.q_start + d.q_len] = np.stack([np.full_like(t, sequence), t], -1)
             keep[d.row, d.q_start:d.q_start + d.q_len] = attends_something(d.q_len, d.kv_len, t, causal, w)
+            kv_keep[d.row, d.kv_start:d.kv_start + d.kv_len] = attended_keys(d.q_len, d.kv_len, np.arange(d.kv_len),
+                                                                             causal)
             sequence += 1
         o, lse, grads = _packed(q, k, v, do, *(jnp.asarray(a) for a in (seqlen["q"], seqlen["kv"], offsets["q"],
                                                                         offsets["kv"], stat_index, keep)),
+                                jnp.asarray(kv_keep) if self.zero_unwritten else None,
                                 scale=float(p.effective_scale), causal=causal, window=w, backward=p.backward)
         return self._outputs(p, o, lse, grads)

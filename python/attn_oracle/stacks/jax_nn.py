@@ -10,9 +10,11 @@ there is one), two ways users pack batches.
   kinds are the top-left ones and go in as ``is_causal`` too.
 - :class:`Lengths`: one document per row followed by padding, through
   ``query_seq_lengths`` / ``key_value_seq_lengths`` (no mask tensor). q and kv
-  may differ (cross-attention). Declined: a padding token before the document
-  (the lengths count from token 0), and the bottom-right kinds (``is_causal``
-  is top-left and there is no bottom-right option).
+  may differ (cross-attention). Its domain says what one length a row cannot
+  (``one_sequence_a_row``: several documents in a row, padding before the
+  document, since the lengths count from token 0) and the bottom-right kinds
+  (``is_causal`` is top-left and there is no bottom-right option), so the
+  draws land inside it.
 
 Conventions mapped:
 
@@ -27,6 +29,12 @@ Conventions mapped:
 - inputs are cast to the problem's dtype (fp32, bf16, fp16) before the call;
   jax.nn computes logits and softmax in float32, its probabilities in the input
   dtype.
+- fp32 matmuls: the suite judges fp32 as fp32, while XLA's default precision on
+  a GPU multiplies fp32 in TF32 (``jax.lax.Precision.DEFAULT``: "uses
+  tensorfloat32 if available"); on an H100 that put o 12x over its fp32
+  budget. jax.nn takes no precision argument, so an fp32 call runs under
+  ``jax.default_matmul_precision("highest")``, as a user who wants fp32 asks
+  for it. On a CPU this changes nothing.
 
 Declined by both: fp16 on the CPU backend (under jax.jit, XLA:CPU refuses the
 F16_F16_F32 preset jax.nn asks for; docs/stacks.md has the finding).
@@ -70,24 +78,32 @@ def _map_empty(o, lse):
     return jnp.where(empty[..., None], jnp.zeros_like(o), o), jnp.where(empty, -jnp.inf, lse.astype(jnp.float32))
 
 
-@partial(jax.jit, static_argnames=("causal", "backward", "map_empty"))
-def _segments(q, k, v, do, q_ids, kv_ids, scale, window, *, causal, backward, map_empty=True):
+def _precision(dtype, highest: bool):
+    """The matmul precision an fp32 call asks for: "highest" (fp32), not the GPU's TF32 default."""
+    return jax.default_matmul_precision("highest" if highest and dtype == jnp.float32 else None)
+
+
+@partial(jax.jit, static_argnames=("causal", "backward", "map_empty", "highest"))
+def _segments(q, k, v, do, q_ids, kv_ids, scale, window, *, causal, backward, map_empty=True, highest=True):
     mask = ((q_ids[:, :, None] == kv_ids[:, None, :]) & (q_ids != 0)[:, :, None])[:, None]  # [R, 1, Tq, Tkv]
 
     def forward(q, k, v):
-        o, lse = jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=causal,
-                                              local_window_size=window, implementation="xla", return_residual=True)
+        with _precision(q.dtype, highest):
+            o, lse = jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=causal,
+                                                  local_window_size=window, implementation="xla",
+                                                  return_residual=True)
         return _map_empty(o, lse) if map_empty else (o, lse.astype(jnp.float32))
 
     return _run(forward, q, k, v, do, backward)
 
 
-@partial(jax.jit, static_argnames=("causal", "backward", "map_empty"))
-def _lengths(q, k, v, do, q_len, kv_len, scale, window, *, causal, backward, map_empty=True):
+@partial(jax.jit, static_argnames=("causal", "backward", "map_empty", "highest"))
+def _lengths(q, k, v, do, q_len, kv_len, scale, window, *, causal, backward, map_empty=True, highest=True):
     def forward(q, k, v):
-        o, lse = jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=causal, query_seq_lengths=q_len,
-                                              key_value_seq_lengths=kv_len, local_window_size=window,
-                                              implementation="xla", return_residual=True)
+        with _precision(q.dtype, highest):
+            o, lse = jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=causal, query_seq_lengths=q_len,
+                                                  key_value_seq_lengths=kv_len, local_window_size=window,
+                                                  implementation="xla", return_residual=True)
         return _map_empty(o, lse) if map_empty else (o, lse.astype(jnp.float32))
 
     return _run(forward, q, k, v, do, backward)
@@ -105,6 +121,7 @@ class _Base:
     version = jax.__version__
     lse_dtype = "input"  # jax.nn returns its residual in the input dtype
     map_empty = True  # False: the stack's own answer for a query that attends nothing
+    highest = True  # False: fp32 at XLA's default precision (TF32 on a GPU)
 
     def _tensors(self, p, x):
         check_problem(p, x)
@@ -133,7 +150,7 @@ class Backend(_Base):
         window = _window(p.batch.window, p.batch.mask, q_ids.shape[1], kv_ids.shape[1])
         o, lse, grads = _segments(q, k, v, do, jnp.asarray(q_ids, jnp.int32), jnp.asarray(kv_ids, jnp.int32),
                                   np.float32(p.effective_scale), window, causal="causal" in p.batch.mask,
-                                  backward=p.backward, map_empty=self.map_empty)
+                                  backward=p.backward, map_empty=self.map_empty, highest=self.highest)
         return self._outputs(p, o, lse, grads)
 
 
@@ -141,8 +158,9 @@ class Lengths(_Base):
     """One document per row, then padding: query_seq_lengths / key_value_seq_lengths."""
 
     name = "jax.nn-seq-lengths"
-    domain = Domain(positions_from_zero=True, mask_kinds=("no_mask", "padding", "causal", "padding_causal"),
-                    dtypes=DTYPES)
+    # One length a row: one sequence a row, from token 0 (the hook below says the same for a direct call).
+    domain = Domain(positions_from_zero=True, one_sequence_a_row=True,
+                    mask_kinds=("no_mask", "padding", "causal", "padding_causal"), dtypes=DTYPES)
 
     def unsupported_attention(self, p):
         for ids in (p.batch.q_segment_ids, p.batch.kv_segment_ids):
@@ -165,5 +183,6 @@ class Lengths(_Base):
         q_len, kv_len = np.where(other, 0, q_len).astype(np.int32), np.where(other, 0, kv_len).astype(np.int32)
         window = _window(p.batch.window, p.batch.mask, q_ids.shape[1], kv_ids.shape[1])
         o, lse, grads = _lengths(q, k, v, do, jnp.asarray(q_len), jnp.asarray(kv_len), np.float32(p.effective_scale),
-                                 window, causal="causal" in p.batch.mask, backward=p.backward, map_empty=self.map_empty)
+                                 window, causal="causal" in p.batch.mask, backward=p.backward, map_empty=self.map_empty,
+                                 highest=self.highest)
         return self._outputs(p, o, lse, grads)

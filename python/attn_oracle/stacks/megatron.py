@@ -236,9 +236,10 @@ class PaddedBackend(Backend):
     """Megatron-core's padded packed-sequence metadata: ``cu_seqlens_q/kv_padded`` for samples padded at the end."""
 
     name = "megatron-core-padded-packed-seq-params"
-    # One document a sample (M = 1), padding after it, as context parallelism pads a sequence.
-    domain = Domain(self_attention_only=True, positions_from_zero=True, max_rows=1, extra_dims=False,
-                    mask_kinds=("padding_causal", "padding"), windows=False, sizes={"max_segments": [1]})
+    # One document a sample (M = 1) from token 0, padding after it, as context parallelism pads a sequence.
+    domain = Domain(self_attention_only=True, positions_from_zero=True, one_sequence_a_row=True, max_rows=1,
+                    extra_dims=False, mask_kinds=("padding_causal", "padding"), windows=False,
+                    sizes={"max_segments": [1]})
 
     def unsupported_metadata(self, batch):
         reason = unsupported_reason(batch)

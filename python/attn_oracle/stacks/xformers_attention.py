@@ -48,7 +48,8 @@ Declined, each with the library's own words:
 - a window with a right side other than 0, or a left side without a causal
   term: xformers' block-diagonal biases that take two sides are its padded-keys
   ones (``BlockDiagonalLocalAttentionPaddedKeysMask``), which neither flash nor
-  cutlass lists in ``SUPPORTED_ATTN_BIAS_TYPES`` (0.0.35);
+  cutlass lists in ``SUPPORTED_ATTN_BIAS_TYPES`` (0.0.35); the domain says it
+  (``causal_windows_only``), so the draws land inside;
 - what a bias refuses when it is made (``BlockDiagonalCausalFromBottomRightMask``:
   a sequence with fewer keys than queries; ``make_local_attention``: a
   sequence whose last queries see no key), the ValueError or RuntimeError quoted;
@@ -137,8 +138,9 @@ class _Operator:
     # Neither fa2B nor cutlassB takes [B, M, G, H, K] ("operator does not support BMGHK format"):
     # a backward with GQA gets the key heads repeated.
     bmghk_backward = False
-    # Positions from 0: the biases read a document by index from its first token.
-    domain = Domain(positions_from_zero=True, head_dims=TILE_HEAD_DIMS)
+    # Positions from 0: the biases read a document by index from its first token. Windows ending at the
+    # query: the one-sided biases (make_local_attention*) bound the left side under a causal diagonal.
+    domain = Domain(positions_from_zero=True, causal_windows_only=True, head_dims=TILE_HEAD_DIMS)
 
     def refusals(self, inp, backward: bool) -> list:
         """What the operators say they cannot do with these inputs (their not_supported_reasons)."""
@@ -240,7 +242,7 @@ class Flash(_Operator):
     # fa2F: fp16 and bf16. Self-attention: fa2F takes BlockDiagonalCausalMask only with as many keys as
     # queries in every sequence, and the bottom-right biases refuse fewer keys than queries (96% judged).
     domain = Domain(dtypes=("fp16", "bf16"), head_dims=TILE_HEAD_DIMS, positions_from_zero=True,
-                    self_attention_only=True)
+                    self_attention_only=True, causal_windows_only=True)
 
 
 class Cutlass(_Operator):

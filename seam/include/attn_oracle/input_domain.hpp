@@ -64,6 +64,11 @@ struct InputDomain {
   // Every document's positions are 0, 1, 2, ... on both sides (no offset
   // micro-sequences, no context-parallel stripes).
   bool positions_from_zero = false;
+  // Each row of each side is one sequence: at most one document, from token 0,
+  // then only padding; what one length a row says (jax.nn's query_seq_lengths,
+  // cuDNN's padded rows, Megatron-core's padded samples). A row may hold no
+  // document (length 0).
+  bool one_sequence_a_row = false;
   // The largest position taken on either side (INT32_MAX for a stack that
   // holds positions in int32); 0 for no limit. The extreme-position properties
   // move positions to the top of it rather than of int64.
@@ -80,6 +85,10 @@ struct InputDomain {
   std::vector<MaskKind> mask_kinds;
   // Whether a sliding window other than (-1, -1) is taken.
   bool windows = true;
+  // A window only where it ends at the query: its right side 0, or any under a
+  // causal kind, whose causal term makes the right side moot (cuDNN's
+  // sliding_window_length W is the band (i - W, i]).
+  bool causal_windows_only = false;
   // The dtypes taken; empty for all three.
   std::vector<Dtype> dtypes;
   // The head dims taken; empty for any.

@@ -1,0 +1,1 @@
+"""Part of the xprof stand-in (python/device_stubs/xprof/__init__.py)."""
