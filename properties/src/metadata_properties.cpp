@@ -269,7 +269,7 @@ const PackedBatch& padding_batch_of(const Case& c) {
   return batch;
 }
 
-// Valid batches for the metadata properties: 2 draws in 25 in the kernel-tile
+// Valid batches for the metadata properties: 2 draws in 24 in the kernel-tile
 // mode (generators.hpp), rows of up to kMetadataLongRow tokens: several of the
 // token-parallel metadata kernels' blocks of a few hundred to a thousand tokens.
 constexpr int kMetadataLongRow = 4100;
