@@ -54,7 +54,7 @@ testing::AssertionResult attends_the_same(const PackedBatch& original, const Pac
   for (size_t a = 0; a < q_tokens.size(); ++a) q_at.at(q_tokens[a]) = static_cast<int64_t>(a);
   for (size_t b = 0; b < kv_tokens.size(); ++b) kv_at.at(kv_tokens[b]) = static_cast<int64_t>(b);
   int64_t ours_true = 0, theirs_true = 0;
-  for (char c : theirs.allowed) theirs_true += c != 0;
+  for (char c : theirs.dense()) theirs_true += c != 0;
   for (int64_t row = 0; row < l->rows(); ++row) {
     const ref::RowMask ours = ref::explicit_mask(original, l.value(), row, true);
     for (int64_t i = 0; i < l->q_len; ++i)
@@ -334,7 +334,7 @@ RC_GTEST_PROP(Adapters, OursToTheirsToOursAttendsTheSameOrRefuses, ()) {
     const BatchLayout il = validate(in).value();
     RC_ASSERT(il.rows() == l.rows());
     for (int64_t row = 0; row < l.rows(); ++row)
-      RC_ASSERT(ref::explicit_mask(in, il, row, true).allowed == ref::explicit_mask(b, l, row, true).allowed);
+      RC_ASSERT(ref::explicit_mask(in, il, row, true).dense() == ref::explicit_mask(b, l, row, true).dense());
   } else {
     RC_ASSERT(f.error().code == ErrorCode::unsupported);
   }

@@ -81,7 +81,9 @@ const json* result(const json& report, const std::string& id) {
 
 // The report without what depends on the clock.
 std::string timeless(std::string text) {
-  text = std::regex_replace(text, std::regex("\"seconds\": [0-9.e-]+"), "\"seconds\": 0");
+  text = std::regex_replace(text, std::regex("\"(seconds|total|in_backend|suite_ms|backend_ms)\": [0-9.e-]+"),
+                            "\"$1\": 0");
+  text = std::regex_replace(text, std::regex("[0-9]+\\.[0-9]+ (ms|draws/s)\\b"), "T $1");
   return std::regex_replace(text, std::regex("[0-9]+\\.[0-9]+ s\\b"), "T s");
 }
 
@@ -110,8 +112,16 @@ TEST(CheckCommand, ReportHoldsVersionsSettingsAndPerPropertyCounts) {
     EXPECT_EQ(r["backend_version"], "float64 explicit-mask oracle");
     EXPECT_GT(r["mix"].size(), 0u) << r["id"];
     EXPECT_TRUE(r.contains("seconds"));
+    EXPECT_GT(r["draw_seconds"]["total"].get<double>(), 0.0) << r["id"];
+    EXPECT_GE(r["draw_seconds"]["in_backend"].get<double>(), 0.0) << r["id"];
   }
   EXPECT_FALSE(j["interrupted"]);
+  // What a draw cost, the suite's part and the backend's: in the JSON and the summary.
+  ASSERT_EQ(j["cost_per_draw"].size(), 1u);
+  EXPECT_EQ(j["cost_per_draw"][0]["backend"], "reference");
+  EXPECT_EQ(j["cost_per_draw"][0]["draws"], 20 * j["results"].size());
+  EXPECT_GT(j["cost_per_draw"][0]["suite_ms"].get<double>(), 0.0);
+  EXPECT_NE(slurp(kDir / "ref" / "conformance.md").find("cost per draw on reference: "), std::string::npos);
 }
 
 TEST(CheckCommand, AFailureExitsOneWithItsCounterexample) {

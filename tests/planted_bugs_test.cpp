@@ -203,6 +203,52 @@ TEST(PlantedBugs, BugsOfEachInputClassAreFoundOnNineOfTenSeeds) {
   }
 }
 
+// Where GPU kernels tile (generators.hpp, the kernel-tile mode): a key loop
+// that stops after 256 or after 1024 keys of a document, and GQA groups wider
+// than 4 query heads mapped to the wrong kv head, are caught in the default
+// budget on each of three seeds (the default one, 1 and 2), shrink to a
+// document just past the bound (or to a short one for the heads), and replay
+// the same failure.
+TEST(PlantedBugs, KernelTileBugsFailOnThreeOfThreeSeedsShrunkAndReplayed) {
+  const std::map<std::string, int64_t> past_keys = {
+      {"key_loop_stops_at_256", 257}, {"key_loop_stops_at_1024", 1025}, {"wide_gqa_group_packed", 1}};
+  int checked = 0;
+  for (const PlantedBug& bug : all_bugs()) {
+    if (!past_keys.count(bug.name)) continue;
+    ++checked;
+    auto backend = bug.make();
+    const PropertyDef& property = *find_property(bug.property);
+    for (uint64_t seed : {kDefaultSeed, uint64_t{1}, uint64_t{2}}) {
+      RunSettings s = planted_settings();
+      s.seed = seed;
+      // The budget's draws up to the first failing one, then that draw alone
+      // shrunk (the shard of one draw: the same draw as in the whole run).
+      int first = -1;
+      for (int draw = 0; draw < s.cases && first < 0; ++draw)
+        if (run_draw(property, *backend, s, draw, {}).kind == TrialResult::Kind::failed) first = draw;
+      ASSERT_GE(first, 0) << bug.name << " escaped " << s.cases << " draws on seed " << seed;
+      s.shard_index = first, s.shard_count = s.cases;
+      const PropertyOutcome o = run_property(property, *backend, s);
+      ASSERT_EQ(o.status, PropertyOutcome::Status::failed) << bug.name << " escaped on seed " << seed;
+      ASSERT_FALSE(o.failures.empty());
+      const PropertyFailure& f = o.failures.front();
+      EXPECT_EQ(f.draw, first);
+      const CaseSize size = op_of(f.counterexample).size(f.counterexample.payload);
+      const AttentionShape& shape = attention_fields(f.counterexample.payload)->problem.shape;
+      std::cout << "[ planted  ] " << bug.name << ", seed " << seed << ": first failing draw " << f.draw << ", "
+                << f.shrinks << " shrinks to rows=" << size.rows << " tokens=" << size.tokens << " heads "
+                << shape.heads_q << "/" << shape.heads_kv << ": " << f.message << "\n";
+      EXPECT_LE(size.tokens, bug.max_shrunk_tokens) << bug.name << " on seed " << seed;
+      EXPECT_GE(size.tokens, past_keys.at(bug.name)) << bug.name << " on seed " << seed;
+      EXPECT_LE(size.rows, bug.max_shrunk_rows) << bug.name << " on seed " << seed;
+      const Judgement replayed = replay_case(*bug.make(), f.counterexample);
+      ASSERT_EQ(replayed.status, Judgement::Status::fail) << bug.name << " on seed " << seed;
+      EXPECT_EQ(replayed.lines.at(0), bug.property + ": " + f.message);
+    }
+  }
+  EXPECT_EQ(checked, 3);
+}
+
 // Whether docs/semantics.md quotes `message` as it is printed (its examples of
 // metadata judged through attention are these planted bugs' messages).
 bool quoted_in_semantics_doc(const std::string& message) {

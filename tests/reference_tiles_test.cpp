@@ -7,8 +7,11 @@
 //    -inf in the same places, the same error codes) on every fixture, on drawn
 //    cases, and on batches whose
 //    documents cut the 64-row query tiles and key blocks at every edge;
-//  - results are bitwise the same for 1, 2, 3 and 8 threads and run to run;
-//  - ATTN_ORACLE_THREADS is read as documented; each worker's scratch is
+//  - results are bitwise the same for 1, 2, 3 and 8 threads and run to run,
+//    the naive run of the tolerance rule's too, on rows of long documents;
+//  - the explicit mask, a run of keys a query, holds exactly the pairs the rule
+//    allows (the rule spelled again, pair by pair), in O(Tq) on a 16k-token row;
+//  - ATTN_ORACLE_THREADS is read as documented (unset: the cores); each worker's scratch is
 //    charged to the memory budget, and T = 16384, H = 8, D = 128 still fits 4 GiB.
 // The comparisons are shown to fail on planted differences (one element off by
 // 2e-14, an lse that is not -inf, one ulp). Under a second in release, about
@@ -22,12 +25,16 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attn_oracle/case_file.hpp"
 #include "attn_oracle/generators.hpp"
 #include "attn_oracle/memory_budget.hpp"
 #include "attn_oracle/reference/attention.hpp"
+#include "attn_oracle/reference/metadata.hpp"
+#include "attn_oracle/reference/tolerance.hpp"
+#include "attn_oracle/validate.hpp"
 #include "scalar_attention.hpp"
 
 namespace attn_oracle {
@@ -129,6 +136,7 @@ TEST(BlockedReference, AgreesWithTheScalarLoopsOnEveryFixture) {
 RC_GTEST_PROP(BlockedReference, agreesWithTheScalarLoopsOnDrawnCases, ()) {
   AttentionOptions options;
   options.batch.extra_dims = true;
+  options.batch.kernel_tile_weight = 0;  // the scalar loops hold [Tq, Tkv] per head
   const AttentionDraw d = *attention_draw(options);
   const AttentionInputs in = generate_inputs(d.problem, d.seed);
   for (const Pair& pair : kPairs) RC_ASSERT(disagreement(pair, d.problem, in) == "");
@@ -243,8 +251,109 @@ TEST(BlockedReference, ThreadsComeFromTheEnvironmentUnlessSet) {
   EXPECT_EQ(reference_threads(), 5);
   set_reference_threads(0);
   unsetenv("ATTN_ORACLE_THREADS");
-  EXPECT_EQ(reference_threads(), 1);
+  EXPECT_EQ(reference_threads(), std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, kMaxReferenceThreads))
+      << "unset: the machine's cores";
   if (before) setenv("ATTN_ORACLE_THREADS", saved.c_str(), 1);
+}
+
+// One row of documents of 130, 200 and 300 tokens, padding between them, a
+// 64-token key block that the first two share and the third starting a block
+// of its own; GQA 8 query heads on each of 2 kv heads: both references and the
+// naive run share it out by documents (groups of query tiles) and kv heads,
+// each worker summing its own keys' gradients.
+AttentionProblem documents_to_share_out(MaskKind mask) {
+  std::vector<int64_t> lengths = {130, 0, 0, 200};
+  lengths.insert(lengths.end(), 384 - 332, 0);
+  lengths.push_back(300);
+  AttentionProblem p;
+  p.batch = PackedBatch{side_of(lengths), side_of(lengths), mask, {}, 3};
+  p.shape = AttentionShape{16, 2, 4, std::nullopt, Dtype::bf16, true};
+  return p;
+}
+
+TEST(BlockedReference, LongDocumentsGiveTheSameBitsOnEveryThreadCount) {
+  ThreadsGuard guard;
+  for (MaskKind mask : {MaskKind::padding_causal, MaskKind::padding}) {
+    const AttentionProblem p = documents_to_share_out(mask);
+    const AttentionInputs in = generate_inputs(p, 11);
+    set_reference_threads(1);
+    const AttentionResult dense = ref::attention_dense_masked(p, in).value();
+    const AttentionResult per_document = ref::attention_per_document(p, in).value();
+    const AttentionResult naive = naive_same_precision(p, in);
+    for (int64_t threads : {2, 3, 8}) {
+      set_reference_threads(threads);
+      EXPECT_TRUE(bitwise_equal(ref::attention_dense_masked(p, in).value(), dense)) << "dense on " << threads;
+      EXPECT_TRUE(bitwise_equal(ref::attention_per_document(p, in).value(), per_document)) << "per-document on " << threads;
+      EXPECT_TRUE(bitwise_equal(naive_same_precision(p, in), naive)) << "naive on " << threads;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The explicit mask, stored as runs of keys
+// ---------------------------------------------------------------------------
+
+// The rule of docs/semantics.md section 3 spelled again, pair by pair: the same
+// id (not padding), the causal or bottom-right term on positions and the
+// tokens of that id on each side, then the window.
+std::vector<char> mask_by_every_pair(const PackedBatch& b, const BatchLayout& l, int64_t row) {
+  const RowView q = side_row(b.q, l.q_extra, l, row), kv = side_row(b.kv, l.kv_extra, l, row);
+  auto count = [](const RowView& side, int64_t t) {  // tokens of the run of equal ids around t
+    int64_t first = t, end = t;
+    while (first > 0 && side.ids[first - 1] == side.ids[t]) --first;
+    while (end < side.len && side.ids[end] == side.ids[t]) ++end;
+    return end - first;
+  };
+  std::vector<char> out(q.len * kv.len, 0);
+  for (int64_t i = 0; i < q.len; ++i)
+    for (int64_t j = 0; j < kv.len; ++j) {
+      if (q.ids[i] == 0 || q.ids[i] != kv.ids[j]) continue;
+      const __int128 pq = q.pos[i], pk = kv.pos[j], left = b.window.left, right = b.window.right;
+      bool ok = true;
+      if (is_bottom_right(b.mask)) {
+        const __int128 q_from_end = count(q, i) - pq, kv_from_end = count(kv, j) - pk;
+        ok = q_from_end <= kv_from_end && (b.window.left < 0 || q_from_end + left >= kv_from_end);
+      } else {
+        if (b.mask == MaskKind::causal || b.mask == MaskKind::padding_causal) ok = pk <= pq;
+        ok = ok && (b.window.left < 0 || pk >= pq - left) && (b.window.right < 0 || pk <= pq + right);
+      }
+      out[i * kv.len + j] = ok;
+    }
+  return out;
+}
+
+RC_GTEST_PROP(ExplicitMask, runsHoldExactlyThePairsTheRuleAllows, ()) {
+  const PackedBatch b = *packed_batch(BatchOptions{.max_rows = 2, .max_len = 40, .tile_edge_weight = 0});
+  const BatchLayout l = validate(b).value();
+  for (int64_t r = 0; r < l.rows(); ++r) {
+    const ref::RowMask m = ref::explicit_mask(b, l, r, /*with_window=*/true);
+    RC_ASSERT(m.dense() == mask_by_every_pair(b, l, r));
+    RC_ASSERT(int64_t(m.run_start.size()) == l.q_len + 1);
+    for (int64_t i = 0; i < l.q_len; ++i)
+      for (const ref::KeyRun* run = m.keys_begin(i); run != m.keys_end(i); ++run) {
+        RC_ASSERT(run->first >= 0 && run->first < run->end && run->end <= l.kv_len);
+        if (run != m.keys_begin(i)) RC_ASSERT((run - 1)->end < run->first);  // sorted, apart
+      }
+  }
+}
+
+// A row of 16384 tokens (63 documents of 256 tokens, one of 255 and a padding
+// token) without [Tq, Tkv]: one run of keys a query, a few hundred kilobytes
+// where the flags took 256 MiB.
+TEST(ExplicitMask, ALongRowIsOneRunAQuery) {
+  std::vector<int64_t> lengths(63, 256);
+  lengths.push_back(255);
+  lengths.push_back(0);
+  const PackedBatch b{side_of(lengths), side_of(lengths), MaskKind::padding_causal, {}, 64};
+  const BatchLayout l = validate(b).value();
+  const ref::RowMask m = ref::explicit_mask(b, l, 0, /*with_window=*/true);
+  EXPECT_EQ(l.q_len, 16384);
+  EXPECT_EQ(int64_t(m.runs.size()), l.q_len - 1);  // every token but the padding one
+  EXPECT_TRUE(m(256 + 10, 256));
+  EXPECT_TRUE(m(256 + 10, 256 + 10));
+  EXPECT_FALSE(m(256 + 10, 256 + 11));
+  EXPECT_FALSE(m(256 + 10, 255));
+  EXPECT_FALSE(m.attends(16383));
 }
 
 // ---------------------------------------------------------------------------
@@ -278,11 +387,14 @@ TEST(BlockedReference, LongRowsFitTheDefaultBudgetAndEveryWorkerIsCharged) {
   ASSERT_FALSE(eight.ok());
   EXPECT_EQ(eight.error().code, ErrorCode::over_memory_budget);
   EXPECT_NE(eight.error().message.find("per worker"), std::string::npos) << eight.error().message;
-  // Only as many workers as there are units: one row, 8 kv heads.
+  // Only as many workers as there are units: here (document, kv head) pairs,
+  // 32 x 8, so 64 threads are 64 workers; one document of one kv head is one.
   set_reference_threads(64);
   EXPECT_FALSE(validate_attention(p, nullptr, ScoreMemory::query_tiles).ok());
-  set_memory_budget(int64_t{2} << 30);
-  EXPECT_TRUE(validate_attention(p, nullptr, ScoreMemory::query_tiles).ok());
+  AttentionProblem one = p;
+  one.batch = PackedBatch{side_of({16384}), side_of({16384}), MaskKind::causal, {}, 1};
+  one.shape.heads_kv = 1;
+  EXPECT_TRUE(validate_attention(one, nullptr, ScoreMemory::query_tiles).ok());
   set_memory_budget(0);
 }
 

@@ -306,6 +306,7 @@ int run_check_command(const CheckOptions& options, const CheckEnvironment& env) 
   report.interrupted = interrupted != 0;
 
   print_table(report);
+  for (const DrawCost& c : draw_costs(report)) std::cout << draw_cost_line(c) << "\n";
   std::cout << "\n" << report.count(Verdict::passed) << " passed, " << report.count(Verdict::failed) << " failed, "
             << report.count(Verdict::skipped) << " skipped, " << report.count(Verdict::xfail) << " expected failures, "
             << report.count(Verdict::xpass) << " unexpected passes" << (report.interrupted ? " (interrupted)" : "")

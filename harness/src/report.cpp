@@ -242,6 +242,7 @@ void merge_outcome(PropertyOutcome& into, const PropertyOutcome& add) {
   into.largest.tokens = std::max(into.largest.tokens, add.largest.tokens);
   into.largest.devices = std::max(into.largest.devices, add.largest.devices);
   into.seconds += add.seconds;
+  into.draw_seconds += add.draw_seconds, into.backend_seconds += add.backend_seconds;
   merge_store_replay(into.store, add.store);
   if (into.message.empty()) into.message = add.message;
 }
@@ -359,6 +360,8 @@ ojson outcome_to_json(const PropertyOutcome& o) {
   j["mix"] = ojson(o.mix);
   j["largest"] = {{"rows", o.largest.rows}, {"tokens", o.largest.tokens}, {"devices", o.largest.devices}};
   j["seconds"] = std::round(o.seconds * 1000.0) / 1000.0;
+  j["draw_seconds"] = {{"total", std::round(o.draw_seconds * 1000.0) / 1000.0},
+                       {"in_backend", std::round(o.backend_seconds * 1000.0) / 1000.0}};
   j["failures"] = ojson::array();
   for (const PropertyFailure& f : o.failures) j["failures"].push_back(failure_to_json(f));
   j["clusters"] = ojson::array();
@@ -395,6 +398,8 @@ PropertyOutcome outcome_from_json(const json& j) {
   o.largest = CaseSize{largest.value("rows", int64_t{0}), largest.value("tokens", int64_t{0}),
                        largest.value("devices", int64_t{1})};
   o.seconds = j.value("seconds", 0.0);
+  const json draw_seconds = j.value("draw_seconds", json::object());
+  o.draw_seconds = draw_seconds.value("total", 0.0), o.backend_seconds = draw_seconds.value("in_backend", 0.0);
   for (const json& f : j.value("failures", json::array())) o.failures.push_back(failure_from_json(f));
   for (const json& c : j.value("clusters", json::array())) o.clusters.push_back(cluster_from_json(c));
   o.failure_summary = j.value("failure_summary", "");
@@ -402,6 +407,32 @@ PropertyOutcome outcome_from_json(const json& j) {
   o.shrunk = shrunk.value("draws", 0), o.shrink_trials = shrunk.value("trials", 0);
   if (j.contains("store")) o.store = store_replay_from_json(j["store"]);
   return o;
+}
+
+std::vector<DrawCost> draw_costs(const CheckReport& report) {
+  std::vector<DrawCost> out;
+  for (const BackendInfo& b : report.backends) {
+    DrawCost c{b.name};
+    for (const CheckResult& r : report.results)
+      if (r.outcome.backend == b.name) {
+        c.draws += r.outcome.drawn;
+        c.seconds += r.outcome.draw_seconds;
+        c.backend_seconds += r.outcome.backend_seconds;
+      }
+    if (c.draws > 0) out.push_back(c);
+  }
+  return out;
+}
+
+std::string draw_cost_line(const DrawCost& c) {
+  const double draws = std::max(c.draws, 1);
+  char text[256];
+  std::snprintf(text, sizeof text,
+                "cost per draw on %s: %.2f ms (the suite's generation, float64 oracle and checks %.2f ms, the backend "
+                "%.2f ms) over %d draws, %.1f draws/s",
+                c.backend.c_str(), 1e3 * c.seconds / draws, 1e3 * c.suite_seconds() / draws,
+                1e3 * c.backend_seconds / draws, c.draws, c.seconds > 0 ? c.draws / c.seconds : 0.0);
+  return text;
 }
 
 std::string report_json(const CheckReport& report) {
@@ -427,6 +458,14 @@ std::string report_json(const CheckReport& report) {
   for (Verdict v : {Verdict::passed, Verdict::failed, Verdict::skipped, Verdict::xfail, Verdict::xpass})
     summary[std::string(to_string(v))] = report.count(v);
   j["summary"] = summary;
+  j["cost_per_draw"] = ojson::array();
+  for (const DrawCost& c : draw_costs(report)) {
+    const double draws = std::max(c.draws, 1);
+    j["cost_per_draw"].push_back({{"backend", c.backend}, {"draws", c.draws},
+                                  {"seconds", std::round(c.seconds * 1000.0) / 1000.0},
+                                  {"suite_ms", std::round(c.suite_seconds() / draws * 1e5) / 100.0},
+                                  {"backend_ms", std::round(c.backend_seconds / draws * 1e5) / 100.0}});
+  }
   j["results"] = ojson::array();
   for (const CheckResult& r : report.results) j["results"].push_back(result_json(r));
   return j.dump(2) + "\n";
@@ -484,6 +523,8 @@ std::string report_markdown(const CheckReport& report) {
      << report.count(Verdict::skipped) << " skipped, " << report.count(Verdict::xfail) << " expected failures, "
      << report.count(Verdict::xpass) << " unexpected passes**\n";
   markdown_table(report, os);
+  os << "\n";
+  for (const DrawCost& c : draw_costs(report)) os << "- " << draw_cost_line(c) << "\n";
   os << "\n## Properties\n";
   for (const CheckResult& r : report.results) markdown_property(r, os);
   return os.str();

@@ -17,6 +17,7 @@
 #include "attn_oracle/attention.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <array>
 #include <cmath>
 #include <limits>
@@ -41,23 +42,33 @@ struct BinaryFormat {
   int precision;
   int min_exponent;
   int max_exponent;
+  // (2 - 2^(1 - precision)) x 2^max_exponent, from its IEEE double fields.
+  constexpr double max_finite() const {
+    const uint64_t mantissa = ((uint64_t{1} << (precision - 1)) - 1) << (53 - precision);
+    return std::bit_cast<double>((uint64_t(max_exponent + 1023) << 52) | mantissa);
+  }
 };
 constexpr BinaryFormat kHalf{11, -14, 15};
 constexpr BinaryFormat kBfloat16{8, -126, 127};
 
+// 2^e as a double, from its exponent field (e a normal double's exponent).
+double power_of_two(int e) { return std::bit_cast<double>(uint64_t(e + 1023) << 52); }
+
+// Round-to-nearest-even of x at the format's ulp, on the double's own
+// fields: adding and taking away c = 1.5 x 2^(quantum + 52) leaves |x| rounded
+// to a multiple of 2^quantum by the FPU's default rounding (the sum lies in
+// [2^(quantum+52), 2^(quantum+53)), whose ulp is 2^quantum), with no libm call
+// on the path every element of every tensor takes. tests/dtype_rounding_test.cpp
+// checks it bit for bit against integer rounding of the IEEE fields.
 double round_to_format(double x, BinaryFormat f) {
   if (std::isnan(x) || std::isinf(x) || x == 0.0) return x;
-  int e2 = 0;
-  std::frexp(x, &e2);  // |x| = m * 2^e2, m in [0.5, 1): the leading bit is 2^(e2 - 1)
-  const int exponent = std::max(e2 - 1, f.min_exponent);
+  const int biased = static_cast<int>((std::bit_cast<uint64_t>(x) >> 52) & 0x7FF);
+  const int exponent = std::max(biased - 1023, f.min_exponent);  // of the leading bit; subnormal doubles: the minimum
+  if (exponent > f.max_exponent) return std::copysign(std::numeric_limits<double>::infinity(), x);
   const int quantum = exponent - (f.precision - 1);  // ulp of x in the format
-  // Scaling by a power of two is exact; nearbyint rounds half to even under the
-  // default rounding mode, which is the IEEE default we emulate.
-  const double rounded = std::ldexp(std::nearbyint(std::ldexp(x, -quantum)), quantum);
-  const double max_finite =
-      std::ldexp(2.0 - std::ldexp(1.0, 1 - f.precision), f.max_exponent);
-  if (std::fabs(rounded) > max_finite)
-    return std::copysign(std::numeric_limits<double>::infinity(), x);
+  const double c = 1.5 * power_of_two(quantum + 52);
+  const double rounded = std::copysign((std::fabs(x) + c) - c, x);
+  if (std::fabs(rounded) > f.max_finite()) return std::copysign(std::numeric_limits<double>::infinity(), x);
   return rounded;
 }
 
@@ -144,15 +155,34 @@ std::optional<Error> check_tensor(const char* name, const std::vector<double>& t
   return Error{ErrorCode::bad_tensor_shape, os.str()};
 }
 
+// How many workers a call of the references may start at most (their
+// tiles::workers_for: reference_threads(), at most one a unit).
+int64_t reference_workers(int64_t units) { return std::clamp<int64_t>(reference_threads(), 1, std::max<int64_t>(units, 1)); }
+
+int64_t times(int64_t a, int64_t b) {
+  int64_t out = 0;
+  return __builtin_mul_overflow(a, b, &out) ? INT64_MAX : out;
+}
+
+// One row's explicit mask, stored as a run of keys per query (reference/metadata.hpp):
+// the runs and their index, 24 bytes a query, and a side's flags, 8 bytes a key.
+void add_row_mask_memory(MemoryNeed& need, const BatchLayout& l) {
+  need.add("the explicit mask of one row (a run of keys a query)", {l.q_len, 3 * 8});
+  need.add("the keys' coverage of one row", {l.kv_len + 1, 8});
+}
+
 // The float64 references' scratch (ScoreMemory::query_tiles in attention.hpp).
-// `rows` are the factors of the broadcast row count (extra dims, then B).
+// `rows` are the factors of the broadcast row count (extra dims, then B). Their
+// units: per document, (document, kv head), at most min(Tq, M) documents a row;
+// dense, (group of query tiles, kv head) of one row.
 void add_query_tile_memory(MemoryNeed& need, const BatchLayout& l, const AttentionShape& s,
                            const std::vector<int64_t>& rows, bool with_mask) {
   const int64_t bytes = sizeof(double);
-  int64_t units = s.heads_kv;  // a row's kv heads (dense), every row's (per document)
+  int64_t units = times(s.heads_kv, with_mask ? (l.q_len + kReferenceTileRows - 1) / kReferenceTileRows
+                                              : std::min(l.q_len, l.max_segments));
   for (int64_t f : rows)
-    if (!with_mask && __builtin_mul_overflow(units, f, &units)) units = INT64_MAX;
-  const int64_t workers = std::clamp<int64_t>(reference_threads(), 1, std::max<int64_t>(units, 1));
+    if (!with_mask) units = times(units, f);
+  const int64_t workers = reference_workers(units);
   const int64_t tile = std::min(kReferenceTileRows, l.q_len);
   need.add("per worker: P, dS and allowed flags of a [tile, Tkv] block", {workers, tile, l.kv_len, 2 * bytes + 1});
   need.add("per worker: q, o, do, dq of a query tile", {workers, tile, s.head_dim, 4 * bytes});
@@ -162,7 +192,7 @@ void add_query_tile_memory(MemoryNeed& need, const BatchLayout& l, const Attenti
   runs.insert(runs.end(), {l.q_len, 3 * bytes});
   need.add("the key runs each query attends and their index", runs);
   if (!with_mask) return;
-  need.add("the explicit mask of one row", {l.q_len, l.kv_len});
+  add_row_mask_memory(need, l);
   need.add("the attended [tile, tile] blocks of one row",
            {l.q_len / kReferenceTileRows + 1, l.kv_len / kReferenceTileRows + 1, bytes});
 }
@@ -188,9 +218,13 @@ std::optional<Error> check_attention_memory(const BatchLayout& l, const Attentio
     add_query_tile_memory(need, l, s, rows, scores == ScoreMemory::query_tiles_with_mask);
     return need.check("attention");
   }
-  // The naive run's row, or the dense reference's tiles where they need more.
+  // The naive run (float copies of the tensors, one row's mask, per worker a
+  // row of P), or the dense reference's tiles where they need more.
   MemoryNeed naive = need, tiles = need;
-  naive.add("the mask, scores, probabilities and dS of one row", {l.q_len, l.kv_len, 3 * bytes + 1});
+  naive.add("the naive run's fp32 q, do, dq", with({l.q_len, s.heads_q, s.head_dim, 3, 4}));
+  naive.add("the naive run's fp32 k, v, dk, dv", with({l.kv_len, s.heads_kv, s.head_dim, 4, 4}));
+  add_row_mask_memory(naive, l);
+  naive.add("per worker: the naive run's P over one row's keys", {reference_workers(times(s.heads_kv, l.q_len)), l.kv_len, 4});
   add_query_tile_memory(tiles, l, s, rows, /*with_mask=*/true);
   const bool tiles_more = !tiles.total() || (naive.total() && *tiles.total() > *naive.total());
   return (tiles_more ? tiles : naive).check("attention");

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <charconv>
 #include <cstdlib>
+#include <thread>
 
 namespace attn_oracle {
 namespace {
@@ -51,7 +52,7 @@ void set_memory_budget(int64_t bytes) { g_budget.store(bytes > 0 ? bytes : 0); }
 int64_t reference_threads() {
   if (const int64_t set = g_threads.load()) return set;
   const char* env = std::getenv("ATTN_ORACLE_THREADS");
-  if (env == nullptr) return 1;
+  if (env == nullptr) return std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, kMaxReferenceThreads);
   const std::string_view text(env);
   int64_t threads = 0;
   const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), threads);

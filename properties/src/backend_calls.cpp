@@ -1,10 +1,26 @@
 // backend_calls.cpp: see backend_calls.hpp.
 #include "attn_oracle/backend_calls.hpp"
 
+#include <chrono>
+
 #include "attn_oracle/property_check.hpp"
 
 namespace attn_oracle {
 namespace {
+
+thread_local double backend_seconds = 0.0;
+
+// Adds the time from its construction to its end (an exception included) to backend_seconds.
+class BackendStopwatch {
+ public:
+  BackendStopwatch() = default;
+  BackendStopwatch(const BackendStopwatch&) = delete;
+  BackendStopwatch& operator=(const BackendStopwatch&) = delete;
+  ~BackendStopwatch() { backend_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
 
 std::optional<std::string> outside(const Backend& backend, const auto& problem) {
   if (auto why = outside_domain(backend.domain(), problem)) return "outside the backend's domain: " + *why;
@@ -22,6 +38,8 @@ void decline_if(const std::optional<std::string>& reason) {
 
 }  // namespace
 
+double backend_seconds_on_this_thread() { return backend_seconds; }
+
 std::optional<std::string> metadata_declines(Backend& backend, const PackedBatch& batch) {
   if (auto why = outside(backend, batch)) return why;
   return hook(backend.metadata()->unsupported(batch));
@@ -31,7 +49,10 @@ void require_metadata_takes(Backend& backend, const PackedBatch& batch) { declin
 
 Expected<Metadata> call_metadata(Backend& backend, const PackedBatch& batch) {
   require_metadata_takes(backend, batch);
-  Expected<Metadata> md = backend.metadata()->metadata(batch);
+  Expected<Metadata> md = [&] {
+    BackendStopwatch timed;
+    return backend.metadata()->metadata(batch);
+  }();
   if (!md) decline_if_unsupported(md.error());
   return md;
 }
@@ -48,12 +69,14 @@ void require_attention_takes(Backend& backend, const AttentionProblem& problem) 
 Expected<AttentionResult> call_attention(Backend& backend, const AttentionProblem& problem,
                                          const AttentionInputs& inputs) {
   require_attention_takes(backend, problem);
+  BackendStopwatch timed;
   return backend.attention()->attention(problem, inputs);
 }
 
 std::optional<Error> call_attention_into(Backend& backend, const AttentionProblem& problem,
                                          const AttentionInputs& inputs, const AttentionCapability::Buffers& buffers) {
   require_attention_takes(backend, problem);
+  BackendStopwatch timed;
   return backend.attention()->attention_into(problem, inputs, buffers);
 }
 
@@ -71,6 +94,7 @@ void require_inside_domain(Backend& backend, const AttentionProblem& problem) { 
 Expected<SmallSeqResult> call_small_seq(Backend& backend, const AttentionProblem& problem,
                                         const AttentionInputs& inputs) {
   require_small_seq_takes(backend, problem);
+  BackendStopwatch timed;
   return backend.small_seq()->small_seq(problem, inputs);
 }
 

@@ -6,7 +6,11 @@
 #include "attn_oracle/shrinking_choice.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <numeric>
+
+#include "attn_oracle/validate.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -124,12 +128,90 @@ PackedBatch build_batch(const BatchSpec& spec) {
   return batch;
 }
 
+namespace {
+
+// The longest row of one side of a spec in tokens: documents, their gaps and
+// the trailing padding (padding kinds), as build_batch lays it out.
+int64_t side_tokens(const BatchSpec& spec, bool q) {
+  const bool padding = allows_padding(spec.mask) && !spec.no_padding;
+  int64_t longest = 0;
+  for (const auto& slice : spec.slices)
+    for (const auto& row : slice) {
+      int64_t t = 0;
+      for (const DocSpec& d : row) t += (q ? d.q_len : d.kv_len) + (padding ? (q ? d.q_gap : d.kv_gap) : 0);
+      longest = std::max(longest, t);
+    }
+  return longest + (padding ? (q ? spec.q_trailing : spec.kv_trailing) : 0);
+}
+
+int64_t spec_rows(const BatchSpec& spec) {
+  return spec.slices.empty() ? 0 : static_cast<int64_t>(spec.slices.size() * spec.slices.front().size());
+}
+
+}  // namespace
+
+BatchSpec cap_kernel_tile_sizes(BatchSpec spec, bool q_is_kv) {
+  if (spec.max_pairs <= 0) return spec;
+  if (spec.max_row_tokens > 0)
+    for (auto [side, trailing] : {std::pair{true, &spec.q_trailing}, std::pair{false, &spec.kv_trailing}}) {
+      const int64_t over = side_tokens(spec, side) - spec.max_row_tokens;
+      if (over > 0) *trailing = static_cast<int>(std::max<int64_t>(0, *trailing - over));
+    }
+  int64_t docs = 0;
+  for (const auto& slice : spec.slices)
+    for (const auto& row : slice) docs += static_cast<int64_t>(row.size());
+  const int64_t share = std::max<int64_t>(1, spec.max_pairs / std::max<int64_t>(docs, 1));
+  std::vector<DocSpec*> all;
+  for (auto& slice : spec.slices)
+    for (auto& row : slice)
+      for (DocSpec& d : row) all.push_back(&d);
+  for (DocSpec* d : all) {
+    if (int64_t{d->q_len} * d->kv_len <= share) continue;
+    if (q_is_kv) d->q_len = d->kv_len = std::min(d->q_len, std::max(1, static_cast<int>(std::sqrt(double(share)))));
+    else d->q_len = static_cast<int>(std::max<int64_t>(1, share / std::max(1, d->kv_len)));
+  }
+  auto cells = [&] { return spec_rows(spec) * side_tokens(spec, true) * side_tokens(spec, false); };
+  if (spec.max_cells <= 0 || cells() <= spec.max_cells) return spec;
+  for (DocSpec* d : all) d->q_gap = 0, d->kv_gap = q_is_kv ? 0 : d->kv_gap;
+  spec.q_trailing = 0;
+  if (q_is_kv) spec.kv_trailing = 0;
+  while (cells() > spec.max_cells) {
+    DocSpec* longest = nullptr;
+    for (DocSpec* d : all)
+      if (!longest || d->q_len > longest->q_len) longest = d;
+    if (!longest || longest->q_len <= 1) break;
+    longest->q_len /= 2;
+    if (q_is_kv) longest->kv_len = longest->q_len;
+  }
+  return spec;
+}
+
+DocumentSizes document_sizes(const PackedBatch& batch) {
+  DocumentSizes out;
+  const auto layout = validate_shapes(batch);
+  if (!layout) return out;
+  const BatchLayout& l = layout.value();
+  std::map<int64_t, std::pair<int64_t, int64_t>> tokens;  // id -> (q, kv)
+  for (int64_t r = 0; r < l.rows(); ++r) {
+    tokens.clear();
+    const RowView q = side_row(batch.q, l.q_extra, l, r), kv = side_row(batch.kv, l.kv_extra, l, r);
+    for (int64_t t = 0; t < q.len; ++t) ++tokens[q.ids[t]].first;
+    for (int64_t t = 0; t < kv.len; ++t) ++tokens[kv.ids[t]].second;
+    for (const auto& [id, n] : tokens)
+      if (id != 0) {
+        out.pairs += n.first * n.second;
+        out.longest = std::max({out.longest, n.first, n.second});
+      }
+  }
+  return out;
+}
+
 }  // namespace attn_oracle
 
 namespace attn_oracle {
 namespace {
 
-enum class EdgeMode { normal, all_full, unit_docs, empty_row, exactly_m, one_side, long_docs, tile_edges };
+enum class EdgeMode { normal, all_full, unit_docs, empty_row, exactly_m, one_side, long_docs, tile_edges, kernel_tiles };
 
 // Trailing padding drawn after the rows are fitted: rows keep room for it.
 constexpr int kMaxTrailing = 3;
@@ -147,6 +229,16 @@ rc::Gen<EdgeMode> edge_mode(int tile_edge_weight) {
   });
 }
 
+// Whether a batch is drawn in the kernel-tile mode: `weight` of the edge
+// modes' 21 + tile_edge_weight + weight, shrinking towards no. Drawn apart from
+// the edge mode, after everything else a batch's head draws, so that a draw
+// that is not a kernel-tile one is exactly the draw it was before the mode
+// existed (RapidCheck splits the Random in argument order).
+rc::Gen<bool> kernel_tile_mode(int tile_edge_weight, int weight) {
+  if (weight <= 0) return rc::gen::just(false);
+  return shrinking_weighted<bool>({{21 + tile_edge_weight, rc::gen::just(false)}, {weight, rc::gen::just(true)}});
+}
+
 // Lengths where kernels break: each side of a multiple of a tile (64, 128,
 // and in the deep profile up to 4096), shrinking towards 1.
 std::vector<int> tile_edge_lengths(int max_len) {
@@ -157,6 +249,27 @@ std::vector<int> tile_edge_lengths(int max_len) {
     for (int l : {t - 1, t, t + 1})
       if (l <= max_len) out.push_back(l);
   return out;
+}
+
+// A long document side: uniform in 1..kLongDocMax (mostly past kLongDocMin) or
+// at an edge where kernels' tiles and key splits end. Whatever is drawn then
+// shrinks towards 1 by halving the distance (RapidCheck's shrink::towards), so
+// that a failure found on a long document shrinks as far as the bug lets it:
+// to 257 keys for a loop that stops after 256, to one or two tokens for a bug
+// that needs no length at all (an edge list alone would stop at 255, the
+// smallest edge but 1).
+rc::Gen<int> long_length(int max_len) {
+  std::vector<int> edges;
+  for (int l : {255, 256, 257, 352, 353, 511, 512, 513, 1023, 1024, 1025, 2047, 2048, 2049, 4095, 4096})
+    if (l <= max_len) edges.push_back(l);
+  const int top = std::max(2, std::min(max_len, kLongDocMax) + 1);
+  auto drawn = edges.empty() ? rc::gen::resize(100, rc::gen::inRange(1, top))
+                             : shrinking_weighted<int>({{1, rc::gen::elementOf(edges)},
+                                                        {1, rc::gen::resize(100, rc::gen::inRange(1, top))}});
+  return rc::Gen<int>([drawn](const rc::Random& random, int size) {
+    const int length = drawn(random, size).value();
+    return rc::shrinkable::shrinkRecur(length, [](int x) { return rc::shrink::towards(x, 1); });
+  });
 }
 
 // A property that needs a kind the domain excludes is skipped before it draws;
@@ -185,6 +298,10 @@ rc::Gen<int> side_length(EdgeMode mode, int max_len) {
   // kernel tile are drawn early; they still shrink towards 1.
   if (mode == EdgeMode::long_docs) return rc::gen::resize(100, rc::gen::inRange(1, std::max(2, std::min(max_len, 41))));
   if (mode == EdgeMode::tile_edges) return shrinking_element<int>(tile_edge_lengths(max_len - kMaxTrailing));
+  if (mode == EdgeMode::kernel_tiles && max_len > kLongDocMin) {
+    // Mostly long; short ones beside them, and what a long one shrinks towards.
+    return shrinking_weighted<int>({{1, side_length(EdgeMode::normal, 48)}, {3, long_length(max_len - kMaxTrailing)}});
+  }
   return rc::gen::withSize([=](int size) {
     const int top = std::max(2, std::min(max_len, 2 + size / 7));
     if (mode == EdgeMode::all_full || mode == EdgeMode::exactly_m) return rc::gen::inRange(1, top);
@@ -196,8 +313,13 @@ rc::Gen<int> side_length(EdgeMode mode, int max_len) {
 
 rc::Gen<DocSpec> doc_spec(EdgeMode mode, bool padding, int max_len) {
   const bool gaps = padding && mode != EdgeMode::all_full;
-  auto gap = gaps ? shrinking_weighted<int>({{3, rc::gen::just(0)}, {1, rc::gen::inRange(1, 4)}})
-                  : rc::gen::just(0);
+  // Kernel-tile rows reach their length through padding too, cheaply: a gap
+  // costs tokens, not pairs.
+  auto gap = !gaps ? rc::gen::just(0)
+             : mode == EdgeMode::kernel_tiles
+                 ? shrinking_weighted<int>({{3, rc::gen::just(0)}, {1, rc::gen::inRange(1, 4)},
+                                            {1, rc::gen::resize(100, rc::gen::inRange(1, kLongDocMax + 1))}})
+                 : shrinking_weighted<int>({{3, rc::gen::just(0)}, {1, rc::gen::inRange(1, 4)}});
   auto id_step = mode == EdgeMode::exactly_m || mode == EdgeMode::all_full
                      ? rc::gen::just(1)
                      : shrinking_weighted<int>({{6, rc::gen::just(1)}, {1, rc::gen::just(2)}});
@@ -231,7 +353,8 @@ std::vector<DocSpec> one_sequence(std::vector<DocSpec> docs) {
   return docs;
 }
 
-rc::Gen<std::vector<DocSpec>> row_spec(EdgeMode mode, bool padding, const BatchOptions& o) {
+rc::Gen<std::vector<DocSpec>> row_spec(EdgeMode mode, bool padding, BatchOptions o) {
+  if (mode == EdgeMode::kernel_tiles) o.max_len = std::max(o.max_len, o.long_row_len);
   auto docs = rc::gen::withSize([=](int size) {
     // Two documents from the smallest sizes: most packing bugs need a neighbour.
     const int most = std::max(1, std::min(o.max_docs, 2 + size / 12));
@@ -308,6 +431,30 @@ BatchSpec kv_as_q(BatchSpec spec) {
 
 }  // namespace
 
+// GCC says __SANITIZE_ADDRESS__, clang __has_feature(address_sanitizer).
+#if defined(__SANITIZE_ADDRESS__)
+#define ATTN_ORACLE_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ATTN_ORACLE_UNDER_ASAN 1
+#endif
+#endif
+
+KernelTileBudget kernel_tile_budget() {
+#if defined(ATTN_ORACLE_UNDER_ASAN)
+  // A Debug build with AddressSanitizer (scripts/sanitize): a pair costs about
+  // 20 times a release build's, so a sixteenth of the pairs and work. The
+  // lengths stay: a document of 4096 keys is still drawn, with fewer queries.
+  KernelTileBudget b{int64_t{1} << 15, int64_t{1} << 21, int64_t{1} << 21, int64_t{1} << 26};
+#else
+  KernelTileBudget b{int64_t{1} << 19, int64_t{1} << 25, int64_t{1} << 21, int64_t{1} << 26};
+#endif
+  // 2 x pairs x (1 + kPairOverhead) <= work: a draw at the pair budget fits
+  // with two query heads (GQA's least) of head_dim 1.
+  if (size_profile() == SizeProfile::deep) b.pairs *= 4, b.work *= 4, b.elements *= 4, b.cells *= 4;
+  return b;
+}
+
 SizeProfile size_profile() {
   const char* p = std::getenv("ATTN_ORACLE_PROFILE");
   return p && std::string(p) == "deep" ? SizeProfile::deep : SizeProfile::ci;
@@ -325,6 +472,7 @@ rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
     EdgeMode mode;
     std::pair<Shape, Shape> extra;
     int rows;
+    bool kernel_tiles;
   };
   const InputDomain& d = o.domain;
   if (d.max_rows > 0) o.max_rows = std::max(1, static_cast<int>(std::min<int64_t>(o.max_rows, d.max_rows)));
@@ -332,12 +480,22 @@ rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
   o.extra_dims = o.extra_dims && d.extra_dims && (d.positions_extra_dims || !d.positions_from_zero);
   o.contiguous_positions = o.contiguous_positions || d.positions_from_zero;
   o.max_len = static_cast<int>(menu_max_tokens(d, o.max_len));
+  o.long_row_len = static_cast<int>(menu_max_tokens(d, o.long_row_len));
   o.max_rows = static_cast<int>(menu_max_rows(d, o.max_rows));
   o.max_docs = static_cast<int>(menu_max_docs(d, o.max_docs));  // ids <= the menu's largest M
+  if (o.long_row_len <= kLongDocMin) o.kernel_tile_weight = 0;  // a size menu's short sides
   auto head = rc::gen::construct<Head>(mask_kind(o), edge_mode(o.tile_edge_weight), extra_shapes(o.extra_dims),
-                                       rc::gen::inRange(1, o.max_rows + 1));
+                                       rc::gen::inRange(1, o.max_rows + 1),
+                                       kernel_tile_mode(o.tile_edge_weight, o.kernel_tile_weight));
   auto spec = rc::gen::mapcat(head, [o](Head h) {
     const bool padding = allows_padding(h.mask) && !o.domain.no_padding;
+    if (h.kernel_tiles) {
+      h.mode = EdgeMode::kernel_tiles;
+      // No extra dims, and B = 1 without padding: no short row grows its last
+      // document to a long row's length, which the pair budget would not see.
+      h.extra = {};
+      h.rows = padding ? std::min(h.rows, 2) : 1;
+    }
     if (o.domain.self_attention_only) h.extra.second = h.extra.first;
     const Shape extra = broadcast_shapes(h.extra.first, h.extra.second).value();
     auto rows = rc::gen::container<std::vector<std::vector<DocSpec>>>(h.rows, row_spec(h.mode, padding, o));
@@ -348,16 +506,28 @@ rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
         s.front().back().clear();
         return s;
       });
-    auto trailing = padding ? shrinking_weighted<int>({{2, rc::gen::just(0)}, {1, rc::gen::inRange(1, kMaxTrailing + 1)}})
-                            : rc::gen::just(0);
+    // Kernel-tile rows reach up to long_row_len through trailing padding as well.
+    auto trailing = !padding ? rc::gen::just(0)
+                    : h.mode == EdgeMode::kernel_tiles
+                        ? shrinking_weighted<int>({{2, rc::gen::just(0)}, {1, rc::gen::inRange(1, kMaxTrailing + 1)},
+                                                   {1, rc::gen::resize(100, rc::gen::inRange(1, o.long_row_len + 1))}})
+                        : shrinking_weighted<int>({{2, rc::gen::just(0)}, {1, rc::gen::inRange(1, kMaxTrailing + 1)}});
     auto spare = h.mode == EdgeMode::exactly_m ? rc::gen::just(0) : rc::gen::inRange(0, 2);
+    const bool long_mode = h.mode == EdgeMode::kernel_tiles;
+    // The caps come last: the fields before them split the Random as they did before they existed.
     return rc::gen::build<BatchSpec>(
         rc::gen::set(&BatchSpec::mask, rc::gen::just(h.mask)), rc::gen::set(&BatchSpec::window, window(o.domain.windows, o.domain.causal_windows_only && !is_causal(h.mask))),
         rc::gen::set(&BatchSpec::spare_capacity, spare), rc::gen::set(&BatchSpec::q_trailing, trailing),
         rc::gen::set(&BatchSpec::kv_trailing, trailing),
-        rc::gen::set(&BatchSpec::q, side_spec(h.extra.first, o.contiguous_positions, o.domain)),
-        rc::gen::set(&BatchSpec::kv, side_spec(h.extra.second, o.contiguous_positions, o.domain)),
-        rc::gen::set(&BatchSpec::slices, slices));
+        // Kernel-tile draws keep positions from 0: representable, so that a
+        // kernel (which sees only the metadata) is judged on every one.
+        rc::gen::set(&BatchSpec::q, side_spec(h.extra.first, o.contiguous_positions || long_mode, o.domain)),
+        rc::gen::set(&BatchSpec::kv, side_spec(h.extra.second, o.contiguous_positions || long_mode, o.domain)),
+        rc::gen::set(&BatchSpec::slices, slices),
+        rc::gen::set(&BatchSpec::max_pairs, rc::gen::just(long_mode ? kernel_tile_budget().pairs : int64_t{0})),
+        // Half the cells: room for two query heads, the fewest a GQA draw keeps.
+        rc::gen::set(&BatchSpec::max_cells, rc::gen::just(long_mode ? kernel_tile_budget().cells / 2 : int64_t{0})),
+        rc::gen::set(&BatchSpec::max_row_tokens, rc::gen::just(long_mode ? int64_t{o.long_row_len} : int64_t{0})));
   });
   // Set after drawing, so that the draws of every other domain stay as they were.
   if (o.domain.no_padding) spec = rc::gen::map(spec, [](BatchSpec s) { return s.no_padding = true, s; });
@@ -366,7 +536,9 @@ rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
     const int64_t cap = *std::max_element(d.sizes.max_segments.begin(), d.sizes.max_segments.end());
     spec = rc::gen::map(spec, [cap](BatchSpec s) { return s.id_cap = cap, s; });
   }
-  return rc::gen::map(spec, [domain = o.domain](const BatchSpec& s) { return on_size_menu(build_batch(s), domain); });
+  return rc::gen::map(spec, [domain = o.domain](const BatchSpec& s) {
+    return on_size_menu(build_batch(cap_kernel_tile_sizes(s, domain.self_attention_only)), domain);
+  });
 }
 
 std::vector<MaskKind> drawable_masks(const BatchOptions& o) {
@@ -395,14 +567,56 @@ std::vector<Dtype> drawable_dtypes(const AttentionOptions& o) {
   return out.empty() ? o.batch.domain.dtypes : out;
 }
 
+struct Heads {
+  int64_t kv, group, dim;
+  Dtype dtype;
+  bool backward, explicit_scale;
+  bool wide_group;  // 8 query heads a kv head instead of `group`
+};
+
+// 1 draw in 4 a group of 8 (Llama-3 70B), shrinking towards the group drawn
+// beside it; drawn last, so that the other draws stay as they were.
+rc::Gen<bool> wide_group() { return shrinking_weighted<bool>({{3, rc::gen::just(false)}, {1, rc::gen::just(true)}}); }
+
+// Rows x the longer side's T (the tokens of each [rows, T, heads, D] tensor),
+// and rows x Tq x Tkv (one head's scores).
+struct BatchExtent {
+  int64_t tokens = 0, cells = 0;
+};
+
+BatchExtent batch_extent(const PackedBatch& b) {
+  const Shape& q = b.q.segment_ids.shape;
+  const Shape& kv = b.kv.segment_ids.shape;
+  if (q.size() < 2 || kv.size() < 2) return {};
+  const int64_t rows = shape_product(Shape(q.begin(), q.end() - 1));
+  return {rows * std::max(q.back(), kv.back()), rows * q.back() * kv.back()};
+}
+
+// The heads of a draw that would pass the budget (kernel_tile_budget: work
+// where a document is long, elements and cells always), taken down until it
+// fits: one kv head, then half the group (down to min_group: 2 keeps a GQA
+// draw GQA), then the next smaller of `dims` (sorted). Short draws never reach
+// it; a size menu's heads stay as they are.
+Heads within_work_budget(Heads h, const DocumentSizes& docs, const BatchExtent& extent,
+                         const std::vector<int64_t>& dims, int64_t min_group) {
+  const KernelTileBudget budget = kernel_tile_budget();
+  const bool long_docs = docs.longest >= kLongDocMin;  // the short draws' heads stay as drawn
+  auto fits = [&] {
+    const int64_t heads = h.kv * h.group, width = heads * h.dim;
+    return (!long_docs || docs.pairs * heads * (h.dim + kPairOverhead) <= budget.work) &&
+           extent.tokens * width <= budget.elements && extent.cells * heads <= budget.cells;
+  };
+  if (fits()) return h;
+  h.kv = 1;
+  while (!fits() && h.group > min_group) h.group /= 2;
+  for (auto d = dims.rbegin(); d != dims.rend() && !fits(); ++d)
+    if (*d < h.dim) h.dim = *d;
+  return h;
+}
+
 }  // namespace
 
 rc::Gen<AttentionDraw> attention_draw(AttentionOptions o) {
-  struct Heads {
-    int64_t kv, group, dim;
-    Dtype dtype;
-    bool backward, explicit_scale;
-  };
   auto dtype = shrinking_element<Dtype>(drawable_dtypes(o));
   auto group = o.gqa ? shrinking_element<int64_t>({2, 4}) : shrinking_element<int64_t>({1, 2, 4});
   // 9 draws in 14 from {1, 2, 4, 8}, 4 in 14 the kernels' 64, 128 or 256 (where
@@ -414,7 +628,8 @@ rc::Gen<AttentionDraw> attention_draw(AttentionOptions o) {
   auto dim = shrinking_element<int64_t>(dims);
   auto backward = o.backward ? rc::gen::arbitrary<bool>() : rc::gen::just(false);
   auto explicit_scale = shrinking_element<bool>({false, false, false, false, true});  // scale 0.5, 1 in 5
-  auto heads = rc::gen::construct<Heads>(shrinking_element<int64_t>({1, 2}), group, dim, dtype, backward, explicit_scale);
+  auto heads = rc::gen::construct<Heads>(shrinking_element<int64_t>({1, 2}), group, dim, dtype, backward, explicit_scale,
+                                         wide_group());
   // A size menu's heads, the GQA ones for `gqa` (all of them when it has none);
   // without a menu the draws stay exactly as they were.
   std::vector<std::pair<int64_t, int64_t>> menu_heads;
@@ -425,12 +640,19 @@ rc::Gen<AttentionDraw> attention_draw(AttentionOptions o) {
   if (!menu_heads.empty())
     heads = rc::gen::mapcat(shrinking_element(menu_heads), [=](std::pair<int64_t, int64_t> kv_group) {
       return rc::gen::construct<Heads>(rc::gen::just(kv_group.first), rc::gen::just(kv_group.second), dim, dtype,
-                                       backward, explicit_scale);
+                                       backward, explicit_scale, rc::gen::just(false));
     });
+  const bool menu = !menu_heads.empty();
+  std::sort(dims.begin(), dims.end());
+  dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
   return rc::gen::map(
       rc::gen::tuple(packed_batch(o.batch), heads, rc::gen::arbitrary<uint64_t>()),
-      [](const std::tuple<PackedBatch, Heads, uint64_t>& t) {
-        const auto& [batch, h, seed] = t;
+      [dims, menu, min_group = o.gqa ? int64_t{2} : int64_t{1}](const std::tuple<PackedBatch, Heads, uint64_t>& t) {
+        const auto& [batch, as_drawn, seed] = t;
+        Heads drawn = as_drawn;
+        if (drawn.wide_group) drawn.group = 8;
+        const Heads h =
+            menu ? drawn : within_work_budget(drawn, document_sizes(batch), batch_extent(batch), dims, min_group);
         AttentionDraw d;
         d.problem.batch = batch;
         d.problem.shape.heads_kv = h.kv;

@@ -269,10 +269,21 @@ const PackedBatch& padding_batch_of(const Case& c) {
   return batch;
 }
 
+// Valid batches for the metadata properties: 2 draws in 24 in the kernel-tile
+// mode (generators.hpp), rows of up to kMetadataLongRow tokens: several of the
+// token-parallel metadata kernels' blocks of a few hundred to a thousand tokens.
+constexpr int kMetadataLongRow = 4100;
+BatchOptions metadata_options(const InputDomain& domain) {
+  BatchOptions options = within(domain);
+  options.kernel_tile_weight = 2;
+  options.long_row_len = kMetadataLongRow;
+  return options;
+}
+
 // A domain that lists its mask kinds gets its padding kinds drawn (not every
 // kind then turned into its padding twin, which it may not take).
 Case draw_padding_batch(const InputDomain& domain, json drawn) {
-  BatchOptions options = within(domain);
+  BatchOptions options = metadata_options(domain);
   options.any_mask = domain.mask_kinds.empty();
   return with_drawn(metadata_case(padding_kind(*packed_batch(options))), std::move(drawn));
 }
@@ -366,10 +377,10 @@ Case draw_extreme_positions(Backend& backend) {
   const InputDomain d = drawing_domain(backend.domain());
   nlohmann::json drawn = {{"margin", *shrinking_element<int64_t>({0, 1, 2, 3})}};
   if (d.max_position > 0) drawn["top"] = d.max_position;
-  return with_drawn(metadata_case(*packed_batch(within(d))), std::move(drawn));
+  return with_drawn(metadata_case(*packed_batch(metadata_options(d))), std::move(drawn));
 }
 
-Case draw_valid(Backend& backend) { return metadata_case(*packed_batch(within(drawing_domain(backend.domain())))); }
+Case draw_valid(Backend& backend) { return metadata_case(*packed_batch(metadata_options(drawing_domain(backend.domain())))); }
 
 // The backend's metadata drives a float64 varlen kernel over inputs poisoned
 // with NaN wherever no document is (metadata_through_attention.hpp): it must

@@ -34,6 +34,7 @@ Case draw_small(Backend& backend) {
   AttentionOptions options;
   options.batch.max_len = 12;
   options.batch.max_docs = 3;
+  options.batch.kernel_tile_weight = 0;
   options.batch.domain = drawing_domain(backend.domain());
   const AttentionDraw d = *attention_draw(options);
   return Case{AttentionCase{d.problem, d.seed, std::nullopt}, {}, {}, {}};

@@ -2,6 +2,8 @@
 // and the check of one case, shared with replay.
 #include "attn_oracle/property_runner.hpp"
 
+#include "attn_oracle/backend_calls.hpp"
+
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -472,7 +474,11 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
   for (int k = first; k < s.cases; k += s.shard_count) {
     const rc::Shrinkable<Case> shrinkable = gen(random_for(s.seed, k), size_for(s, k));
     if (s.before_trial) s.before_trial(k, {});
+    const auto draw_start = std::chrono::steady_clock::now();
+    const double backend_before = backend_seconds_on_this_thread();
     Trial t = run_trial(property, backend, shrinkable);
+    out.draw_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - draw_start).count();
+    out.backend_seconds += backend_seconds_on_this_thread() - backend_before;
     if (s.after_draw)
       s.after_draw(k, t.kind == Trial::Kind::passed ? "passed" : t.kind == Trial::Kind::declined ? "declined" : "failed");
     ++out.drawn;

@@ -174,6 +174,7 @@ struct Heads {
   int64_t kv, group, dim;
   Dtype dtype;
   bool backward, explicit_scale;
+  bool wide_group;  // 8 query heads a kv head instead of `group`
 };
 
 rc::Gen<Heads> small_seq_heads(const SmallSeqOptions& o) {
@@ -187,16 +188,19 @@ rc::Gen<Heads> small_seq_heads(const SmallSeqOptions& o) {
   std::sort(dims.begin(), dims.end());
   if (dims.empty()) dims = {1, 2, 4, 8, 1, 2, 4, 8, 1, 2, 64, 64};
   auto dim = shrinking_element<int64_t>(dims);
+  // 1 draw in 4 a group of 8 query heads a kv head (decoding Llama-3 70B),
+  // drawn last so that the other draws stay as they were.
   return rc::gen::construct<Heads>(shrinking_element<int64_t>({1, 2}), shrinking_element<int64_t>({1, 2, 4}), dim, dtype,
                                    o.backward ? rc::gen::arbitrary<bool>() : rc::gen::just(false),
-                                   shrinking_element<bool>({false, false, false, false, true}));
+                                   shrinking_element<bool>({false, false, false, false, true}),
+                                   shrinking_weighted<bool>({{3, rc::gen::just(false)}, {1, rc::gen::just(true)}}));
 }
 
 AttentionDraw make_draw(PackedBatch batch, const Heads& h, uint64_t seed) {
   AttentionDraw d;
   d.problem.batch = std::move(batch);
   d.problem.shape.heads_kv = h.kv;
-  d.problem.shape.heads_q = h.kv * h.group;
+  d.problem.shape.heads_q = h.kv * (h.wide_group ? 8 : h.group);
   d.problem.shape.head_dim = h.dim;
   d.problem.shape.dtype = h.dtype;
   d.problem.shape.backward = h.backward;

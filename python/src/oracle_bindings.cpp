@@ -58,8 +58,8 @@ nb::object explicit_mask(const IntIn& q_ids, const IntIn& q_pos, const IntIn& kv
   const int64_t per_row = layout.q_len * layout.kv_len;
   std::vector<char> out(static_cast<size_t>(layout.rows() * per_row));
   for (int64_t r = 0; r < layout.rows(); ++r) {
-    const ref::RowMask m = ref::explicit_mask(batch, layout, r, with_window);
-    std::copy(m.allowed.begin(), m.allowed.end(), out.begin() + r * per_row);
+    const std::vector<char> m = ref::explicit_mask(batch, layout, r, with_window).dense();
+    std::copy(m.begin(), m.end(), out.begin() + r * per_row);
   }
   return numpy_bool_array(std::move(out), concat(layout.extra, {layout.batch, layout.q_len, layout.kv_len}));
 }

@@ -113,7 +113,16 @@ void attend_tile(Scratch& s, int64_t m, const ConstRef& k, const ConstRef& v, do
     if (lse[i] == kNegInf) dq.row(i).setZero();
 }
 
-int64_t workers_for(int64_t units) { return std::clamp<int64_t>(reference_threads(), 1, std::max<int64_t>(units, 1)); }
+double work_of(const AttentionSizes& z) {
+  return double(z.rows) * double(z.q_len) * double(z.kv_len) * double(z.heads_q) * double(z.head_dim);
+}
+
+int64_t dense_units(const AttentionSizes& z) { return z.heads_kv * ((z.q_len + kTileRows - 1) / kTileRows); }
+
+int64_t workers_for(int64_t units, double work) {
+  if (work < kSerialWork) return 1;
+  return std::clamp<int64_t>(reference_threads(), 1, std::max<int64_t>(units, 1));
+}
 
 void for_each_unit(int64_t units, int64_t workers, const std::function<void(int64_t, int64_t)>& work) {
   if (workers <= 1 || units <= 1) {

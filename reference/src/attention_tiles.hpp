@@ -65,12 +65,28 @@ struct Scratch {
 void attend_tile(Scratch& scratch, int64_t m, const ConstRef& k, const ConstRef& v, double scale, bool backward,
                  double* lse, Ref dk, Ref dv);
 
-// The worker count from ATTN_ORACLE_THREADS / set_reference_threads, at most `units`.
-int64_t workers_for(int64_t units);
+// Multiply-adds of one head-dim wide score or output element over every
+// (query, key) pair of every row and query head: an upper bound of a call's work.
+double work_of(const AttentionSizes& z);
+// Units of the dense reference in one row at most: (group of query tiles, kv head).
+int64_t dense_units(const AttentionSizes& z);
+// The worker count: reference_threads() (ATTN_ORACLE_THREADS, set_reference_threads,
+// else the cores), at most `units`; one when the work is too small to be worth a
+// thread (kSerialWork). The memory check charges no fewer (attention_problem.cpp).
+inline constexpr double kSerialWork = double(1 << 21);
+int64_t workers_for(int64_t units, double work);
 
 // Runs work(unit, worker) for unit = 0 .. units - 1 on `workers` threads (the
 // caller's included); each unit runs start to end on one thread. An exception
 // from any unit is rethrown here after every thread has stopped.
+//
+// Plain std::thread and an atomic unit counter rather than OpenMP or a pool: the
+// units are few and coarse (a document or a group of query tiles of one kv
+// head, milliseconds to seconds), so starting threads per call costs nothing
+// that shows; the library stays free of a runtime that would have to agree with
+// the Python extension's and a vendoring project's, and runs under the
+// sanitizers as it is. Which thread takes a unit never matters: a unit's sums
+// are its own, in a fixed order.
 void for_each_unit(int64_t units, int64_t workers, const std::function<void(int64_t unit, int64_t worker)>& work);
 
 }  // namespace attn_oracle::ref::tiles

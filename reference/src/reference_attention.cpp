@@ -34,6 +34,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -119,9 +120,10 @@ void store_queries(const Scratch& s, Job& job, int64_t q0, int64_t m, int64_t h)
 struct DenseScratch {
   Scratch tile;
   Matrix k, v, dk, dv, row_dk, row_dv;  // [Tkv, D]
+  std::vector<int64_t> gathered_at;     // per key block: where its keys sit among a tile's gathered ones
   DenseScratch(int64_t q_len, int64_t kv_len, int64_t dim)
       : tile(std::min(kTileRows, q_len), kv_len, dim), k(kv_len, dim), v(kv_len, dim), dk(kv_len, dim), dv(kv_len, dim),
-        row_dk(kv_len, dim), row_dv(kv_len, dim) {}
+        row_dk(kv_len, dim), row_dv(kv_len, dim), gathered_at(kv_len / kTileRows + 1, 0) {}
 };
 
 // The key blocks [b * 64, b * 64 + 64) in which the mask attends anything from
@@ -130,17 +132,45 @@ std::vector<std::vector<int64_t>> attended_key_blocks(const RowMask& mask) {
   const int64_t q_tiles = (mask.q_len + kTileRows - 1) / kTileRows;
   const int64_t kv_blocks = (mask.kv_len + kTileRows - 1) / kTileRows;
   std::vector<std::vector<int64_t>> blocks(q_tiles);
-  for (int64_t t = 0; t < q_tiles; ++t)
-    for (int64_t b = 0; b < kv_blocks; ++b) {
-      const int64_t j0 = b * kTileRows, j1 = std::min(j0 + kTileRows, mask.kv_len);
-      bool any = false;
-      for (int64_t i = t * kTileRows; i < std::min((t + 1) * kTileRows, mask.q_len) && !any; ++i) {
-        const char* row = mask.allowed.data() + i * mask.kv_len;
-        any = std::find(row + j0, row + j1, 1) != row + j1;
-      }
-      if (any) blocks[t].push_back(b);
-    }
+  std::vector<char> hit(kv_blocks);
+  for (int64_t t = 0; t < q_tiles; ++t) {
+    std::fill(hit.begin(), hit.end(), 0);
+    for (int64_t i = t * kTileRows; i < std::min((t + 1) * kTileRows, mask.q_len); ++i)
+      for (const KeyRun* run = mask.keys_begin(i); run != mask.keys_end(i); ++run)
+        std::fill(hit.begin() + run->first / kTileRows, hit.begin() + (run->end - 1) / kTileRows + 1, 1);
+    for (int64_t b = 0; b < kv_blocks; ++b)
+      if (hit[b]) blocks[t].push_back(b);
+  }
   return blocks;
+}
+
+// Query tiles whose attended key blocks meet, joined (over tiles in order, by
+// the span of their blocks: a document and any it shares a block with). No key
+// block is attended from two groups, so each group's dK, dV rows are summed by
+// one worker, in head and then tile order, as one worker sums the whole row:
+// results are the same bits for any number of workers.
+struct TileGroup {
+  std::vector<int64_t> tiles;
+  int64_t first_block = 0, end_block = 0;
+};
+
+std::vector<TileGroup> independent_tile_groups(const std::vector<std::vector<int64_t>>& blocks) {
+  std::vector<TileGroup> groups;
+  std::vector<int64_t> order;
+  for (int64_t t = 0; t < int64_t(blocks.size()); ++t)
+    if (!blocks[t].empty()) order.push_back(t);
+  // Key spans grow with the tile under every mask kind of a valid batch; sorting
+  // by span start makes the sweep right for any order.
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return blocks[a].front() < blocks[b].front(); });
+  for (int64_t t : order) {
+    const int64_t first = blocks[t].front(), end = blocks[t].back() + 1;
+    if (groups.empty() || first >= groups.back().end_block) groups.push_back(TileGroup{{}, first, end});
+    TileGroup& g = groups.back();
+    g.tiles.push_back(t);
+    g.end_block = std::max(g.end_block, end);
+  }
+  for (TileGroup& g : groups) std::sort(g.tiles.begin(), g.tiles.end());
+  return groups;
 }
 
 // Copies the keys and values of the attended blocks into s.k, s.v and the mask's
@@ -153,10 +183,17 @@ int64_t gather_keys(const RowMask& mask, const std::vector<int64_t>& blocks, int
     const int64_t j0 = b * kTileRows, len = std::min(kTileRows, mask.kv_len - j0);
     s.k.middleRows(n, len) = k.middleRows(j0, len);
     s.v.middleRows(n, len) = v.middleRows(j0, len);
-    for (int64_t i = 0; i < m; ++i)
-      std::copy_n(mask.allowed.data() + (a0 + i) * mask.kv_len + j0, len, s.tile.allowed.row(i).data() + n);
+    s.gathered_at[b] = n;
     n += len;
   }
+  s.tile.allowed.topLeftCorner(m, n).setZero();
+  for (int64_t i = 0; i < m; ++i)
+    for (const KeyRun* run = mask.keys_begin(a0 + i); run != mask.keys_end(a0 + i); ++run)
+      for (int64_t j = run->first; j < run->end;) {  // every run lies in attended blocks, block by block
+        const int64_t b = j / kTileRows, end = std::min(run->end, (b + 1) * kTileRows);
+        s.tile.allowed.row(i).segment(s.gathered_at[b] + j - b * kTileRows, end - j).setOnes();
+        j = end;
+      }
   return n;
 }
 
@@ -171,22 +208,23 @@ void scatter_key_gradients(const std::vector<int64_t>& blocks, int64_t kv_len, D
   }
 }
 
-// Row r, kv head g: every query head of the group, every query tile.
-void dense_unit(Job& job, const RowMask& mask, const std::vector<std::vector<int64_t>>& blocks, int64_t r,
-                int64_t g, DenseScratch& s) {
+// Row r, kv head g, one group of tiles: every query head of the group, every tile of it.
+void dense_unit(Job& job, const RowMask& mask, const std::vector<std::vector<int64_t>>& blocks,
+                const TileGroup& tile_group, int64_t r, int64_t g, DenseScratch& s) {
   const AttentionSizes& z = job.z;
   const int64_t D = z.head_dim, Tq = z.q_len, Tkv = z.kv_len;
   const bool backward = job.problem.shape.backward;
   const auto k = tiles::head_rows(job.in.k, r * Tkv, Tkv, z.heads_kv, g, D);
   const auto v = tiles::head_rows(job.in.v, r * Tkv, Tkv, z.heads_kv, g, D);
+  const int64_t j0 = tile_group.first_block * kTileRows;
+  const int64_t keys = std::min(tile_group.end_block * kTileRows, Tkv) - j0;
   if (backward) {
-    s.row_dk.setZero();
-    s.row_dv.setZero();
+    s.row_dk.middleRows(j0, keys).setZero();
+    s.row_dv.middleRows(j0, keys).setZero();
   }
   for (int64_t h = g * job.group(); h < (g + 1) * job.group(); ++h)
-    for (size_t t = 0; t < blocks.size(); ++t) {
-      if (blocks[t].empty()) continue;  // lse stays -inf, o and dq 0
-      const int64_t a0 = int64_t(t) * kTileRows, m = std::min(kTileRows, Tq - a0);
+    for (int64_t t : tile_group.tiles) {
+      const int64_t a0 = t * kTileRows, m = std::min(kTileRows, Tq - a0);
       const int64_t n = gather_keys(mask, blocks[t], a0, m, k, v, s);
       load_queries(s.tile, job, r * Tq + a0, m, h);
       if (backward) {
@@ -199,8 +237,8 @@ void dense_unit(Job& job, const RowMask& mask, const std::vector<std::vector<int
       if (backward) scatter_key_gradients(blocks[t], Tkv, s);
     }
   if (!backward) return;
-  tiles::head_rows(job.out.grads->dk, r * Tkv, Tkv, z.heads_kv, g, D) = s.row_dk;
-  tiles::head_rows(job.out.grads->dv, r * Tkv, Tkv, z.heads_kv, g, D) = s.row_dv;
+  tiles::head_rows(job.out.grads->dk, r * Tkv + j0, keys, z.heads_kv, g, D) = s.row_dk.middleRows(j0, keys);
+  tiles::head_rows(job.out.grads->dv, r * Tkv + j0, keys, z.heads_kv, g, D) = s.row_dv.middleRows(j0, keys);
 }
 
 }  // namespace
@@ -213,14 +251,18 @@ Expected<AttentionResult> attention_dense_masked(const AttentionProblem& problem
   const BatchLayout layout = validate_shapes(problem.batch).value();
   AttentionResult out = empty_result(z, problem.shape.backward);
   Job job{problem, in, z, problem.shape.effective_scale(), out};
-  const int64_t workers = tiles::workers_for(z.heads_kv);
-  std::vector<DenseScratch> scratch;
-  for (int64_t w = 0; w < workers; ++w) scratch.emplace_back(z.q_len, z.kv_len, z.head_dim);
+  // One worker's buffers are made when it takes its first unit: a row of few
+  // groups uses few workers.
+  std::vector<std::unique_ptr<DenseScratch>> scratch(tiles::workers_for(tiles::dense_units(z), tiles::work_of(z)));
   for (int64_t r = 0; r < z.rows; ++r) {
     const RowMask mask = explicit_mask(problem.batch, layout, r, /*with_window=*/true);
     const auto blocks = attended_key_blocks(mask);
-    tiles::for_each_unit(z.heads_kv, workers,
-                         [&](int64_t g, int64_t w) { dense_unit(job, mask, blocks, r, g, scratch[w]); });
+    const std::vector<TileGroup> groups = independent_tile_groups(blocks);
+    const int64_t units = int64_t(groups.size()) * z.heads_kv;
+    tiles::for_each_unit(units, std::min(int64_t(scratch.size()), units), [&](int64_t unit, int64_t w) {
+      if (!scratch[w]) scratch[w] = std::make_unique<DenseScratch>(z.q_len, z.kv_len, z.head_dim);
+      dense_unit(job, mask, blocks, groups[unit / z.heads_kv], r, unit % z.heads_kv, *scratch[w]);
+    });
   }
   return finite_or_error(std::move(out));
 }
@@ -235,11 +277,6 @@ namespace {
 // and the lengths of its trimmed runs.
 struct DocRuns {
   int64_t q0 = 0, lq = 0, kv0 = 0, lkv = 0;
-};
-
-// A run [first, end) of consecutive keys of a document that a query attends.
-struct KeyRun {
-  int64_t first = 0, end = 0;
 };
 
 // One worker's per-document buffers: the document's K, V of one kv head and
@@ -358,15 +395,13 @@ Expected<AttentionResult> attention_per_document(const AttentionProblem& problem
   AttentionResult out = empty_result(z, problem.shape.backward);
   Job job{problem, in, z, problem.shape.effective_scale(), out};
   const Documents docs = documents_of(md.value(), problem.batch, z);
-  // Units are (row, kv head): a row's documents have disjoint kv runs, so each
-  // unit writes its own o, lse, dq, dk, dv entries.
-  const int64_t units = z.rows * z.heads_kv, workers = tiles::workers_for(units);
-  std::vector<DocScratch> scratch;
-  for (int64_t w = 0; w < workers; ++w) scratch.emplace_back(docs.max_queries, docs.max_keys, z.head_dim);
-  tiles::for_each_unit(units, workers, [&](int64_t unit, int64_t w) {
-    const int64_t r = unit / z.heads_kv, g = unit % z.heads_kv;
-    for (int64_t s = docs.first_of_row[r]; s < docs.first_of_row[r + 1]; ++s)
-      document_unit(job, docs, docs.runs[s], g, scratch[w]);
+  // Units are (document, kv head): documents have disjoint q and kv runs, so
+  // each unit writes its own o, lse, dq, dk, dv entries.
+  const int64_t units = int64_t(docs.runs.size()) * z.heads_kv;
+  std::vector<std::unique_ptr<DocScratch>> scratch(tiles::workers_for(units, tiles::work_of(z)));
+  tiles::for_each_unit(units, int64_t(scratch.size()), [&](int64_t unit, int64_t w) {
+    if (!scratch[w]) scratch[w] = std::make_unique<DocScratch>(docs.max_queries, docs.max_keys, z.head_dim);
+    document_unit(job, docs, docs.runs[unit / z.heads_kv], unit % z.heads_kv, *scratch[w]);
   });
   return finite_or_error(std::move(out));
 }

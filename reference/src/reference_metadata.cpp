@@ -2,6 +2,7 @@
 // off them (section 4). See reference_metadata.hpp for the contract.
 #include "attn_oracle/reference/metadata.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 #include "attn_oracle/memory_budget.hpp"
@@ -52,10 +53,30 @@ struct RowValidity {
 
 RowValidity validity_of(const RowMask& m) {
   RowValidity v{std::vector<char>(m.q_len, 0), std::vector<char>(m.kv_len, 0)};
-  for (int64_t i = 0; i < m.q_len; ++i)
-    for (int64_t j = 0; j < m.kv_len; ++j)
-      if (m(i, j)) v.q[i] = v.kv[j] = 1;
+  std::vector<int64_t> cover(m.kv_len + 1, 0);  // +1 where a run starts, -1 where it ends
+  for (int64_t i = 0; i < m.q_len; ++i) v.q[i] = m.attends(i);
+  for (const KeyRun& run : m.runs) ++cover[run.first], --cover[run.end];
+  for (int64_t j = 0, runs = 0; j < m.kv_len; ++j) v.kv[j] = (runs += cover[j]) > 0;
   return v;
+}
+
+// The maximal runs of one id of a row (padding left out), by id and then in
+// row order: the keys a query of that id may attend.
+struct IdRun {
+  int64_t id;
+  KeyRun tokens;
+};
+
+std::vector<IdRun> runs_by_id(const RowView& row) {
+  std::vector<IdRun> out;
+  for (int64_t t = 0; t < row.len;) {
+    int64_t end = t;
+    while (end < row.len && row.ids[end] == row.ids[t]) ++end;
+    if (row.ids[t] != 0) out.push_back(IdRun{row.ids[t], KeyRun{t, end}});
+    t = end;
+  }
+  std::stable_sort(out.begin(), out.end(), [](const IdRun& a, const IdRun& b) { return a.id < b.id; });
+  return out;
 }
 
 // Slot-indexed seqlens and compacted first-valid-token offsets of one side of one row.
@@ -75,19 +96,42 @@ void side_metadata(const RowView& row, const std::vector<char>& valid, int64_t m
 
 }  // namespace
 
+bool RowMask::operator()(int64_t i, int64_t j) const {
+  for (const KeyRun* run = keys_begin(i); run != keys_end(i); ++run)
+    if (j >= run->first && j < run->end) return true;
+  return false;
+}
+
+std::vector<char> RowMask::dense() const {
+  std::vector<char> out(q_len * kv_len, 0);
+  for (int64_t i = 0; i < q_len; ++i)
+    for (const KeyRun* run = keys_begin(i); run != keys_end(i); ++run)
+      std::fill(out.begin() + i * kv_len + run->first, out.begin() + i * kv_len + run->end, 1);
+  return out;
+}
+
 RowMask explicit_mask(const PackedBatch& batch, const BatchLayout& layout, int64_t row,
                       bool with_window) {
   const RowView q = side_row(batch.q, layout.q_extra, layout, row);
   const RowView kv = side_row(batch.kv, layout.kv_extra, layout, row);
   const std::vector<int64_t> rl_q = run_lengths(q), rl_kv = run_lengths(kv);
-  RowMask m{q.len, kv.len, std::vector<char>(q.len * kv.len, 0)};
+  const std::vector<IdRun> kv_runs = runs_by_id(kv);
+  RowMask m{q.len, kv.len, {}, {}};
+  m.run_start.reserve(q.len + 1);
   for (int64_t i = 0; i < q.len; ++i) {
-    for (int64_t j = 0; j < kv.len; ++j) {
-      m.allowed[i * kv.len + j] = q.ids[i] != 0 && q.ids[i] == kv.ids[j] &&
-                                  pair_allowed(batch.mask, batch.window, with_window, q.pos[i], kv.pos[j],
-                                               rl_q[i], rl_kv[j]);
-    }
+    m.run_start.push_back(static_cast<int64_t>(m.runs.size()));
+    if (q.ids[i] == 0) continue;  // padding attends nothing
+    const auto first = std::lower_bound(kv_runs.begin(), kv_runs.end(), q.ids[i],
+                                        [](const IdRun& r, int64_t id) { return r.id < id; });
+    for (auto r = first; r != kv_runs.end() && r->id == q.ids[i]; ++r)
+      for (int64_t j = r->tokens.first; j < r->tokens.end; ++j) {
+        if (!pair_allowed(batch.mask, batch.window, with_window, q.pos[i], kv.pos[j], rl_q[i], rl_kv[j])) continue;
+        const bool extends = static_cast<int64_t>(m.runs.size()) > m.run_start.back() && m.runs.back().end == j;
+        if (extends) ++m.runs.back().end;
+        else m.runs.push_back(KeyRun{j, j + 1});
+      }
   }
+  m.run_start.push_back(static_cast<int64_t>(m.runs.size()));
   return m;
 }
 
@@ -96,7 +140,7 @@ Expected<Metadata> metadata(const PackedBatch& batch) {
   if (!checked) return checked.error();
   const BatchLayout& l = checked.value();
   MemoryNeed need;
-  need.add("the explicit [Tq, Tkv] mask of one row", {l.q_len, l.kv_len});
+  need.add("the explicit mask of one row: a run of keys a query, and the flags of either side", {l.q_len + l.kv_len, 3 * 8});
   if (auto e = need.check("the reference metadata")) return *e;
   const int64_t M = l.max_segments, rows = l.rows();
   Metadata md;
@@ -145,6 +189,7 @@ Representability representability(const PackedBatch& batch) {
   if (!checked || !md) return {false, "invalid input"};
   const BatchLayout& l = checked.value();
   const int64_t M = l.max_segments;
+  std::vector<char> flags;  // one query's mask entries over its document's trimmed kv run
   for (int64_t r = 0, s = 0; r < l.rows(); ++r) {
     const RowMask m = explicit_mask(batch, l, r, /*with_window=*/true);
     const RowView q = side_row(batch.q, l.q_extra, l, r);
@@ -155,17 +200,21 @@ Representability representability(const PackedBatch& batch) {
       const int64_t q0 = md->ragged_offsets_q[s] - r * l.q_len;
       const int64_t kv0 = md->ragged_offsets_kv[s] - r * l.kv_len;
       ++s;
-      for (int64_t a = 0; a < lq; ++a)
+      for (int64_t a = 0; a < lq; ++a) {
+        flags.assign(lkv, 0);
+        for (const KeyRun* run = m.keys_begin(q0 + a); run != m.keys_end(q0 + a); ++run)
+          for (int64_t j = std::max(run->first, kv0); j < std::min(run->end, kv0 + lkv); ++j) flags[j - kv0] = 1;
         for (int64_t b = 0; b < lkv; ++b) {
           const bool rule = kernel_rule_allows(batch.mask, batch.window, a, b, lq, lkv);
-          if (rule == m(q0 + a, kv0 + b)) continue;
+          if (rule == bool(flags[b])) continue;
           std::ostringstream os;
           os << "row " << r << ", document " << q.ids[q0 + a] << ": q token " << q0 + a
-             << " and kv token " << kv0 + b << " are " << (m(q0 + a, kv0 + b) ? "" : "not ")
+             << " and kv token " << kv0 + b << " are " << (flags[b] ? "" : "not ")
              << "attended in the token-level mask but the kernels' index rule says "
              << (rule ? "attend" : "do not attend");
           return {false, os.str()};
         }
+      }
     }
   }
   return {};

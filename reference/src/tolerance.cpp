@@ -17,10 +17,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <string>
 #include <utility>
 
+#include "attention_tiles.hpp"
 #include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/validate.hpp"
@@ -73,64 +75,49 @@ float dot(const float* a, const float* b, int64_t n) {
   return acc;
 }
 
-// Device-style loops over one (row, query head) at a time, fp32 state.
+// The queries of a row that attend something, in groups that share no key
+// (joined by the span of the keys they attend: a document, and any other it
+// shares a key with), each in query order.
+std::vector<std::vector<int64_t>> independent_query_groups(const ref::RowMask& mask) {
+  std::vector<int64_t> order;
+  for (int64_t i = 0; i < mask.q_len; ++i)
+    if (mask.attends(i)) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return mask.keys_begin(a)->first < mask.keys_begin(b)->first; });
+  std::vector<std::vector<int64_t>> groups;
+  int64_t end = 0;
+  for (int64_t i : order) {
+    if (groups.empty() || mask.keys_begin(i)->first >= end) groups.emplace_back();
+    groups.back().push_back(i);
+    end = std::max(end, (mask.keys_end(i) - 1)->end);
+  }
+  for (auto& g : groups) std::sort(g.begin(), g.end());
+  return groups;
+}
+
+// Device-style loops over one query at a time, fp32 state: per (row, query
+// head), each query's forward and then its backward, reading its attended keys
+// off the row's mask in key order.
 class NaiveAttention {
  public:
   NaiveAttention(const AttentionProblem& p, const AttentionInputs& in, const AttentionSizes& z)
-      : z_(z), dtype_(p.shape.dtype), scale_(static_cast<float>(p.shape.effective_scale())),
+      : z_(z), dtype_(p.shape.dtype), backward_(p.shape.backward), scale_(static_cast<float>(p.shape.effective_scale())),
         q_(to_device(in.q, dtype_)), k_(to_device(in.k, dtype_)), v_(to_device(in.v, dtype_)),
         d_o_(to_device(in.d_o, dtype_)), dq_(q_.size(), 0.0f), dk_(k_.size(), 0.0f),
         dv_(v_.size(), 0.0f) {}
 
-  // Writes o and lse of query head h of row r; returns the fp32 P [Tq, Tkv].
-  std::vector<float> forward(int64_t r, int64_t h, const ref::RowMask& mask,
-                             AttentionResult& out) const {
-    const int64_t Tkv = mask.kv_len, D = z_.head_dim;
-    std::vector<float> p(mask.q_len * Tkv, 0.0f), s(Tkv, 0.0f);
-    for (int64_t i = 0; i < mask.q_len; ++i) {
-      float row_max = kNegInfF;
-      for (int64_t j = 0; j < Tkv; ++j) {
-        if (!mask(i, j)) continue;
-        s[j] = scale_ * dot(q_row(r, i, h), kv_row(k_, r, j, h), D);
-        row_max = std::max(row_max, s[j]);
+  // One row's queries of one group, every query head reading kv head g, in head
+  // and then query order: the order in which dk and dv of a key are summed
+  // whatever the worker count, since no other group reaches that key.
+  void run(int64_t r, int64_t g, const std::vector<int64_t>& queries, const ref::RowMask& mask,
+           std::vector<float>& p, AttentionResult& out) {
+    const int64_t group = z_.heads_q / z_.heads_kv;
+    p.resize(mask.kv_len);
+    for (int64_t h = g * group; h < (g + 1) * group; ++h)
+      for (int64_t i : queries) {
+        forward(r, h, i, mask, p, out);
+        if (backward_) backward(r, h, i, mask, p, out);
       }
-      if (row_max == kNegInfF) continue;  // attends nothing: o = 0, lse = -inf
-      float sum = 0.0f;
-      for (int64_t j = 0; j < Tkv; ++j)
-        if (mask(i, j)) sum += p[i * Tkv + j] = std::exp(s[j] - row_max);
-      std::vector<float> acc(D, 0.0f);
-      for (int64_t j = 0; j < Tkv; ++j) {
-        p[i * Tkv + j] /= sum;
-        const auto p_stored = static_cast<float>(round_to_dtype(p[i * Tkv + j], dtype_));
-        for (int64_t c = 0; c < D; ++c) acc[c] += p_stored * kv_row(v_, r, j, h)[c];
-      }
-      const int64_t qi = (r * z_.q_len + i) * z_.heads_q + h;
-      for (int64_t c = 0; c < D; ++c) out.o[qi * D + c] = round_to_dtype(acc[c], dtype_);
-      out.lse[(r * z_.heads_q + h) * z_.q_len + i] = row_max + std::log(sum);
-    }
-    return p;
-  }
-
-  // Accumulates dq, dk, dv of query head h of row r from the fp32 P and the stored o.
-  void backward(int64_t r, int64_t h, const ref::RowMask& mask, const std::vector<float>& p,
-                const AttentionResult& out) {
-    const int64_t Tkv = mask.kv_len, D = z_.head_dim;
-    for (int64_t i = 0; i < mask.q_len; ++i) {
-      const int64_t qi = ((r * z_.q_len + i) * z_.heads_q + h) * D;
-      float delta = 0.0f;
-      for (int64_t c = 0; c < D; ++c) delta += d_o_[qi + c] * static_cast<float>(out.o[qi + c]);
-      for (int64_t j = 0; j < Tkv; ++j) {
-        if (!mask(i, j)) continue;
-        const int64_t kj = ((r * z_.kv_len + j) * z_.heads_kv + kv_head(h)) * D;
-        const float pij = p[i * Tkv + j];
-        const float ds = pij * (dot(&d_o_[qi], &v_[kj], D) - delta);
-        for (int64_t c = 0; c < D; ++c) {
-          dq_[qi + c] += scale_ * ds * k_[kj + c];
-          dk_[kj + c] += scale_ * ds * q_[qi + c];
-          dv_[kj + c] += pij * d_o_[qi + c];
-        }
-      }
-    }
   }
 
   AttentionGradients gradients() const {
@@ -138,6 +125,52 @@ class NaiveAttention {
   }
 
  private:
+  // Writes o and lse of query i, head h, row r; leaves its fp32 P in p (over
+  // the attended keys; other entries are stale).
+  void forward(int64_t r, int64_t h, int64_t i, const ref::RowMask& mask, std::vector<float>& p,
+               AttentionResult& out) const {
+    const int64_t D = z_.head_dim;
+    float row_max = kNegInfF;
+    for (const ref::KeyRun* run = mask.keys_begin(i); run != mask.keys_end(i); ++run)
+      for (int64_t j = run->first; j < run->end; ++j) {
+        p[j] = scale_ * dot(q_row(r, i, h), kv_row(k_, r, j, h), D);
+        row_max = std::max(row_max, p[j]);
+      }
+    float sum = 0.0f;
+    for (const ref::KeyRun* run = mask.keys_begin(i); run != mask.keys_end(i); ++run)
+      for (int64_t j = run->first; j < run->end; ++j) sum += p[j] = std::exp(p[j] - row_max);
+    std::vector<float> acc(D, 0.0f);
+    for (const ref::KeyRun* run = mask.keys_begin(i); run != mask.keys_end(i); ++run)
+      for (int64_t j = run->first; j < run->end; ++j) {
+        p[j] /= sum;
+        const auto p_stored = static_cast<float>(round_to_dtype(p[j], dtype_));
+        for (int64_t c = 0; c < D; ++c) acc[c] += p_stored * kv_row(v_, r, j, h)[c];
+      }
+    const int64_t qi = (r * z_.q_len + i) * z_.heads_q + h;
+    for (int64_t c = 0; c < D; ++c) out.o[qi * D + c] = round_to_dtype(acc[c], dtype_);
+    out.lse[(r * z_.heads_q + h) * z_.q_len + i] = row_max + std::log(sum);
+  }
+
+  // Adds query i's share of dq, dk, dv from its fp32 P and its stored o.
+  void backward(int64_t r, int64_t h, int64_t i, const ref::RowMask& mask, const std::vector<float>& p,
+                const AttentionResult& out) {
+    const int64_t D = z_.head_dim;
+    const int64_t qi = ((r * z_.q_len + i) * z_.heads_q + h) * D;
+    float delta = 0.0f;
+    for (int64_t c = 0; c < D; ++c) delta += d_o_[qi + c] * static_cast<float>(out.o[qi + c]);
+    for (const ref::KeyRun* run = mask.keys_begin(i); run != mask.keys_end(i); ++run)
+      for (int64_t j = run->first; j < run->end; ++j) {
+        const int64_t kj = ((r * z_.kv_len + j) * z_.heads_kv + kv_head(h)) * D;
+        const float pij = p[j];
+        const float ds = pij * (dot(&d_o_[qi], &v_[kj], D) - delta);
+        for (int64_t c = 0; c < D; ++c) {
+          dq_[qi + c] += scale_ * ds * k_[kj + c];
+          dk_[kj + c] += scale_ * ds * q_[qi + c];
+          dv_[kj + c] += pij * d_o_[qi + c];
+        }
+      }
+  }
+
   int64_t kv_head(int64_t h) const { return h / (z_.heads_q / z_.heads_kv); }
   const float* q_row(int64_t r, int64_t i, int64_t h) const {
     return &q_[((r * z_.q_len + i) * z_.heads_q + h) * z_.head_dim];
@@ -148,6 +181,7 @@ class NaiveAttention {
 
   AttentionSizes z_;
   Dtype dtype_;
+  bool backward_;
   float scale_;
   std::vector<float> q_, k_, v_, d_o_;
   std::vector<float> dq_, dk_, dv_;
@@ -165,12 +199,16 @@ AttentionResult naive_same_precision(const AttentionProblem& problem,
   AttentionResult out;
   out.o.assign(z.q_elems(), 0.0);
   out.lse.assign(z.lse_elems(), -std::numeric_limits<double>::infinity());
+  // Units (group of queries, kv head) of one row: each writes its own o, lse
+  // and dq entries and sums the dk, dv of its own keys.
+  std::vector<std::vector<float>> p(ref::tiles::workers_for(z.heads_kv * z.q_len, ref::tiles::work_of(z)));
   for (int64_t r = 0; r < z.rows; ++r) {
     const ref::RowMask mask = ref::explicit_mask(problem.batch, layout, r, /*with_window=*/true);
-    for (int64_t h = 0; h < z.heads_q; ++h) {
-      const std::vector<float> p = naive.forward(r, h, mask, out);
-      if (problem.shape.backward) naive.backward(r, h, mask, p, out);
-    }
+    const std::vector<std::vector<int64_t>> groups = independent_query_groups(mask);
+    const int64_t units = int64_t(groups.size()) * z.heads_kv;
+    ref::tiles::for_each_unit(units, std::min(int64_t(p.size()), units), [&](int64_t unit, int64_t w) {
+      naive.run(r, unit % z.heads_kv, groups[unit / z.heads_kv], mask, p[w], out);
+    });
   }
   if (problem.shape.backward) out.grads = naive.gradients();
   return out;
@@ -220,24 +258,27 @@ double unit_roundoff(Dtype dtype) {
 // computed independently of the oracle and must stay within a few units of
 // roundoff of it (relative to the tensor's magnitude); when it does not, the
 // oracle is the suspect and nothing is judged against it.
-std::optional<std::string> oracle_suspect(const std::vector<double>& ref64, double naive_error, Dtype dtype) {
+std::optional<std::string> oracle_suspect(const std::vector<double>& ref64, double naive_error, Dtype dtype,
+                                          int64_t longest_sum) {
   double magnitude = 1.0;
   for (double x : ref64)
     if (std::isfinite(x)) magnitude = std::max(magnitude, std::fabs(x));
-  const double bound = kOracleAgreementUnits * unit_roundoff(dtype) * magnitude;
+  const double terms = std::max(1.0, double(longest_sum) / kOracleAgreementTerms);
+  const double bound = kOracleAgreementUnits * unit_roundoff(dtype) * magnitude * std::sqrt(terms);
   if (naive_error <= bound) return std::nullopt;
   std::ostringstream os;
   os.precision(6);
   os << "oracle suspect: the same-precision naive run is " << naive_error << " off the float64 oracle, more than "
-     << kOracleAgreementUnits << " units of roundoff of " << to_string(dtype) << " x max(1, |oracle|) = " << bound
-     << " allow; the oracle itself disagrees with an independent computation";
+     << kOracleAgreementUnits << " units of roundoff of " << to_string(dtype) << " x max(1, |oracle|)";
+  if (terms > 1.0) os << " x sqrt(" << longest_sum << " terms / " << kOracleAgreementTerms << ")";
+  os << " = " << bound << " allow; the oracle itself disagrees with an independent computation";
   return os.str();
 }
 
 // `backend` against `ref64` within runs x (k x naive_error + eps).
 ToleranceCheck compare_within(std::string_view tensor, const std::vector<double>& backend,
                               const std::vector<double>& ref64, double naive_error, double k, Dtype dtype,
-                              int runs) {
+                              int runs, int64_t longest_sum) {
   ToleranceCheck c;
   c.tensor = std::string(tensor);
   c.k = k;
@@ -252,7 +293,8 @@ ToleranceCheck compare_within(std::string_view tensor, const std::vector<double>
   }
   c.naive_error = naive_error;
   c.budget = runs * (k * c.naive_error + c.eps);
-  if (auto suspect = oracle_suspect(ref64, naive_error, dtype)) return structural_failure(c, -1, 0.0, 0.0, *suspect);
+  if (auto suspect = oracle_suspect(ref64, naive_error, dtype, longest_sum))
+    return structural_failure(c, -1, 0.0, 0.0, *suspect);
   for (size_t i = 0; i < ref64.size(); ++i) {
     const double b = backend[i], r = ref64[i];
     const auto index = static_cast<int64_t>(i);
@@ -341,8 +383,8 @@ std::optional<std::string> rounding_bias(const std::vector<double>& backend, con
 
 ToleranceCheck check_tolerance(std::string_view tensor, const std::vector<double>& backend,
                                const std::vector<double>& ref64,
-                               const std::vector<double>& naive, double k, Dtype dtype) {
-  ToleranceCheck c = compare_within(tensor, backend, ref64, naive_error_of(naive, ref64), k, dtype, 1);
+                               const std::vector<double>& naive, double k, Dtype dtype, int64_t longest_sum) {
+  ToleranceCheck c = compare_within(tensor, backend, ref64, naive_error_of(naive, ref64), k, dtype, 1, longest_sum);
   // Outputs only: a gradient element is a sum over many products of one
   // rounded P, so its errors lean with P's rounding, which a kernel and the
   // naive run may do at different points.
@@ -367,15 +409,33 @@ std::string ToleranceCheck::describe() const {
 
 void append_gradient_checks(std::vector<ToleranceCheck>& checks, const std::optional<AttentionGradients>& backend,
                             const std::optional<AttentionGradients>& reference,
-                            const std::optional<AttentionGradients>& naive, Dtype dtype) {
+                            const std::optional<AttentionGradients>& naive, Dtype dtype, int64_t longest_sum) {
   if (!reference) return;
   const AttentionGradients none;  // a missing result fails on sizes
   const AttentionGradients& b = backend ? *backend : none;
   const AttentionGradients& n = naive ? *naive : none;
   const double k = kGradientToleranceFactor;
-  checks.push_back(check_tolerance("dq", b.dq, reference->dq, n.dq, k, dtype));
-  checks.push_back(check_tolerance("dk", b.dk, reference->dk, n.dk, k, dtype));
-  checks.push_back(check_tolerance("dv", b.dv, reference->dv, n.dv, k, dtype));
+  checks.push_back(check_tolerance("dq", b.dq, reference->dq, n.dq, k, dtype, longest_sum));
+  checks.push_back(check_tolerance("dk", b.dk, reference->dk, n.dk, k, dtype, longest_sum));
+  checks.push_back(check_tolerance("dv", b.dv, reference->dv, n.dv, k, dtype, longest_sum));
+}
+
+int64_t longest_naive_sum(const AttentionProblem& problem) {
+  const auto layout = validate_shapes(problem.batch);
+  if (!layout) return 1;
+  const BatchLayout& l = layout.value();
+  const int64_t group = problem.shape.heads_kv > 0 ? std::max<int64_t>(1, problem.shape.heads_q / problem.shape.heads_kv) : 1;
+  int64_t longest = 1;
+  std::map<int64_t, std::pair<int64_t, int64_t>> tokens;  // id -> (q, kv) of one row
+  for (int64_t r = 0; r < l.rows(); ++r) {
+    tokens.clear();
+    const RowView q = side_row(problem.batch.q, l.q_extra, l, r), kv = side_row(problem.batch.kv, l.kv_extra, l, r);
+    for (int64_t t = 0; t < q.len; ++t) ++tokens[q.ids[t]].first;
+    for (int64_t t = 0; t < kv.len; ++t) ++tokens[kv.ids[t]].second;
+    for (const auto& [id, n] : tokens)
+      if (id != 0) longest = std::max({longest, n.second, n.first * group});
+  }
+  return longest;
 }
 
 // The naive lse as the backend stores it, and the dtype whose floor judges it.
@@ -394,14 +454,15 @@ std::vector<ToleranceCheck> check_attention_tolerance(const AttentionProblem& pr
                                                       const ProducedOutputs& produced) {
   const AttentionResult naive = naive_same_precision(problem, inputs);
   const Dtype dtype = problem.shape.dtype;
+  const int64_t terms = longest_naive_sum(problem);
   std::vector<ToleranceCheck> checks;
   checks.push_back(
-      check_tolerance("o", backend.o, reference.o, naive.o, kOutputToleranceFactor, dtype));
+      check_tolerance("o", backend.o, reference.o, naive.o, kOutputToleranceFactor, dtype, terms));
   if (produced.lse) {
     const auto [naive_lse, lse_dtype] = lse_as_stored(naive.lse, produced, dtype);
-    checks.push_back(check_tolerance("lse", backend.lse, reference.lse, naive_lse, kOutputToleranceFactor, lse_dtype));
+    checks.push_back(check_tolerance("lse", backend.lse, reference.lse, naive_lse, kOutputToleranceFactor, lse_dtype, terms));
   }
-  if (produced.gradients) append_gradient_checks(checks, backend.grads, reference.grads, naive.grads, dtype);
+  if (produced.gradients) append_gradient_checks(checks, backend.grads, reference.grads, naive.grads, dtype, terms);
   return checks;
 }
 
@@ -416,9 +477,10 @@ std::vector<ToleranceCheck> check_relation_tolerance(const AttentionProblem& pro
   const Expected<AttentionResult> truth_or = ref::attention_dense_masked(problem, inputs);
   const AttentionResult truth = truth_or ? truth_or.value() : AttentionResult{};
   const Dtype dtype = problem.shape.dtype;
+  const int64_t terms = longest_naive_sum(problem);
   const auto check = [&](const char* name, const std::vector<double>& g, const std::vector<double>& e,
                          const std::vector<double>& n, const std::vector<double>& t, double k, Dtype d) {
-    return observed(compare_within(name, g, e, naive_error_of(n, t), k, d, 2));
+    return observed(compare_within(name, g, e, naive_error_of(n, t), k, d, 2, terms));
   };
   std::vector<ToleranceCheck> checks;
   checks.push_back(check("o", got.o, expected.o, naive.o, truth.o, kOutputToleranceFactor, dtype));

@@ -203,7 +203,16 @@ std::vector<PlantedBug> attention_bugs() {
     return PlantedBug{name, "attention/matchesReference", what,
                       [name, bugs] { return tiled_backend("planted-" + name, bugs); }};
   };
-  // A bug that needs long documents: its shrunk case keeps them.
+  // A bug that needs long documents: its shrunk case keeps them (a document
+  // just past the bound: 257 or 1025 keys, a few tokens of slack).
+  constexpr int64_t kJustPast256 = 264, kJustPast1024 = 1032;
+  // A one-ulp bug is seen on some draws only: since the kernel-tile draws
+  // (generators.hpp) the default seed's finding draw (26) holds 3182 keys,
+  // where the naive run leans too and the bias check abstains; seed 2 finds it (draw 23).
+  auto on_seed = [](uint64_t seed, PlantedBug b) {
+    b.seed = seed;
+    return b;
+  };
   auto with_tokens = [](int64_t tokens, PlantedBug b) {
     b.max_shrunk_tokens = tokens;
     return b;
@@ -222,7 +231,10 @@ std::vector<PlantedBug> attention_bugs() {
       bug("zero_right_window_unbounded", "a window right bound of 0 treated as unbounded, so the causal window (-1, 0) attends the whole document", "attention/causalWindowEqualsTopLeftCausal", zero_right_window_unbounded),
       tiled("bottom_right_anchored_at_row", "bottom-right causal diagonal anchored at the row's valid token counts instead of the document's (planted tiled forward)", {.bottom_right_anchored_at_row = true}),
       with_tokens(70, tiled("drop_keys_past_64", "only a document's first 64 keys visited (a fixed-size K/V staging buffer): every key past the 64th dropped (planted tiled forward)", {.keys_kept = 64})),
-      tiled("outputs_truncated", "16-bit outputs rounded towards zero instead of to nearest even: one ulp, inside the budget (planted tiled forward)", {.outputs_truncated = true}),
+      with_tokens(kJustPast256, tiled("key_loop_stops_at_256", "the key loop stops after a document's first 256 keys (the kv loop bounded by one 256-key tile of the split, as a kernel that sizes its loop for the common case): every key past the 256th dropped (planted tiled forward)", {.keys_kept = 256})),
+      with_tokens(kJustPast1024, tiled("key_loop_stops_at_1024", "the key loop stops after a document's first 1024 keys (a split-KV kernel whose last split is never run when the keys need more than 1k: every key past the 1024th dropped) (planted tiled forward)", {.keys_kept = 1024})),
+      tiled("wide_gqa_group_packed", "GQA query heads packed 4 to a tile; a group wider than 4 spills into further packs that read kv head pack % Hkv instead of pack / (group / 4): with 8 query heads on each of 2 kv heads (Llama-3 70B has 8 a kv head) heads 4..11 read the other kv head (planted tiled forward)", {.wide_gqa_group_packed = true}),
+      on_seed(2, tiled("outputs_truncated", "16-bit outputs rounded towards zero instead of to nearest even: one ulp, inside the budget (planted tiled forward)", {.outputs_truncated = true})),
       tiled("wide_head_upper_half_unstored", "head_dim >= 64: the upper half of every output row never stored (planted tiled forward)", {.wide_head_upper_half_unstored = true}),
       tiled("rescale_skipped", "online softmax: the accumulated output not rescaled by exp(m_old - m_new) when the running max moves to a later kv tile (planted tiled forward, 4 x 2 tiles)", {.rescale_skipped = true}),
       tiled("last_partial_kv_tile_skipped", "kv tile loop bound lkv / tile rounded down, so the last partial kv tile of a document is never visited (planted tiled forward, 4 x 2 tiles)", {.last_partial_kv_tile_skipped = true}),

@@ -22,6 +22,10 @@ struct PlantedBug {
   bool needs_extra_dims = false;  // it lives in vmapped extra dims: its counterexample keeps them
   int64_t max_shrunk_tokens = 8;  // "shrunk small": at most this many tokens a side
   int64_t max_shrunk_rows = 2;    // and this many broadcast rows
+  // 0: the default seed. A bug the checks see only statistically (one ulp)
+  // is found on 9 seeds of 10 (BugsOfEachInputClassAreFoundOnNineOfTenSeeds),
+  // not on every one: its shrink test runs on a seed that finds it.
+  uint64_t seed = 0;
 };
 
 inline void PrintTo(const PlantedBug& b, std::ostream* os) { *os << b.name << " (" << b.property << ")"; }

@@ -22,7 +22,9 @@ inline RunSettings planted_settings() { return default_run_settings(); }
 inline testing::AssertionResult caught(const PlantedBug& bug, PropertyOutcome& o) {
   const PropertyDef* property = find_property(bug.property);
   if (property == nullptr) return testing::AssertionFailure() << "no property " << bug.property;
-  o = run_property(*property, *bug.make(), planted_settings());
+  RunSettings settings = planted_settings();
+  if (bug.seed != 0) settings.seed = bug.seed;
+  o = run_property(*property, *bug.make(), settings);
   if (o.status != PropertyOutcome::Status::failed)
     return testing::AssertionFailure() << bug.name << " escaped " << bug.property;
   if (o.failures.empty() || o.failures.front().case_path.empty())

@@ -63,7 +63,9 @@ struct RowJob {
 
 void run_row(const RowJob& job, int64_t a, gpu::TileRange tiles, float* acc, gpu::SoftmaxRow& row) {
   const gpu::AttentionFwdParams& p = job.p;
-  const int d = p.head_dim, kvh = gpu::kv_head_of(job.h, p.heads_q, p.heads_kv);
+  const int d = p.head_dim, group = p.heads_q / p.heads_kv;
+  const int kvh = job.bugs.wide_gqa_group_packed && group > 4 ? (job.h / 4) % p.heads_kv
+                                                               : gpu::kv_head_of(job.h, p.heads_q, p.heads_kv);
   const double* q = &job.in.q[((job.span.q0 + a) * p.heads_q + job.h) * d];
   float s[kPlantedTileKv];
   for (int64_t tile = tiles.begin; tile < tiles.end; ++tile) {

@@ -47,6 +47,11 @@ struct TiledBugs {
   // 16-bit outputs truncated (rounded towards zero) instead of rounded to
   // nearest even: at most one ulp off, inside every tolerance budget.
   bool outputs_truncated = false;
+  // Query heads packed 4 to a tile (the widest GQA group the packed path was
+  // written for); a wider group spills into further packs, and a pack reads kv
+  // head pack % Hkv instead of pack / (group / 4). Groups up to 4 and MQA map
+  // right; 8 query heads on each of 2 kv heads read the wrong one.
+  bool wide_gqa_group_packed = false;
 };
 
 // The tiled forward; an invalid problem gives the reference's error.

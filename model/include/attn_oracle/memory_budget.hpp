@@ -31,7 +31,8 @@ std::optional<int64_t> parse_memory_size(std::string_view text);
 // Worker threads of the float64 references (reference/attention.hpp), here
 // because each worker's scratch is charged to the budget: ATTN_ORACLE_THREADS (a
 // positive integer, at most kMaxReferenceThreads; anything else reads as 1) when
-// set, else 1; set_reference_threads overrides (<= 0: back to the environment).
+// set, else the machine's cores (std::thread::hardware_concurrency);
+// set_reference_threads overrides (<= 0: back to the environment).
 inline constexpr int64_t kMaxReferenceThreads = 256;
 int64_t reference_threads();
 void set_reference_threads(int64_t threads);

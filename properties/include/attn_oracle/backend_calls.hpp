@@ -15,6 +15,13 @@
 
 namespace attn_oracle {
 
+// ---------------------------------------------------------------- time
+// Seconds this thread has spent inside a backend's metadata, attention and
+// small-seq calls (these helpers), so that a run can say what a draw costs in
+// the backend and what in the suite (the float64 oracle, the naive run, the
+// checks). K/V-buffer and sharding steps are called directly and count as suite time.
+double backend_seconds_on_this_thread();
+
 // ---------------------------------------------------------------- metadata
 // The reason the backend does not take `batch` (domain first, then the hook), or nullopt.
 std::optional<std::string> metadata_declines(Backend& backend, const PackedBatch& batch);

@@ -10,7 +10,11 @@
 // Weighted edge modes: all documents full (no padding, both sides), many
 // length-1 documents, an empty row, exactly M documents, a document on one side
 // only, documents longer than a 16-token kernel tile, sides at tile edges (63,
-// 64, 65, 127, 128, 129; deeper in the deep profile). Position modes: contiguous
+// 64, 65, 127, 128, 129; deeper in the deep profile), and where opted in
+// (kernel_tile_weight) documents where GPU kernels tile: 256..4096 tokens a
+// side in rows of up to 16k, inside a budget of (query, key) pairs, each
+// length shrinking towards 1 (a bug past 256 keys shrinks to 257, one that
+// needs no length to a few tokens). Position modes: contiguous
 // from 0, offset (micro-sequence), striped
 // (context parallel). Extra leading dims 0..2 on either side, broadcastable.
 //
@@ -61,23 +65,75 @@ struct BatchSpec {
   // The highest id a row may hold (0: no limit), from a declared menu of M: a row a
   // side leaves empty is filled with the highest id drawn below it, not a new one.
   int64_t id_cap = 0;
+  // > 0 (kernel-tile draws): each document attends at most this many (query,
+  // key) pairs over the number of documents, and rows x Tq x Tkv (the scores
+  // of one head of a backend that holds them all) is at most max_cells; the q
+  // side, or both sides when q is kv, is cut to fit (cap_kernel_tile_sizes).
+  // Trailing padding keeps each side within max_row_tokens.
+  int64_t max_pairs = 0, max_cells = 0, max_row_tokens = 0;
   SideSpec q, kv;
   // One list of rows per broadcast slice: slices[s][b] is row b of slice s.
   std::vector<std::vector<std::vector<DocSpec>>> slices;
 };
 
 PackedBatch build_batch(const BatchSpec& spec);
+// The spec inside spec.max_pairs, max_cells and max_row_tokens (unchanged when
+// 0): trailing padding cut to the row length, each document's q side cut to
+// its share of the pairs, then the q side's padding dropped and its longest
+// document halved until the cells fit.
+BatchSpec cap_kernel_tile_sizes(BatchSpec spec, bool q_is_kv);
+// Over the documents of every row (the tokens of one id on each side): the
+// sum of Lq x Lkv, the (query, key) pairs any mask kind may attend and what the
+// float64 references' work grows with, and the longest side. Zeros for a batch
+// whose shapes do not validate.
+struct DocumentSizes {
+  int64_t pairs = 0, longest = 0;
+};
+DocumentSizes document_sizes(const PackedBatch& batch);
 
 // ------------------------------------------------------------------- size profile
 // How large the drawn inputs get (ATTN_ORACLE_PROFILE, `check --profile`):
-//  - ci (the default, every ctest run): documents up to 48 tokens, and in a
-//    tile-edge mode sides of 63, 64, 65, 127, 128, 129 tokens; head_dim up to 256;
+//  - ci (the default, every ctest run): documents up to 48 tokens, in a
+//    tile-edge mode sides of 63, 64, 65, 127, 128, 129 tokens, and in the
+//    kernel-tile mode (a share of the attention and metadata draws) documents
+//    of 256 to 4096 tokens on a side in rows of up to 16384 (attention) or 4100
+//    (metadata) tokens, each draw inside a budget of (query, key) pairs
+//    (kernel_tile_budget); head_dim up to 256;
 //  - deep (longer campaigns): rows up to kDeepMaxLen tokens, up to 16 documents a
-//    row, tile edges up to 4095..4097 and drawn more often.
+//    row, tile edges up to 4095..4097 and drawn more often, and kernel-tile
+//    draws 4 times the ci budget.
 enum class SizeProfile { ci, deep };
 SizeProfile size_profile();
 std::string_view to_string(SizeProfile profile);
 inline constexpr int kDeepMaxLen = 4100;
+
+// The kernel-tile mode's sizes: a document side of up to kLongDocMax tokens
+// (uniform in 1..4096, or at the edges where kernels' tiles and key splits end:
+// 255..257, 352, 353, 511..513, 1023..1025, 2047..2049, 4095, 4096), rows up to
+// kLongRowMax tokens (BatchOptions::long_row_len), B up to 2 and no extra dims
+// (B = 1 for mask kinds without padding, where a short row would grow its last
+// document to the longest row).
+inline constexpr int kLongDocMin = 256, kLongDocMax = 4096, kLongRowMax = 16384;
+// What one draw may cost: pairs over every document and rows x Tq x Tkv
+// (kernel-tile draws: BatchSpec::max_pairs, max_cells); pairs x heads_q x
+// (head_dim + kPairOverhead) (work) where a document has kLongDocMin tokens or more; for every
+// attention draw rows x T x heads_q x head_dim (elements of a tensor) and
+// rows x Tq x Tkv x heads_q (cells: every score of a backend that holds them,
+// as a dense-mask path does). attention_draw takes kv heads, then the group,
+// then head_dim down to fit (short draws never need it). Release: 2^19 pairs,
+// 2^25 work, 2^21 elements, 2^26 cells (a document of 4096 keys beside 128
+// queries, or 724 on both sides; a batch of 2^25 cells, a 16k row beside a 2k
+// one, so that two query heads fit). Under
+// AddressSanitizer, where a pair costs about 20 times as much
+// (scripts/sanitize), a sixteenth of the pairs and work; 4 times all of it in
+// the deep profile.
+struct KernelTileBudget {
+  int64_t pairs = 0, work = 0, elements = 0, cells = 0;
+};
+// Work counts pairs x heads_q x (head_dim + kPairOverhead): a pair costs its
+// softmax (an exp, the masking, the row sums) besides its head_dim products.
+inline constexpr int64_t kPairOverhead = 16;
+KernelTileBudget kernel_tile_budget();
 
 // ------------------------------------------------------------------- valid inputs
 struct BatchOptions {
@@ -89,7 +145,10 @@ struct BatchOptions {
   // Positions from 0 in every document (always representable, DESIGN section 4):
   // for properties that compare a kernel with itself on two masks.
   bool contiguous_positions = false;
-  int tile_edge_weight = 1;  // how often (of 21 + this) a batch draws tile-edge lengths
+  int tile_edge_weight = 1;  // how often (of 21 + this + kernel_tile_weight) a batch draws tile-edge lengths
+  // How often a batch is drawn in the kernel-tile mode (0: never), and its rows' longest side.
+  int kernel_tile_weight = 0;
+  int long_row_len = kLongRowMax;
   // The backend's domain (input_domain.hpp): batches are drawn inside it (q
   // drawn and copied to kv for self-attention; no gaps or trailing padding;
   // positions from 0; rows, extra dims, mask kinds and windows it takes), and
@@ -151,13 +210,19 @@ struct AttentionDraw {
   AttentionProblem problem;
   uint64_t seed = 0;  // generate_inputs(problem, seed)
 };
-// Heads: heads_kv in 1..2, heads_q = heads_kv x group, group in {1, 2, 4} ({2, 4}
-// with `gqa`). Head dims mostly {1, 2, 4, 8}, 4 draws in 14 the kernels' 64, 128
-// or 256; a domain with head dims draws among those. Dtypes among the domain's. At most 2 rows; documents mostly short, and 5 batches in 26 in the
-// tile-edge mode (sides of 63..65 and 127..129 tokens: a kernel that drops keys
-// past a tile or a buffer shows there).
+// Heads: heads_kv in 1..2, heads_q = heads_kv x group, group in {1, 2, 4, 8}
+// ({2, 4, 8} with `gqa`: Llama-3 70B's 8 query heads a kv head). Head dims
+// mostly {1, 2, 4, 8}, 4 draws in 14 the kernels' 64, 128 or 256; a domain with
+// head dims draws among those. Dtypes among the domain's. At most 2 rows;
+// documents mostly short, 5 batches in 29 in the tile-edge mode (sides of
+// 63..65 and 127..129 tokens: a kernel that drops keys past a tile or a buffer
+// shows there) and 3 in 29 in the kernel-tile mode (documents of 256..4096
+// tokens in rows of up to 16384: past one, two and many of the kernels' 64- to
+// 256-row query tiles and 64- to 176-key tiles, and past the 1k-token key
+// splits), heads and head_dim taken down to the work budget there.
 struct AttentionOptions {
-  BatchOptions batch{.max_rows = 2, .max_docs = 4, .max_len = 140, .extra_dims = false, .tile_edge_weight = 5};
+  BatchOptions batch{.max_rows = 2, .max_docs = 4, .max_len = 140, .extra_dims = false, .tile_edge_weight = 5,
+                     .kernel_tile_weight = 3};
   bool backward = true;
   bool low_precision = true;  // draw fp16 / bf16 as well as fp32
   bool gqa = false;           // heads_q > heads_kv always (GQA, or MQA when heads_kv = 1)
@@ -214,7 +279,7 @@ struct SmallSeqOptions {
   // its document's first key, position 0. Self-attention it cannot take.
   InputDomain domain = {};
 };
-// Heads as attention_draw (heads_kv 1..2, group {1, 2, 4}, head dims mostly
+// Heads as attention_draw (heads_kv 1..2, group {1, 2, 4, 8}, head dims mostly
 // {1, 2, 4, 8}, sometimes 64), every mask kind, windows sometimes.
 rc::Gen<AttentionDraw> small_seq_draw(SmallSeqOptions options = {});
 

@@ -22,6 +22,7 @@
 // Only RapidCheck's public generator API is used (Gen, Random, Shrinkable).
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <optional>
@@ -153,6 +154,12 @@ struct PropertyOutcome {
   std::map<std::string, int> mix;   // what the draws held: "mask causal", "dtype bf16 fwd", "layout GQA", labels
   CaseSize largest;                 // the largest draw
   double seconds = 0.0;
+  // The search's draws (shrinking and the store's replays left out): their
+  // time, and the part of it spent inside the backend's calls
+  // (backend_calls.hpp); the rest is the suite's (generation, the float64
+  // oracle, the naive run of the tolerance rule, the checks).
+  double draw_seconds = 0.0, backend_seconds = 0.0;
+  double suite_seconds() const { return std::max(0.0, draw_seconds - backend_seconds); }
 };
 std::string_view to_string(PropertyOutcome::Status status);
 // Sets the status from the counts: failed with a failure, skipped (with the

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "attn_oracle/generators.hpp"
+
 namespace attn_oracle {
 
 Evaluation Evaluation::of(const Expected<nlohmann::json>& r) {
@@ -70,6 +72,8 @@ CoverageCell batch_coverage(const PackedBatch& b) {
   if (q.size() > 2 || kv.size() > 2) cell.layouts.insert("extra dims");
   if (!q.empty() && !kv.empty() && q.back() != kv.back()) cell.layouts.insert("Tq!=Tkv");
   if (b.window.left >= 0 || b.window.right >= 0) cell.layouts.insert("window");
+  // Where GPU kernels tile past one 256-row or -key tile (generators.hpp, the kernel-tile mode).
+  if (document_sizes(b).longest >= kLongDocMin) cell.layouts.insert("document>=256");
   return cell;
 }
 
@@ -85,6 +89,7 @@ CaseSize batch_size(const PackedBatch& b) {
 
 void add_shape_coverage(const AttentionShape& s, CoverageCell& cell) {
   if (s.heads_q != s.heads_kv) cell.layouts.insert("GQA");
+  if (s.heads_kv > 0 && s.heads_q > 4 * s.heads_kv) cell.layouts.insert("GQA>4");
   cell.dtypes.insert(std::string(to_string(s.dtype)) + (s.backward ? " fwd+bwd" : " fwd"));
 }
 

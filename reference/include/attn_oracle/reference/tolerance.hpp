@@ -31,8 +31,12 @@ inline constexpr double kOutputToleranceFactor = 2.0;    // k for o and lse
 inline constexpr double kGradientToleranceFactor = 3.0;  // k for dq, dk, dv
 // The naive run must agree with the float64 oracle within this many units of
 // roundoff of its precision, times max(1, |oracle|), or the check fails with
-// "oracle suspect" (the oracle cannot widen its own budget).
+// "oracle suspect" (the oracle cannot widen its own budget). Its fp32 sums of
+// n > kOracleAgreementTerms terms (a key's dk over thousands of queries) drift
+// further, like a random walk: the bound is then sqrt(n / kOracleAgreementTerms)
+// times as wide. An oracle bug is off by O(1) whatever the length.
 inline constexpr double kOracleAgreementUnits = 64.0;
+inline constexpr double kOracleAgreementTerms = 64.0;
 
 // The absolute floor eps of the rule for tensors stored in `dtype` (see tolerance.cpp).
 double tolerance_floor(Dtype dtype);
@@ -64,9 +68,16 @@ struct ToleranceCheck {
 
 // The rule for one tensor. `naive` is the same-precision naive result; its
 // non-finite differences from ref64 are ignored (they measure nothing).
+// `longest_sum`: the most terms the naive run adds up for one element
+// (longest_naive_sum), which widens the oracle-suspect bound past kOracleAgreementTerms.
 ToleranceCheck check_tolerance(std::string_view tensor, const std::vector<double>& backend,
                                const std::vector<double>& ref64,
-                               const std::vector<double>& naive, double k, Dtype dtype);
+                               const std::vector<double>& naive, double k, Dtype dtype, int64_t longest_sum = 1);
+
+// The most terms one element of the naive run sums: a query's keys (o, dq) or
+// a key's queries over the heads that share it (dk, dv), bounded by the
+// longest document side (times the GQA group for the queries).
+int64_t longest_naive_sum(const AttentionProblem& problem);
 
 // Collects the worst error / budget ratio of every check_tolerance call made on
 // this thread while it lives (the innermost sink when they nest), so that a
@@ -94,7 +105,7 @@ class ToleranceRatioSink {
 // backend without them fails on sizes.
 void append_gradient_checks(std::vector<ToleranceCheck>& checks, const std::optional<AttentionGradients>& backend,
                             const std::optional<AttentionGradients>& reference,
-                            const std::optional<AttentionGradients>& naive, Dtype dtype);
+                            const std::optional<AttentionGradients>& naive, Dtype dtype, int64_t longest_sum = 1);
 
 // `produced`: what the backend produces (attention.hpp); an output it does not
 // produce is not checked.
