@@ -44,9 +44,11 @@ def test_nested_sdpa_takes_no_mask_so_a_window_is_declined():
         F.scaled_dot_product_attention(x, x, x, attn_mask=torch.ones(1, 1, 3, 3, dtype=torch.bool))
 
 
-@pytest.mark.parametrize("target, least", [("MathPadded", 60), ("MathJagged", 60)])
+@pytest.mark.parametrize("target, least", [("attn_oracle.stacks.torch_sdpa:MathPadded", 60),
+                                           ("attn_oracle.stacks.torch_sdpa:MathJagged", 60),
+                                           ("standin_torch_sdpa:PaddedAsFused", 60)])
 def test_check_passes_the_attention_properties_on_the_cpu(tmp_path, target, least):
-    done, results = check(tmp_path, f"attn_oracle.stacks.torch_sdpa:{target}", "--filter", "attention/", "--cases", "12")
+    done, results = check(tmp_path, target, "--filter", "attention/", "--cases", "12")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert sum(r["draws"]["judged"] for r in results.values()) >= least, results
 
@@ -59,6 +61,42 @@ def test_each_planted_twin_fails_shrunk_small(tmp_path, twin):
     assert "attention/matchesReference" in failed(results)
     case = counterexample(done, "attention/matchesReference")
     assert np.asarray(case["q"]["segment_ids"]).size + np.asarray(case["kv"]["segment_ids"]).size <= 8, case
+
+
+def test_the_fused_padded_classes_map_what_their_backends_refuse_instead_of_declining_it():
+    assert not torch_sdpa.EfficientPadded.enable_gqa and torch_sdpa.EfficientPadded.min_kv == 1
+    assert torch_sdpa.CudnnPadded.min_q == 1 and torch_sdpa.CudnnPadded.min_kv == 2
+    # One key and a query side of none: both padded, and what comes back has the batch's shapes.
+    b = worker.Batch(np.zeros((1, 0), np.int64), np.zeros((1, 0), np.int64), np.array([[1]]), np.array([[0]]),
+                     "padding", (-1, -1), 1)
+    x = worker.Inputs(np.zeros((1, 0, 2, 8)), np.ones((1, 1, 1, 8)), np.ones((1, 1, 1, 8)), np.zeros((1, 0, 2, 8)))
+    got = __import__("standin_torch_sdpa").PaddedAsFused().attention(worker.Problem(b, 2, 1, 8, None, "fp32", True), x)
+    assert got["o"].shape == (1, 0, 2, 8) and got["dk"].shape == (1, 1, 1, 8) and not got["dk"].any()
+
+
+def test_cudnn_on_nested_tensors_declines_a_sequence_with_one_key():
+    b = worker.Batch(np.array([[1, 1, 2, 2]]), np.array([[0, 1, 0, 1]]), np.array([[1, 2, 2]]), np.array([[0, 0, 1]]),
+                     "no_mask", (-1, -1), 2)
+    with pytest.raises(Unsupported, match="does not support key/value sequence length 1"):
+        torch_sdpa.CudnnJagged().layout(b)
+    assert torch_sdpa.EfficientJagged().layout(b)["kv_len"].tolist() == [1, 2]
+
+
+@gpu
+@pytest.mark.parametrize("backend, q_shape, kv_shape, words", [
+    ("EFFICIENT_ATTENTION", (1, 2, 4, 64), (1, 1, 4, 64), "same num_heads"),  # 2.11: no dense GQA
+    ("EFFICIENT_ATTENTION", (1, 1, 4, 64), (1, 1, 0, 64), "zero seq_len"),
+    ("CUDNN_ATTENTION", (1, 1, 4, 64), (1, 1, 1, 64), "key/value sequence length 1")])
+def test_the_fused_backends_refuse_what_the_padded_classes_map(backend, q_shape, kv_shape, words):
+    if words == "same num_heads" and not torch.__version__.startswith("2.11"):
+        pytest.skip("efficient attention takes dense GQA after 2.11")
+    q, kv = (torch.zeros(s, dtype=torch.float16, device="cuda") for s in (q_shape, kv_shape))
+    gqa = q_shape[1] != kv_shape[1]
+    torch.set_warn_always(True)
+    with attention.sdpa_kernel(getattr(attention.SDPBackend, backend)), pytest.warns(UserWarning, match=words), \
+            pytest.raises(RuntimeError, match="No available kernel"):
+        F.scaled_dot_product_attention(q, kv, kv, attn_mask=torch.ones(1, 1, q_shape[2], kv_shape[2], dtype=torch.bool,
+                                                                        device="cuda"), enable_gqa=gqa)
 
 
 @gpu
