@@ -67,7 +67,7 @@ from attn_oracle.errors import AttnOracleError, Unsupported
 from attn_oracle.stacks import require
 from attn_oracle.worker import Domain
 
-STACK, CHECKED = "Hugging Face transformers", ("5.24",)
+STACK, CHECKED = "Hugging Face transformers", ("5.24", "5.17")
 torch = require(STACK, "torch", "torch", checked=("2.15",))
 transformers = require(STACK, "transformers", "transformers", checked=CHECKED)
 fa_utils = require(STACK, "transformers.modeling_flash_attention_utils", "transformers", checked=CHECKED)
