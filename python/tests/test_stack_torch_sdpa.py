@@ -111,3 +111,16 @@ def test_the_flash_backend_takes_no_attn_mask_on_cuda():
     q = torch.zeros(1, 1, 4, 64, dtype=torch.float16, device="cuda")
     with attention.sdpa_kernel(attention.SDPBackend.FLASH_ATTENTION), pytest.raises(RuntimeError, match="No available kernel"):
         F.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(1, 1, 4, 4, dtype=torch.bool, device="cuda"))
+
+
+def test_torchs_own_nested_flash_path_reads_is_causal_bottom_right_on_the_cpu_standin(tmp_path):
+    # torch/nested/_internal/sdpa.py hands is_causal to aten::_flash_attention_forward as it is; over a
+    # kernel with FlashAttention-2's documented causal (bottom-right) a document with fewer keys than
+    # queries loses its first queries' keys, as on the H100 (docs/findings/torch-2.11-sdpa-nested-flash-
+    # causal-bottom-right.md). SDPA documents top-left: the check fails, shrunk to such a document.
+    done, results = check(tmp_path, "standin_torch_sdpa:FlashJagged", "--filter", "attention/matchesReference",
+                          "--cases", "40", "--seed", "1")
+    assert done.returncode == 1 and "attention/matchesReference" in failed(results), done.stdout[-4000:]
+    case = counterexample(done, "attention/matchesReference")
+    q, kv = np.asarray(case["q"]["segment_ids"]), np.asarray(case["kv"]["segment_ids"])
+    assert "causal" in case["mask"] and any((q == d).sum() > (kv == d).sum() for d in set(q[q != 0].tolist())), case
