@@ -38,22 +38,34 @@ Conventions mapped:
   (which zeroes what flows back through it); on jagged inputs no query is
   without keys except in a sequence with no key, which stays out of the call
   (its queries get o = 0).
-- GQA: ``enable_gqa=True`` on padded rows; nested SDPA takes no ``enable_gqa``
-  on every backend, so there the key heads are repeated (from fp32 leaves, so
+- GQA: ``enable_gqa=True`` on padded rows, except where the backend takes none on
+  dense inputs (2.11's efficient kernel: "both fused kernels require query, key
+  and value to have the same num_heads"); nested SDPA takes no ``enable_gqa``
+  on every backend. Without it the key heads are repeated (from fp32 leaves, so
   that autograd sums their gradients in fp32).
+- Short sides (padded rows): the fused kernels take no empty side ("All fused
+  kernels do not support zero seq_len_q or seq_len_kv") and cuDNN no single key
+  ("cudnn SDPA does not support key/value sequence length 1"). Such a side is
+  padded, as a padded batch is, with tokens the mask leaves out, whose outputs
+  and gradients are dropped (``min_q``, ``min_kv``).
 
 Declined, with the reason:
 
 - what the backend refuses: the call raises "No available kernel" (torch's own
   checks, ``can_use_*_attention``) and the module declines with torch's words,
-  its warnings included; the domains keep dtypes and head dims inside what each
-  backend takes, so few draws land there;
+  its warnings included (``warn_always``: some are TORCH_WARN_ONCE); the domains
+  keep dtypes and head dims inside what each backend takes, so few draws land
+  there;
+- ``CudnnJagged``: a sequence with one key (torch's cuDNN rule, which torch
+  applies to dense inputs only; on nested ones 2.11 runs it, wrongly);
 - jagged: the domain says positions from 0, no window and the kinds without a
   bottom-right term (nested SDPA reads documents by index and takes
   ``is_causal`` alone, documented top-left; our bottom-right kinds equal the
   top-left ones on equal sides, which those draw); inside it, a causal band the
   adapter anchors bottom-right on unequal sides, what the cuDNN convention
-  cannot say, a batch the suite rejects. ``MathJagged`` takes no causal kind:
+  cannot say, a batch the suite rejects. The flash backend applies ``is_causal``
+  bottom-right on nested inputs (a bug of torch 2.11, docs/findings): judged,
+  against its expected failures. ``MathJagged`` takes no causal kind:
   the math backend refuses ``is_causal`` on nested tensors.
 """
 
