@@ -10,6 +10,13 @@ class PaddedAsFused(torch_sdpa.MathPadded):
     min_q, min_kv = torch_sdpa.CudnnPadded.min_q, torch_sdpa.CudnnPadded.min_kv
 
 
+class OneKeyTwice(torch_sdpa.MathJagged):
+    """MathJagged with CudnnJagged's mapping of a sequence with one key (sent with it twice)."""
+
+    name = "torch-sdpa-math-jagged-one-key-twice-cpu-standin"
+    key_rows = torch_sdpa.CudnnJagged.key_rows
+
+
 class FlashJagged(torch_sdpa.FlashJagged):
     """FlashJagged on the CPU: torch's own nested SDPA for the flash backend (its Python in
     ``torch/nested/_internal/sdpa.py``: the preprocessing, then ``aten::_flash_attention_forward``

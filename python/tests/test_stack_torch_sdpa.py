@@ -46,14 +46,15 @@ def test_nested_sdpa_takes_no_mask_so_a_window_is_declined():
 
 @pytest.mark.parametrize("target, least", [("attn_oracle.stacks.torch_sdpa:MathPadded", 60),
                                            ("attn_oracle.stacks.torch_sdpa:MathJagged", 60),
-                                           ("standin_torch_sdpa:PaddedAsFused", 60)])
+                                           ("standin_torch_sdpa:PaddedAsFused", 60),
+                                           ("standin_torch_sdpa:OneKeyTwice", 60)])
 def test_check_passes_the_attention_properties_on_the_cpu(tmp_path, target, least):
     done, results = check(tmp_path, target, "--filter", "attention/", "--cases", "12")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert sum(r["draws"]["judged"] for r in results.values()) >= least, results
 
 
-@pytest.mark.parametrize("twin", ["MaskedMeansTrue", "JaggedWithoutDocuments"])
+@pytest.mark.parametrize("twin", ["MaskedMeansTrue", "JaggedWithoutDocuments", "OneKeyTwiceNextKey"])
 def test_each_planted_twin_fails_shrunk_small(tmp_path, twin):
     done, results = check(tmp_path, f"planted_torch_sdpa:{twin}", "--filter", "attention/matchesReference",
                           "--cases", "40", "--seed", "1")
@@ -74,12 +75,10 @@ def test_the_fused_padded_classes_map_what_their_backends_refuse_instead_of_decl
     assert got["o"].shape == (1, 0, 2, 8) and got["dk"].shape == (1, 1, 1, 8) and not got["dk"].any()
 
 
-def test_cudnn_on_nested_tensors_declines_a_sequence_with_one_key():
-    b = worker.Batch(np.array([[1, 1, 2, 2]]), np.array([[0, 1, 0, 1]]), np.array([[1, 2, 2]]), np.array([[0, 0, 1]]),
-                     "no_mask", (-1, -1), 2)
-    with pytest.raises(Unsupported, match="does not support key/value sequence length 1"):
-        torch_sdpa.CudnnJagged().layout(b)
-    assert torch_sdpa.EfficientJagged().layout(b)["kv_len"].tolist() == [1, 2]
+def test_cudnn_on_nested_tensors_sends_a_sequence_with_one_key_with_that_key_twice():
+    rows, lengths = torch_sdpa.CudnnJagged().key_rows(np.array([1, 2, 1]))
+    assert rows.tolist() == [0, 0, 1, 2, 3, 3] and lengths.tolist() == [2, 2, 2]
+    assert torch_sdpa.EfficientJagged().key_rows(np.array([1, 2]))[0] is None
 
 
 @gpu

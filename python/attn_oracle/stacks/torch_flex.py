@@ -243,7 +243,8 @@ class Compiled(Backend):
     On CPU torch 2.15's compiled flex is inference only and has no lse
     (``NotImplementedError: torch.compile on CPU only supports inference and
     `return_lse` is not supported yet``): there it produces o alone
-    (``outputs = ()``, "lse not compared"); on CUDA, o, lse and the gradients.
+    (``outputs = ()``, "lse not compared"); on CUDA, o, lse and the gradients, at head dims
+    of 16 and up (below, its CUDA lowering raises NotImplementedError).
     """
 
     name = "torch-flex-compiled"

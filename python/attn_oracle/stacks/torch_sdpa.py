@@ -56,8 +56,9 @@ Declined, with the reason:
   its warnings included (``warn_always``: some are TORCH_WARN_ONCE); the domains
   keep dtypes and head dims inside what each backend takes, so few draws land
   there;
-- ``CudnnJagged``: a sequence with one key (torch's cuDNN rule, which torch
-  applies to dense inputs only; on nested ones 2.11 runs it, wrongly);
+- ``CudnnJagged`` maps what cuDNN refuses: a sequence with one key (torch's rule,
+  which torch applies to dense inputs only; on nested ones 2.11 runs it, wrongly)
+  goes out with that key twice, the same attention;
 - jagged: the domain says positions from 0, no window and the kinds without a
   bottom-right term (nested SDPA reads documents by index and takes
   ``is_causal`` alone, documented top-left; our bottom-right kinds equal the
@@ -200,6 +201,10 @@ class _Jagged(_Sdpa):
     def layout(self, batch):
         return jagged_layout(batch)
 
+    def key_rows(self, kv_len):
+        """(the rows of the packed keys the call takes, None for all as they are; its sequence lengths)."""
+        return None, kv_len
+
     def attention(self, problem, inputs):
         reason = self.unsupported_attention(problem)
         if reason:
@@ -222,8 +227,11 @@ class _Jagged(_Sdpa):
                 offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)])).to(self.device)
                 return torch.nested.nested_tensor_from_jagged(x, offsets).transpose(1, 2)
             kc, vc = (k, v) if groups == 1 else (x.repeat_interleave(groups, 1).to(dtype) for x in (k, v))
-            o = self.sdpa(nested(q, layout["q_len"][keep]), nested(kc, layout["kv_len"][keep]),
-                          nested(vc, layout["kv_len"][keep]), is_causal=layout["causal"], scale=problem.effective_scale)
+            rows, kv_len = self.key_rows(layout["kv_len"][keep])
+            if rows is not None:  # autograd sums the gradients of a repeated row
+                kc, vc = kc[rows], vc[rows]
+            o = self.sdpa(nested(q, layout["q_len"][keep]), nested(kc, kv_len), nested(vc, kv_len),
+                          is_causal=layout["causal"], scale=problem.effective_scale)
             o = o.transpose(1, 2).values()  # [total_q, H, D]
             full = np.zeros((r * tq, hq, d))
             full[q_tok] = _numpy(o)
@@ -327,17 +335,18 @@ class CudnnJagged(_Jagged):
     """torch's cuDNN check refuses a single key ("cudnn SDPA does not support key/value sequence
     length 1", ``check_cudnn_tensor_shapes``) but reads it off dense inputs only; on nested ones
     2.11 runs such a sequence and its dq is wrong (the H100 run: 9 queries, 1 key, dq -1.27 where
-    0 is exact). A sequence with one key is declined with torch's words."""
+    0 is exact). Mapped, not declined (47% of the draws hold such a document): a sequence with one
+    key is sent with that key twice, which is the same attention (two equal scores share the
+    weight of one, under top-left causal too: every query sees key 0), and autograd sums the two
+    copies' gradients."""
 
     name, backend = "torch-sdpa-cudnn-jagged", "cudnn"
     domain = Domain(dtypes=HALF, head_dims=TILE_HEAD_DIMS, **JAGGED)
 
-    def layout(self, batch):
-        layout = jagged_layout(batch)
-        if (layout["kv_len"] == 1).any():
-            raise Unsupported("a sequence with one key: torch's cuDNN SDPA check says \"cudnn SDPA does not support "
-                              "key/value sequence length 1\" (applied to dense inputs only)")
-        return layout
+    def key_rows(self, kv_len):
+        starts = np.concatenate([[0], np.cumsum(kv_len)[:-1]]).astype(np.int64)
+        rows = [np.full(2, a) if n == 1 else np.arange(a, a + n) for a, n in zip(starts, kv_len)]
+        return torch.from_numpy(np.concatenate(rows)).to(self.device), np.where(kv_len == 1, 2, kv_len)
 
 
 class MathJagged(_Jagged):
