@@ -91,11 +91,14 @@ def test_the_fused_backends_refuse_what_the_padded_classes_map(backend, q_shape,
         pytest.skip("efficient attention takes dense GQA after 2.11")
     q, kv = (torch.zeros(s, dtype=torch.float16, device="cuda") for s in (q_shape, kv_shape))
     gqa = q_shape[1] != kv_shape[1]
-    torch.set_warn_always(True)
-    with attention.sdpa_kernel(getattr(attention.SDPBackend, backend)), pytest.warns(UserWarning, match=words), \
-            pytest.raises(RuntimeError, match="No available kernel"):
-        F.scaled_dot_product_attention(q, kv, kv, attn_mask=torch.ones(1, 1, q_shape[2], kv_shape[2], dtype=torch.bool,
-                                                                        device="cuda"), enable_gqa=gqa)
+    mask = torch.ones(1, 1, q_shape[2], kv_shape[2], dtype=torch.bool, device="cuda")
+    torch.set_warn_always(True)  # cuDNN's reason is TORCH_WARN_ONCE
+    try:
+        with attention.sdpa_kernel(getattr(attention.SDPBackend, backend)), pytest.warns(UserWarning, match=words), \
+                pytest.raises(RuntimeError, match="No available kernel"):
+            F.scaled_dot_product_attention(q, kv, kv, attn_mask=mask, enable_gqa=gqa)
+    finally:
+        torch.set_warn_always(False)
 
 
 @gpu
