@@ -15,7 +15,9 @@ the reference:
   whose other side is bounded reads ``max_k`` (FA2's ``set_params_fprop``);
 - GQA: query head h reads key head ``h // (H / H_k)``;
 - a query with no visible key: o = 0, lse = +inf;
-- lse is float32, ``[H, total_q]``; o is in the input dtype, computed in float64.
+- lse is float32, ``[H, total_q]``; o is in the input dtype, computed in float64;
+- q, k and v must have a unit stride on their last dimension, empty ones too
+  (FA2's input check: "Input tensor must have contiguous last dimension").
 """
 import torch
 
@@ -97,9 +99,16 @@ def _gradients(do, q, k, v, cum_q, cum_k, max_k, is_causal, scale, left, right):
     return dq, fold(dk), fold(dv)
 
 
+def _check_last_dim(*tensors):
+    for t in tensors:
+        if t.stride(-1) != 1:
+            raise RuntimeError("Input tensor must have contiguous last dimension")
+
+
 def forward(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, return_debug_mask,
             *, scale=None, window_size_left=None, window_size_right=None, seqused_k=None, alibi_slopes=None):
     assert dropout_p == 0.0 and seqused_k is None and alibi_slopes is None, "the stand-in takes none of these"
+    _check_last_dim(query, key, value)
     if forward_hook is not None:
         forward_hook({"is_causal": is_causal, "window_size_left": window_size_left,
                       "window_size_right": window_size_right, "max_q": max_q, "max_k": max_k})

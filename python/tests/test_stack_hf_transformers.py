@@ -117,3 +117,18 @@ def test_a_2d_attention_mask_holds_one_sequence_a_row():
 def test_the_packed_masks_are_causal_only():
     assert "position_ids" not in inspect.signature(hf_transformers.masking_utils.create_bidirectional_mask).parameters
     assert "no_mask" not in hf_transformers.SdpaAttention.domain.mask_kinds
+
+
+@pytest.mark.parametrize("window", [(-1, -1), (1, -1)])
+def test_the_mask_builders_get_their_cache_by_position_as_5_17_and_5_24_both_take_it(monkeypatch, window):
+    # The fourth parameter of create_causal_mask / create_sliding_window_causal_mask is
+    # past_key_values in 5.17 (the device image's release) and cache in 5.24: a keyword would
+    # fail on one of them (TypeError on the H100, bench/results/2026-11-26-nvidia-h100-stacks-torch.md).
+    for name in ("create_causal_mask", "create_sliding_window_causal_mask"):
+        real = getattr(hf_transformers.masking_utils, name)
+        def as_in_5_17(config, inputs_embeds, attention_mask, past_key_values, position_ids=None, _real=real):
+            return _real(config, inputs_embeds, attention_mask, past_key_values, position_ids=position_ids)
+        monkeypatch.setattr(hf_transformers.masking_utils, name, as_in_5_17)
+    b = batch([[1, 1, 2, 2, 2]], [[0, 1, 0, 1, 2]], window=window)
+    mask = hf_transformers.SdpaAttention().mask(b, torch.empty(1, 5, 1))
+    assert mask is not None and not bool(mask[0, 0, 2, 1]) and bool(mask[0, 0, 4, 3]), mask  # two documents

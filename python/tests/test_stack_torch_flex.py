@@ -91,3 +91,22 @@ def test_flex_has_no_backward_on_the_cpu():
     q = torch.zeros(1, 1, 4, 8, requires_grad=True)
     with pytest.raises(NotImplementedError, match="does not support backward on CPU"):
         flex_attention(q, q, q).sum().backward()
+
+
+class _CompiledOnCuda(torch_flex.Compiled):
+    device = "cuda"
+
+
+def test_compiled_on_cuda_declines_head_dims_below_16_and_its_domain_draws_none():
+    b = worker.Batch(np.array([[1, 1]]), np.array([[0, 1]]), np.array([[1, 1]]), np.array([[0, 1]]), "causal",
+                     (-1, -1), 1)
+    assert "below 16" in _CompiledOnCuda().unsupported_attention(worker.Problem(b, 1, 1, 8, None, "fp32", False))
+    assert _CompiledOnCuda().unsupported_attention(worker.Problem(b, 1, 1, 16, None, "fp32", False)) is None
+    assert min(torch_flex.CUDA_HEAD_DIMS) == 16
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: compiled flex's CUDA lowering is what refuses")
+def test_compiled_flex_on_cuda_refuses_a_head_dim_below_16():
+    q = torch.zeros(1, 1, 16, 8, device="cuda")
+    with pytest.raises(Exception, match="at least 16"):
+        torch.compile(flex_attention, dynamic=False)(q, q, q)

@@ -111,3 +111,33 @@ def test_a_query_that_attends_nothing_stays_out_of_the_call():
     got = xa.call_layout(b)
     # document 1: two queries, one key, bottom-right: query 0 sees no key and is trimmed (its o stays 0)
     assert got["q_len"] == [1, 1] and got["kv_len"] == [1, 2] and got["q_tokens"].tolist() == [1, 2]
+
+
+def test_where_xformers_c_does_not_load_only_its_build_gate_is_lifted():
+    from xformers import _cpp_lib
+
+    if _cpp_lib._cpp_library_load_exception is None:
+        pytest.skip("xformers._C loaded with this torch: there is no gate to lift")
+    # 0.0.35's _C is built for torch 2.10: here (and on the device image's 2.11) it does not load,
+    # and xformers then refuses every operator on a CUDA tensor for that alone.
+    assert "build gate lifted" in xa.BUILD and fmha.common._built_with_cuda is True
+    # The operators the module runs are torch's kernels ("-pt"), which the CPU stand-in run above
+    # drives through aten::_flash_attention_forward with _C not loaded.
+    assert fmha.flash.FwOp.NAME.endswith("-pt") and fmha.cutlass.FwOp.NAME.endswith("-pt")
+    # An operator that needs what was not built still says so.
+    assert any("wasn't built" in r for r in fmha.flash3.FwOp.not_supported_reasons(
+        fmha.Inputs(query=torch.zeros(1, 2, 1, 64, dtype=torch.float16), key=torch.zeros(1, 2, 1, 64, dtype=torch.float16),
+                    value=torch.zeros(1, 2, 1, 64, dtype=torch.float16))))
+
+
+class _DispatchHere(xa.Dispatch):
+    device = "cpu"
+
+
+def test_the_dispatch_declines_an_input_it_finds_no_operator_for_quoting_xformers():
+    # On the CPU xformers' dispatch finds no operator at all: its own NotImplementedError.
+    b = worker.Batch(np.array([[1, 1]]), np.array([[0, 1]]), np.array([[1, 1]]), np.array([[0, 1]]), "causal",
+                     (-1, -1), 1)
+    x = worker.Inputs(*(np.zeros((1, 2, 1, 8)) for _ in range(3)), None)
+    with pytest.raises(Unsupported, match="dispatch finds no operator: `.*` is not supported because: .*device=cpu"):
+        _DispatchHere().attention(worker.Problem(b, 1, 1, 8, None, "fp32", False), x)

@@ -119,3 +119,12 @@ def test_the_device_runner_shards_merges_and_writes_what_comes_back(tmp_path):
     rows = json.loads((out / "runs.json").read_text())["rows"]
     assert len(rows) == 1 and rows[0]["shards"] == ["0"] and rows[0]["judged"] > 0 and rows[0]["ok"], rows
     assert "| examples.numpy_backend | `examples.numpy_backend:Backend` |" in (out / "stacks-gpu.md").read_text()
+
+
+def test_a_targets_registry_env_reaches_its_checks_in_the_device_run(tmp_path):
+    from attn_oracle.stacks import device
+
+    target = "attn_oracle.stacks.torch_sdpa:CudnnJagged"
+    assert device._environment(tmp_path, target)["ATTN_ORACLE_WORKER_TIMEOUT"] == "60"
+    assert device._environment(tmp_path, "attn_oracle.stacks.torch_sdpa:EfficientJagged")[
+        "ATTN_ORACLE_WORKER_TIMEOUT"] == os.environ.get("ATTN_ORACLE_WORKER_TIMEOUT", "300")

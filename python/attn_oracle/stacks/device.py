@@ -74,12 +74,15 @@ def _shard_dir(out: Path, target: str, shard: int) -> Path:
     return out / "runs" / target.rsplit(".", 1)[-1].replace(":", "-") / f"shard-{shard}"
 
 
-def _environment(directory: Path) -> dict:
+def _environment(directory: Path, target: str = "") -> dict:
     """A shard's environment: its own failures directory; JAX told not to take most of the GPU's
-    memory at its start (its default), since the shards share the one device."""
+    memory at its start (its default), since the shards share the one device; the registry's
+    ``environ`` of the target last."""
+    own = dict(pair.split("=", 1) for s in STACKS for t in s.backends if f"attn_oracle.stacks.{s.name}:{t}" == target
+               for pair in s.environ)
     return {**os.environ, "ATTN_ORACLE_FAILURES_DIR": str(directory / "failures"),
             "XLA_PYTHON_CLIENT_PREALLOCATE": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "false"),
-            "ATTN_ORACLE_WORKER_TIMEOUT": os.environ.get("ATTN_ORACLE_WORKER_TIMEOUT", "300")}
+            "ATTN_ORACLE_WORKER_TIMEOUT": os.environ.get("ATTN_ORACLE_WORKER_TIMEOUT", "300"), **own}
 
 
 def _run_shard(job, out: Path, deadline: float, cases: int, seed: int) -> dict:
@@ -94,7 +97,8 @@ def _run_shard(job, out: Path, deadline: float, cases: int, seed: int) -> dict:
         return {"target": target, "shard": shard, "status": "not started (deadline)", "seconds": 0.0}
     with open(directory / "check.log", "w") as log:
         try:
-            rc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=left, env=_environment(directory)).returncode
+            rc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=left,
+                                env=_environment(directory, target)).returncode
             status = str(rc)
         except subprocess.TimeoutExpired:
             status = "timed out"

@@ -67,7 +67,7 @@ from attn_oracle.errors import AttnOracleError, Unsupported
 from attn_oracle.stacks import require
 from attn_oracle.worker import Domain
 
-STACK, CHECKED = "Hugging Face transformers", ("5.24",)
+STACK, CHECKED = "Hugging Face transformers", ("5.24", "5.17")
 torch = require(STACK, "torch", "torch", checked=("2.15",))
 transformers = require(STACK, "transformers", "transformers", checked=CHECKED)
 fa_utils = require(STACK, "transformers.modeling_flash_attention_utils", "transformers", checked=CHECKED)
@@ -314,8 +314,8 @@ class SdpaAttention:
     def mask(self, batch, inputs_embeds):
         window = self.sliding_window(batch)
         create = masking_utils.create_causal_mask if window is None else masking_utils.create_sliding_window_causal_mask
-        return create(config=self.config(window), inputs_embeds=inputs_embeds, attention_mask=None, cache=None,
-                      position_ids=self.position_ids(batch))
+        # The cache goes by position: 5.17 names that parameter past_key_values, 5.24 cache.
+        return create(self.config(window), inputs_embeds, None, None, position_ids=self.position_ids(batch))
 
     def attention(self, problem, inputs):
         _decline(self.unsupported_attention(problem))

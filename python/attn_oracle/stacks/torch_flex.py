@@ -58,6 +58,7 @@ import numpy as np
 
 from attn_oracle.errors import AttnOracleError, Unsupported
 from attn_oracle.stacks import require
+from attn_oracle.worker import Domain
 
 torch = require("PyTorch flex attention", "torch", "torch", checked=("2.15",))
 _flex = require("PyTorch flex attention", "torch.nn.attention.flex_attention", "torch", checked=("2.15",))
@@ -69,6 +70,7 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # arithmetic (a difference of positions minus a run-length difference); declined.
 SPAN = 1 << 62
 BOUND = 1 << 62  # a window side at least this wide is unbounded on any accepted call
+CUDA_HEAD_DIMS = (16, 32, 64, 128, 256)  # drawn for Compiled on CUDA (at least 16, below)
 
 
 def _has_cuda() -> bool:
@@ -241,12 +243,22 @@ class Compiled(Backend):
     On CPU torch 2.15's compiled flex is inference only and has no lse
     (``NotImplementedError: torch.compile on CPU only supports inference and
     `return_lse` is not supported yet``): there it produces o alone
-    (``outputs = ()``, "lse not compared"); on CUDA, o, lse and the gradients.
+    (``outputs = ()``, "lse not compared"); on CUDA, o, lse and the gradients, at head dims
+    of 16 and up (below, its CUDA lowering raises NotImplementedError).
     """
 
     name = "torch-flex-compiled"
     outputs = ("lse", "gradients") if Backend.device == "cuda" else ()
+    # flex's CUDA lowering takes head dims of at least 16 (torch/_inductor/kernel/flex/flex_attention.py:
+    # "NYI: embedding dimension of the query, key, and value must be at least 16"); its CPU one any.
+    domain = Domain(head_dims=CUDA_HEAD_DIMS) if Backend.device == "cuda" else Domain()
     _compiled = None
+
+    def unsupported_attention(self, problem):
+        if self.device == "cuda" and problem.head_dim < 16:
+            return (f"head_dim {problem.head_dim}: compiled flex on CUDA raises NotImplementedError below 16 "
+                    "(its lowering's tl.dot)")
+        return super().unsupported_attention(problem)
 
     def flex(self):
         if Compiled._compiled is None:

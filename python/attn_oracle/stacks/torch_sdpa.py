@@ -38,22 +38,35 @@ Conventions mapped:
   (which zeroes what flows back through it); on jagged inputs no query is
   without keys except in a sequence with no key, which stays out of the call
   (its queries get o = 0).
-- GQA: ``enable_gqa=True`` on padded rows; nested SDPA takes no ``enable_gqa``
-  on every backend, so there the key heads are repeated (from fp32 leaves, so
+- GQA: ``enable_gqa=True`` on padded rows, except where the backend takes none on
+  dense inputs (2.11's efficient kernel: "both fused kernels require query, key
+  and value to have the same num_heads"); nested SDPA takes no ``enable_gqa``
+  on every backend. Without it the key heads are repeated (from fp32 leaves, so
   that autograd sums their gradients in fp32).
+- Short sides (padded rows): the fused kernels take no empty side ("All fused
+  kernels do not support zero seq_len_q or seq_len_kv") and cuDNN no single key
+  ("cudnn SDPA does not support key/value sequence length 1"). Such a side is
+  padded, as a padded batch is, with tokens the mask leaves out, whose outputs
+  and gradients are dropped (``min_q``, ``min_kv``).
 
 Declined, with the reason:
 
 - what the backend refuses: the call raises "No available kernel" (torch's own
   checks, ``can_use_*_attention``) and the module declines with torch's words,
-  its warnings included; the domains keep dtypes and head dims inside what each
-  backend takes, so few draws land there;
+  its warnings included (``warn_always``: some are TORCH_WARN_ONCE); the domains
+  keep dtypes and head dims inside what each backend takes, so few draws land
+  there;
+- ``CudnnJagged`` maps what cuDNN refuses: a sequence with one key (torch's rule,
+  which torch applies to dense inputs only; on nested ones 2.11 runs it, wrongly)
+  goes out with that key twice, the same attention;
 - jagged: the domain says positions from 0, no window and the kinds without a
   bottom-right term (nested SDPA reads documents by index and takes
   ``is_causal`` alone, documented top-left; our bottom-right kinds equal the
   top-left ones on equal sides, which those draw); inside it, a causal band the
   adapter anchors bottom-right on unequal sides, what the cuDNN convention
-  cannot say, a batch the suite rejects. ``MathJagged`` takes no causal kind:
+  cannot say, a batch the suite rejects. The flash backend applies ``is_causal``
+  bottom-right on nested inputs (a bug of torch 2.11, docs/findings): judged,
+  against its expected failures. ``MathJagged`` takes no causal kind:
   the math backend refuses ``is_causal`` on nested tensors.
 """
 
@@ -73,6 +86,9 @@ STACK, CHECKED = "PyTorch SDPA", ("2.15", "2.11")
 torch = require(STACK, "torch", "torch", checked=CHECKED)
 attention = require(STACK, "torch.nn.attention", "torch", checked=CHECKED)
 F = torch.nn.functional
+# By these names in nested_sdpa, which a reproduction pastes under the same imports.
+SDPBackend, sdpa_kernel, scaled_dot_product_attention = (attention.SDPBackend, attention.sdpa_kernel,
+                                                         F.scaled_dot_product_attention)
 
 __all__ = ["EfficientPadded", "CudnnPadded", "MathPadded", "FlashJagged", "EfficientJagged", "CudnnJagged",
            "MathJagged"]
@@ -90,9 +106,13 @@ class _Sdpa:
 
     def sdpa(self, q, k, v, **kwargs):
         """SDPA under sdpa_kernel(this backend); torch's refusal becomes a decline in its words."""
+        # Some of torch's reasons are TORCH_WARN_ONCE (cuDNN's "key/value sequence length 1"):
+        # warn_always makes every refusal say its reason, not only the first.
+        always = torch.is_warn_always_enabled()
         with warnings.catch_warnings(record=True) as said, attention.sdpa_kernel(getattr(attention.SDPBackend,
                                                                                          BACKENDS[self.backend])):
             warnings.simplefilter("always")
+            torch.set_warn_always(True)
             try:
                 return F.scaled_dot_product_attention(q, k, v, **kwargs)
             except RuntimeError as e:
@@ -101,6 +121,8 @@ class _Sdpa:
                 why = "; ".join(dict.fromkeys(str(w.message).splitlines()[0] for w in said))
                 raise Unsupported(f"SDPA's {self.backend} backend refuses: {str(e).splitlines()[0]}"
                                   f"{' (' + why + ')' if why else ''}") from None
+            finally:
+                torch.set_warn_always(always)
 
     def unsupported_attention(self, problem):
         return None if problem.dtype in DTYPES else f"dtype {problem.dtype}"
@@ -114,6 +136,8 @@ class _Padded(_Sdpa):
 
     token_level_mask = True  # the mask is the token-level rule itself, every pair
     rule = torch_flex.Backend()  # the document rule in torch's words: its mask_mod, on every pair
+    enable_gqa = True  # False: the backend takes no enable_gqa on dense inputs, key heads repeated
+    min_q, min_kv = 0, 0  # the fewest tokens a side may have; shorter sides are padded
 
     def attn_mask(self, keep, attends):
         """SDPA's boolean attn_mask (True: attends); a query with no key attends every key (its o is zeroed)."""
@@ -123,17 +147,26 @@ class _Padded(_Sdpa):
         reason = self.unsupported_attention(problem)
         if reason:
             raise Unsupported(reason)
-        keep = self.rule.dense_mask(problem.batch)[:, None]  # [R, 1, Tq, Tkv]
-        attends = keep.any(-1, keepdim=True)
+        tq, tkv = inputs.q.shape[1], inputs.k.shape[1]
+        pad_q, pad_kv = max(self.min_q - tq, 0), max(self.min_kv - tkv, 0)
+        keep = torch.nn.functional.pad(self.rule.dense_mask(problem.batch), (0, pad_kv, 0, pad_q))[:, None]
+        attends = keep.any(-1, keepdim=True)  # [R, 1, Tq, Tkv]; padded tokens attend and are attended by nothing
+        padded = lambda a, n: np.pad(a, ((0, 0), (0, n), (0, 0), (0, 0)))  # noqa: E731
         dtype, grad = DTYPES[problem.dtype], problem.backward
-        q, k, v = (self.leaf(a.transpose(0, 2, 1, 3), dtype, grad) for a in (inputs.q, inputs.k, inputs.v))
-        o = self.sdpa(q, k, v, attn_mask=self.attn_mask(keep, attends), scale=problem.effective_scale,
-                      enable_gqa=problem.heads_q != problem.heads_kv) * attends
-        out = {"o": _numpy(o.transpose(1, 2))}
+        groups = problem.heads_q // problem.heads_kv
+        repeat = groups > 1 and not self.enable_gqa
+        q = self.leaf(padded(inputs.q, pad_q).transpose(0, 2, 1, 3), dtype, grad)
+        # Repeated key heads are summed back by autograd: in fp32, as a kernel with GQA would.
+        k, v = (self.leaf(padded(a, pad_kv).transpose(0, 2, 1, 3), torch.float32 if repeat else dtype, grad)
+                for a in (inputs.k, inputs.v))
+        kc, vc = (x.repeat_interleave(groups, 1).to(dtype) for x in (k, v)) if repeat else (k, v)
+        o = self.sdpa(q, kc, vc, attn_mask=self.attn_mask(keep, attends), scale=problem.effective_scale,
+                      enable_gqa=groups > 1 and not repeat) * attends
+        out = {"o": _numpy(o.transpose(1, 2))[:, :tq]}
         if grad:
-            o.backward(self.leaf(inputs.do.transpose(0, 2, 1, 3), dtype, False))
-            out.update(dq=_numpy(q.grad.transpose(1, 2)), dk=_numpy(k.grad.transpose(1, 2)),
-                       dv=_numpy(v.grad.transpose(1, 2)))
+            o.backward(self.leaf(padded(inputs.do, pad_q).transpose(0, 2, 1, 3), dtype, False))
+            out.update(dq=_numpy(q.grad.transpose(1, 2))[:, :tq], dk=_numpy(k.grad.transpose(1, 2))[:, :tkv],
+                       dv=_numpy(v.grad.transpose(1, 2))[:, :tkv])
         return out
 
 
@@ -168,6 +201,10 @@ class _Jagged(_Sdpa):
     def layout(self, batch):
         return jagged_layout(batch)
 
+    def key_rows(self, kv_len):
+        """(the rows of the packed keys the call takes, None for all as they are; its sequence lengths)."""
+        return None, kv_len
+
     def attention(self, problem, inputs):
         reason = self.unsupported_attention(problem)
         if reason:
@@ -190,8 +227,11 @@ class _Jagged(_Sdpa):
                 offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)])).to(self.device)
                 return torch.nested.nested_tensor_from_jagged(x, offsets).transpose(1, 2)
             kc, vc = (k, v) if groups == 1 else (x.repeat_interleave(groups, 1).to(dtype) for x in (k, v))
-            o = self.sdpa(nested(q, layout["q_len"][keep]), nested(kc, layout["kv_len"][keep]),
-                          nested(vc, layout["kv_len"][keep]), is_causal=layout["causal"], scale=problem.effective_scale)
+            rows, kv_len = self.key_rows(layout["kv_len"][keep])
+            if rows is not None:  # autograd sums the gradients of a repeated row
+                kc, vc = kc[rows], vc[rows]
+            o = self.sdpa(nested(q, layout["q_len"][keep]), nested(kc, kv_len), nested(vc, kv_len),
+                          is_causal=layout["causal"], scale=problem.effective_scale)
             o = o.transpose(1, 2).values()  # [total_q, H, D]
             full = np.zeros((r * tq, hq, d))
             full[q_tok] = _numpy(o)
@@ -220,13 +260,22 @@ JAGGED = dict(positions_from_zero=True, windows=False, mask_kinds=("no_mask", "p
 
 
 class EfficientPadded(_Padded):
+    """2.11's efficient kernel takes no GQA on dense inputs ("both fused kernels require query, key
+    and value to have the same num_heads"): the key heads are repeated. No fused kernel takes an
+    empty side ("zero seq_len_q or seq_len_kv"): it is padded to one masked token."""
+
     name, backend = "torch-sdpa-efficient-padded", "efficient"
     domain = Domain(head_dims=TILE_HEAD_DIMS + (256,))
+    enable_gqa, min_q, min_kv = False, 1, 1
 
 
 class CudnnPadded(_Padded):
+    """cuDNN takes no empty side and no single key ("cudnn SDPA does not support key/value sequence
+    length 1"): the key side is padded to two tokens, the query side to one, masked out."""
+
     name, backend = "torch-sdpa-cudnn-padded", "cudnn"
     domain = Domain(dtypes=HALF, head_dims=TILE_HEAD_DIMS)
+    min_q, min_kv = 1, 2
 
 
 class MathPadded(_Padded):
@@ -234,8 +283,47 @@ class MathPadded(_Padded):
 
 
 class FlashJagged(_Jagged):
+    """torch 2.11 passes ``is_causal`` of nested inputs to FlashAttention-2 as it is, whose causal
+    is bottom-right per sequence: on a sequence with fewer keys than queries its first queries
+    attend nothing where SDPA documents top-left. A bug (docs/findings/torch-2.11-sdpa-nested-flash-
+    causal-bottom-right.md), run against fixtures/xfails/torch-2.11-sdpa-flash-jagged.txt."""
+
     name, backend = "torch-sdpa-flash-jagged", "flash"
     domain = Domain(dtypes=HALF, head_dims=TILE_HEAD_DIMS + (256,), **JAGGED)
+
+    def reproduction(self, case):
+        """The call a reproduction makes (attn_oracle.repro): SDPA's flash backend on nested tensors."""
+        from ..repro import StackCall
+
+        return StackCall(
+            imports=["import torch", "from torch.nn.attention import SDPBackend, sdpa_kernel",
+                     "from torch.nn.functional import scaled_dot_product_attention"],
+            functions=[nested_sdpa], call="got = nested_sdpa(q, k, v, q_ids, kv_ids, mask, scale, dtype)",
+            fields={"o": "o"},
+            notes=[f"Found on torch {torch.__version__} on an NVIDIA H100; needs a CUDA device (flash). "
+                   "Exit 1 (AssertionError) while it differs."])
+
+
+def nested_sdpa(q, k, v, q_ids, kv_ids, mask, scale, dtype):
+    """SDPA's flash backend with each document (a run of one id, positions from 0) of each row one
+    sequence of a jagged nested tensor, ``is_causal`` for the causal masks; o as [R, T, H, D]."""
+    half = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    groups = q.shape[2] // k.shape[2]
+    seqs, where = [], []
+    for r in range(q_ids.shape[0]):
+        for doc in sorted(set(q_ids[r][q_ids[r] != 0].tolist()) & set(kv_ids[r][kv_ids[r] != 0].tolist())):
+            qi, ki = np.flatnonzero(q_ids[r] == doc), np.flatnonzero(kv_ids[r] == doc)
+            seqs.append((q[r, qi], np.repeat(k[r, ki], groups, 1), np.repeat(v[r, ki], groups, 1)))
+            where.append((r, qi))
+    def nested(side):  # [N, j, H, D] -> [N, H, j, D]
+        return torch.nested.nested_tensor([torch.from_numpy(s[side]).to("cuda", half) for s in seqs],
+                                          layout=torch.jagged).transpose(1, 2)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        o = scaled_dot_product_attention(nested(0), nested(1), nested(2), is_causal="causal" in mask, scale=scale)
+    out = np.zeros(q.shape)
+    for (r, qi), x in zip(where, o.transpose(1, 2).unbind()):
+        out[r, qi] = x.double().cpu().numpy()
+    return {"o": out}
 
 
 class EfficientJagged(_Jagged):
@@ -244,8 +332,21 @@ class EfficientJagged(_Jagged):
 
 
 class CudnnJagged(_Jagged):
+    """torch's cuDNN check refuses a single key ("cudnn SDPA does not support key/value sequence
+    length 1", ``check_cudnn_tensor_shapes``) but reads it off dense inputs only; on nested ones
+    2.11 runs such a sequence and its dq is wrong (the H100 run: 9 queries, 1 key, dq -1.27 where
+    0 is exact). Mapped, not declined (47% of the draws hold such a document): a sequence with one
+    key is sent with that key twice, which is the same attention (two equal scores share the
+    weight of one, under top-left causal too: every query sees key 0), and autograd sums the two
+    copies' gradients."""
+
     name, backend = "torch-sdpa-cudnn-jagged", "cudnn"
     domain = Domain(dtypes=HALF, head_dims=TILE_HEAD_DIMS, **JAGGED)
+
+    def key_rows(self, kv_len):
+        starts = np.concatenate([[0], np.cumsum(kv_len)[:-1]]).astype(np.int64)
+        rows = [np.full(2, a) if n == 1 else np.arange(a, a + n) for a, n in zip(starts, kv_len)]
+        return torch.from_numpy(np.concatenate(rows)).to(self.device), np.where(kv_len == 1, 2, kv_len)
 
 
 class MathJagged(_Jagged):

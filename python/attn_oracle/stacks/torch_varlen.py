@@ -75,7 +75,7 @@ STACK, CHECKED = "PyTorch varlen attention", ("2.15", "2.11")
 torch = require(STACK, "torch", "torch", checked=CHECKED)
 varlen = require(STACK, "torch.nn.attention.varlen", "torch", checked=CHECKED)
 
-__all__ = ["Backend", "call_arguments", "HEAD_DIMS"]
+__all__ = ["Backend", "call_arguments", "dense", "HEAD_DIMS"]
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 HEAD_DIMS = (8, 16, 32, 64, 128, 256)  # FA2: a multiple of 8, at most 256 (drawn among these)
@@ -155,8 +155,7 @@ class Backend:
         repeat = groups > 1 and not GQA_FLAG
 
         def packed(a, tokens, as_dtype=dtype):  # [R, T, H, D] -> the call's [tokens, H, D], a leaf on the device
-            flat = a.reshape(-1, a.shape[2], a.shape[3])[tokens]
-            return torch.from_numpy(np.ascontiguousarray(flat)).to(dev, as_dtype).requires_grad_(grad)
+            return dense(a.reshape(-1, a.shape[2], a.shape[3])[tokens], dev, as_dtype).requires_grad_(grad)
 
         # Repeated key heads are summed back by autograd: in fp32, as a kernel with GQA would.
         kv_dtype = torch.float32 if repeat else dtype
@@ -186,6 +185,13 @@ class Backend:
                     full[tokens] = _numpy(leaf.grad)
                 out[name] = full.reshape(r, t, h, d)
         return out
+
+
+def dense(a: np.ndarray, device, dtype):
+    """``a`` as a row-major tensor on the device, empty ones too: numpy gives an empty gather
+    strides of 0, which ``torch.from_numpy`` and ``.to`` keep, and FA2 refuses any tensor whose
+    last stride is not 1 ("Input tensor must have contiguous last dimension")."""
+    return torch.empty(a.shape, dtype=dtype, device=device).copy_(torch.from_numpy(np.ascontiguousarray(a)))
 
 
 def _numpy(t):

@@ -11,9 +11,19 @@ Flash       ``op=(fmha.flash.FwOp, fmha.flash.BwOp)``: FlashAttention-2, torch's
 Cutlass     ``op=(fmha.cutlass.FwOp, fmha.cutlass.BwOp)``: torch's
             ``aten::_efficient_attention_forward`` (the CUTLASS kernel)
 Dispatch    ``op=None``: what xformers picks; its ``version`` names the operators
-            picked for an fp16 causal call and whether ``xformers._C`` (its own
-            compiled kernels, built for one torch release) loaded
+            picked for fp16 and fp32 causal calls (the kernels that ran) and whether
+            ``xformers._C`` (its own compiled kernels, built for one torch release)
+            loaded
 ==========  =====================================================================
+
+``xformers._C`` and the operators: 0.0.35's wheel is built for torch 2.10.0+cu128 and
+does not load against another torch (2.11 on the device image); xformers then
+refuses every operator on a CUDA tensor ("xFormers wasn't build with CUDA
+support"), although the "-pt" ones call torch's own kernels and none of ``_C``. The
+module lifts that gate (``_lift_build_gate``), so that what runs is what a matching
+build runs: xformers' Python over torch's kernels. Operators that do need ``_C``
+still refuse for a reason of their own ("operator wasn't built"). Every version
+string ends with the state of ``_C`` and whether the gate was lifted.
 
 The batch goes out through the project's cuDNN adapter (``attn_oracle.adapters.
 cudnn_from_batch``, docs/conventions.md), whose vocabulary is xformers' too: one
@@ -55,6 +65,8 @@ Declined, each with the library's own words:
   sequence whose last queries see no key), the ValueError or RuntimeError quoted;
 - what the operator refuses (its ``not_supported_reasons``: dtype, head dim,
   bias type, layout), quoted; the domain keeps dtypes and head dims inside them;
+- Dispatch: an input for which xformers' dispatch finds no operator
+  (``NotImplementedError: No operator found``), each operator's reasons quoted;
 - a call whose key side has no token (every query attends nothing) where the
   operator raises on it (0.0.35's flash: ``RuntimeError: cannot reshape tensor
   of 0 elements`` in its input conversion), quoted.
@@ -65,6 +77,8 @@ kernel (python/tests/standin_xformers.py).
 """
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 
@@ -82,6 +96,33 @@ __all__ = ["Flash", "Cutlass", "Dispatch", "call_layout", "make_bias"]
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 TILE_HEAD_DIMS = (8, 16, 32, 64, 128, 256)  # fa2F: a multiple of 8, at most 256; cutlass: aligned to 8
+
+
+def _lift_build_gate() -> str:
+    """Where ``xformers._C`` did not load, lift xformers' build gate; what was done, in words.
+
+    Every operator's ``not_supported_reasons`` says "xFormers wasn't build with CUDA
+    support" on a CUDA tensor when ``xformers._C`` did not load (0.0.35's
+    ``ops/fmha/common.py``: ``_built_with_cuda`` is whether it loaded). 0.0.35's wheel
+    is built for torch 2.10.0+cu128 (its ``cpp_lib.json``) and does not load against
+    other releases. The operators this module runs need none of it: fa2F/fa2B "-pt" call
+    ``aten::_flash_attention_forward`` / ``_backward``, cutlassF/B "-pt"
+    ``aten::_efficient_attention_*``, torch's own kernels, the same with or without
+    ``_C``. Those that do need it keep a reason of their own ("operator wasn't built")."""
+    from xformers import _cpp_lib
+
+    if _cpp_lib._cpp_library_load_exception is None:
+        return "xformers._C loaded"
+    try:
+        from importlib import resources
+        built = json.loads(resources.files("xformers").joinpath("cpp_lib.json").read_text())["version"]["torch"]
+    except Exception:  # noqa: BLE001 - the note says less instead
+        built = "another torch"
+    fmha.common._built_with_cuda = True
+    return f"xformers._C not loaded (built for torch {built}): build gate lifted, torch's kernels run"
+
+
+BUILD = _lift_build_gate()
 
 
 def has_cuda() -> bool:
@@ -190,6 +231,10 @@ class _Operator:
             raise Unsupported("xformers refuses: " + "; ".join(refused))
         try:
             o = fmha.memory_efficient_attention(qc, kc, vc, attn_bias=bias, scale=scale, op=self.ops)
+        except NotImplementedError as e:  # the dispatch found no operator: its reasons, quoted
+            if not str(e).startswith("No operator found"):
+                raise
+            raise Unsupported("xformers' dispatch finds no operator: " + _reasons(str(e))) from None
         except RuntimeError as e:
             if len(layout["kv_tokens"]):
                 raise
@@ -229,6 +274,12 @@ class _Operator:
         return out.reshape(hq, r, tq).transpose(1, 0, 2)
 
 
+def _reasons(message: str) -> str:
+    """xformers' "No operator found" message on one line: each operator and why it refuses."""
+    operators = message[message.find("\n`") + 1:] if "\n`" in message else message
+    return " ".join(line.strip() for line in operators.splitlines() if line.strip())
+
+
 def _numpy(t):
     return t.detach().to("cpu", torch.float64).numpy()
 
@@ -238,7 +289,7 @@ class Flash(_Operator):
 
     name = "xformers-flash"
     ops = (fmha.flash.FwOp, fmha.flash.BwOp)
-    version = f"{installed_version('xformers')} ({fmha.flash.FwOp.NAME}, {fmha.flash.BwOp.NAME})"
+    version = f"{installed_version('xformers')} ({fmha.flash.FwOp.NAME}, {fmha.flash.BwOp.NAME}; {BUILD})"
     # fa2F: fp16 and bf16. Self-attention: fa2F takes BlockDiagonalCausalMask only with as many keys as
     # queries in every sequence, and the bottom-right biases refuse fewer keys than queries (96% judged).
     domain = Domain(dtypes=("fp16", "bf16"), head_dims=TILE_HEAD_DIMS, positions_from_zero=True,
@@ -251,24 +302,28 @@ class Cutlass(_Operator):
     name = "xformers-cutlass"
     ops = (fmha.cutlass.FwOp, fmha.cutlass.BwOp)
     outputs = ("gradients",)  # cutlassF serves no partial attention: no lse
-    version = f"{installed_version('xformers')} ({fmha.cutlass.FwOp.NAME}, {fmha.cutlass.BwOp.NAME})"
+    version = f"{installed_version('xformers')} ({fmha.cutlass.FwOp.NAME}, {fmha.cutlass.BwOp.NAME}; {BUILD})"
 
 
 def _picked() -> str:
-    """The operators xformers' dispatch picks for an fp16 causal call of head dim 64, and the state of _C."""
-    compiled = "xformers._C loaded" if getattr(xformers, "_has_cpp_library", False) else "xformers._C not loaded"
+    """The operators xformers' dispatch picks for a causal call of head dim 8 and 64 in fp16 and
+    fp32 (the kernels that run), and the state of _C."""
     if not has_cuda():
-        return f"no CUDA device; {compiled}"
+        return f"no CUDA device; {BUILD}"
     from xformers.ops.fmha import dispatch
 
-    x = torch.zeros(1, 64, 2, 64, device="cuda", dtype=torch.float16)
-    bias = fmha.attn_bias.BlockDiagonalMask.from_seqlens([32, 32], device="cuda").make_causal()
-    inp = fmha.Inputs(query=x, key=x, value=x, attn_bias=bias)
-    try:
-        fw = dispatch._dispatch_fw(inp, True)
-        return f"picks {fw.NAME}, {dispatch._dispatch_bw(inp, fw.VARLEN_LSE_PACKED).NAME}; {compiled}"
-    except Exception as e:  # noqa: BLE001 - the note says what went wrong instead
-        return f"dispatch failed ({type(e).__name__}: {e}); {compiled}"
+    picks = []
+    for dtype, d in ((torch.float16, 64), (torch.float32, 64), (torch.float32, 8)):
+        x = torch.zeros(1, 64, 2, d, device="cuda", dtype=dtype)
+        bias = fmha.attn_bias.BlockDiagonalMask.from_seqlens([32, 32], device="cuda").make_causal()
+        inp = fmha.Inputs(query=x, key=x, value=x, attn_bias=bias)
+        name = f"{str(dtype).removeprefix('torch.')} d{d}"
+        try:
+            fw = dispatch._dispatch_fw(inp, True)
+            picks.append(f"{name}: {fw.NAME}, {dispatch._dispatch_bw(inp, fw.VARLEN_LSE_PACKED).NAME}")
+        except Exception as e:  # noqa: BLE001 - the note says what went wrong instead
+            picks.append(f"{name}: none ({type(e).__name__})")
+    return f"picks {'; '.join(picks)}; {BUILD}"
 
 
 class Dispatch(_Operator):
