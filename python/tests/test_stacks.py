@@ -128,3 +128,16 @@ def test_a_targets_registry_env_reaches_its_checks_in_the_device_run(tmp_path):
     assert device._environment(tmp_path, target)["ATTN_ORACLE_WORKER_TIMEOUT"] == "60"
     assert device._environment(tmp_path, "attn_oracle.stacks.torch_sdpa:EfficientJagged")[
         "ATTN_ORACLE_WORKER_TIMEOUT"] == os.environ.get("ATTN_ORACLE_WORKER_TIMEOUT", "300")
+
+
+def test_a_property_whose_every_draw_was_declined_counts_its_draws_unjudged():
+    """The H100 run showed xformers' Flash at '100 of 100 (100%)' while it had declined every draw of
+    six of its seven properties: their draws count, unjudged; a capability the backend lacks draws nothing."""
+    from attn_oracle.stacks.report import judged_of_drawn
+
+    def result(verdict, judged, declined):
+        return {"verdict": verdict, "draws": {"total": judged + declined, "judged": judged, "declined": declined}}
+
+    report = {"results": [result("passed", 100, 0), result("skipped", 0, 100), result("skipped", 0, 100),
+                          result("skipped", 0, 0)]}
+    assert judged_of_drawn(report) == (100, 300)

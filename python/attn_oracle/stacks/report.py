@@ -21,8 +21,10 @@ def _load(directory: Path, target: str):
 
 
 def judged_of_drawn(report: dict) -> tuple[int, int]:
-    """(draws judged, draws drawn) over the properties that ran (a skipped one may count draws it never judged)."""
-    results = [r for r in report["results"] if r["verdict"] != "skipped"]
+    """(draws judged, draws drawn) over the properties that drew: one skipped for a capability the backend
+    lacks drew nothing, but one whose every draw was declined counts them all, unjudged (a target that
+    declines everything must not read 100%)."""
+    results = [r for r in report["results"] if r["verdict"] != "skipped" or r.get("draws", {}).get("declined", 0)]
     return (sum(r.get("draws", {}).get("judged", 0) for r in results),
             sum(r.get("draws", {}).get("total", 0) for r in results))
 
