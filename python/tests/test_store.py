@@ -7,6 +7,7 @@ the CLI, a child and a Python worker: about 30 s in all."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -77,5 +78,9 @@ def test_the_pytest_plugin_replays_the_store_too(tmp_path):
     assert "1 failed" in first.stdout, first.stdout + first.stderr
     again = pytest_run(1)
     assert "1 failed" in again.stdout, again.stdout + again.stderr
-    assert "store: 1 saved failure replayed: 1 still fails" in again.stdout
+    # Every saved failure replayed and still failing: one a failure class the
+    # first run shrank (the default seed's draws hold two since the kernel-tile
+    # metadata draws; --max-failures bounds what is shown, not what is kept).
+    replayed = re.search(r"store: (\d+) saved failures? replayed: (\d+) still fails?", again.stdout)
+    assert replayed and replayed[1] == replayed[2] and int(replayed[1]) >= 1, again.stdout
     assert "counterexample (from the store)" in again.stdout

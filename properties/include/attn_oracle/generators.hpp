@@ -31,6 +31,7 @@
 #include <rapidcheck.h>
 
 #include "attn_oracle/attention.hpp"
+#include "attn_oracle/document_sizes.hpp"
 #include "attn_oracle/error.hpp"
 #include "attn_oracle/input_domain.hpp"
 #include "attn_oracle/packed_batch.hpp"
@@ -82,14 +83,6 @@ PackedBatch build_batch(const BatchSpec& spec);
 // its share of the pairs, then the q side's padding dropped and its longest
 // document halved until the cells fit.
 BatchSpec cap_kernel_tile_sizes(BatchSpec spec, bool q_is_kv);
-// Over the documents of every row (the tokens of one id on each side): the
-// sum of Lq x Lkv, the (query, key) pairs any mask kind may attend and what the
-// float64 references' work grows with, and the longest side. Zeros for a batch
-// whose shapes do not validate.
-struct DocumentSizes {
-  int64_t pairs = 0, longest = 0;
-};
-DocumentSizes document_sizes(const PackedBatch& batch);
 
 // ------------------------------------------------------------------- size profile
 // How large the drawn inputs get (ATTN_ORACLE_PROFILE, `check --profile`):

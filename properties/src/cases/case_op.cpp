@@ -6,7 +6,8 @@
 
 #include <algorithm>
 
-#include "attn_oracle/generators.hpp"
+#include "attn_oracle/document_sizes.hpp"
+#include "attn_oracle/generators.hpp"  // kLongDocMin only: case_op links no generator
 
 namespace attn_oracle {
 
