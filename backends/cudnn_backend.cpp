@@ -1,4 +1,4 @@
-// cudnn_backend.cpp: the `cudnn` backend's attention capability (DESIGN section 5)
+// cudnn_backend.cpp: the `cudnn` backend's attention capability (docs/semantics.md section 5)
 // on cuDNN SDPA: metadata through the production CUDA path (its errors pass through
 // unchanged), then the same head and tensor checks as the `cuda` backend, a Plan
 // (bshd when every row is one document at its start, thd with ragged offsets

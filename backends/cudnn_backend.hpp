@@ -1,5 +1,5 @@
 // cudnn_backend.hpp: the `cudnn` backend (cuDNN SDPA through the cuDNN frontend,
-// DESIGN section 9), registered by register_builtin_backends only when this build
+// docs/semantics.md section 11), registered by register_builtin_backends only when this build
 // has it (ATTN_ORACLE_CUDNN, cmake/AttnOracleCudnn.cmake) and a CUDA device is
 // present. Without either, cudnn_backend_unavailable.cpp says why.
 #pragma once

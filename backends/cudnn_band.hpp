@@ -1,16 +1,16 @@
-// cudnn_band.hpp: the mask kinds and window of DESIGN section 3, as the kernels'
+// cudnn_band.hpp: the mask kinds and window of docs/semantics.md section 2, as the kernels'
 // index rule applies them to trimmed runs (section 4), turned into cuDNN SDPA's
 // diagonal band: an alignment and optional left / right bounds.
 //
 // cuDNN's band, for query row r and key column c of one sequence, with
 // shift = (s_kv - s_q) when the diagonal is bottom-right aligned and 0 when top-left:
-//   right bound R keeps  c <= r + shift + R      (inclusive, like DESIGN's `right`)
+//   right bound R keeps  c <= r + shift + R      (inclusive, like our window's `right`)
 //   left bound L keeps   c >  r + shift - L      (EXCLUSIVE: L keys up to the diagonal)
-// DESIGN's window keeps pos_kv >= pos_q - left, the boundary included, so a left
+// Our window (docs/semantics.md section 2) keeps pos_kv >= pos_q - left, the boundary included, so a left
 // window of `left` is cuDNN's left bound left + 1 (left = 0 keeps the diagonal alone,
 // left bound 1; cuDNN rejects left bounds <= 0).
 // Causal kinds are right bound 0 on their alignment; a window's right side under a
-// causal kind is already implied (top-left) or ignored (bottom-right, DESIGN 3).
+// causal kind is already implied (top-left) or ignored (bottom-right, docs/semantics.md section 2).
 //
 // Checked on the CPU by tests/cudnn_backend_rules_test.cpp: cudnn_band_keeps equals
 // gpu::index_allowed for every mask kind, window and (row, column) of small runs.
@@ -30,7 +30,7 @@ struct Band {
   std::optional<int64_t> right_bound; // cuDNN's inclusive right bound (>= 0)
 };
 
-// The band for a mask kind and a DESIGN window. A left window past INT_MAX - 1 keys
+// The band for a mask kind and one of our windows. A left window past INT_MAX - 1 keys
 // is dropped: no run is that long, and cuDNN takes the bound as an int.
 inline Band band_for(MaskKind mask, const Window& window) {
   Band band;

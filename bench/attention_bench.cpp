@@ -1,4 +1,4 @@
-// attention_bench.cpp: the float64 references (DESIGN section 5) on the CPU,
+// attention_bench.cpp: the float64 references (docs/semantics.md section 5) on the CPU,
 // against the scalar loops they replaced, and the CUDA kernels' throughput when a
 // device is present.
 //

@@ -1,4 +1,4 @@
-// small_seq_bench.cpp: the small-sequence CPU twin (DESIGN section 6) against the
+// small_seq_bench.cpp: the small-sequence CPU twin (docs/semantics.md section 8) against the
 // general fused-attention twin on the same problem, and the small-seq CUDA kernel's
 // bandwidth when a device is present.
 //

@@ -39,12 +39,12 @@ TEST(CudnnBand, MatchesTheKernelIndexRuleEverywhere) {
 
 TEST(CudnnBand, LeftWindowIsOneMoreThanDesignsAndCausalIsRightBoundZero) {
   const cudnn::Band w = cudnn::band_for(MaskKind::padding, Window{0, 3});
-  EXPECT_EQ(w.left_bound, 1);  // DESIGN left 0: the diagonal alone
+  EXPECT_EQ(w.left_bound, 1);  // our left 0: the diagonal alone
   EXPECT_EQ(w.right_bound, 3);
   EXPECT_FALSE(w.bottom_right);
   const cudnn::Band br = cudnn::band_for(MaskKind::causal_bottom_right, Window{2, 7});
   EXPECT_TRUE(br.bottom_right);
-  EXPECT_EQ(br.right_bound, 0);  // the window's right side is ignored (DESIGN 3)
+  EXPECT_EQ(br.right_bound, 0);  // the window's right side is ignored (docs/semantics.md section 2)
   EXPECT_EQ(br.left_bound, 3);
   const cudnn::Band none = cudnn::band_for(MaskKind::no_mask, Window{});
   EXPECT_FALSE(none.left_bound.has_value());

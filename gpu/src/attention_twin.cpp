@@ -1,4 +1,4 @@
-// attention_twin.cpp: the CPU twin of the fused varlen attention kernels (DESIGN
+// attention_twin.cpp: the CPU twin of the fused varlen attention kernels (docs/semantics.md
 // section 5). The kernels' per-tile and per-row functions (attention/*.hpp) run in
 // loops over documents, heads and tiles instead of across CUDA blocks:
 //  - forward, the tensor-core kernels' schedule (flash_tile.hpp), per (document,

@@ -1,5 +1,5 @@
 // prepare_batch.cpp: host side of the production metadata path: the whole-input
-// checks of DESIGN section 2 (written here again, independent of the reference
+// checks of docs/semantics.md section 1 (written here again, independent of the reference
 // validator that judges it) and the strides that address the batch in place.
 #include <algorithm>
 #include <cstdint>

@@ -1,5 +1,5 @@
-// small_seq_cuda.cpp: the `cuda` backend's small-seq entry points (DESIGN
-// section 6): validation and the document list through plan_small_seq (the
+// small_seq_cuda.cpp: the `cuda` backend's small-seq entry points (docs/semantics.md
+// section 8): validation and the document list through plan_small_seq (the
 // twin's, so error codes and order are the same by construction), then
 // `unsupported` for what the kernels lack (fp32, head dims other than 64..512 in
 // steps of 64, more than kSmallSeqMaxGroup query heads per kv head), the seam's

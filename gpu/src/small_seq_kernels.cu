@@ -1,4 +1,4 @@
-// small_seq_kernels.cu: the small-sequence attention kernels (DESIGN section 6):
+// small_seq_kernels.cu: the small-sequence attention kernels (docs/semantics.md section 8):
 // one query token per document, 1..16 keys, fp16 / bf16 storage, fp32 accumulation,
 // head dims 64..512 in steps of 64, GQA / MQA.
 //

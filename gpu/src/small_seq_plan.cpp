@@ -58,7 +58,7 @@ std::optional<Error> add_row_documents(const MetadataParams& mp, int64_t row, Sm
 }  // namespace
 
 Expected<SmallSeqPlan> plan_small_seq(const AttentionProblem& problem, const AttentionInputs& inputs) {
-  // The batch errors of DESIGN section 2, from the production metadata path.
+  // The batch errors of docs/semantics.md section 1, from the production metadata path.
   if (auto md = metadata_twin(problem.batch); !md) return md.error();
   const AttentionShape& s = problem.shape;
   if (auto e = check_heads(s)) return *e;

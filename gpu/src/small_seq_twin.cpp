@@ -1,5 +1,5 @@
-// small_seq_twin.cpp: the CPU twin of the small-sequence kernels (DESIGN
-// section 6). The kernels' per-lane steps (small_seq/small_seq_rows.hpp) run in
+// small_seq_twin.cpp: the CPU twin of the small-sequence kernels (docs/semantics.md
+// section 8). The kernels' per-lane steps (small_seq/small_seq_rows.hpp) run in
 // loops: over (document, kv head) items as the kernels' warps, over the group's
 // query heads, and over the kLanes lanes of a warp, each lane holding its column
 // slots of a head_dim row. The lane sums go through the same xor butterfly as the

@@ -1,4 +1,4 @@
-// attn_oracle_cli.cpp: the `attn-oracle` command line (DESIGN section 9).
+// attn_oracle_cli.cpp: the `attn-oracle` command line (README.md, docs/vendoring.md).
 //
 //   eval    [--backend NAME] [--memory-budget BYTES] CASE
 //                                   the backend's result as JSON (exit 0), or

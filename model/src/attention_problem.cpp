@@ -1,4 +1,4 @@
-// attention_problem.cpp: the attention problem's bookkeeping (DESIGN section 5):
+// attention_problem.cpp: the attention problem's bookkeeping (docs/semantics.md section 5):
 // dtype names and exact rounding into fp16 / bf16 / fp32, the effective scale,
 // tensor sizes over broadcast rows, validation (bad_heads, bad_tensor_shape), and
 // the documented deterministic data generator of `data: {"seed": N}` case files.

@@ -1,5 +1,5 @@
 // sharding.cpp: mesh bookkeeping, the PartitionSpec printer and the validator of
-// DESIGN section 8 (precedence in sharding.hpp). Messages name the spec, the
+// docs/semantics.md section 9 (precedence in sharding.hpp). Messages name the spec, the
 // dim, the axis and the sizes involved.
 #include "attn_oracle/sharding.hpp"
 

@@ -1,4 +1,4 @@
-// small_seq_documents.cpp: the small-sequence problem of DESIGN section 6 as
+// small_seq_documents.cpp: the small-sequence problem of docs/semantics.md section 8 as
 // data: every q run of every broadcast row checked as a document (one query
 // token, 1..16 keys) and listed in row-major order. Validation order: batch,
 // heads, then documents in order (query count, then key count of each), then

@@ -1,4 +1,4 @@
-// attention_properties.cpp: the properties of DESIGN section 5, written once
+// attention_properties.cpp: the properties of docs/semantics.md section 5, written once
 // against the attention capability. Floats are judged by the tolerance rule
 // (tolerance.hpp): error against the float64 reference <= k x the error of a
 // same-precision naive computation + eps. The metamorphic ones (permutation,
@@ -67,7 +67,7 @@ Drawn supported_case(Backend& backend, const Case& c) {
 }
 
 // Kernels see each document as trimmed runs and apply the index rule, which is
-// the token-level mask exactly on representable inputs (DESIGN section 4); the
+// the token-level mask exactly on representable inputs (docs/semantics.md section 3); the
 // others are the representability diagnostic's business, not a kernel bug. A
 // backend that computes the token-level mask (the reference) is held to every input.
 void decline_unrepresentable(Backend& backend, const AttentionProblem& p) {
@@ -325,7 +325,7 @@ Case draw_windowed(Backend& backend) {
 // A window (left, 0) on a padding (no_mask) input is top-left causal by
 // positions: it equals padding_causal (causal) with window (left, -1). Left is
 // the drawn one, so mostly -1: the plain causal mask. Both problems must be
-// representable (DESIGN section 4: kernels realise the token-level mask only
+// representable (docs/semantics.md section 3: kernels realise the token-level mask only
 // there; matchesReference is where the rest is judged).
 void causal_window_equals_top_left_causal(Backend& backend, const Case& c) {
   const Drawn d = supported_case(backend, c);

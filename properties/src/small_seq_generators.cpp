@@ -1,4 +1,4 @@
-// small_seq_generators.cpp: generators of small-seq problems (DESIGN section 6),
+// small_seq_generators.cpp: generators of small-seq problems (docs/semantics.md section 8),
 // valid and invalid. See generators.hpp.
 //
 // Like packed_batch, a problem is drawn as a spec (rows of documents, each one

@@ -13,7 +13,7 @@ import attn_oracle
 from attn_oracle import AttnOracleError, adapters
 from attn_oracle.cases import from_json, read_case
 
-DESIGN = sorted((FIXTURES / "design").glob("*.case.json"))
+WORKED_EXAMPLES = sorted((FIXTURES / "design").glob("*.case.json"))
 REGRESSIONS = sorted((FIXTURES / "regressions").glob("*.case.json"))
 
 
@@ -51,12 +51,12 @@ def expect_same_as_cli(path, compute):
         assert_same(compute(), from_json(printed))
 
 
-@pytest.mark.parametrize("path", DESIGN, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", WORKED_EXAMPLES, ids=lambda p: p.name)
 def test_eval_of_every_design_fixture_equals_the_cli(path):
     expect_same_as_cli(path, lambda: attn_oracle.eval_case(path))
 
 
-@pytest.mark.parametrize("path", fixtures_of("metadata", DESIGN), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", fixtures_of("metadata", WORKED_EXAMPLES), ids=lambda p: p.name)
 def test_metadata_on_arrays_equals_the_cli(path):
     case = read_case(path)
     expect_same_as_cli(path, lambda: attn_oracle.metadata(**batch_keywords(case)).as_dict())

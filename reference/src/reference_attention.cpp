@@ -1,4 +1,4 @@
-// reference_attention.cpp: float64 attention (DESIGN section 5), computed two
+// reference_attention.cpp: float64 attention (docs/semantics.md section 5), computed two
 // independent ways that share only the data model and the tile arithmetic
 // (attention_tiles.hpp): where the attended pairs come from differs.
 //

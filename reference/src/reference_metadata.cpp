@@ -1,4 +1,4 @@
-// reference_metadata.cpp: explicit masks (DESIGN section 3) and the metadata read
+// reference_metadata.cpp: explicit masks (docs/semantics.md section 2) and the metadata read
 // off them (section 4). See reference_metadata.hpp for the contract.
 #include "attn_oracle/reference/metadata.hpp"
 
@@ -23,7 +23,7 @@ std::vector<int64_t> run_lengths(const RowView& row) {
   return rl;
 }
 
-// The non-segment terms of DESIGN section 3 for one (query, key) pair: causal or
+// The non-segment terms of docs/semantics.md section 2 for one (query, key) pair: causal or
 // bottom-right alignment, then the window. The one place the reference spells
 // the rule: explicit_mask applies it to positions and run lengths, and the
 // kernels' index rule is the same predicate on indices inside trimmed runs
@@ -178,7 +178,7 @@ Expected<Metadata> metadata(const PackedBatch& batch) {
 }
 
 // Indices as positions and the trimmed runs' lengths as run lengths: for
-// bottom-right, lq - a <= lkv - b is b <= a + (lkv - lq), the diagonal of DESIGN 4.
+// bottom-right, lq - a <= lkv - b is b <= a + (lkv - lq), the diagonal of docs/semantics.md section 3.
 bool kernel_rule_allows(MaskKind mask, Window w, int64_t a, int64_t b, int64_t lq, int64_t lkv) {
   return pair_allowed(mask, w, /*with_window=*/true, a, b, lq, lkv);
 }

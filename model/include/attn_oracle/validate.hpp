@@ -1,4 +1,4 @@
-// validate.hpp: input validation with the stable codes of DESIGN section 2.
+// validate.hpp: input validation with the stable codes of docs/semantics.md section 1.
 //
 // Precedence: whole-input checks first (mask/window come from the case reader,
 // then max_segments, ranks, shapes, extra dims); then broadcast rows in row-major
@@ -19,7 +19,7 @@ namespace attn_oracle {
 // Shape checks only (the whole-input codes); gives the layout on success.
 Expected<BatchLayout> validate_shapes(const PackedBatch& batch);
 
-// Every check of DESIGN section 2.
+// Every check of docs/semantics.md section 1.
 Expected<BatchLayout> validate(const PackedBatch& batch);
 
 }  // namespace attn_oracle

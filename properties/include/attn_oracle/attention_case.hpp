@@ -1,5 +1,5 @@
-// attention_case.hpp: `op: "attention"` and `op: "small_seq"` cases (DESIGN
-// sections 5, 6, 9): the batch fields, heads_q, heads_kv, head_dim, dtype,
+// attention_case.hpp: `op: "attention"` and `op: "small_seq"` cases
+// (docs/semantics.md sections 5 and 8, docs/case-files.md): the batch fields, heads_q, heads_kv, head_dim, dtype,
 // optional scale and backward, then either `data: {"seed": N}`
 // (generate_inputs) or `tensors: {q, k, v, do}` as nested arrays
 // [extra..][B][T][H][D]. Explicit tensors are kept as written and rounded to the
@@ -7,7 +7,7 @@
 // computes what the device was asked to compute.
 //
 // attention: judged by the tolerance rule against ref::attention_dense_masked,
-// on representable inputs for backends that realise the index rule (DESIGN 4).
+// on representable inputs for backends that realise the index rule (docs/semantics.md section 3).
 // small_seq: o, P and the gradients by the tolerance rule against ref::small_seq.
 // Implemented in properties/src/cases/attention_case.cpp.
 #pragma once

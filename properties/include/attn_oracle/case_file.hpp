@@ -1,4 +1,4 @@
-// case_file.hpp: case files (DESIGN section 9), `attn-oracle.case/2`.
+// case_file.hpp: case files (docs/case-files.md), `attn-oracle.case/2`.
 //
 // A case is an envelope and one op's payload:
 //   {"schema": "attn-oracle.case/2", "op": "<op>", "note": "...",

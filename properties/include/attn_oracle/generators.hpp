@@ -1,4 +1,4 @@
-// generators.hpp: RapidCheck generators of packed inputs (DESIGN sections 2-5).
+// generators.hpp: RapidCheck generators of packed inputs (docs/semantics.md sections 1-5).
 //
 // Layered as RapidCheck's own generators are: a batch is drawn as a small *spec*
 // (per row, a list of documents with their q and kv lengths, the padding before
@@ -135,7 +135,7 @@ struct BatchOptions {
   int max_len = 64;        // T per side
   bool extra_dims = true;  // draw extra leading dims
   bool any_mask = true;    // all six kinds; false: padding kinds only
-  // Positions from 0 in every document (always representable, DESIGN section 4):
+  // Positions from 0 in every document (always representable, docs/semantics.md section 3):
   // for properties that compare a kernel with itself on two masks.
   bool contiguous_positions = false;
   int tile_edge_weight = 1;  // how often (of 21 + this + kernel_tile_weight) a batch draws tile-edge lengths
@@ -229,12 +229,12 @@ AttentionShape nearest_supported_shape(const AttentionProblem& problem,
                                        const std::function<bool(const AttentionProblem&)>& supported);
 
 // ------------------------------------------------------------------- small-seq
-// Small-seq problems of DESIGN section 6 (small_seq_generators.cpp): per row a
+// Small-seq problems of docs/semantics.md section 8 (small_seq_generators.cpp): per row a
 // list of documents, each with exactly one query token and 1..16 keys, drawn as a
 // spec that shrinks by dropping rows and documents and shortening them.
 // Positions make decode-like documents common (the query one past its last
 // key), else the query at its first key's position (with unit key stride always
-// representable: DESIGN section 4; what a failure shrinks towards), at its last
+// representable: docs/semantics.md section 3; what a failure shrinks towards), at its last
 // key, or at an explicit position.
 enum class QueryAt { first_key, after_keys, last_key, explicit_pos };
 

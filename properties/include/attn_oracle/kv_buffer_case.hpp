@@ -1,4 +1,4 @@
-// kv_buffer_case.hpp: `op: "kv_buffer"` cases (DESIGN sections 7 and 9).
+// kv_buffer_case.hpp: `op: "kv_buffer"` cases (docs/semantics.md sections 3 and 11).
 //
 //   {"schema": ..., "op": "kv_buffer", "note": "...",
 //    "doc_lengths": [4, 1, 10], "micro_seq_tokens": 4,

@@ -1,4 +1,4 @@
-// metadata_case.hpp: `op: "metadata"` cases (DESIGN sections 2-4): the packed
+// metadata_case.hpp: `op: "metadata"` cases (docs/semantics.md sections 1-3): the packed
 // batch fields (mask, window, max_segments, q, kv). Evaluated by a backend's
 // metadata capability; judged exactly (every integer and error code) against
 // ref::metadata. Implemented in properties/src/cases/metadata_case.cpp.

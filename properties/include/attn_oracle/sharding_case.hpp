@@ -1,4 +1,4 @@
-// sharding_case.hpp: `op: "sharding"` cases (DESIGN sections 8 and 9).
+// sharding_case.hpp: `op: "sharding"` cases (docs/semantics.md sections 9 and 11).
 //
 //   "mesh":  [["fsdp", 4], ["context", 1]]            axes in mesh order
 //   "specs": {"q": ["fsdp", null, null, null], "k": [...], "v": [...],
@@ -8,7 +8,7 @@
 // (validation only: eval prints {"ok": true} or the error), or the fields of an
 // attention case (attention_case.hpp), whose [B, T] batch gives the shapes: eval
 // runs the sharded attention and prints it as an attention result. Error codes
-// and messages are judged exactly (DESIGN section 8 pins the message), a run by
+// and messages are judged exactly (docs/semantics.md section 9 pins the message), a run by
 // the tolerance rule against the unsharded float64 reference.
 // Implemented in properties/src/cases/sharding_case.cpp.
 #pragma once

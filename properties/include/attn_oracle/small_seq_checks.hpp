@@ -1,5 +1,5 @@
-// small_seq_checks.hpp: the tolerance rule of DESIGN section 5 applied to
-// small-seq results (DESIGN section 6), shared by the small-seq properties,
+// small_seq_checks.hpp: the tolerance rule of docs/semantics.md section 5 applied to
+// small-seq results (docs/semantics.md section 8), shared by the small-seq properties,
 // `attn-oracle replay` and tests/fixtures_test.cpp.
 //
 // o and P are judged like outputs (k = 2, the dtype's floor), dq / dk / dv like

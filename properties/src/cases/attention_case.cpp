@@ -124,7 +124,7 @@ class AttentionOp final : public TypedCaseOp<AttentionCase> {
     const Expected<AttentionInputs> inputs = attention_inputs(c);
     if (!inputs) return Evaluation::of(inputs.error());
     // unsupported() may assume a valid problem; an invalid one goes straight to
-    // attention(), which must reject it with the code of DESIGN section 2.
+    // attention(), which must reject it with the code of docs/semantics.md section 1.
     if (validate_attention(c.problem, &inputs.value()))
       if (auto reason = cap->unsupported(c.problem)) return Evaluation::declined_because(declined(backend, *reason));
     const Expected<AttentionResult> r = cap->attention(c.problem, inputs.value());

@@ -1,5 +1,5 @@
-// backend.hpp: the one seam between the suite and the code under test (DESIGN
-// section 9). A backend implements any subset of the capability interfaces;
+// backend.hpp: the one seam between the suite and the code under test (docs/semantics.md
+// section 11). A backend implements any subset of the capability interfaces;
 // properties ask for the capability they need and report a skip, with the
 // reason, when it is missing. Register a backend once with
 // ATTN_ORACLE_REGISTER_BACKEND(MyBackend) in any linked translation unit.
@@ -38,7 +38,7 @@ class MetadataCapability {
   virtual ~MetadataCapability() = default;
   // A reason to decline this input (valid or not), or nullopt.
   virtual std::optional<std::string> unsupported(const PackedBatch&) { return std::nullopt; }
-  // The metadata of DESIGN section 4, or the error code of section 2.
+  // The metadata of docs/semantics.md section 3, or the error code of section 2.
   virtual Expected<Metadata> metadata(const PackedBatch& batch) = 0;
 };
 
@@ -51,9 +51,9 @@ class AttentionCapability {
   // to problem.shape.dtype; outputs are returned widened to double.
   virtual Expected<AttentionResult> attention(const AttentionProblem& problem,
                                               const AttentionInputs& inputs) = 0;
-  // True when this backend computes DESIGN section 3's token-level mask on any
+  // True when this backend computes docs/semantics.md section 2's token-level mask on any
   // input (the reference). Kernels apply the index rule to trimmed runs, which is
-  // that mask only on representable inputs (DESIGN 4): for them, judging a case
+  // that mask only on representable inputs (docs/semantics.md section 3): for them, judging a case
   // against the reference is skipped when it is not representable.
   virtual bool token_level_mask() const { return false; }
 
@@ -79,11 +79,11 @@ class SmallSeqCapability {
   virtual ~SmallSeqCapability() = default;
   // A reason to skip this problem (dtype, head dim, ...), or nullopt.
   virtual std::optional<std::string> unsupported(const AttentionProblem&) { return std::nullopt; }
-  // DESIGN section 6: o, P [docs, Hq, 16] and, when backward, dq / dk / dv.
+  // docs/semantics.md section 8: o, P [docs, Hq, 16] and, when backward, dq / dk / dv.
   virtual Expected<SmallSeqResult> small_seq(const AttentionProblem& problem, const AttentionInputs& inputs) = 0;
 };
 
-// DESIGN section 8. Most backends implement it with SimulatedSharding
+// docs/semantics.md section 9. Most backends implement it with SimulatedSharding
 // (sharded_execution.hpp) over their own attention capability.
 class ShardingCapability {
  public:
@@ -98,11 +98,11 @@ class ShardingCapability {
   virtual Expected<AttentionResult> sharded_attention(const Sharding& sharding, const AttentionProblem& problem,
                                                       const AttentionInputs& inputs) = 0;
   // True when a device's attention realises the token-level mask on any input
-  // (the reference); kernels realise it only on representable problems (DESIGN 4).
+  // (the reference); kernels realise it only on representable problems (docs/semantics.md section 3).
   virtual bool token_level_mask() const { return false; }
 };
 
-// DESIGN section 7: the shared K/V buffer steps, tensors as in kv_buffer.hpp
+// docs/semantics.md section 3: the shared K/V buffer steps, tensors as in kv_buffer.hpp
 // (buffer and grad_buffer [N, 2, Hkv, D], a micro-sequence's q and d_o
 // [end - begin, Hq, D]).
 //

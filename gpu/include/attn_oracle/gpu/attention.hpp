@@ -1,4 +1,4 @@
-// attention.hpp: host entry points of the fused varlen attention (DESIGN
+// attention.hpp: host entry points of the fused varlen attention (docs/semantics.md
 // section 5): the CPU twin and the CUDA kernels. Both take the problem and the
 // inputs of the conformance seam (double arrays [R, T, H, D] whose values are
 // representable in the problem's dtype), compute the metadata with the

@@ -1,7 +1,7 @@
 // metadata_row.hpp: the per-row logic of the O(T) metadata algorithm, shared by
 // the CUDA kernels (metadata_kernels.cu) and the CPU twin (metadata_twin.cpp).
 //
-// Per row and side, one left-to-right pass validates (DESIGN section 2, every
+// Per row and side, one left-to-right pass validates (docs/semantics.md section 1, every
 // per-row code, first token per code, lowest code wins) and records each
 // document's run [first, last]. Positions strictly increase inside a document,
 // so a document's valid tokens are a suffix of its q run and a prefix of its kv
@@ -131,7 +131,7 @@ struct Trimmed {
   int64_t q_first = 0, q_count = 0, kv_first = 0, kv_count = 0;
 };
 
-// The valid tokens of one document present on both sides (DESIGN section 4).
+// The valid tokens of one document present on both sides (docs/semantics.md section 3).
 ATTN_HD Trimmed trim_document(RowRef q, DocRun qr, RowRef kv, DocRun kr, int mask) {
   Trimmed t{qr.first, qr.last - qr.first + 1, kr.first, kr.last - kr.first + 1};
   if (!mask_top_left(mask) && !mask_bottom_right(mask)) return t;

@@ -1,5 +1,5 @@
-// small_seq.hpp: host entry points of the small-sequence kernels (DESIGN
-// section 6): the CPU twin and the CUDA kernels, sharing the per-(document, head)
+// small_seq.hpp: host entry points of the small-sequence kernels (docs/semantics.md
+// section 8): the CPU twin and the CUDA kernels, sharing the per-(document, head)
 // code in gpu/include/attn_oracle/gpu/small_seq/.
 #pragma once
 

@@ -1,5 +1,5 @@
-// small_seq_device.hpp: the CUDA side of the small-sequence kernels (DESIGN
-// section 6) as plain C++17, so that nvcc compiles small_seq_kernels.cu without
+// small_seq_device.hpp: the CUDA side of the small-sequence kernels (docs/semantics.md
+// section 8) as plain C++17, so that nvcc compiles small_seq_kernels.cu without
 // the C++20 data-model headers. The host wrapper (small_seq_cuda.cpp) validates
 // and lists the documents (small_seq_plan.hpp), converts the seam's doubles to
 // 16-bit storage patterns (attention_device.hpp's to_storage_bits) and back; the

@@ -1,4 +1,4 @@
-// reference_metadata.hpp: ground truth for DESIGN sections 3 and 4.
+// reference_metadata.hpp: ground truth for docs/semantics.md sections 2 and 3.
 //
 // Builds the explicit [Tq, Tkv] boolean mask of each broadcast row from ids and
 // positions (segment term AND causal / bottom-right term AND window), then reads
@@ -12,7 +12,7 @@
 // and apply a rule by index. `representability` rebuilds the mask from that rule
 // and compares it with the explicit mask, naming the first pair that differs.
 //
-// Tested by the fixtures of DESIGN section 10 (tests/fixtures_test.cpp: the worked examples,
+// Tested by the fixtures of docs/semantics.md section 10 (tests/fixtures_test.cpp: the worked examples,
 // hand-computed cases) and by the metadata properties.
 #pragma once
 

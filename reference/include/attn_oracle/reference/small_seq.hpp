@@ -1,5 +1,5 @@
 // reference/small_seq.hpp: the float64 reference of the small-sequence problem
-// (DESIGN section 6; the problem and its validation are attn_oracle/small_seq.hpp).
+// (docs/semantics.md section 8; the problem and its validation are attn_oracle/small_seq.hpp).
 // Tested by tests/small_seq_reference_test.cpp.
 #pragma once
 
@@ -7,8 +7,8 @@
 
 namespace attn_oracle::ref {
 
-// Float64: scores against the document's keys with the explicit mask of DESIGN
-// section 3 (window included), softmax, P V; backward from P.
+// Float64: scores against the document's keys with the explicit mask of docs/semantics.md
+// section 2 (window included), softmax, P V; backward from P.
 Expected<SmallSeqResult> small_seq(const AttentionProblem& problem, const AttentionInputs& inputs);
 
 }  // namespace attn_oracle::ref

@@ -1,5 +1,5 @@
 // attention_params.hpp: parameters of the fused varlen attention kernels and
-// their CPU twin (DESIGN section 5). Tensors are THD: token t of the packed
+// their CPU twin (docs/semantics.md section 5). Tensors are THD: token t of the packed
 // tensor is row * T + position-in-row, documents are addressed through the
 // compacted metadata (cu_seqlens for lengths, ragged_offsets for first tokens),
 // so gaps between documents are allowed. Plain C++17: nvcc compiles it as is.

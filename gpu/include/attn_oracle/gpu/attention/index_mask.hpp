@@ -1,5 +1,5 @@
 // index_mask.hpp: the rule the attention kernels apply inside one document, by
-// index (DESIGN section 4, "representability"): mask_rule.hpp's interval for
+// index (docs/semantics.md section 3, "representability"): mask_rule.hpp's interval for
 // query a of lq against keys of lkv, clipped to the keys that exist. For every
 // query the allowed keys form one interval [lo, hi] whose ends never decrease
 // with a; tile ranges (tile_range.hpp) rely on that.

@@ -1,9 +1,9 @@
-// small_seq_params.hpp: parameters of the small-sequence kernels (DESIGN
-// section 6) and their CPU twin. Tensors are THD as for the fused kernels
+// small_seq_params.hpp: parameters of the small-sequence kernels (docs/semantics.md
+// section 8) and their CPU twin. Tensors are THD as for the fused kernels
 // (token t = row * T + position-in-row, gaps allowed), but documents are the raw
 // runs of small_seq.hpp, not the trimmed metadata runs: document d has one query
 // token q_token[d] and keys[d] (1..16) kv tokens first_key[d], first_key[d] + 1, ...
-// The mask is DESIGN section 3 on positions (small_seq_rows.hpp), so the kernels
+// The mask is docs/semantics.md section 2 on positions (small_seq_rows.hpp), so the kernels
 // read the query's position and the kv positions. Plain C++17: nvcc compiles it as is.
 #pragma once
 
