@@ -28,7 +28,7 @@ _LAZY = {
     "Case": "cases", "read_case": "cases", "write_case": "cases", "iter_cases": "cases", "eval_case": "cases",
     "metadata_case": "cases", "attention_case": "cases",
     "judge": "tolerance", "Verdict": "tolerance", "TensorCheck": "tolerance",
-    "serve": "worker", "Domain": "worker",
+    "serve": "worker", "Domain": "domain",
 }
 
 __all__ = ["AttnOracleError", "Unsupported", *_LAZY]

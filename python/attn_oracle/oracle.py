@@ -30,15 +30,7 @@ import numpy as np
 from . import _core
 from .errors import AttnOracleError
 
-MASK_KINDS = (
-    "no_mask",
-    "padding",
-    "causal",
-    "padding_causal",
-    "causal_bottom_right",
-    "padding_causal_bottom_right",
-)
-DTYPES = ("fp32", "fp16", "bf16")
+from .domain import DTYPES, MASK_KINDS  # their one home
 
 
 @dataclass(frozen=True)

@@ -69,15 +69,16 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
 
 from . import _protocol
+from .domain import declared_domain
 from .errors import AttnOracleError, Unsupported
 
-__all__ = ["Batch", "Problem", "Inputs", "Sharding", "KvBufferProblem", "Domain", "serve", "main"]
+__all__ = ["Batch", "Problem", "Inputs", "Sharding", "KvBufferProblem", "serve", "main"]
 
 CAPABILITIES = {
     "metadata": ("metadata",),
@@ -314,119 +315,6 @@ def _op_unsupported(backend, h, a):
 
 
 OPS = {name[len("_op_"):]: fn for name, fn in globals().items() if name.startswith("_op_")}
-
-
-# ------------------------------------------------------------------ the domain
-MASK_KINDS = ("no_mask", "padding", "causal", "padding_causal", "causal_bottom_right", "padding_causal_bottom_right")
-DTYPES = ("fp32", "fp16", "bf16")
-
-
-@dataclass(frozen=True)
-class Domain:
-    """The inputs a backend takes (docs/protocol.md, "domain"); the defaults take every input.
-
-    self_attention_only: q and kv are one batch (the same ids, positions, T and extra dims).
-    no_padding: no padding token (id 0) on either side.
-    positions_from_zero: every document's positions are 0, 1, 2, ...
-    one_sequence_a_row: each row of each side is one sequence: at most one
-    document, from token 0, then only padding (what one length a row says:
-    jax.nn's query_seq_lengths, Megatron-core's padded samples).
-    max_position: the largest position taken (2**31 - 1 for a stack that holds
-    positions in int32); 0 for no limit. The extreme-position properties move
-    positions to the top of it.
-    max_rows: the most rows B (1: one row); 0 for no limit.
-    extra_dims: whether extra (vmapped) leading dims before [B, T] are taken.
-    positions_extra_dims: whether positions may carry those extra dims; False:
-    under extra dims positions are [B, T], shared by every slice (TransformerEngine
-    JAX vmaps the segment ids only).
-    mask_kinds: the mask kinds taken (names as in docs/semantics.md); empty for all six.
-    windows: whether a sliding window other than (-1, -1) is taken.
-    causal_windows_only: a window only where it ends at the query: right side 0,
-    or any under a causal kind (cuDNN's sliding_window_length is (i - W, i]).
-    dtypes: among "fp32", "fp16", "bf16"; empty for all. head_dims: empty for any.
-    sizes: the sizes a compiled backend was built for (jax.jit and torch.compile
-    compile once per shape), a dict of lists, each optional: ``tokens`` (T of a
-    side), ``rows`` (B), ``max_segments`` (M), ``heads`` ([heads_q, heads_kv]
-    pairs); the draws are grown onto it and an input off it is outside the domain.
-    """
-
-    self_attention_only: bool = False
-    no_padding: bool = False
-    positions_from_zero: bool = False
-    one_sequence_a_row: bool = False
-    max_position: int = 0
-    max_rows: int = 0
-    extra_dims: bool = True
-    positions_extra_dims: bool = True
-    mask_kinds: tuple = ()
-    windows: bool = True
-    causal_windows_only: bool = False
-    dtypes: tuple = ()
-    head_dims: tuple = ()
-    sizes: Optional[dict] = None
-
-    def __post_init__(self):
-        for key in ("self_attention_only", "no_padding", "positions_from_zero", "one_sequence_a_row", "extra_dims",
-                    "positions_extra_dims", "windows", "causal_windows_only"):
-            if not isinstance(getattr(self, key), bool):
-                raise TypeError(f"Domain.{key} is {getattr(self, key)!r}: True or False")
-        for key in ("max_rows", "max_position"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise TypeError(f"Domain.{key} is {value!r}: an integer >= 0 (0: no limit)")
-        for key, known in (("mask_kinds", MASK_KINDS), ("dtypes", DTYPES)):
-            names = getattr(self, key)
-            if isinstance(names, str) or any(n not in known for n in names):
-                raise ValueError(f"Domain.{key} is {names!r}: a list among {', '.join(known)}")
-            object.__setattr__(self, key, tuple(names))
-        if isinstance(self.head_dims, str) or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in self.head_dims):
-            raise TypeError(f"Domain.head_dims is {self.head_dims!r}: a list of integers >= 1")
-        object.__setattr__(self, "head_dims", tuple(self.head_dims))
-        if self.sizes is not None:
-            object.__setattr__(self, "sizes", _size_menu(self.sizes))
-
-    def to_hello(self) -> dict:
-        """The hello's "domain": the fields that differ from taking every input."""
-        default = Domain()
-        return {f.name: list(v) if isinstance(v, tuple) else v
-                for f in fields(self) if (v := getattr(self, f.name)) != getattr(default, f.name)}
-
-
-SIZE_MENU_KEYS = ("tokens", "rows", "max_segments", "heads")
-
-
-def _size_menu(sizes) -> dict:
-    """Domain.sizes checked here, so that a mistake is the backend's error, not a protocol error."""
-    if not isinstance(sizes, dict) or set(sizes) - set(SIZE_MENU_KEYS):
-        raise ValueError(f"Domain.sizes is {sizes!r}: a dict with some of {', '.join(SIZE_MENU_KEYS)}")
-    def whole(v, least):
-        return not isinstance(v, bool) and isinstance(v, int) and v >= least
-    out = {}
-    for key, values in sizes.items():
-        values = list(values)
-        if key == "heads":
-            if not all(len(pair) == 2 and whole(pair[0], 1) and whole(pair[1], 1) and pair[0] % pair[1] == 0
-                       for pair in values):
-                raise ValueError(f"Domain.sizes['heads'] is {values!r}: [heads_q, heads_kv] pairs, heads_q a multiple of heads_kv")
-            values = [list(pair) for pair in values]
-        elif not all(whole(v, 0 if key == "tokens" else 1) for v in values):
-            raise ValueError(f"Domain.sizes[{key!r}] is {values!r}: a list of integers >= {0 if key == 'tokens' else 1}")
-        out[key] = values
-    return out
-
-
-def declared_domain(backend) -> Optional[Domain]:
-    """The backend's ``domain`` attribute as a Domain (a dict is read by its keys), or None."""
-    declared = getattr(backend, "domain", None)
-    if declared is None or isinstance(declared, Domain):
-        return declared
-    if isinstance(declared, dict):
-        unknown = sorted(set(declared) - {f.name for f in fields(Domain)})
-        if unknown:
-            raise ValueError(f"the backend's domain has the unknown key {unknown[0]!r} "
-                             f"(known: {', '.join(f.name for f in fields(Domain))})")
-        return Domain(**declared)
-    raise TypeError(f"the backend's domain {declared!r} must be an attn_oracle.Domain or a dict of its fields")
 
 
 # ------------------------------------------------------------------ JAX's compilation cache

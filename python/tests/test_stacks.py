@@ -100,7 +100,8 @@ def test_the_staged_folder_holds_what_the_runner_installs_within_the_device_limi
     pins = [line.split()[0].split("==") for line in (REPO / "python/attn_oracle/stacks/requirements-device.txt")
             .read_text().splitlines() if line.strip() and not line.startswith("#")]
     for name, version in pins:
-        assert any(n.startswith(f"{name}-{version}-") for n in names), (name, names)
+        wheel = name.replace("-", "_")  # a wheel's file name writes the project's '-' as '_' (PEP 427)
+        assert any(n.startswith(f"{wheel}-{version}-") for n in names), (name, names)
     tracked = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
                              capture_output=True, check=True).stdout.split(b"\0")
     tree = sum((REPO / p.decode()).stat().st_size for p in tracked if p and (REPO / p.decode()).is_file())

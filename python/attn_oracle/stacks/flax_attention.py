@@ -41,7 +41,7 @@ import numpy as np
 
 from . import require
 from ._jax_common import check_attention, check_problem, dtype_of, numpy_out, rows
-from ..worker import Domain
+from attn_oracle import Domain
 
 flax = require("Flax", "flax", "flax", checked=("0.12",))
 import jax  # noqa: E402

@@ -65,7 +65,7 @@ import numpy as np
 from attn_oracle import oracle
 from attn_oracle.errors import AttnOracleError, Unsupported
 from attn_oracle.stacks import require
-from attn_oracle.worker import Domain
+from attn_oracle import Domain
 
 STACK, CHECKED = "Hugging Face transformers", ("5.24", "5.17")
 torch = require(STACK, "torch", "torch", checked=("2.15",))

@@ -72,7 +72,7 @@ import numpy as np
 from . import StackUnavailable, require
 from ._jax_common import check_attention, check_problem, dtype_of, numpy_out, rows
 from .. import packing
-from ..worker import Domain
+from attn_oracle import Domain
 
 jax = require("JAX cuDNN attention", "jax", "jax", checked=("0.12",))
 import jax.numpy as jnp  # noqa: E402

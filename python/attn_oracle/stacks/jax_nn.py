@@ -50,7 +50,7 @@ import numpy as np
 
 from . import require
 from ._jax_common import EMPTY_LSE, check, check_attention, check_problem, dtype_of, numpy_out, rows
-from ..worker import Domain
+from attn_oracle import Domain
 
 jax = require("jax.nn", "jax", "jax", checked=("0.12",))
 import jax.numpy as jnp  # noqa: E402

@@ -50,7 +50,7 @@ import numpy as np
 
 from . import require
 from ._jax_common import EMPTY_LSE, check, check_problem, dtype_of, numpy_out, rows
-from ..worker import Domain
+from attn_oracle import Domain
 
 maxtext = require("MaxText", "maxtext.layers.attention_op", "maxtext", checked=("0.2.5",))
 import jax  # noqa: E402

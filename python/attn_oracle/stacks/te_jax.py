@@ -65,7 +65,7 @@ import numpy as np
 from . import StackUnavailable, installed_version, require
 from ._jax_common import check, rows
 from ..errors import Unsupported
-from ..worker import Domain
+from attn_oracle import Domain
 
 jax = require("TransformerEngine JAX", "jax", "jax", checked=("0.12",))
 import jax.numpy as jnp  # noqa: E402

@@ -58,7 +58,7 @@ import numpy as np
 
 from attn_oracle.errors import AttnOracleError, Unsupported
 from attn_oracle.stacks import require
-from attn_oracle.worker import Domain
+from attn_oracle import Domain
 
 torch = require("PyTorch flex attention", "torch", "torch", checked=("2.15",))
 _flex = require("PyTorch flex attention", "torch.nn.attention.flex_attention", "torch", checked=("2.15",))

@@ -69,7 +69,7 @@ import numpy as np
 from attn_oracle import adapters
 from attn_oracle.errors import AttnOracleError, Unsupported
 from attn_oracle.stacks import require
-from attn_oracle.worker import Domain
+from attn_oracle import Domain
 
 STACK, CHECKED = "PyTorch varlen attention", ("2.15", "2.11")
 torch = require(STACK, "torch", "torch", checked=CHECKED)

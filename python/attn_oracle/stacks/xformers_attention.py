@@ -85,7 +85,7 @@ import numpy as np
 from attn_oracle import adapters
 from attn_oracle.errors import AttnOracleError, Unsupported
 from attn_oracle.stacks import installed_version, require
-from attn_oracle.worker import Domain
+from attn_oracle import Domain
 
 STACK, CHECKED = "xformers", ("0.0.35",)
 torch = require(STACK, "torch", "torch", checked=("2.15", "2.11"))
