@@ -87,15 +87,20 @@ __device__ inline RowStats row_stats(const AttentionBwdParams& p, const DocSpan&
   return RowStats{lse_log2_of(p.lse_in[i]), p.delta[i]};
 }
 
-// An fp32 accumulator of the (rows, cols) tile `s` describes, rounded to the storage
-// type, into rows [0, valid) of the global tile `g`: through the shared tile `s`
-// (the caller has made it free for every thread), then 16-byte copies.
-template <class Cfg, class Mma, class Acc, class S, class G>
-__device__ void store_accumulator(const Mma& mma, const Acc& acc, const S& s, const G& g, int valid, int thread) {
-  using T = typename Cfg::Element;
+// An fp32 accumulator rounded to the storage type T (to nearest even).
+template <class T, class Acc>
+__device__ auto rounded(const Acc& acc) {
   Tensor out = make_tensor_like<T>(acc);
   CUTE_UNROLL
-  for (int i = 0; i < size(acc); ++i) out(i) = T(acc(i));  // round to nearest even
+  for (int i = 0; i < size(acc); ++i) out(i) = T(acc(i));
+  return out;
+}
+
+// A fragment of the (rows, cols) tile `s` describes, already in the storage type,
+// into rows [0, valid) of the global tile `g`: through the shared tile `s` (the
+// caller has made it free for every thread), then 16-byte copies.
+template <class Cfg, class Mma, class Frag, class S, class G>
+__device__ void store_fragment(const Mma& mma, const Frag& out, const S& s, const G& g, int valid, int thread) {
   auto store_c = make_tiled_copy_C(typename Cfg::StoreC{}, mma);
   auto store_c_thr = store_c.get_slice(thread);
   cute::copy(store_c, store_c_thr.retile_S(out), store_c_thr.partition_D(s));
@@ -110,6 +115,19 @@ __device__ void store_accumulator(const Mma& mma, const Acc& acc, const S& s, co
   CUTE_UNROLL
   for (int m = 0; m < size<1>(ro); ++m)
     if (get<0>(rows(0, m, 0)) < valid) cute::copy(store, ro(_, m, _), go(_, m, _));
+}
+
+// The same from an fp32 accumulator, rounded here, past the caller's barrier. The
+// registers decide which: rounding before the barrier kept the forward at D = 256
+// from spilling (28 B otherwise), and put dK/dV into a spill (8 B); ptxas -v in
+// bench/results/*-build-evidence.md.
+template <class Cfg, class Mma, class Acc, class S, class G>
+__device__ void store_accumulator(const Mma& mma, const Acc& acc, const S& s, const G& g, int valid, int thread) {
+  using T = typename Cfg::Element;
+  Tensor out = make_tensor_like<T>(acc);
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc); ++i) out(i) = T(acc(i));  // round to nearest even
+  store_fragment<Cfg>(mma, out, s, g, valid, thread);
 }
 
 // Raises the kernel's dynamic shared memory limit (past the default 48 KiB) and

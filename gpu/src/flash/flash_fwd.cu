@@ -194,11 +194,12 @@ __global__ void __launch_bounds__(Cfg::kThreads) forward_kernel(AttentionFwdPara
     if (get<1>(rowcol_cs(i, 0)) == 0 && r < rows)
       p.lse[int64_t(h) * p.total_q + span.q0 + a0 + r] = lse_from_log2(st.m[i], l);
   }
+  Tensor o_out = rounded<T>(acc_o);
   cp_async_wait<0>();  // with no kv tile, Q's copy may still be landing where O goes
   __syncthreads();
   Tensor go = make_tensor(make_gmem_ptr(reinterpret_cast<T*>(p.o) + (span.q0 + a0) * q_stride + int64_t(h) * D),
                           tile_shape, make_stride(q_stride, _1{}));
-  store_accumulator<Cfg>(mma, acc_o, sQ, go, rows, thread);
+  store_fragment<Cfg>(mma, o_out, sQ, go, rows, thread);
 }
 
 template <class Cfg>
