@@ -11,14 +11,15 @@
 //       families must equal the twin before anything is timed.
 //   attention/{fwd,bwd}/{next,cuda,cudnn}/D/L/{no_mask,causal}: bf16, 16 heads,
 //       16384 tokens in one row split into documents of L = 512 .. 16384, head dims
-//       64, 128, 256. next = the tensor-core forward of `cuda-next` (its backward is
-//       still the WMMA one, timed as cuda's); cuda = the WMMA kernels, at D = 128
-//       only (seconds per pass elsewhere); cudnn = cudnn::sdpa_on_device on the same
+//       64, 128, 256. next = the tensor-core (CuTe) kernels of `cuda-next`, forward
+//       and deterministic backward (delta, dK/dV, dQ: no atomics); cuda = the WMMA
+//       kernels, at D = 128 only (seconds per pass elsewhere); cudnn = cudnn::sdpa_on_device on the same
 //       metadata. TFLOP/s with FLOPs 4 * sum(L^2) * D * H forward, 2.5x that
 //       backward, halved for causal; the summary line gives ratios to cuDNN (its
 //       time over ours: above 1 is faster) and the fraction of the bf16 dense peak
 //       of the datasheet (989 TFLOP/s for H100 / H200 SXM). Every output checked
-//       against cuDNN's (max |o| difference <= 3e-2, no NaN) before it is reported.
+//       against cuDNN's before it is reported: max |difference| <= 3e-2 for o, and
+//       for dq, dk, dv relative to their largest magnitude (no NaN anywhere).
 //   small_seq/{ours,cudnn}: 30720 documents of one query and 16 keys, H = 1, D = 128,
 //       bf16 forward, as before.
 // All times are medians of CUDA-event-timed passes after one checked pass.
@@ -33,6 +34,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attn_oracle/attention.hpp"
@@ -116,6 +118,29 @@ double max_abs_diff(const std::vector<uint16_t>& a, const std::vector<uint16_t>&
   return diff;
 }
 
+// The largest |x| of a bf16 tensor (the scale a gradient's difference is judged on).
+double max_abs(const std::vector<uint16_t>& a) {
+  double m = 0.0;
+  for (uint16_t x : a) m = std::max(m, double(std::fabs(gpu::from_storage_bits(x, gpu::kBf16))));
+  return m;
+}
+
+// cuda-next's dq, dk, dv against another implementation's: max |difference| within
+// 3e-2 of the larger tensor's largest |x| (a bf16 sum over thousands of keys), or die.
+void check_gradients(const gpu::DeviceAttentionOutputs& ours, const std::vector<uint16_t>& dq,
+                     const std::vector<uint16_t>& dk, const std::vector<uint16_t>& dv, const std::string& other,
+                     const std::string& tag) {
+  const std::pair<const char*, std::pair<const std::vector<uint16_t>*, const std::vector<uint16_t>*>> grads[] = {
+      {"dq", {&ours.dq, &dq}}, {"dk", {&ours.dk, &dk}}, {"dv", {&ours.dv, &dv}}};
+  for (const auto& [name, pair] : grads) {
+    const double bound = 3e-2 * std::max({max_abs(*pair.first), max_abs(*pair.second), 1e-3});
+    const double diff = max_abs_diff(*pair.first, *pair.second);
+    if (!(diff <= bound))
+      die("cuda-next and " + other + " disagree on " + name + " at " + tag + " (max |diff| " + std::to_string(diff) +
+          ", bound " + std::to_string(bound) + "); not timing");
+  }
+}
+
 void attention_case(int D, int64_t L, bool causal, const std::string& device) {
   const int64_t docs = kTokens / L;
   PackedBatch batch;
@@ -138,7 +163,7 @@ void attention_case(int D, int64_t L, bool causal, const std::string& device) {
                      std::to_string(docs) + " docs " + (causal ? "causal" : "no_mask") + ": next fwd " +
                      fixed(tflops(flops, next.fwd_ms), 1) + " TFLOP/s (" + format_ms(next.fwd_ms) + " ms" +
                      (peak > 0 ? ", " + fixed(tflops(flops, next.fwd_ms) / peak, 3) + " of peak" : std::string()) +
-                     "), bwd (WMMA) " + fixed(tflops(2.5 * flops, next.bwd_ms), 1) + " TFLOP/s (" +
+                     "), bwd " + fixed(tflops(2.5 * flops, next.bwd_ms), 1) + " TFLOP/s (" +
                      format_ms(next.bwd_ms) + " ms)";
   measured.push_back({"attention/bwd/next/" + tag, next.bwd_ms, {{"TFLOP/s", tflops(2.5 * flops, next.bwd_ms)}}});
   if (D == 128) {
@@ -147,9 +172,12 @@ void attention_case(int D, int64_t L, bool causal, const std::string& device) {
     gpu::DeviceAttentionOutputs legacy;
     if (!gpu::attention_on_device(in, legacy)) die("attention_on_device (cuda) failed: " + legacy.failure);
     if (max_abs_diff(legacy.o, next.o) > 3e-2) die("cuda and cuda-next disagree on o at " + tag + "; not timing");
+    check_gradients(next, legacy.dq, legacy.dk, legacy.dv, "cuda", tag);
     measured.push_back({"attention/fwd/cuda/" + tag, legacy.fwd_ms, {{"TFLOP/s", tflops(flops, legacy.fwd_ms)}}});
+    measured.push_back({"attention/bwd/cuda/" + tag, legacy.bwd_ms, {{"TFLOP/s", tflops(2.5 * flops, legacy.bwd_ms)}}});
     line += "; cuda (WMMA) fwd " + fixed(tflops(flops, legacy.fwd_ms), 1) + " TFLOP/s (" + format_ms(legacy.fwd_ms) +
-            " ms), next/cuda speed " + fixed(legacy.fwd_ms / next.fwd_ms, 2) + "x";
+            " ms), bwd " + format_ms(legacy.bwd_ms) + " ms, next/cuda speed fwd " +
+            fixed(legacy.fwd_ms / next.fwd_ms, 2) + "x, bwd " + fixed(legacy.bwd_ms / next.bwd_ms, 2) + "x";
   }
 #if ATTN_ORACLE_BENCH_CUDNN
   cudnn::SdpaCall call;
@@ -162,6 +190,7 @@ void attention_case(int D, int64_t L, bool causal, const std::string& device) {
   if (!cudnn::sdpa_on_device(call, theirs)) die("cuDNN SDPA failed: " + theirs.failure);
   const double diff = max_abs_diff(next.o, theirs.o);
   if (!(diff <= 3e-2)) die("cuda-next and cuDNN disagree on o at " + tag + " (max |diff| " + std::to_string(diff) + ")");
+  check_gradients(next, theirs.dq, theirs.dk, theirs.dv, "cuDNN", tag);
   measured.push_back({"attention/fwd/cudnn/" + tag, theirs.fwd_ms, {{"TFLOP/s", tflops(flops, theirs.fwd_ms)}}});
   measured.push_back({"attention/bwd/cudnn/" + tag, theirs.bwd_ms, {{"TFLOP/s", tflops(2.5 * flops, theirs.bwd_ms)}}});
   line += "; cuDNN fwd " + fixed(tflops(flops, theirs.fwd_ms), 1) + " (" + format_ms(theirs.fwd_ms) + " ms), bwd " +

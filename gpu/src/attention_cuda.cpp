@@ -1,5 +1,5 @@
 // attention_cuda.cpp: the attention entry points of the `cuda` backend and of
-// `cuda-next` (same checks and conversions; its own metadata and forward kernels):
+// `cuda-next` (same checks and conversions; its own metadata, forward and backward kernels):
 // metadata through the production CUDA path (its errors pass
 // through unchanged), head and tensor-size checks, the seam's double tensors
 // converted to fp16 / bf16 bit patterns on the host, the kernels of

@@ -33,6 +33,8 @@
 // Outputs of tokens outside every document (o = 0, lse = -inf, dq = dk = dv = 0)
 // are filled before the kernels, so nothing is left stale. The dispatch from
 // runtime (dtype, head dim) to templates is `dispatch` below, the only place.
+// `cuda-next` runs the CuTe kernels of flash/ instead (flash_launch.hpp), forward
+// and backward, on their own blocks; the WMMA kernels here stay the `cuda` backend's.
 // Checked by the conformance properties on the `cuda` backend; without a device,
 // only compiled (CI).
 #include <cuda_bf16.h>
@@ -526,6 +528,7 @@ struct Grids {
   int64_t q_tiles, kv_tiles;
   const int64_t* flash_q_prefix = nullptr;  // device [docs + 1], tiles of flash::forward_block_m rows
   int64_t flash_q_tiles = 0;
+  flash::BackwardGrid flash_bwd{};  // its prefixes set: the CuTe backward (cuda-next)
 };
 
 bool run_forward(const AttentionFwdParams& p, const Grids& grid, std::string& failure) {
@@ -541,6 +544,7 @@ bool run_forward(const AttentionFwdParams& p, const Grids& grid, std::string& fa
 }
 
 bool run_backward(const AttentionBwdParams& p, const Grids& grid, std::string& failure) {
+  if (grid.flash_bwd.kv_block_prefix) return flash::backward(p, grid.flash_bwd, failure);
   bool ok = true;
   dispatch(p.dtype, p.head_dim, [&](auto instance) {
     using T = typename decltype(instance)::Type;
@@ -604,6 +608,18 @@ bool attention_on_device(const DeviceAttentionInputs& in, DeviceAttentionOutputs
   if (in.next) {
     if (!flash_prefix.ok() || !flash_prefix.upload(flash_prefix_host)) return fail(out.failure, "upload");
     grid.flash_q_prefix = flash_prefix.ptr, grid.flash_q_tiles = flash_prefix_host.back();
+  }
+  // cuda-next's backward: the CuTe kernels' own blocks (flash_tile.hpp).
+  const bool flash_bwd = in.next && in.backward;
+  const std::vector<int64_t> flash_kv_host =
+      flash_bwd ? tile_prefix(in.cu_seqlens_kv, flash::backward_kv_block(shape.head_dim)) : std::vector<int64_t>{};
+  const std::vector<int64_t> flash_dq_host =
+      flash_bwd ? tile_prefix(in.cu_seqlens_q, flash::backward_q_block(shape.head_dim)) : std::vector<int64_t>{};
+  DeviceArray<int64_t> flash_kv(flash_kv_host.size()), flash_dq(flash_dq_host.size());
+  if (flash_bwd) {
+    if (!flash_kv.ok() || !flash_dq.ok() || !flash_kv.upload(flash_kv_host) || !flash_dq.upload(flash_dq_host))
+      return fail(out.failure, "upload");
+    grid.flash_bwd = flash::BackwardGrid{flash_kv.ptr, flash_kv_host.back(), flash_dq.ptr, flash_dq_host.back()};
   }
 
   // Tokens outside every document keep these: o = 0, lse = -inf.

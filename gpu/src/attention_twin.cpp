@@ -7,12 +7,13 @@
 //    the row's key interval outside tile_fully_allowed tiles, the online softmax
 //    per row, P rounded to the dtype before O = O * alpha + P V (fp32); finally
 //    O / l rounded to the dtype and lse = (m + log2 l) ln 2 in fp32;
-//  - backward, the WMMA kernels' 16 x 16 tiles, deterministic mode: delta =
-//    rowsum(dO * O) from the rounded O;
-//    dK, dV per (document, kv head, kv tile) over the group's query heads and the
-//    q tiles of q_tile_range; dQ per (document, query head, q tile) in its own
-//    pass. P is recomputed from lse, dS = P (dP - delta) * scale; round(P) meets
-//    dO and round(dS) meets Q and K, as the tensor cores see them.
+//  - backward, the tensor-core kernels' schedule (flash_tile.hpp): delta =
+//    rowsum(dO * O) from the rounded O in flash_delta's order; dK, dV per
+//    (document, kv head, key block) over the group's query heads and the q blocks
+//    of q_tile_range, dQ per (document, query head, q block) over kv_tile_range in
+//    its own pass. p = backward_weight from the row's lse, ds = score_grad (before
+//    the softmax scale); round(p) meets dO and round(ds) meets Q and K, as the
+//    tensor cores see them; dK and dQ are scaled at the end.
 // The metadata comes from the production path (metadata_twin), never from the
 // reference that judges this code. Tokens outside every document, queries that
 // attend nothing and keys nobody attends get exactly 0 (lse -inf).
@@ -124,47 +125,6 @@ float* row_of(void* t, int64_t token, int heads, int head, int d) {
   return static_cast<float*>(t) + (token * heads + head) * d;
 }
 
-// ---------------------------------------------------------------- shared tile steps
-
-// One tile: queries [a0, a0 + rows), keys [b0, b0 + cols) of a document.
-struct Tile {
-  int64_t a0, rows, b0, cols;
-};
-
-Tile tile_at(const DocSpan& d, int64_t q_tile, int64_t kv_tile) {
-  const int64_t a0 = q_tile * kTileQ, b0 = kv_tile * kTileKv;
-  return Tile{a0, std::min<int64_t>(kTileQ, d.lq - a0), b0, std::min<int64_t>(kTileKv, d.lkv - b0)};
-}
-
-// s[i][j] = scale * (q_i . k_j) in fp32 (c in order), -inf where the index rule forbids.
-void scores_tile(float s[kTileQ][kTileKv], const AttentionFwdParams& p, const DocSpan& d, const Tile& t, int h) {
-  const int hk = kv_head_of(h, p.heads_q, p.heads_kv);
-  for (int64_t i = 0; i < t.rows; ++i) {
-    const float* q = row_of(p.q, d.q0 + t.a0 + i, p.heads_q, h, p.head_dim);
-    for (int64_t j = 0; j < t.cols; ++j) {
-      if (!index_allowed(p.mask, p.window_left, p.window_right, t.a0 + i, t.b0 + j, d.lq, d.lkv)) {
-        s[i][j] = -INFINITY;
-        continue;
-      }
-      const float* k = row_of(p.k, d.kv0 + t.b0 + j, p.heads_kv, hk, p.head_dim);
-      float acc = 0.0f;
-      for (int c = 0; c < p.head_dim; ++c) acc += q[c] * k[c];
-      s[i][j] = acc * p.scale;
-    }
-  }
-}
-
-// acc[i][:] += sum_j round(x[i][j]) * y_j[:], y_j = token y0 + b0 + j, head `head` of tensor y.
-void add_rounded_times_rows(float* acc, const float x[kTileQ][kTileKv], const Tile& t, int dtype, const void* y,
-                            int64_t y0, int heads, int head, int d) {
-  for (int64_t i = 0; i < t.rows; ++i)
-    for (int64_t j = 0; j < t.cols; ++j) {
-      const float xr = round_to(x[i][j], dtype);
-      const float* yj = row_of(y, y0 + t.b0 + j, heads, head, d);
-      for (int c = 0; c < d; ++c) acc[i * d + c] += xr * yj[c];
-    }
-}
-
 // ---------------------------------------------------------------- forward
 
 // One (document, query head, q tile of the tensor-core forward's kBlockM rows):
@@ -228,72 +188,84 @@ void forward_pass(const AttentionFwdParams& p) {
 
 // ---------------------------------------------------------------- backward
 
-// P from lse (in place over s) and dS = P (dP - delta) * scale into ds, for one tile.
-void probabilities_and_dscores(float s[kTileQ][kTileKv], float ds[kTileQ][kTileKv], const AttentionBwdParams& p,
-                               const DocSpan& d, const Tile& t, int h) {
-  const int hk = kv_head_of(h, p.heads_q, p.heads_kv);
-  scores_tile(s, p, d, t, h);
-  for (int64_t i = 0; i < t.rows; ++i) {
-    const int64_t token = d.q0 + t.a0 + i;
-    const int n = static_cast<int>(t.cols);
-    probabilities_from_lse_inplace(s[i], n, p.lse_in[h * p.total_q + token]);
-    const float* d_o = row_of(p.d_o, token, p.heads_q, h, p.head_dim);
-    for (int64_t j = 0; j < t.cols; ++j) {  // dP = dO V^T
-      const float* v = row_of(p.v, d.kv0 + t.b0 + j, p.heads_kv, hk, p.head_dim);
-      float acc = 0.0f;
-      for (int c = 0; c < p.head_dim; ++c) acc += d_o[c] * v[c];
-      ds[i][j] = acc;
-    }
-    softmax_grad_row_inplace(ds[i], s[i], n, p.delta[h * p.total_q + token]);
-    rescale_row(ds[i], n, p.scale);  // the scores were scaled: dL/d(q.k) = scale * dS
-  }
+// One query row's share of the backward: its q, dO, lse (base 2) and delta.
+struct BackwardRow {
+  const float* q;
+  const float* d_o;
+  float lse_log2, delta;
+  KeyInterval keys;
+};
+
+BackwardRow backward_row(const AttentionBwdParams& p, const DocSpan& d, int h, int64_t a) {
+  const int64_t token = d.q0 + a, stat = h * p.total_q + token;
+  return BackwardRow{row_of(p.q, token, p.heads_q, h, p.head_dim), row_of(p.d_o, token, p.heads_q, h, p.head_dim),
+                     lse_log2_of(p.lse_in[stat]), p.delta[stat],
+                     key_interval(p.mask, p.window_left, p.window_right, a, d.lq, d.lkv)};
 }
 
-// acc[j][:] += sum_i round(x[i][j]) * y_i[:] (x transposed), y_i = token y0 + a0 + i, head `head` of y.
-void add_rounded_transposed_times_rows(float* acc, const float x[kTileQ][kTileKv], const Tile& t, int dtype,
-                                       const void* y, int64_t y0, int heads, int head, int d) {
-  for (int64_t i = 0; i < t.rows; ++i) {
-    const float* yi = row_of(y, y0 + t.a0 + i, heads, head, d);
-    for (int64_t j = 0; j < t.cols; ++j) {
-      const float xr = round_to(x[i][j], dtype);
-      for (int c = 0; c < d; ++c) acc[j * d + c] += xr * yi[c];
-    }
-  }
+// p and ds = p (dP - delta) of (row, key b), both rounded to the storage type as the
+// tensor cores take them; 0 where the key is masked. ds is before the softmax scale.
+struct WeightAndGrad {
+  float p, ds;
+};
+
+WeightAndGrad weight_and_grad(const AttentionBwdParams& p, const DocSpan& d, const BackwardRow& r, int hk, int64_t b,
+                              float scale_log2) {
+  if (b < r.keys.lo || b > r.keys.hi) return WeightAndGrad{0.0f, 0.0f};
+  const float* k = row_of(p.k, d.kv0 + b, p.heads_kv, hk, p.head_dim);
+  const float* v = row_of(p.v, d.kv0 + b, p.heads_kv, hk, p.head_dim);
+  float raw = 0.0f, dp = 0.0f;
+  for (int c = 0; c < p.head_dim; ++c) raw += r.q[c] * k[c];
+  for (int c = 0; c < p.head_dim; ++c) dp += r.d_o[c] * v[c];
+  const float w = backward_weight(raw, scale_log2, r.lse_log2);
+  return WeightAndGrad{round_to(w, p.dtype), round_to(score_grad(w, dp, r.delta), p.dtype)};
 }
 
-// One (document, kv head, kv tile): dK and dV over the group's query heads.
-void backward_kv_tile(const AttentionBwdParams& p, const DocSpan& d, int hk, int64_t kv_tile) {
+// One (document, kv head, key block of flash_dkdv_tile's block_n keys): dK and dV
+// over the group's query heads, each over the q blocks of q_tile_range in order.
+void backward_kv_block(const AttentionBwdParams& p, const DocSpan& d, int hk, int64_t block) {
   const int D = p.head_dim, group = p.heads_q / p.heads_kv;
-  const int64_t b0 = kv_tile * kTileKv, b1 = std::min<int64_t>(b0 + kTileKv, d.lkv);
-  std::vector<float> dk(kTileKv * D, 0.0f), dv(kTileKv * D, 0.0f);
-  float s[kTileQ][kTileKv], ds[kTileQ][kTileKv];
-  const TileRange qr = q_tile_range(p.mask, p.window_left, p.window_right, b0, b1, d.lq, d.lkv, kTileQ);
+  const FlashDkdvTile tile = flash_dkdv_tile(D);
+  const int64_t b0 = block * tile.block_n, keys = std::min<int64_t>(tile.block_n, d.lkv - b0);
+  const float scale_log2 = p.scale * kLog2e;
+  std::vector<float> dk(keys * D, 0.0f), dv(keys * D, 0.0f);
+  const TileRange qr = q_tile_range(p.mask, p.window_left, p.window_right, b0, b0 + keys, d.lq, d.lkv, tile.block_m);
   for (int h = hk * group; h < (hk + 1) * group; ++h)
-    for (int64_t q_tile = qr.begin; q_tile < qr.end; ++q_tile) {
-      const Tile t = tile_at(d, q_tile, kv_tile);
-      probabilities_and_dscores(s, ds, p, d, t, h);
-      add_rounded_transposed_times_rows(dv.data(), s, t, p.dtype, p.d_o, d.q0, p.heads_q, h, D);
-      add_rounded_transposed_times_rows(dk.data(), ds, t, p.dtype, p.q, d.q0, p.heads_q, h, D);
+    for (int64_t a = qr.begin * tile.block_m; a < std::min<int64_t>(qr.end * tile.block_m, d.lq); ++a) {
+      const BackwardRow r = backward_row(p, d, h, a);
+      for (int64_t j = 0; j < keys; ++j) {
+        const WeightAndGrad g = weight_and_grad(p, d, r, hk, b0 + j, scale_log2);
+        for (int c = 0; c < D; ++c) dv[j * D + c] += g.p * r.d_o[c];
+        for (int c = 0; c < D; ++c) dk[j * D + c] += g.ds * r.q[c];
+      }
     }
-  for (int64_t j = 0; j < b1 - b0; ++j) {
-    std::copy_n(&dk[j * D], D, row_of(p.dk, d.kv0 + b0 + j, p.heads_kv, hk, D));
+  for (int64_t j = 0; j < keys; ++j) {
+    float* dk_out = row_of(p.dk, d.kv0 + b0 + j, p.heads_kv, hk, D);
+    for (int c = 0; c < D; ++c) dk_out[c] = dk[j * D + c] * p.scale;
     std::copy_n(&dv[j * D], D, row_of(p.dv, d.kv0 + b0 + j, p.heads_kv, hk, D));
   }
 }
 
-// One (document, query head, q tile): dQ, its own pass (no atomics).
-void backward_q_tile(const AttentionBwdParams& p, const DocSpan& d, int h, int64_t q_tile) {
+// One (document, query head, q block of flash_dq_tile's block_m rows): dQ over the
+// key blocks of kv_tile_range in order, its own pass (no atomics).
+void backward_q_block(const AttentionBwdParams& p, const DocSpan& d, int h, int64_t block) {
   const int D = p.head_dim, hk = kv_head_of(h, p.heads_q, p.heads_kv);
-  const int64_t a0 = q_tile * kTileQ, a1 = std::min<int64_t>(a0 + kTileQ, d.lq);
-  std::vector<float> dq(kTileQ * D, 0.0f);
-  float s[kTileQ][kTileKv], ds[kTileQ][kTileKv];
-  const TileRange kv = kv_tile_range(p.mask, p.window_left, p.window_right, a0, a1, d.lq, d.lkv, kTileKv);
-  for (int64_t kv_tile = kv.begin; kv_tile < kv.end; ++kv_tile) {
-    const Tile t = tile_at(d, q_tile, kv_tile);
-    probabilities_and_dscores(s, ds, p, d, t, h);
-    add_rounded_times_rows(dq.data(), ds, t, p.dtype, p.k, d.kv0, p.heads_kv, hk, D);
+  const FlashTile tile = flash_dq_tile(D);
+  const int64_t a0 = block * tile.block_m, rows = std::min<int64_t>(tile.block_m, d.lq - a0);
+  const float scale_log2 = p.scale * kLog2e;
+  const TileRange kv = kv_tile_range(p.mask, p.window_left, p.window_right, a0, a0 + rows, d.lq, d.lkv, tile.block_n);
+  std::vector<float> dq(D);
+  for (int64_t i = 0; i < rows; ++i) {
+    const BackwardRow r = backward_row(p, d, h, a0 + i);
+    std::fill(dq.begin(), dq.end(), 0.0f);
+    for (int64_t b = kv.begin * tile.block_n; b < std::min<int64_t>(kv.end * tile.block_n, d.lkv); ++b) {
+      const float ds = weight_and_grad(p, d, r, hk, b, scale_log2).ds;
+      const float* k = row_of(p.k, d.kv0 + b, p.heads_kv, hk, D);
+      for (int c = 0; c < D; ++c) dq[c] += ds * k[c];
+    }
+    float* out = row_of(p.dq, d.q0 + a0 + i, p.heads_q, h, D);
+    for (int c = 0; c < D; ++c) out[c] = dq[c] * p.scale;
   }
-  for (int64_t i = 0; i < a1 - a0; ++i) std::copy_n(&dq[i * D], D, row_of(p.dq, d.q0 + a0 + i, p.heads_q, h, D));
 }
 
 // delta for every token (0 outside documents: o is 0 there), then the two passes.
@@ -301,14 +273,16 @@ void backward_q_tile(const AttentionBwdParams& p, const DocSpan& d, int h, int64
 void backward_passes(const AttentionBwdParams& p) {
   for (int64_t token = 0; token < p.total_q; ++token)
     for (int h = 0; h < p.heads_q; ++h)
-      p.delta[h * p.total_q + token] = row_delta(row_of(p.d_o, token, p.heads_q, h, p.head_dim),
-                                                 row_of(p.o_in, token, p.heads_q, h, p.head_dim), p.head_dim);
+      p.delta[h * p.total_q + token] = flash_delta(row_of(p.d_o, token, p.heads_q, h, p.head_dim),
+                                                   row_of(p.o_in, token, p.heads_q, h, p.head_dim), p.head_dim);
+  const FlashDkdvTile kv_tile = flash_dkdv_tile(p.head_dim);
+  const FlashTile q_tile = flash_dq_tile(p.head_dim);
   for (int64_t doc = 0; doc < p.docs; ++doc) {
     const DocSpan d = doc_span(p, doc);
     for (int hk = 0; hk < p.heads_kv; ++hk)
-      for (int64_t kv_tile = 0; kv_tile * kTileKv < d.lkv; ++kv_tile) backward_kv_tile(p, d, hk, kv_tile);
+      for (int64_t block = 0; block * kv_tile.block_n < d.lkv; ++block) backward_kv_block(p, d, hk, block);
     for (int h = 0; h < p.heads_q; ++h)
-      for (int64_t q_tile = 0; q_tile * kTileQ < d.lq; ++q_tile) backward_q_tile(p, d, h, q_tile);
+      for (int64_t block = 0; block * q_tile.block_m < d.lq; ++block) backward_q_block(p, d, h, block);
   }
 }
 

@@ -47,6 +47,12 @@ using SmemTile = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kRows>, Int<D>>{})
 // 16-byte global loads and stores: 8 threads per 64-element row, kThreads / 8 rows.
 template <int kThreads>
 using GmemThreads = Layout<Shape<Int<kThreads / 8>, _8>, Stride<_8, _1>>;
+template <class T, int kThreads>  // global -> shared by cp.async
+using GmemLoadCopy = decltype(make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<uint128_t>, T>{},
+                                              GmemThreads<kThreads>{}, Layout<Shape<_1, _8>>{}));
+template <class T, int kThreads>  // shared -> registers -> global
+using GmemStoreCopy = decltype(make_tiled_copy(Copy_Atom<UniversalCopy<uint128_t>, T>{}, GmemThreads<kThreads>{},
+                                               Layout<Shape<_1, _8>>{}));
 
 template <class T, int D>
 struct ForwardConfig {
@@ -59,10 +65,8 @@ struct ForwardConfig {
   using SmemKV = SmemTile<kBlockN, D>;
   // (d, n) -> the element (n, d) of a K/V tile: V^T as the B operand of P V.
   using SmemVt = decltype(composition(SmemKV{}, make_layout(Shape<Int<D>, Int<kBlockN>>{}, GenRowMajor{})));
-  using GmemLoad = decltype(make_tiled_copy(Copy_Atom<SM80_CP_ASYNC_CACHEGLOBAL<uint128_t>, T>{},
-                                            GmemThreads<kThreads>{}, Layout<Shape<_1, _8>>{}));
-  using GmemStore = decltype(make_tiled_copy(Copy_Atom<UniversalCopy<uint128_t>, T>{}, GmemThreads<kThreads>{},
-                                             Layout<Shape<_1, _8>>{}));
+  using GmemLoad = GmemLoadCopy<T, kThreads>;
+  using GmemStore = GmemStoreCopy<T, kThreads>;
   using LoadA = Copy_Atom<SM75_U32x4_LDSM_N, T>;
   using LoadB = Copy_Atom<SM75_U32x4_LDSM_N, T>;
   using LoadBt = Copy_Atom<SM75_U16x8_LDSM_T, T>;
@@ -70,6 +74,76 @@ struct ForwardConfig {
   static constexpr size_t kQBytes = size_t(cosize(SmemQ{})) * sizeof(T);
   static constexpr size_t kKVBytes = size_t(cosize(SmemKV{})) * sizeof(T);
   static constexpr size_t kSmemBytes = kQBytes + 4 * kKVBytes;  // Q, then K and V twice (double buffer)
+};
+
+// The (rows, D) tile's columns [part * P, (part + 1) * P) are a (rows, P) tile of
+// their own, part * rows * P elements in (tile_to_shape lays out 64-column blocks
+// one after the other, each a whole number of swizzle periods).
+template <int kRows, int D, int P>
+constexpr int column_part_offset(int part) {
+  static_assert(D % P == 0 && P % 64 == 0 && kRows % 8 == 0);
+  return part * kRows * P;
+}
+
+// (d, r) -> the element (r, d) of a (rows, D) tile layout: its transpose, read by
+// ldmatrix.trans as the B operand of a product whose K mode runs over the rows.
+template <class Tile, int kRows, int D>
+using Transposed = decltype(composition(Tile{}, make_layout(Shape<Int<D>, Int<kRows>>{}, GenRowMajor{})));
+
+// Backward, dK / dV (flash_tile.hpp): the MMA's M mode runs over keys (16 a warp),
+// so that S^T = K Q^T and dP^T = V dO^T leave p^T and ds^T in registers as the A
+// operands of dV += p^T dO and dK += ds^T Q. K and V stay in shared memory; Q and dO
+// of each q block come in two stages, with the rows' lse and delta beside them.
+template <class T, int D>
+struct DkdvConfig {
+  static constexpr FlashDkdvTile kTile = flash_dkdv_tile(D);
+  static constexpr int kBlockN = kTile.block_n, kBlockM = kTile.block_m, kWarps = kTile.warps;
+  static constexpr int kSplit = kTile.d_split, kThreads = kWarps * 32, kDim = D, kDimPart = D / kSplit;
+  static_assert(kBlockN == 16 * kWarps, "one 16-key slab a warp");
+  using Element = T;
+  using Mma = FlashMma<T, kWarps>;
+  using SmemKV = SmemTile<kBlockN, D>;
+  using SmemQ = SmemTile<kBlockM, D>;                      // Q and dO of one stage
+  using SmemQPart = SmemTile<kBlockM, kDimPart>;           // their columns of this block's part
+  using SmemQPartT = Transposed<SmemQPart, kBlockM, kDimPart>;
+  using SmemOut = SmemTile<kBlockN, kDimPart>;             // dK, dV on their way out (K's, V's place)
+  using GmemLoad = GmemLoadCopy<T, kThreads>;
+  using GmemStore = GmemStoreCopy<T, kThreads>;
+  using LoadA = Copy_Atom<SM75_U32x4_LDSM_N, T>;
+  using LoadB = Copy_Atom<SM75_U32x4_LDSM_N, T>;
+  using LoadBt = Copy_Atom<SM75_U16x8_LDSM_T, T>;
+  using StoreC = Copy_Atom<UniversalCopy<T>, T>;
+  static constexpr size_t kKVBytes = size_t(cosize(SmemKV{})) * sizeof(T);
+  static constexpr size_t kQBytes = size_t(cosize(SmemQ{})) * sizeof(T);
+  static constexpr size_t kStatsBytes = size_t(kBlockM) * sizeof(float);  // lse or delta of one stage
+  // K, V; then Q and dO twice (double buffer); then lse and delta twice.
+  static constexpr size_t kSmemBytes = 2 * kKVBytes + 4 * kQBytes + 4 * kStatsBytes;
+  static_assert(cosize(SmemOut{}) <= cosize(SmemKV{}));
+};
+
+// Backward, dQ: as the forward, the MMA's M mode over query rows (16 a warp); Q and
+// dO stay in shared memory, K and V come in two stages; K^T is read transposed as
+// the B operand of dQ += ds K.
+template <class T, int D>
+struct DqConfig {
+  static constexpr FlashTile kTile = flash_dq_tile(D);
+  static constexpr int kBlockM = kTile.block_m, kBlockN = kTile.block_n, kWarps = kTile.warps;
+  static constexpr int kThreads = kWarps * 32, kDim = D;
+  static_assert(kBlockM == 16 * kWarps, "one 16-row slab a warp");
+  using Element = T;
+  using Mma = FlashMma<T, kWarps>;
+  using SmemQ = SmemTile<kBlockM, D>;  // Q, dO; dQ on its way out (Q's place)
+  using SmemKV = SmemTile<kBlockN, D>;
+  using SmemKt = Transposed<SmemKV, kBlockN, D>;
+  using GmemLoad = GmemLoadCopy<T, kThreads>;
+  using GmemStore = GmemStoreCopy<T, kThreads>;
+  using LoadA = Copy_Atom<SM75_U32x4_LDSM_N, T>;
+  using LoadB = Copy_Atom<SM75_U32x4_LDSM_N, T>;
+  using LoadBt = Copy_Atom<SM75_U16x8_LDSM_T, T>;
+  using StoreC = Copy_Atom<UniversalCopy<T>, T>;
+  static constexpr size_t kQBytes = size_t(cosize(SmemQ{})) * sizeof(T);
+  static constexpr size_t kKVBytes = size_t(cosize(SmemKV{})) * sizeof(T);
+  static constexpr size_t kSmemBytes = 2 * kQBytes + 4 * kKVBytes;  // Q, dO; then K and V twice
 };
 
 // An accumulator layout ((2, 2), M, N) seen as (rows, cols) = ((2, M), (2, N)): the

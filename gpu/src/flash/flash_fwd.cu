@@ -25,21 +25,11 @@
 #include "attn_oracle/gpu/attention/flash_tile.hpp"
 #include "attn_oracle/gpu/attention/tile_range.hpp"
 #include "flash/flash_config.hpp"
+#include "flash/flash_device.cuh"
 #include "flash/flash_launch.hpp"
 
 namespace attn_oracle::gpu::flash {
 namespace {
-
-// Rows [0, valid) of a (rows, D) global tile into shared memory by cp.async, the
-// rest zero-filled; `coord` is the copy's partition of the tile's identity.
-template <class Copy, class G, class S, class C>
-__device__ void load_rows(const Copy& copy, const G& g, S&& s, const C& coord, int valid) {
-  CUTE_UNROLL
-  for (int m = 0; m < size<1>(s); ++m) {
-    if (get<0>(coord(0, m, 0)) < valid) cute::copy(copy, g(_, m, _), s(_, m, _));
-    else clear(s(_, m, _));
-  }
-}
 
 __device__ float quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
@@ -51,51 +41,12 @@ __device__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffff, x, 2);
 }
 
-// acc += A B^T over the K mode, both operands from shared memory through ldmatrix.
-template <class Mma, class Acc, class RA, class SA, class CopyA, class RB, class SB, class CopyB>
-__device__ void gemm_ss(const Mma& mma, Acc& acc, RA& ra, const SA& sa, const CopyA& copy_a, RB& rb, const SB& sb,
-                        const CopyB& copy_b, int thread) {
-  auto ra_view = copy_a.get_slice(thread).retile_D(ra);
-  auto rb_view = copy_b.get_slice(thread).retile_D(rb);
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(ra); ++k) {
-    cute::copy(copy_a, sa(_, _, k), ra_view(_, _, k));
-    cute::copy(copy_b, sb(_, _, k), rb_view(_, _, k));
-    cute::gemm(mma, ra(_, _, k), rb(_, _, k), acc);
-  }
-}
-
-// acc += A B^T with A already in registers.
-template <class Mma, class Acc, class RA, class RB, class SB, class CopyB>
-__device__ void gemm_rs(const Mma& mma, Acc& acc, const RA& ra, RB& rb, const SB& sb, const CopyB& copy_b, int thread) {
-  auto rb_view = copy_b.get_slice(thread).retile_D(rb);
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(ra); ++k) {
-    cute::copy(copy_b, sb(_, _, k), rb_view(_, _, k));
-    cute::gemm(mma, ra(_, _, k), rb(_, _, k), acc);
-  }
-}
-
 // The running softmax of one thread's rows; l holds this thread's columns only
 // until the end (a sum is linear in its parts, rescaling included).
 template <int kRows>
 struct RowState {
   float m[kRows], l[kRows];
 };
-
-// A row's allowed keys relative to the tile's first key, clamped to [-1, kBlockN]
-// (32-bit: the per-element test is then two integer compares).
-struct TileKeys {
-  int lo, hi;
-};
-
-template <int kBlockN>
-__device__ TileKeys tile_keys(const AttentionFwdParams& p, const DocSpan& span, int64_t a, int64_t b0) {
-  if (a >= span.lq) return TileKeys{1, 0};  // a row past the document attends nothing
-  const KeyInterval k = key_interval(p.mask, p.window_left, p.window_right, a, span.lq, span.lkv);
-  auto clamp = [&](int64_t x) { return int(x - b0 < -1 ? -1 : x - b0 > kBlockN ? kBlockN : x - b0); };
-  return TileKeys{clamp(k.lo), clamp(k.hi)};
-}
 
 // Scores (raw q . k) -> P in place, the rows' state and O rescaled: one kv tile.
 template <bool kMasked, int kBlockN, class S, class C, class O, int kRows>
@@ -175,10 +126,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) forward_kernel(AttentionFwdPara
     const int valid = int(span.lkv - n * BN < BN ? span.lkv - n * BN : BN);
     const int offset = stage * 2 * kKV;
     const int64_t rows_before = n * BN * kv_stride;
-    load_rows(load, make_tensor(load_gK.data() + rows_before, load_gK.layout()),
-              make_tensor(load_sK.data() + offset, load_sK.layout()), cKV, valid);
-    load_rows(load, make_tensor(load_gV.data() + rows_before, load_gV.layout()),
-              make_tensor(load_sV.data() + offset, load_sV.layout()), cKV, valid);
+    load_rows(load, shifted(load_gK, rows_before), shifted(load_sK, offset), cKV, valid);
+    load_rows(load, shifted(load_gV, rows_before), shifted(load_sV, offset), cKV, valid);
   };
 
   typename Cfg::Mma mma;
@@ -217,7 +166,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) forward_kernel(AttentionFwdPara
     Tensor acc_s = partition_fragment_C(mma, Shape<Int<BM>, Int<BN>>{});
     clear(acc_s);
     const int offset = stage * 2 * kKV;
-    gemm_ss(mma, acc_s, rQ, sQ_a, copy_a, rK, make_tensor(sK_b.data() + offset, sK_b.layout()), copy_b, thread);
+    gemm_ss(mma, acc_s, rQ, sQ_a, copy_a, rK, shifted(sK_b, offset), copy_b, thread);
     Tensor s = make_tensor(acc_s.data(), rowcol(acc_s.layout()));
     Tensor o = make_tensor(acc_o.data(), rowcol(acc_o.layout()));
     const int64_t b0 = n * BN;
@@ -230,7 +179,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) forward_kernel(AttentionFwdPara
     CUTE_UNROLL
     for (int i = 0; i < size(acc_s); ++i) p_tile(i) = T(acc_s(i));  // round to nearest even
     Tensor rP = make_tensor(p_tile.data(), acc_as_a(p_tile.layout()));
-    gemm_rs(mma, acc_o, rP, rVt, make_tensor(sVt_b.data() + offset, sVt_b.layout()), copy_bt, thread);
+    gemm_rs(mma, acc_o, rP, rVt, shifted(sVt_b, offset), copy_bt, thread);
   }
 
   // Finalize: O / l, lse; O through shared memory (Q's, once every warp is past it).
@@ -245,26 +194,12 @@ __global__ void __launch_bounds__(Cfg::kThreads) forward_kernel(AttentionFwdPara
     if (get<1>(rowcol_cs(i, 0)) == 0 && r < rows)
       p.lse[int64_t(h) * p.total_q + span.q0 + a0 + r] = lse_from_log2(st.m[i], l);
   }
-  Tensor o_out = make_tensor_like<T>(acc_o);
-  CUTE_UNROLL
-  for (int i = 0; i < size(acc_o); ++i) o_out(i) = T(acc_o(i));
+  Tensor o_out = rounded<T>(acc_o);
   cp_async_wait<0>();  // with no kv tile, Q's copy may still be landing where O goes
   __syncthreads();
-  auto store_c = make_tiled_copy_C(typename Cfg::StoreC{}, mma);
-  auto store_c_thr = store_c.get_slice(thread);
-  cute::copy(store_c, store_c_thr.retile_S(o_out), store_c_thr.partition_D(sQ));
-  __syncthreads();
-  typename Cfg::GmemStore store;
-  auto store_thr = store.get_slice(thread);
-  Tensor so = store_thr.partition_S(sQ);
-  Tensor go = store_thr.partition_D(
-      make_tensor(make_gmem_ptr(reinterpret_cast<T*>(p.o) + (span.q0 + a0) * q_stride + int64_t(h) * D), tile_shape,
-                  make_stride(q_stride, _1{})));
-  Tensor ro = make_tensor_like(so);
-  cute::copy(store, so, ro);
-  CUTE_UNROLL
-  for (int m = 0; m < size<1>(ro); ++m)
-    if (get<0>(cQ(0, m, 0)) < rows) cute::copy(store, ro(_, m, _), go(_, m, _));
+  Tensor go = make_tensor(make_gmem_ptr(reinterpret_cast<T*>(p.o) + (span.q0 + a0) * q_stride + int64_t(h) * D),
+                          tile_shape, make_stride(q_stride, _1{}));
+  store_fragment<Cfg>(mma, o_out, sQ, go, rows, thread);
 }
 
 template <class Cfg>

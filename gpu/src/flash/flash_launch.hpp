@@ -21,4 +21,25 @@ int forward_block_m(int head_dim);
 // hold 0 and -inf where no document is. False with `failure` on a launch failure.
 bool forward(const AttentionFwdParams& p, const int64_t* q_tile_prefix, int64_t q_tiles, std::string& failure);
 
+// Backward tiles (flash_tile.hpp): keys per dK/dV block, query rows per dQ block.
+int backward_kv_block(int head_dim);
+int backward_q_block(int head_dim);
+
+// Where the backward's blocks are: prefixes (device, [docs + 1]) of the documents'
+// backward_kv_block tiles of cu_seqlens_kv and backward_q_block tiles of cu_seqlens_q.
+struct BackwardGrid {
+  const int64_t* kv_block_prefix = nullptr;
+  int64_t kv_blocks = 0;
+  const int64_t* q_block_prefix = nullptr;
+  int64_t q_blocks = 0;
+};
+
+// Queues the backward: delta = rowsum(dO * O) into p.delta, dK and dV, then dQ
+// (flash_tile.hpp), deterministic: no atomics, every output summed by one block in a
+// fixed order. dq, dk and dv must already hold 0 where no document is.
+bool backward(const AttentionBwdParams& p, const BackwardGrid& grid, std::string& failure);
+
+// The dK/dV kernel alone (flash_bwd_dkdv.cu), for backward.
+bool backward_dkdv(const AttentionBwdParams& p, const BackwardGrid& grid, std::string& failure);
+
 }  // namespace attn_oracle::gpu::flash

@@ -4,13 +4,28 @@
 #include "flash/flash_launch.hpp"
 
 namespace attn_oracle::gpu::flash {
+namespace {
+const char* const kMissing = "this build has no CuTe kernels (the CUTLASS headers were not found at configure time)";
+}
 
 bool built() { return false; }
 
 int forward_block_m(int head_dim) { return flash_forward_tile(head_dim).block_m; }
+int backward_kv_block(int head_dim) { return flash_dkdv_tile(head_dim).block_n; }
+int backward_q_block(int head_dim) { return flash_dq_tile(head_dim).block_m; }
 
 bool forward(const AttentionFwdParams&, const int64_t*, int64_t, std::string& failure) {
-  failure = "this build has no CuTe kernels (the CUTLASS headers were not found at configure time)";
+  failure = kMissing;
+  return false;
+}
+
+bool backward(const AttentionBwdParams&, const BackwardGrid&, std::string& failure) {
+  failure = kMissing;
+  return false;
+}
+
+bool backward_dkdv(const AttentionBwdParams&, const BackwardGrid&, std::string& failure) {
+  failure = kMissing;
   return false;
 }
 

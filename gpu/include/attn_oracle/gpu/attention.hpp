@@ -39,7 +39,7 @@ std::optional<Error> attention_cuda_into(const AttentionProblem& problem, const 
                                          const AttentionOutputs& out);
 
 // The `cuda-next` kernels: token-parallel metadata and the tensor-core (CuTe)
-// forward (backward still the WMMA one); the same grid, checks and layouts.
+// forward and deterministic backward; the same grid, checks and layouts.
 std::optional<std::string> attention_cuda_next_unsupported(const AttentionProblem& problem);
 Expected<AttentionResult> attention_cuda_next(const AttentionProblem& problem, const AttentionInputs& inputs);
 std::optional<Error> attention_cuda_next_into(const AttentionProblem& problem, const AttentionInputs& inputs,

@@ -37,8 +37,8 @@ struct DeviceAttentionInputs {
   // > 0: after the checked run, launch the forward (and backward) kernels this many
   // more times and report the median CUDA-event time of each pass (bench only).
   int timing_reps = 0;
-  // The `cuda-next` kernels: the tensor-core (CuTe) forward; the backward is still
-  // the WMMA one (it reads the same o and lse).
+  // The `cuda-next` kernels: the tensor-core (CuTe) forward and backward (delta,
+  // dK/dV per key block, dQ per q block, no atomics); otherwise the WMMA ones.
   bool next = false;
 };
 

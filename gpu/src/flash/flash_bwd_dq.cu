@@ -1,0 +1,256 @@
+// flash_bwd_dq.cu: the preprocessing and dQ kernels of the tensor-core attention
+// backward of the `cuda-next` backend (CuTe, SM80 MMA, built for sm_90), and the
+// backward's entry point; the schedule and element steps are flash_tile.hpp's.
+//
+// delta: 8 threads per (token, query head) row, 16-byte loads of O and dO, each
+//   lane's chunks summed in order, then a butterfly of shuffles (flash_delta).
+// dQ: one block of kWarps warps per (document, query head, q block of kBlockM
+//   rows): Q and dO in shared memory once, the rows' lse and delta in registers; the
+//   K and V tiles of kv_tile_range in two shared-memory stages (the next one's copy
+//   in flight); S = Q K^T -> p (backward_weight, masked outside tile_fully_allowed
+//   tiles), dP = dO V^T -> ds = p (dP - delta) (score_grad), ds rounded to the
+//   storage type and used in registers as the A operand of dQ += ds K (K^T by
+//   ldmatrix.trans); finally dQ * scale through shared memory (Q's) to 16-byte
+//   stores. No atomics: a q block's dQ is this block's alone, summed in key order.
+// Grid: x = the flattened (document, q block) index, last first (the longest rows
+// of a causal document start first), y = query head.
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <string>
+
+#include "attn_oracle/gpu/attention/attention_params.hpp"
+#include "attn_oracle/gpu/attention/doc_span.hpp"
+#include "attn_oracle/gpu/attention/flash_tile.hpp"
+#include "attn_oracle/gpu/attention/tile_range.hpp"
+#include "flash/flash_config.hpp"
+#include "flash/flash_device.cuh"
+#include "flash/flash_launch.hpp"
+
+namespace attn_oracle::gpu::flash {
+namespace {
+
+constexpr int kDeltaThreads = 256;
+
+template <class T>
+__global__ void __launch_bounds__(kDeltaThreads) delta_kernel(AttentionBwdParams p) {
+  static_assert(kDeltaChunk * sizeof(T) == sizeof(uint4), "one 16-byte load a chunk");
+  const int64_t rows = p.total_q * p.heads_q;
+  const int64_t row = (int64_t(blockIdx.x) * kDeltaThreads + threadIdx.x) / kDeltaLanes;
+  const int lane = int(threadIdx.x) % kDeltaLanes;
+  float acc = 0.0f;
+  if (row < rows) {  // row = token * heads_q + head: its D values are contiguous
+    const T* o = reinterpret_cast<const T*>(p.o_in) + row * p.head_dim;
+    const T* d_o = reinterpret_cast<const T*>(p.d_o) + row * p.head_dim;
+    for (int c = lane * kDeltaChunk; c < p.head_dim; c += kDeltaLanes * kDeltaChunk) {
+      const uint4 vo = __ldg(reinterpret_cast<const uint4*>(o + c));
+      const uint4 vd = __ldg(reinterpret_cast<const uint4*>(d_o + c));
+      const T* eo = reinterpret_cast<const T*>(&vo);
+      const T* ed = reinterpret_cast<const T*>(&vd);
+      CUTE_UNROLL
+      for (int e = 0; e < kDeltaChunk; ++e) acc += float(ed[e]) * float(eo[e]);
+    }
+  }
+  acc += __shfl_xor_sync(0xffffffff, acc, 4);
+  acc += __shfl_xor_sync(0xffffffff, acc, 2);
+  acc += __shfl_xor_sync(0xffffffff, acc, 1);
+  if (row < rows && lane == 0) p.delta[(row % p.heads_q) * p.total_q + row / p.heads_q] = acc;
+}
+
+// Raw scores S (queries as rows) -> p in place, 0 where masked.
+template <bool kMasked, int kBlockN, class S, class C, int kRows>
+__device__ void probabilities(S& s, const C& coord, const RowStats (&stats)[kRows], const AttentionFwdParams& p,
+                              const DocSpan& span, int64_t a0, int64_t b0, float scale_log2) {
+  CUTE_UNROLL
+  for (int i = 0; i < kRows; ++i) {
+    TileKeys keys{0, kBlockN - 1};
+    if (kMasked) keys = tile_keys<kBlockN>(p, span, a0 + get<0>(coord(i, 0)), b0);
+    CUTE_UNROLL
+    for (int j = 0; j < size<1>(s); ++j) {
+      const int b = get<1>(coord(i, j));
+      const float w = backward_weight(s(i, j), scale_log2, stats[i].lse_log2);
+      s(i, j) = !kMasked || (b >= keys.lo && b <= keys.hi) ? w : 0.0f;
+    }
+  }
+}
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads) dq_kernel(AttentionBwdParams p, const int64_t* q_blocks) {
+  using T = typename Cfg::Element;
+  constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN, D = Cfg::kDim;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int thread = threadIdx.x;
+  const TileItem item = locate_tile(q_blocks, p.docs, int64_t(gridDim.x) - 1 - blockIdx.x);
+  const DocSpan span = doc_span(p, item.doc);
+  const int h = blockIdx.y, g = kv_head_of(h, p.heads_q, p.heads_kv);
+  const int64_t a0 = item.tile * BM;
+  const int rows = int(span.lq - a0 < BM ? span.lq - a0 : BM);
+  const TileRange kv = kv_tile_range(p.mask, p.window_left, p.window_right, a0, a0 + rows, span.lq, span.lkv, BN);
+
+  // Global tiles: row stride heads * D; the K/V pointers move by a tile per step.
+  const int64_t q_stride = int64_t(p.heads_q) * D, kv_stride = int64_t(p.heads_kv) * D;
+  const int64_t q_offset = (span.q0 + a0) * q_stride + int64_t(h) * D;
+  const int64_t kv_offset = span.kv0 * kv_stride + int64_t(g) * D;
+  auto q_shape = Shape<Int<BM>, Int<D>>{};
+  auto kv_shape = Shape<Int<BN>, Int<D>>{};
+  Tensor gQ = make_tensor(make_gmem_ptr(reinterpret_cast<const T*>(p.q) + q_offset), q_shape,
+                          make_stride(q_stride, _1{}));
+  Tensor gDO = make_tensor(make_gmem_ptr(reinterpret_cast<const T*>(p.d_o) + q_offset), q_shape,
+                           make_stride(q_stride, _1{}));
+  Tensor gK0 = make_tensor(make_gmem_ptr(reinterpret_cast<const T*>(p.k) + kv_offset), kv_shape,
+                           make_stride(kv_stride, _1{}));
+  Tensor gV0 = make_tensor(make_gmem_ptr(reinterpret_cast<const T*>(p.v) + kv_offset), kv_shape,
+                           make_stride(kv_stride, _1{}));
+
+  // Shared memory: Q, dO; stage s of K at smem_kv + 2 s kKV and V kKV after it.
+  constexpr int kQ = cosize(typename Cfg::SmemQ{}), kKV = cosize(typename Cfg::SmemKV{});
+  T* smem_q = reinterpret_cast<T*>(smem);
+  T* smem_kv = smem_q + 2 * kQ;
+  Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Cfg::SmemQ{});
+  Tensor sDO = make_tensor(make_smem_ptr(smem_q + kQ), typename Cfg::SmemQ{});
+  Tensor sK = make_tensor(make_smem_ptr(smem_kv), typename Cfg::SmemKV{});
+  Tensor sV = make_tensor(make_smem_ptr(smem_kv + kKV), typename Cfg::SmemKV{});
+  Tensor sKt = make_tensor(make_smem_ptr(smem_kv), typename Cfg::SmemKt{});
+
+  typename Cfg::GmemLoad load;
+  auto load_thr = load.get_slice(thread);
+  Tensor cQ = load_thr.partition_S(make_identity_tensor(q_shape));
+  Tensor cKV = load_thr.partition_S(make_identity_tensor(kv_shape));
+  Tensor load_sK = load_thr.partition_D(sK);
+  Tensor load_sV = load_thr.partition_D(sV);
+  Tensor load_gK = load_thr.partition_S(gK0);
+  Tensor load_gV = load_thr.partition_S(gV0);
+  auto load_kv = [&](int64_t n, int stage) {
+    const int valid = int(span.lkv - n * BN < BN ? span.lkv - n * BN : BN);
+    const int to = stage * 2 * kKV;
+    const int64_t from = n * BN * kv_stride;
+    load_rows(load, shifted(load_gK, from), shifted(load_sK, to), cKV, valid);
+    load_rows(load, shifted(load_gV, from), shifted(load_sV, to), cKV, valid);
+  };
+
+  typename Cfg::Mma mma;
+  auto thr_mma = mma.get_slice(thread);
+  Tensor acc_dq = partition_fragment_C(mma, q_shape);
+  clear(acc_dq);
+  Tensor cS = thr_mma.partition_C(make_identity_tensor(Shape<Int<BM>, Int<BN>>{}));
+  Tensor rowcol_cs = make_tensor(cS.data(), rowcol(cS.layout()));
+  // Register fragments shaped by the MMA; only their shapes are taken from these views.
+  Tensor rQ = thr_mma.partition_fragment_A(sQ);
+  Tensor rDO = thr_mma.partition_fragment_A(sDO);
+  Tensor rK = thr_mma.partition_fragment_B(sK);
+  Tensor rV = thr_mma.partition_fragment_B(sV);
+  Tensor rKt = thr_mma.partition_fragment_B(make_tensor(make_smem_ptr(smem_kv), Shape<Int<D>, Int<BN>>{}));
+  auto copy_a = make_tiled_copy_A(typename Cfg::LoadA{}, mma);
+  auto copy_b = make_tiled_copy_B(typename Cfg::LoadB{}, mma);
+  auto copy_bt = make_tiled_copy_B(typename Cfg::LoadBt{}, mma);
+  Tensor sQ_a = copy_a.get_slice(thread).partition_S(sQ);
+  Tensor sDO_a = copy_a.get_slice(thread).partition_S(sDO);
+  Tensor sK_b = copy_b.get_slice(thread).partition_S(sK);
+  Tensor sV_b = copy_b.get_slice(thread).partition_S(sV);
+  Tensor sKt_b = copy_bt.get_slice(thread).partition_S(sKt);
+
+  constexpr int kRows = decltype(size<0>(rowcol(acc_dq.layout())))::value;
+  RowStats stats[kRows];
+  CUTE_UNROLL
+  for (int i = 0; i < kRows; ++i) stats[i] = row_stats(p, span, h, a0 + get<0>(rowcol_cs(i, 0)));
+  const float scale_log2 = p.scale * kLog2e;
+
+  load_rows(load, load_thr.partition_S(gQ), load_thr.partition_D(sQ), cQ, rows);
+  load_rows(load, load_thr.partition_S(gDO), load_thr.partition_D(sDO), cQ, rows);
+  if (kv.begin < kv.end) load_kv(kv.begin, 0);
+  cp_async_fence();
+  for (int64_t n = kv.begin; n < kv.end; ++n) {
+    const int stage = int((n - kv.begin) & 1);
+    cp_async_wait<0>();
+    __syncthreads();  // this stage landed for every thread; the other one is free
+    if (n + 1 < kv.end) load_kv(n + 1, stage ^ 1);
+    cp_async_fence();
+    const int offset = stage * 2 * kKV;
+    const int64_t b0 = n * BN;
+
+    Tensor acc_s = partition_fragment_C(mma, Shape<Int<BM>, Int<BN>>{});
+    clear(acc_s);
+    gemm_ss(mma, acc_s, rQ, sQ_a, copy_a, rK, shifted(sK_b, offset), copy_b, thread);
+    Tensor s = make_tensor(acc_s.data(), rowcol(acc_s.layout()));
+    // a0 + BM: a block's rows past the document take the mask (row_stats' 0, 0 are not an lse)
+    if (tile_fully_allowed(p.mask, p.window_left, p.window_right, a0, a0 + BM, b0, b0 + BN, span.lq, span.lkv))
+      probabilities<false, BN>(s, rowcol_cs, stats, p, span, a0, b0, scale_log2);
+    else
+      probabilities<true, BN>(s, rowcol_cs, stats, p, span, a0, b0, scale_log2);
+
+    Tensor acc_dp = partition_fragment_C(mma, Shape<Int<BM>, Int<BN>>{});
+    clear(acc_dp);
+    gemm_ss(mma, acc_dp, rDO, sDO_a, copy_a, rV, shifted(sV_b, offset), copy_b, thread);
+    Tensor dp = make_tensor(acc_dp.data(), rowcol(acc_dp.layout()));
+    Tensor ds = make_tensor_like<T>(acc_dp);
+    Tensor ds_rc = make_tensor(ds.data(), rowcol(ds.layout()));
+    CUTE_UNROLL
+    for (int i = 0; i < kRows; ++i) {
+      CUTE_UNROLL
+      for (int j = 0; j < size<1>(dp); ++j) ds_rc(i, j) = T(score_grad(s(i, j), dp(i, j), stats[i].delta));
+    }
+    gemm_rs(mma, acc_dq, make_tensor(ds.data(), acc_as_a(ds.layout())), rKt, shifted(sKt_b, offset), copy_bt, thread);
+  }
+
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc_dq); ++i) acc_dq(i) *= p.scale;
+  cp_async_wait<0>();  // with no kv tile, Q's copy may still be landing where dQ goes
+  __syncthreads();     // and every warp is past Q
+  Tensor gDQ = make_tensor(make_gmem_ptr(reinterpret_cast<T*>(p.dq) + q_offset), q_shape, make_stride(q_stride, _1{}));
+  store_accumulator<Cfg>(mma, acc_dq, sQ, gDQ, rows, thread);
+}
+
+template <class T>
+bool launch_delta(const AttentionBwdParams& p, std::string& failure) {
+  const int64_t threads = p.total_q * p.heads_q * kDeltaLanes;
+  if (threads == 0) return true;
+  const int64_t blocks = (threads + kDeltaThreads - 1) / kDeltaThreads;
+  if (blocks > INT_MAX) {
+    failure = "flash backward delta: " + std::to_string(blocks) + " blocks exceed CUDA's grid limits";
+    return false;
+  }
+  return launch_blocks(delta_kernel<T>, dim3(unsigned(blocks)), kDeltaThreads, 0, "flash backward delta", failure, p);
+}
+
+template <class Cfg>
+bool launch_dq(const AttentionBwdParams& p, const BackwardGrid& grid, std::string& failure) {
+  if (grid.q_blocks == 0 || p.heads_q == 0) return true;
+  if (grid.q_blocks > INT_MAX || p.heads_q > 65535) {
+    failure = "flash backward dQ: grid of " + std::to_string(grid.q_blocks) + " blocks x " +
+              std::to_string(p.heads_q) + " heads exceeds CUDA's grid limits";
+    return false;
+  }
+  return launch_blocks(dq_kernel<Cfg>, dim3(unsigned(grid.q_blocks), unsigned(p.heads_q)), Cfg::kThreads,
+                       Cfg::kSmemBytes, "flash backward dQ", failure, p, grid.q_block_prefix);
+}
+
+template <class T>
+bool launch_backward(const AttentionBwdParams& p, const BackwardGrid& grid, std::string& failure) {
+  if (!launch_delta<T>(p, failure) || !backward_dkdv(p, grid, failure)) return false;
+#ifdef ATTN_FLASH_DEV_DIM  // development: one instantiation compiles in a fraction of the time
+  if (p.head_dim == ATTN_FLASH_DEV_DIM) return launch_dq<DqConfig<T, ATTN_FLASH_DEV_DIM>>(p, grid, failure);
+#else
+  switch (p.head_dim) {
+    case 64: return launch_dq<DqConfig<T, 64>>(p, grid, failure);
+    case 128: return launch_dq<DqConfig<T, 128>>(p, grid, failure);
+    case 256: return launch_dq<DqConfig<T, 256>>(p, grid, failure);
+  }
+#endif
+  failure = "flash backward: no kernel for head_dim " + std::to_string(p.head_dim);
+  return false;
+}
+
+}  // namespace
+
+int backward_q_block(int head_dim) { return flash_dq_tile(head_dim).block_m; }
+
+bool backward(const AttentionBwdParams& p, const BackwardGrid& grid, std::string& failure) {
+  if (p.dtype == kBf16) return launch_backward<bfloat16_t>(p, grid, failure);
+#ifndef ATTN_FLASH_DEV_DIM
+  if (p.dtype == kFp16) return launch_backward<half_t>(p, grid, failure);
+#endif
+  failure = "flash backward: no kernel for dtype " + std::to_string(p.dtype);
+  return false;
+}
+
+}  // namespace attn_oracle::gpu::flash

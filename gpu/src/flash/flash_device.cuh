@@ -1,0 +1,150 @@
+// flash_device.cuh: the device steps the tensor-core attention kernels share
+// (flash_fwd.cu, flash_bwd_dkdv.cu, flash_bwd_dq.cu): global tiles into shared
+// memory by cp.async, the two products (operands from shared memory through
+// ldmatrix, or A already in registers), a row's allowed keys inside a key block,
+// and an fp32 accumulator out to global memory through shared memory.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "attn_oracle/gpu/attention/attention_params.hpp"
+#include "attn_oracle/gpu/attention/doc_span.hpp"
+#include "attn_oracle/gpu/attention/flash_tile.hpp"
+#include "attn_oracle/gpu/attention/index_mask.hpp"
+#include "flash/flash_config.hpp"
+
+namespace attn_oracle::gpu::flash {
+
+// Rows [0, valid) of a (rows, D) global tile into shared memory by cp.async, the
+// rest zero-filled; `coord` is the copy's partition of the tile's identity.
+template <class Copy, class G, class S, class C>
+__device__ void load_rows(const Copy& copy, const G& g, S&& s, const C& coord, int valid) {
+  CUTE_UNROLL
+  for (int m = 0; m < size<1>(s); ++m) {
+    if (get<0>(coord(0, m, 0)) < valid) cute::copy(copy, g(_, m, _), s(_, m, _));
+    else clear(s(_, m, _));
+  }
+}
+
+// acc += A B^T over the K mode, both operands from shared memory through ldmatrix.
+template <class Mma, class Acc, class RA, class SA, class CopyA, class RB, class SB, class CopyB>
+__device__ void gemm_ss(const Mma& mma, Acc& acc, RA& ra, const SA& sa, const CopyA& copy_a, RB& rb, const SB& sb,
+                        const CopyB& copy_b, int thread) {
+  auto ra_view = copy_a.get_slice(thread).retile_D(ra);
+  auto rb_view = copy_b.get_slice(thread).retile_D(rb);
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(ra); ++k) {
+    cute::copy(copy_a, sa(_, _, k), ra_view(_, _, k));
+    cute::copy(copy_b, sb(_, _, k), rb_view(_, _, k));
+    cute::gemm(mma, ra(_, _, k), rb(_, _, k), acc);
+  }
+}
+
+// acc += A B^T with A already in registers.
+template <class Mma, class Acc, class RA, class RB, class SB, class CopyB>
+__device__ void gemm_rs(const Mma& mma, Acc& acc, const RA& ra, RB& rb, const SB& sb, const CopyB& copy_b, int thread) {
+  auto rb_view = copy_b.get_slice(thread).retile_D(rb);
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(ra); ++k) {
+    cute::copy(copy_b, sb(_, _, k), rb_view(_, _, k));
+    cute::gemm(mma, ra(_, _, k), rb(_, _, k), acc);
+  }
+}
+
+// A tensor moved by `offset` elements, same layout: a stage of a double buffer, or
+// a column part of a tile (a whole number of swizzle periods, so one partition
+// serves them all).
+template <class Tensor_, class Offset>
+__device__ auto shifted(const Tensor_& t, Offset offset) {
+  return make_tensor(t.data() + offset, t.layout());
+}
+
+// A query's allowed keys relative to a key block's first key b0, clamped to
+// [-1, kBlockN] (32-bit: the per-element test is then two integer compares).
+struct TileKeys {
+  int lo, hi;
+};
+
+template <int kBlockN>
+__device__ TileKeys tile_keys(const AttentionFwdParams& p, const DocSpan& span, int64_t a, int64_t b0) {
+  if (a >= span.lq) return TileKeys{1, 0};  // a row past the document attends nothing
+  const KeyInterval k = key_interval(p.mask, p.window_left, p.window_right, a, span.lq, span.lkv);
+  auto clamp = [&](int64_t x) { return int(x - b0 < -1 ? -1 : x - b0 > kBlockN ? kBlockN : x - b0); };
+  return TileKeys{clamp(k.lo), clamp(k.hi)};
+}
+
+// A query row's lse (base 2, lse_log2_of) and delta, read by the backward kernels;
+// 0 and 0 for a row past the document (every entry of it is masked).
+struct RowStats {
+  float lse_log2, delta;
+};
+
+__device__ inline RowStats row_stats(const AttentionBwdParams& p, const DocSpan& span, int h, int64_t a) {
+  if (a >= span.lq) return RowStats{0.0f, 0.0f};
+  const int64_t i = int64_t(h) * p.total_q + span.q0 + a;
+  return RowStats{lse_log2_of(p.lse_in[i]), p.delta[i]};
+}
+
+// An fp32 accumulator rounded to the storage type T (to nearest even).
+template <class T, class Acc>
+__device__ auto rounded(const Acc& acc) {
+  Tensor out = make_tensor_like<T>(acc);
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc); ++i) out(i) = T(acc(i));
+  return out;
+}
+
+// A fragment of the (rows, cols) tile `s` describes, already in the storage type,
+// into rows [0, valid) of the global tile `g`: through the shared tile `s` (the
+// caller has made it free for every thread), then 16-byte copies.
+template <class Cfg, class Mma, class Frag, class S, class G>
+__device__ void store_fragment(const Mma& mma, const Frag& out, const S& s, const G& g, int valid, int thread) {
+  auto store_c = make_tiled_copy_C(typename Cfg::StoreC{}, mma);
+  auto store_c_thr = store_c.get_slice(thread);
+  cute::copy(store_c, store_c_thr.retile_S(out), store_c_thr.partition_D(s));
+  __syncthreads();
+  typename Cfg::GmemStore store;
+  auto store_thr = store.get_slice(thread);
+  Tensor so = store_thr.partition_S(s);
+  Tensor go = store_thr.partition_D(g);
+  Tensor rows = store_thr.partition_S(make_identity_tensor(product_each(shape(s))));
+  Tensor ro = make_tensor_like(so);
+  cute::copy(store, so, ro);
+  CUTE_UNROLL
+  for (int m = 0; m < size<1>(ro); ++m)
+    if (get<0>(rows(0, m, 0)) < valid) cute::copy(store, ro(_, m, _), go(_, m, _));
+}
+
+// The same from an fp32 accumulator, rounded here, past the caller's barrier. The
+// registers decide which: rounding before the barrier kept the forward at D = 256
+// from spilling (28 B otherwise), and put dK/dV into a spill (8 B); ptxas -v in
+// bench/results/*-build-evidence.md.
+template <class Cfg, class Mma, class Acc, class S, class G>
+__device__ void store_accumulator(const Mma& mma, const Acc& acc, const S& s, const G& g, int valid, int thread) {
+  using T = typename Cfg::Element;
+  Tensor out = make_tensor_like<T>(acc);
+  CUTE_UNROLL
+  for (int i = 0; i < size(acc); ++i) out(i) = T(acc(i));  // round to nearest even
+  store_fragment<Cfg>(mma, out, s, g, valid, thread);
+}
+
+// Raises the kernel's dynamic shared memory limit (past the default 48 KiB) and
+// launches it on the default stream; false with `failure` on either error.
+template <class... Params, class... Args>
+bool launch_blocks(void (*kernel)(Params...), dim3 grid, int threads, size_t smem_bytes, const char* name,
+                   std::string& failure, const Args&... args) {
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes)) != cudaSuccess) {
+    failure = std::string(name) + ": shared memory attribute: " + cudaGetErrorString(cudaGetLastError());
+    return false;
+  }
+  kernel<<<grid, threads, smem_bytes>>>(args...);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
+    failure = std::string(name) + ": " + cudaGetErrorString(e);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace attn_oracle::gpu::flash
