@@ -54,8 +54,8 @@ ATTN_HD constexpr FlashTile flash_forward_tile(int head_dim) {
 // dK/dV kernel: block_n keys a block (16 a warp), q blocks of block_m rows, dK and
 // dV columns split over d_split blocks. A thread holds 16 * (D / d_split) / 32 fp32
 // values each of dK and dV and 16 * block_m / 32 each of S and dP: 64 + 64 at
-// D = 64, 128 + 32 at D = 128 and at D = 256 (split 2). 128 + 64 at D = 128 spilled
-// (bench/results/*-build-evidence.md), as two accumulators of 16 x 256 would.
+// D = 64, 128 + 32 at D = 128 and at D = 256 (split 2), at 236-255 registers already;
+// 128 + 64 at D = 128 (a first trial) spilled, as two accumulators of 16 x 256 would.
 struct FlashDkdvTile {
   int block_n, block_m, warps, d_split;
 };
