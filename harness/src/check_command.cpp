@@ -236,7 +236,7 @@ CheckReport start_report(const CheckOptions& options, const RunSettings& setting
   for (const auto& b : backends) {
     if (settings.use_store)
       for (std::string& note : orphaned_store_notes(settings.failures_dir, b->identity())) report.warnings.push_back(std::move(note));
-    BackendInfo info{b->name(), b->version(), {}, to_string(b->domain())};
+    BackendInfo info{b->name(), b->version(), {}, to_string(b->domain()), std::nullopt};
     for (Capability c : b->capabilities()) info.capabilities.emplace_back(to_string(c));
     report.backends.push_back(std::move(info));
   }

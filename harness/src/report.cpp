@@ -489,7 +489,7 @@ Expected<CheckReport> report_from_json(const json& j) {
     r.store = s.value("store", false);
     for (const json& b : j.value("backends", json::array())) {
       r.backends.push_back({b.value("name", ""), b.value("version", ""), b.value("capabilities", std::vector<std::string>{}),
-                            b.value("domain", std::string("every input"))});
+                            b.value("domain", std::string("every input")), std::nullopt});
       if (b.contains("worker_starts"))
         r.backends.back().worker_starts = WorkerStarts{b["worker_starts"].value("total", 0), b["worker_starts"].value("restarts", 0)};
     }
