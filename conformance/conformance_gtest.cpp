@@ -98,7 +98,7 @@ void write_result(const CheckResult& r, const RunSettings& s, Backend& backend, 
   report.shards = {std::to_string(s.shard_index + 1) + "/" + std::to_string(s.shard_count)};
   report.failures_dir = std::filesystem::absolute(s.failures_dir).string();
   report.store = s.use_store;
-  BackendInfo info{backend.name(), backend.version(), {}};
+  BackendInfo info{backend.name(), backend.version(), {}, "every input", std::nullopt};
   info.worker_starts = starts_since(backend, before);
   for (Capability c : backend.capabilities()) info.capabilities.emplace_back(to_string(c));
   report.backends = {info};
