@@ -3,7 +3,6 @@
 
 #include <cstdlib>
 #include <string>
-#include "attn_oracle/document_sizes.hpp"
 #include "attn_oracle/shrinking_choice.hpp"
 
 #include <algorithm>
@@ -182,30 +181,6 @@ BatchSpec cap_kernel_tile_sizes(BatchSpec spec, bool q_is_kv) {
     if (q_is_kv) longest->kv_len = longest->q_len;
   }
   return spec;
-}
-
-// The batch of a kernel-tile spec within its pair budget as built: the cap counts
-// documents as specified, and a built row can hold a few more pairs than that (seen
-// under the sanitizers' sixteenth of the budget: 128 x 258 where 127 x 258 fit), so
-// the query side of the document with the most pairs is cut until the built batch fits.
-PackedBatch build_capped_batch(BatchSpec spec, bool q_is_kv) {
-  spec = cap_kernel_tile_sizes(std::move(spec), q_is_kv);
-  PackedBatch batch = build_batch(spec);
-  if (spec.max_pairs <= 0) return batch;
-  for (int64_t over = document_sizes(batch).pairs - spec.max_pairs; over > 0;
-       over = document_sizes(batch).pairs - spec.max_pairs) {
-    DocSpec* most = nullptr;
-    for (auto& slice : spec.slices)
-      for (auto& row : slice)
-        for (DocSpec& d : row)
-          if (!most || int64_t{d.q_len} * d.kv_len > int64_t{most->q_len} * most->kv_len) most = &d;
-    if (!most || most->q_len <= 1) break;
-    const int64_t cut = std::max<int64_t>(1, (over + most->kv_len - 1) / std::max(1, most->kv_len));
-    most->q_len = static_cast<int>(std::max<int64_t>(1, most->q_len - cut));
-    if (q_is_kv) most->kv_len = most->q_len;
-    batch = build_batch(spec);
-  }
-  return batch;
 }
 
 }  // namespace attn_oracle
@@ -539,7 +514,7 @@ rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
     spec = rc::gen::map(spec, [cap](BatchSpec s) { return s.id_cap = cap, s; });
   }
   return rc::gen::map(spec, [domain = o.domain](const BatchSpec& s) {
-    return on_size_menu(build_capped_batch(s, domain.self_attention_only), domain);
+    return on_size_menu(build_batch(cap_kernel_tile_sizes(s, domain.self_attention_only)), domain);
   });
 }
 

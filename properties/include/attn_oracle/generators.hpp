@@ -83,8 +83,6 @@ PackedBatch build_batch(const BatchSpec& spec);
 // its share of the pairs, then the q side's padding dropped and its longest
 // document halved until the cells fit.
 BatchSpec cap_kernel_tile_sizes(BatchSpec spec, bool q_is_kv);
-// build_batch of the capped spec, cut further until the built batch holds at most max_pairs pairs.
-PackedBatch build_capped_batch(BatchSpec spec, bool q_is_kv);
 
 // ------------------------------------------------------------------- size profile
 // How large the drawn inputs get (ATTN_ORACLE_PROFILE, `check --profile`):
