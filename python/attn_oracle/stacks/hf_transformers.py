@@ -47,7 +47,7 @@ where the position equals the minimum (and packs only for B = 1), the SDPA /
 eager / flex paths wherever the position does not step by 1 (``[0, 1, 2, 5, 6]``
 is one document for the first, two for the second).
 ``attn_oracle.adapters.transformers_position_ids_to_batch(position_ids, rule=...)``
-has both; docs/stacks.md counts where they disagree on drawn batches.
+has both; docs/findings/README.md counts where they disagree on drawn batches.
 
 ``SdpaAttention`` runs on a CUDA device where there is one (torch's SDPA then
 picks a CUDA kernel for transformers' boolean mask; ``scripts/stacks --device``),

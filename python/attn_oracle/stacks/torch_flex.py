@@ -45,7 +45,7 @@ Compilation. On CPU ``flex_attention`` runs eagerly (its unfused implementation,
 which materialises the scores); ``Compiled`` runs it under ``torch.compile``,
 which compiles one kernel per shape (run it with ``--shape-stable``); on CPU the
 compiled kernel gives no lse (torch 2.15), so there it is judged on o alone.
-docs/stacks.md has the measured draws per second of both.
+bench/results/stacks-cpu-runs.md has the measured draws per second of both.
 
 Pointing it at a checkout of PyTorch: build and install it into the venv
 (``pip install -e`` of the checkout), then run the same command; the version
