@@ -45,9 +45,14 @@ def _optional_int64(name: str, value: Optional[int]) -> Optional[int]:
     return None if value is None else _int64(name, value)
 
 
-def _from(batch: dict) -> tuple:
+def _from(batch) -> tuple:
+    """A batch dict, or any object with those fields (a worker's ``Batch``, as the stack modules hold)."""
+    if not isinstance(batch, dict):
+        batch = {k: getattr(batch, k) for k in ("q_segment_ids", "q_segment_pos", "kv_segment_ids", "kv_segment_pos",
+                                                "mask", "window", "max_segments")}
     return _batch_args(batch["q_segment_ids"], batch["q_segment_pos"], batch.get("kv_segment_ids"),
-                       batch.get("kv_segment_pos"), batch["mask"], batch.get("window", (-1, -1)), batch["max_segments"])
+                       batch.get("kv_segment_pos"), batch["mask"], tuple(batch.get("window", (-1, -1))),
+                       batch["max_segments"])
 
 
 # ---------------------------------------------------------------- FlashAttention

@@ -35,6 +35,19 @@ def test_flash_attention_round_trip_and_gather_indices():
     assert call["q_tokens"].tolist() == list(range(5)) and call["kv_tokens"].tolist() == list(range(7))
 
 
+def test_a_workers_batch_goes_in_as_the_dict_does():
+    """The stack modules hand their worker's Batch to the adapters directly."""
+    from attn_oracle.worker import Batch
+
+    d = adapters.flash_attention_to_batch([0, 2, 5], [0, 4, 7], causal=True, window_size=(3, 0))
+    b = Batch(d["q_segment_ids"], d["q_segment_pos"], d["kv_segment_ids"], d["kv_segment_pos"], d["mask"],
+              list(d["window"]), d["max_segments"])
+    for convert in (adapters.flash_attention_from_batch, adapters.cudnn_from_batch):
+        from_dict, from_batch = convert(d), convert(b)
+        assert from_dict.keys() == from_batch.keys()
+        for key, value in from_dict.items():
+            assert np.array_equal(np.asarray(value), np.asarray(from_batch[key])), key
+
 def test_flash_attention_refuses_top_left_causal_it_cannot_express():
     batch = dict(q_segment_ids=[[1, 1, 1, 1]], q_segment_pos=[[0, 1, 2, 3]], kv_segment_ids=[[1, 1]],
                  kv_segment_pos=[[0, 1]], mask="causal", max_segments=1)

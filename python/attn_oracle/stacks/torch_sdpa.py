@@ -173,10 +173,7 @@ class _Padded(_Sdpa):
 def jagged_layout(batch) -> dict:
     """The cuDNN adapter's sequences with is_causal, or Unsupported."""
     try:
-        call = adapters.cudnn_from_batch({
-            "q_segment_ids": batch.q_segment_ids, "q_segment_pos": batch.q_segment_pos,
-            "kv_segment_ids": batch.kv_segment_ids, "kv_segment_pos": batch.kv_segment_pos,
-            "mask": batch.mask, "window": tuple(batch.window), "max_segments": batch.max_segments})
+        call = adapters.cudnn_from_batch(batch)
     except AttnOracleError as e:
         if e.code == "unsupported":
             raise Unsupported(f"the sequence convention cannot say this batch: {e.message}") from None

@@ -89,17 +89,11 @@ def has_cuda() -> bool:
         return False
 
 
-def _batch_dict(batch) -> dict:
-    return {"q_segment_ids": batch.q_segment_ids, "q_segment_pos": batch.q_segment_pos,
-            "kv_segment_ids": batch.kv_segment_ids, "kv_segment_pos": batch.kv_segment_pos,
-            "mask": batch.mask, "window": tuple(batch.window), "max_segments": batch.max_segments}
-
-
 def call_arguments(batch) -> dict:
     """The batch as varlen_attn's arguments: cu_seq_q/k, max_q/k, window_size, and the
     gather indices q_tokens / kv_tokens (the adapter's), or Unsupported with the reason."""
     try:
-        call = adapters.flash_attention_from_batch(_batch_dict(batch), version="fa2")
+        call = adapters.flash_attention_from_batch(batch, version="fa2")
     except AttnOracleError as e:
         if e.code == "unsupported":
             raise Unsupported(f"FlashAttention's convention cannot say this batch: {e.message}") from None
