@@ -114,7 +114,7 @@ class Backend:
     outputs = ("lse", "gradients")
     # FlashAttention reads a document by index from its first token, causal anchored bottom-right:
     # positions from 0 and the kinds that say the same (top-left causal equals bottom-right on
-    # equal sides, and has no FlashAttention form on others). Judged 90% of its draws on the H100 (docs/stacks.md, "On a GPU: results").
+    # equal sides, and has no FlashAttention form on others). Judged 90% of its draws on the H100 (bench/results/stacks-gpu-runs.md).
     domain = Domain(dtypes=tuple(DTYPES), head_dims=HEAD_DIMS, positions_from_zero=True,
                     mask_kinds=("no_mask", "padding", "causal_bottom_right", "padding_causal_bottom_right"))
 
