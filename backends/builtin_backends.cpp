@@ -7,14 +7,14 @@
 //              metadata, CuTe tensor-core forward), checked beside `cuda` until a
 //              device run validates them; registered with `cuda`
 //   cudnn      cuDNN SDPA (cudnn_backend.cpp); only in builds with cuDNN, with a device
-#include "attn_oracle/backend.hpp"
-#include "attn_oracle/production_backends.hpp"
+#include "attn_oracle/seam/backend.hpp"
+#include "attn_oracle/backends/production_backends.hpp"
 #include "attn_oracle/gpu/attention.hpp"
 #include "attn_oracle/gpu/kv_buffer.hpp"
 #include "attn_oracle/gpu/metadata.hpp"
 #include "attn_oracle/gpu/small_seq.hpp"
 #include "cudnn_backend.hpp"
-#include "attn_oracle/sharded_execution.hpp"
+#include "attn_oracle/seam/sharded_execution.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "attn_oracle/backend.hpp"
+#include "attn_oracle/seam/backend.hpp"
 
 namespace attn_oracle {
 

@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "attn_oracle/packed_batch.hpp"
+#include "attn_oracle/model/packed_batch.hpp"
 
 namespace attn_oracle::cudnn {
 

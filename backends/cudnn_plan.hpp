@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "attn_oracle/metadata.hpp"
+#include "attn_oracle/model/metadata.hpp"
 
 namespace attn_oracle::cudnn {
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "attn_oracle/attention.hpp"
+#include "attn_oracle/model/attention.hpp"
 #include "cudnn_band.hpp"
 #include "cudnn_plan.hpp"
 #include "cudnn_support.hpp"

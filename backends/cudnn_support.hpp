@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "attn_oracle/attention.hpp"
+#include "attn_oracle/model/attention.hpp"
 #include "cudnn_band.hpp"
 #include "cudnn_plan.hpp"
 

@@ -45,10 +45,10 @@
 #include <utility>
 #include <vector>
 
-#include "attn_oracle/attention.hpp"
+#include "attn_oracle/model/attention.hpp"
 #include "attn_oracle/gpu/metadata.hpp"
-#include "attn_oracle/memory_budget.hpp"
-#include "attn_oracle/packed_batch.hpp"
+#include "attn_oracle/model/memory_budget.hpp"
+#include "attn_oracle/model/packed_batch.hpp"
 #include "attn_oracle/reference/attention.hpp"
 #include "bench_support.hpp"
 #include "scalar_attention.hpp"

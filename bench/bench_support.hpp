@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "attn_oracle/attention.hpp"
+#include "attn_oracle/model/attention.hpp"
 
 namespace attn_oracle::bench {
 

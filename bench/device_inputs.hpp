@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "attn_oracle/gpu/attention_device.hpp"
-#include "attn_oracle/metadata.hpp"
-#include "attn_oracle/packed_batch.hpp"
+#include "attn_oracle/model/metadata.hpp"
+#include "attn_oracle/model/packed_batch.hpp"
 
 namespace attn_oracle::bench {
 

@@ -37,7 +37,7 @@
 #include <utility>
 #include <vector>
 
-#include "attn_oracle/attention.hpp"
+#include "attn_oracle/model/attention.hpp"
 #include "attn_oracle/gpu/metadata.hpp"
 #include "bench_support.hpp"
 #if ATTN_ORACLE_BENCH_CUDA

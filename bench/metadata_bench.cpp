@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "attn_oracle/gpu/metadata.hpp"
-#include "attn_oracle/metadata.hpp"
-#include "attn_oracle/packed_batch.hpp"
+#include "attn_oracle/model/metadata.hpp"
+#include "attn_oracle/model/packed_batch.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "bench_support.hpp"
 

@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "attn_oracle/backend.hpp"
-#include "attn_oracle/process_backend.hpp"
-#include "attn_oracle/reference_backend.hpp"
+#include "attn_oracle/seam/backend.hpp"
+#include "attn_oracle/seam/process_backend.hpp"
+#include "attn_oracle/cases/reference_backend.hpp"
 
 namespace {
 

@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "attn_oracle/attention.hpp"
+#include "attn_oracle/model/attention.hpp"
 #include "attn_oracle/gpu/attention.hpp"
 #include "attn_oracle/gpu/metadata.hpp"
 #include "attn_oracle/gpu/small_seq.hpp"

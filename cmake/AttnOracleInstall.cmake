@@ -1,5 +1,5 @@
 # `cmake --install` of the vendoring package AttnOracle: the data model, the convention adapters, the reference, the seam, the
-# properties, the harness (CLI verbs, check, reports) and the conformance suite (an object library: its objects are
+# case files, the properties, their runner, the harness (CLI verbs, check, reports) and the conformance suite (an object library: its objects are
 # installed and land in every executable that links it, so that its tests
 # register), their headers, and AttnOracleConfig.cmake with its version file.
 # The gpu/ algorithms and the built-in backends stay out: a consumer brings its own.
@@ -12,12 +12,14 @@ set_target_properties(attn_oracle_adapters PROPERTIES EXPORT_NAME adapters)
 set_target_properties(attn_oracle_reference PROPERTIES EXPORT_NAME reference)
 set_target_properties(attn_oracle_reference_scalar PROPERTIES EXPORT_NAME reference_scalar)
 set_target_properties(attn_oracle_seam PROPERTIES EXPORT_NAME seam)
+set_target_properties(attn_oracle_cases PROPERTIES EXPORT_NAME cases)
 set_target_properties(attn_oracle_properties PROPERTIES EXPORT_NAME properties)
+set_target_properties(attn_oracle_runner PROPERTIES EXPORT_NAME runner)
 set_target_properties(attn_oracle_harness PROPERTIES EXPORT_NAME harness)
 set_target_properties(attn_oracle_conformance PROPERTIES EXPORT_NAME conformance)
 set_target_properties(attn_oracle_conformance_main PROPERTIES EXPORT_NAME conformance_main)
 
-install(TARGETS attn_oracle_model attn_oracle_adapters attn_oracle_reference attn_oracle_reference_scalar attn_oracle_seam attn_oracle_properties attn_oracle_harness
+install(TARGETS attn_oracle_model attn_oracle_adapters attn_oracle_reference attn_oracle_reference_scalar attn_oracle_seam attn_oracle_cases attn_oracle_properties attn_oracle_runner attn_oracle_harness
         attn_oracle_conformance attn_oracle_conformance_main
   EXPORT AttnOracleTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -26,7 +28,8 @@ install(TARGETS attn_oracle_model attn_oracle_adapters attn_oracle_reference att
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/model/include/ ${PROJECT_SOURCE_DIR}/adapters/include/
         ${PROJECT_SOURCE_DIR}/reference/include/
-        ${PROJECT_SOURCE_DIR}/seam/include/ ${PROJECT_SOURCE_DIR}/properties/include/
+        ${PROJECT_SOURCE_DIR}/seam/include/ ${PROJECT_SOURCE_DIR}/cases/include/
+        ${PROJECT_SOURCE_DIR}/properties/include/ ${PROJECT_SOURCE_DIR}/runner/include/
         ${PROJECT_SOURCE_DIR}/harness/include/
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT AttnOracleTargets NAMESPACE attn_oracle:: DESTINATION ${ATTN_ORACLE_CMAKE_DIR})

@@ -30,12 +30,12 @@
 #include <map>
 #include <sstream>
 
-#include "attn_oracle/generators.hpp"
+#include "attn_oracle/properties/generators.hpp"
 #include "attn_oracle/harness/isolation.hpp"
 #include "attn_oracle/harness/program.hpp"
 #include "attn_oracle/harness/report.hpp"
 #include "attn_oracle/harness/test_lists.hpp"
-#include "attn_oracle/repro.hpp"
+#include "attn_oracle/runner/repro.hpp"
 
 namespace attn_oracle {
 namespace {

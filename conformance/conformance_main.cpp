@@ -20,7 +20,7 @@
 #include "attn_oracle/harness/cli.hpp"
 #include "attn_oracle/harness/conformance_defaults.hpp"
 #include "attn_oracle/harness/program.hpp"
-#include "attn_oracle/reference_backend.hpp"
+#include "attn_oracle/cases/reference_backend.hpp"
 
 namespace {
 

@@ -18,11 +18,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "attn_oracle/case_file.hpp"
-#include "attn_oracle/memory_budget.hpp"
-#include "attn_oracle/production_backends.hpp"
-#include "attn_oracle/reference_backend.hpp"
-#include "attn_oracle/replay.hpp"
+#include "attn_oracle/cases/case_file.hpp"
+#include "attn_oracle/model/memory_budget.hpp"
+#include "attn_oracle/backends/production_backends.hpp"
+#include "attn_oracle/cases/reference_backend.hpp"
+#include "attn_oracle/runner/replay.hpp"
 
 namespace attn_oracle::fuzz {
 namespace {

@@ -14,9 +14,9 @@
 #include "attn_oracle/adapters/flash_attention.hpp"
 #include "attn_oracle/adapters/torch.hpp"
 #include "attn_oracle/adapters/transformer_engine.hpp"
-#include "attn_oracle/generators.hpp"
+#include "attn_oracle/properties/generators.hpp"
 #include "attn_oracle/reference/metadata.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/validate.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -27,7 +27,7 @@
 #include <tuple>
 #include <vector>
 
-#include "attn_oracle/attention.hpp"
+#include "attn_oracle/model/attention.hpp"
 #include "attn_oracle/gpu/attention.hpp"
 #include "attn_oracle/gpu/host_checks.hpp"
 #include "attn_oracle/reference/metadata.hpp"

@@ -12,8 +12,8 @@
 
 #include <gtest/gtest.h>
 
-#include "attn_oracle/case_file.hpp"
-#include "attn_oracle/case_op.hpp"
+#include "attn_oracle/cases/case_file.hpp"
+#include "attn_oracle/cases/case_op.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 
 namespace attn_oracle {

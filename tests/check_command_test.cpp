@@ -19,7 +19,7 @@
 
 #include "attn_oracle/harness/check.hpp"
 #include "attn_oracle/harness/cli.hpp"
-#include "attn_oracle/reference_backend.hpp"
+#include "attn_oracle/cases/reference_backend.hpp"
 #include "builtin_backends.hpp"
 #include "planted/planted_backends.hpp"
 

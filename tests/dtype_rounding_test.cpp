@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "attn_oracle/attention.hpp"
+#include "attn_oracle/model/attention.hpp"
 #include "attn_oracle/gpu/attention/numeric.hpp"
 
 namespace attn_oracle {

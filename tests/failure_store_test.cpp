@@ -15,10 +15,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "attn_oracle/failure_store.hpp"
+#include "attn_oracle/runner/failure_store.hpp"
 #include "attn_oracle/harness/check.hpp"
-#include "attn_oracle/property_runner.hpp"
-#include "attn_oracle/reference_backend.hpp"
+#include "attn_oracle/runner/property_runner.hpp"
+#include "attn_oracle/cases/reference_backend.hpp"
 #include "planted/planted_backends.hpp"
 
 namespace attn_oracle {

@@ -17,7 +17,7 @@
 
 #include <gtest/gtest.h>
 
-#include "attn_oracle/replay.hpp"
+#include "attn_oracle/runner/replay.hpp"
 #include "builtin_backends.hpp"
 
 namespace attn_oracle {

@@ -9,10 +9,10 @@
 #include <map>
 #include <sstream>
 
-#include "attn_oracle/generators.hpp"
-#include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/properties/generators.hpp"
+#include "attn_oracle/runner/property_runner.hpp"
 #include "attn_oracle/reference/metadata.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/validate.hpp"
 
 namespace attn_oracle {
 namespace {

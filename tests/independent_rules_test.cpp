@@ -1,5 +1,5 @@
 // independent_rules_test.cpp: the independent statement of the validity rules
-// (properties/include/attn_oracle/independent_rules.hpp) against the model's
+// (properties/include/attn_oracle/properties/independent_rules.hpp) against the model's
 // validators, and the planted validator bugs of tests/planted/validator_bugs.hpp
 // caught by the properties alone (no fixture) on every one of several seeds.
 #include <gtest/gtest.h>
@@ -8,13 +8,13 @@
 #include <chrono>
 #include <iostream>
 
-#include "attn_oracle/generators.hpp"
-#include "attn_oracle/independent_rules.hpp"
-#include "attn_oracle/sharded_execution.hpp"
-#include "attn_oracle/sharding_generators.hpp"
-#include "attn_oracle/property_runner.hpp"
-#include "attn_oracle/reference_backend.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/properties/generators.hpp"
+#include "attn_oracle/properties/independent_rules.hpp"
+#include "attn_oracle/seam/sharded_execution.hpp"
+#include "attn_oracle/properties/sharding_generators.hpp"
+#include "attn_oracle/runner/property_runner.hpp"
+#include "attn_oracle/cases/reference_backend.hpp"
+#include "attn_oracle/model/validate.hpp"
 #include "planted/validator_bugs.hpp"
 
 namespace attn_oracle {
@@ -111,7 +111,7 @@ TEST_P(PlantedValidatorBug, IsCaughtOnEverySeedByThePropertiesAlone) {
     const auto start = std::chrono::steady_clock::now();
     PropertyOutcome o;
     {
-      ScopedOracle planted(bug.oracle);
+      ScopedReferenceCalls planted(bug.oracle);
       o = run_property(*property, *backend, settings);
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

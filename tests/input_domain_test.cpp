@@ -29,13 +29,13 @@
 
 #include <iostream>
 
-#include "attn_oracle/generators.hpp"
+#include "attn_oracle/properties/generators.hpp"
 #include "attn_oracle/harness/report.hpp"
-#include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/runner/property_runner.hpp"
 #include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/reference/metadata.hpp"
-#include "attn_oracle/small_seq.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/small_seq.hpp"
+#include "attn_oracle/model/validate.hpp"
 
 namespace attn_oracle {
 namespace {

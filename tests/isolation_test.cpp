@@ -27,9 +27,9 @@
 #include "attn_oracle/harness/check.hpp"
 #include "attn_oracle/harness/isolation.hpp"
 #include "attn_oracle/harness/program.hpp"
-#include "attn_oracle/property_runner.hpp"
-#include "attn_oracle/reference_backend.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/runner/property_runner.hpp"
+#include "attn_oracle/cases/reference_backend.hpp"
+#include "attn_oracle/model/validate.hpp"
 
 namespace attn_oracle {
 namespace {

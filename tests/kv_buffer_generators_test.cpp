@@ -8,7 +8,7 @@
 
 #include <numeric>
 
-#include "attn_oracle/kv_buffer_generators.hpp"
+#include "attn_oracle/properties/kv_buffer_generators.hpp"
 #include "attn_oracle/reference/kv_buffer.hpp"
 
 namespace attn_oracle {

@@ -16,8 +16,8 @@
 #include <algorithm>
 #include <functional>
 
-#include "attn_oracle/kv_buffer_case.hpp"
-#include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/cases/kv_buffer_case.hpp"
+#include "attn_oracle/runner/property_runner.hpp"
 #include "attn_oracle/reference/kv_buffer.hpp"
 #include "planted/planted_runner.hpp"
 

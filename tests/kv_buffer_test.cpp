@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "attn_oracle/gpu/kv_buffer.hpp"
-#include "attn_oracle/case_file.hpp"
+#include "attn_oracle/cases/case_file.hpp"
 #include "attn_oracle/reference/tolerance.hpp"
 #include "attn_oracle/reference/kv_buffer.hpp"
 #include "builtin_backends.hpp"

@@ -1,13 +1,12 @@
 # layering_test.cmake: the production code never reaches the oracle that judges it.
 #   cmake -DSOURCE_DIR=... -DCLOSURES="gpu=a;b|backends=c;d" -P layering_test.cmake
 # Fails when a file under gpu/ or backends/ includes a header of the oracle
-# (attn_oracle/reference/...) or of the properties (generators, tolerance,
-# reference backend), or when the link closure of attn_oracle::gpu or
-# attn_oracle::backends (computed at configure time, tests/CMakeLists.txt)
-# holds attn_oracle_reference or attn_oracle_properties.
+# (attn_oracle/reference/...), of the case files and the reference backend
+# (attn_oracle/cases/...), of the properties or of their runner, or when the
+# link closure of attn_oracle::gpu or attn_oracle::backends (computed at
+# configure time, tests/CMakeLists.txt) holds one of those libraries.
 cmake_policy(SET CMP0057 NEW)
-set(forbidden_includes "attn_oracle/reference/" "attn_oracle/reference_backend.hpp"
-    "attn_oracle/property_runner.hpp" "attn_oracle/generators.hpp" "attn_oracle/case_file.hpp")
+set(forbidden_includes "attn_oracle/reference/" "attn_oracle/cases/" "attn_oracle/properties/" "attn_oracle/runner/")
 set(failures "")
 foreach(dir gpu backends)
   file(GLOB_RECURSE files "${SOURCE_DIR}/${dir}/*.hpp" "${SOURCE_DIR}/${dir}/*.cpp"
@@ -29,7 +28,7 @@ foreach(group ${groups})
   string(REGEX MATCH "^[^=]*" target "${group}")
   string(REGEX REPLACE "^[^=]*=" "" closure "${group}")
   string(REPLACE "," ";" closure "${closure}")
-  foreach(bad attn_oracle_reference attn_oracle_properties)
+  foreach(bad attn_oracle_reference attn_oracle_cases attn_oracle_properties attn_oracle_runner)
     if(bad IN_LIST closure)
       list(APPEND failures "attn_oracle_${target} links ${bad} (link closure: ${closure})")
     endif()

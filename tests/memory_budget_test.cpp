@@ -3,12 +3,12 @@
 // over_memory_budget (naming the need and the budget) instead of allocating it.
 #include <gtest/gtest.h>
 
-#include "attn_oracle/attention.hpp"
+#include "attn_oracle/model/attention.hpp"
 #include "attn_oracle/gpu/attention.hpp"
 #include "attn_oracle/gpu/metadata.hpp"
-#include "attn_oracle/memory_budget.hpp"
-#include "attn_oracle/production_backends.hpp"
-#include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/model/memory_budget.hpp"
+#include "attn_oracle/backends/production_backends.hpp"
+#include "attn_oracle/runner/property_runner.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 
 namespace attn_oracle {

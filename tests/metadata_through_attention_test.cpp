@@ -8,8 +8,8 @@
 
 #include <cmath>
 
-#include "attn_oracle/generators.hpp"
-#include "attn_oracle/metadata_through_attention.hpp"
+#include "attn_oracle/properties/generators.hpp"
+#include "attn_oracle/properties/metadata_through_attention.hpp"
 #include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 

@@ -7,12 +7,12 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
-#include "attn_oracle/generators.hpp"
+#include "attn_oracle/properties/generators.hpp"
 #include "attn_oracle/gpu/metadata.hpp"
 #include "attn_oracle/gpu/metadata_tokens.hpp"
-#include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/runner/property_runner.hpp"
 #include "attn_oracle/reference/metadata.hpp"
-#include "attn_oracle/reference_backend.hpp"
+#include "attn_oracle/cases/reference_backend.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -20,7 +20,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "attn_oracle/case_file.hpp"
+#include "attn_oracle/cases/case_file.hpp"
 
 namespace {
 

@@ -8,8 +8,8 @@
 
 #include <functional>
 
-#include "attn_oracle/property_runner.hpp"
-#include "attn_oracle/reference_backend.hpp"
+#include "attn_oracle/runner/property_runner.hpp"
+#include "attn_oracle/cases/reference_backend.hpp"
 
 namespace attn_oracle {
 namespace {

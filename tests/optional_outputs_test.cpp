@@ -14,11 +14,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "attn_oracle/case_file.hpp"
+#include "attn_oracle/cases/case_file.hpp"
 #include "attn_oracle/harness/check.hpp"
-#include "attn_oracle/replay.hpp"
-#include "attn_oracle/property_runner.hpp"
-#include "attn_oracle/reference_backend.hpp"
+#include "attn_oracle/runner/replay.hpp"
+#include "attn_oracle/runner/property_runner.hpp"
+#include "attn_oracle/cases/reference_backend.hpp"
 
 namespace attn_oracle {
 namespace {

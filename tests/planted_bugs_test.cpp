@@ -20,12 +20,12 @@
 #include <sstream>
 
 #include "attn_oracle/harness/cli.hpp"
-#include "attn_oracle/oracle.hpp"
-#include "attn_oracle/production_backends.hpp"
-#include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/properties/reference_calls.hpp"
+#include "attn_oracle/backends/production_backends.hpp"
+#include "attn_oracle/runner/property_runner.hpp"
 #include "attn_oracle/reference/attention.hpp"
-#include "attn_oracle/replay.hpp"
-#include "attn_oracle/reference_backend.hpp"
+#include "attn_oracle/runner/replay.hpp"
+#include "attn_oracle/cases/reference_backend.hpp"
 #include "planted/convention_mocks.hpp"
 #include "planted/planted_backends.hpp"
 #include "planted/planted_runner.hpp"
@@ -332,10 +332,10 @@ Expected<AttentionResult> per_document_gqa_modulo(const AttentionProblem& p, con
 
 // The oracle-judged attention properties on the (correct) CPU twin, with
 // `bugged` as the oracle: the failures' messages.
-std::vector<std::string> failures_with_oracle(Oracle bugged) {
+std::vector<std::string> failures_with_oracle(ReferenceCalls bugged) {
   register_production_backends();
   auto cpu = BackendRegistry::instance().make("cpu");
-  ScopedOracle planted(bugged);
+  ScopedReferenceCalls planted(bugged);
   std::vector<std::string> messages;
   // The two properties that judge a backend against each oracle.
   for (const char* id : {"attention/matchesReference", "attention/matchesPerDocumentReference"}) {
@@ -352,7 +352,7 @@ bool names_the_oracle(const std::vector<std::string>& messages) {
 }
 
 TEST(PlantedOracleBugs, ADenseLseInBaseTwoIsCaughtAsTheOracle) {
-  Oracle bugged;
+  ReferenceCalls bugged;
   bugged.dense = dense_lse_in_base_two;
   const std::vector<std::string> messages = failures_with_oracle(bugged);
   ASSERT_FALSE(messages.empty()) << "no property failed with a wrong dense oracle";
@@ -360,14 +360,14 @@ TEST(PlantedOracleBugs, ADenseLseInBaseTwoIsCaughtAsTheOracle) {
 }
 
 TEST(PlantedOracleBugs, APerDocumentGqaMisIndexIsCaughtAsTheOracle) {
-  Oracle bugged;
+  ReferenceCalls bugged;
   bugged.per_document = per_document_gqa_modulo;
   const std::vector<std::string> messages = failures_with_oracle(bugged);
   ASSERT_FALSE(messages.empty()) << "no property failed with a wrong per-document oracle";
   EXPECT_TRUE(names_the_oracle(messages)) << messages.front();
 }
 
-TEST(PlantedOracleBugs, TheCorrectOracleFailsNothing) { EXPECT_TRUE(failures_with_oracle(Oracle{}).empty()); }
+TEST(PlantedOracleBugs, TheCorrectOracleFailsNothing) { EXPECT_TRUE(failures_with_oracle(ReferenceCalls{}).empty()); }
 
 // Every property of the suite has at least one planted bug.
 TEST(PlantedBugs, CoverEveryProperty) {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "attn_oracle/attention.hpp"
+#include "attn_oracle/model/attention.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/reference/attention.hpp"
 

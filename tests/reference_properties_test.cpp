@@ -7,11 +7,11 @@
 
 #include <cmath>
 
-#include "attn_oracle/generators.hpp"
-#include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/properties/generators.hpp"
+#include "attn_oracle/runner/property_runner.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/reference/attention.hpp"
-#include "attn_oracle/reference_backend.hpp"
+#include "attn_oracle/cases/reference_backend.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -28,13 +28,13 @@
 #include <thread>
 #include <vector>
 
-#include "attn_oracle/case_file.hpp"
-#include "attn_oracle/generators.hpp"
-#include "attn_oracle/memory_budget.hpp"
+#include "attn_oracle/cases/case_file.hpp"
+#include "attn_oracle/properties/generators.hpp"
+#include "attn_oracle/model/memory_budget.hpp"
 #include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/reference/tolerance.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/validate.hpp"
 #include "scalar_attention.hpp"
 
 namespace attn_oracle {

@@ -6,12 +6,12 @@
 // builds such a file and runs it (fails on the twin, passes on the reference).
 #include <gtest/gtest.h>
 
-#include "attn_oracle/attention_case.hpp"
-#include "attn_oracle/case_file.hpp"
+#include "attn_oracle/cases/attention_case.hpp"
+#include "attn_oracle/cases/case_file.hpp"
 #include "attn_oracle/harness/repro.hpp"
-#include "attn_oracle/metadata_case.hpp"
-#include "attn_oracle/reference_backend.hpp"
-#include "attn_oracle/repro.hpp"
+#include "attn_oracle/cases/metadata_case.hpp"
+#include "attn_oracle/cases/reference_backend.hpp"
+#include "attn_oracle/runner/repro.hpp"
 #include "planted/planted_backends.hpp"
 
 namespace attn_oracle {
@@ -75,7 +75,7 @@ TEST(Repro, TheGoogleTestFileNeedsOnlyTheSeamAndAssertsTheReferenceInline) {
   const Expected<Disagreement> d = find_disagreement(*twin, c);
   ASSERT_TRUE(d) << d.error().message;
   const std::string test = gtest_reproduction(d.value(), *twin, "kv_head_modulo.case.json", c.property->id);
-  EXPECT_TRUE(has(test, "#include <attn_oracle/backend.hpp>")) << test;
+  EXPECT_TRUE(has(test, "#include <attn_oracle/seam/backend.hpp>")) << test;
   EXPECT_FALSE(has(test, "attn_oracle/reference")) << test;
   EXPECT_TRUE(has(test, "constexpr const char* kBackend = \"planted-kv_head_modulo\";")) << test;
   EXPECT_TRUE(has(test, "problem.shape.heads_q = 4;")) << test;

@@ -9,10 +9,10 @@
 
 #include <iostream>
 
-#include "attn_oracle/property_runner.hpp"
-#include "attn_oracle/sharded_execution.hpp"
-#include "attn_oracle/sharding_case.hpp"
-#include "attn_oracle/sharding_generators.hpp"
+#include "attn_oracle/runner/property_runner.hpp"
+#include "attn_oracle/seam/sharded_execution.hpp"
+#include "attn_oracle/cases/sharding_case.hpp"
+#include "attn_oracle/properties/sharding_generators.hpp"
 #include "attn_oracle/reference/attention.hpp"
 #include "builtin_backends.hpp"
 

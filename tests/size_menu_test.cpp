@@ -21,11 +21,11 @@
 #include <set>
 #include <tuple>
 
-#include "attn_oracle/generators.hpp"
-#include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/properties/generators.hpp"
+#include "attn_oracle/runner/property_runner.hpp"
 #include "attn_oracle/reference/metadata.hpp"
-#include "attn_oracle/validate.hpp"
-#include "attn_oracle/case_file.hpp"
+#include "attn_oracle/model/validate.hpp"
+#include "attn_oracle/cases/case_file.hpp"
 
 namespace attn_oracle {
 namespace {

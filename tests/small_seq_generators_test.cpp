@@ -7,10 +7,10 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
-#include "attn_oracle/generators.hpp"
+#include "attn_oracle/properties/generators.hpp"
 #include "attn_oracle/reference/metadata.hpp"
-#include "attn_oracle/small_seq.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/small_seq.hpp"
+#include "attn_oracle/model/validate.hpp"
 #include "attn_oracle/reference/small_seq.hpp"
 
 namespace attn_oracle {

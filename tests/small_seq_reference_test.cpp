@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "attn_oracle/attention.hpp"
+#include "attn_oracle/model/attention.hpp"
 #include "attn_oracle/reference/metadata.hpp"
-#include "attn_oracle/small_seq.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/small_seq.hpp"
+#include "attn_oracle/model/validate.hpp"
 #include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/reference/small_seq.hpp"
 

@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "attn_oracle/attention.hpp"
+#include "attn_oracle/model/attention.hpp"
 #include "attn_oracle/gpu/small_seq.hpp"
-#include "attn_oracle/small_seq.hpp"
+#include "attn_oracle/model/small_seq.hpp"
 #include "attn_oracle/reference/tolerance.hpp"
 #include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/reference/small_seq.hpp"

@@ -11,7 +11,7 @@
 #include <limits>
 #include <vector>
 
-#include "attn_oracle/attention.hpp"
+#include "attn_oracle/model/attention.hpp"
 #include "attn_oracle/reference/tolerance.hpp"
 #include "attn_oracle/reference/attention.hpp"
 

@@ -15,12 +15,12 @@
 #include <set>
 #include <stdexcept>
 
-#include "attn_oracle/input_class.hpp"
-#include "attn_oracle/property_check.hpp"
-#include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/model/input_class.hpp"
+#include "attn_oracle/properties/property_check.hpp"
+#include "attn_oracle/runner/property_runner.hpp"
 #include "attn_oracle/reference/metadata.hpp"
-#include "attn_oracle/triage.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/runner/triage.hpp"
+#include "attn_oracle/model/validate.hpp"
 #include "planted/planted_backends.hpp"
 
 namespace attn_oracle {

@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "attn_oracle/production_backends.hpp"
-#include "attn_oracle/reference_backend.hpp"
+#include "attn_oracle/backends/production_backends.hpp"
+#include "attn_oracle/cases/reference_backend.hpp"
 
 namespace attn_oracle {
 

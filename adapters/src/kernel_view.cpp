@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/validate.hpp"
 
 namespace attn_oracle::adapters::detail {
 namespace {

@@ -35,8 +35,8 @@
 #include <string_view>
 #include <vector>
 
-#include "attn_oracle/error.hpp"
-#include "attn_oracle/packed_batch.hpp"
+#include "attn_oracle/model/error.hpp"
+#include "attn_oracle/model/packed_batch.hpp"
 
 namespace attn_oracle::adapters::detail {
 

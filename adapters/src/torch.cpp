@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <string>
 
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/validate.hpp"
 #include "kernel_view.hpp"
 
 namespace attn_oracle::adapters::torch {

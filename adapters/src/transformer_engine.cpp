@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/validate.hpp"
 #include "kernel_view.hpp"
 
 namespace attn_oracle::adapters::transformer_engine {

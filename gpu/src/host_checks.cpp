@@ -4,7 +4,7 @@
 #include <climits>
 #include <string>
 
-#include "attn_oracle/memory_budget.hpp"
+#include "attn_oracle/model/memory_budget.hpp"
 
 namespace attn_oracle::gpu {
 

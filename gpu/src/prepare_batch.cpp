@@ -7,7 +7,7 @@
 
 #include "attn_oracle/gpu/metadata.hpp"
 #include "attn_oracle/gpu/metadata_row.hpp"
-#include "attn_oracle/memory_budget.hpp"
+#include "attn_oracle/model/memory_budget.hpp"
 
 namespace attn_oracle::gpu {
 namespace {

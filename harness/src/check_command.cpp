@@ -20,12 +20,12 @@
 #include <random>
 #include <sstream>
 
-#include "attn_oracle/generators.hpp"
+#include "attn_oracle/properties/generators.hpp"
 #include "attn_oracle/harness/isolation.hpp"
 #include "attn_oracle/harness/report.hpp"
 #include "attn_oracle/harness/test_lists.hpp"
-#include "attn_oracle/property_runner.hpp"
-#include "attn_oracle/repro.hpp"
+#include "attn_oracle/runner/property_runner.hpp"
+#include "attn_oracle/runner/repro.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -34,9 +34,9 @@
 #include <set>
 #include <sstream>
 
-#include "attn_oracle/backend.hpp"
-#include "attn_oracle/case_file.hpp"
-#include "attn_oracle/memory_budget.hpp"
+#include "attn_oracle/seam/backend.hpp"
+#include "attn_oracle/cases/case_file.hpp"
+#include "attn_oracle/model/memory_budget.hpp"
 #include "attn_oracle/harness/check.hpp"
 #include "attn_oracle/harness/cli.hpp"
 #include "attn_oracle/harness/coverage.hpp"
@@ -44,7 +44,7 @@
 #include "attn_oracle/harness/npy_export.hpp"
 #include "attn_oracle/harness/report.hpp"
 #include "attn_oracle/harness/repro.hpp"
-#include "attn_oracle/replay.hpp"
+#include "attn_oracle/runner/replay.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -7,8 +7,8 @@
 #include <tuple>
 #include <sstream>
 
-#include "attn_oracle/case_op.hpp"
-#include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/cases/case_op.hpp"
+#include "attn_oracle/runner/property_runner.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -9,8 +9,8 @@
 #include <iostream>
 #include <limits>
 
-#include "attn_oracle/case_file.hpp"
-#include "attn_oracle/case_op.hpp"
+#include "attn_oracle/cases/case_file.hpp"
+#include "attn_oracle/cases/case_op.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -3,7 +3,7 @@
 #include "attn_oracle/harness/report.hpp"
 
 #include "attn_oracle/harness/test_lists.hpp"
-#include "attn_oracle/repro.hpp"
+#include "attn_oracle/runner/repro.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -11,16 +11,16 @@
 #include <iostream>
 #include <sstream>
 
-#include "attn_oracle/attention_case.hpp"
-#include "attn_oracle/case_op.hpp"
-#include "attn_oracle/kv_buffer_case.hpp"
-#include "attn_oracle/metadata_case.hpp"
-#include "attn_oracle/property_check.hpp"
+#include "attn_oracle/cases/attention_case.hpp"
+#include "attn_oracle/cases/case_op.hpp"
+#include "attn_oracle/cases/kv_buffer_case.hpp"
+#include "attn_oracle/cases/metadata_case.hpp"
+#include "attn_oracle/properties/property_check.hpp"
 #include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/reference/small_seq.hpp"
 #include "attn_oracle/reference/tolerance.hpp"
-#include "attn_oracle/reference_backend.hpp"
-#include "attn_oracle/replay.hpp"
+#include "attn_oracle/cases/reference_backend.hpp"
+#include "attn_oracle/runner/replay.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -221,7 +221,7 @@ std::string gtest_reproduction(const Disagreement& d, const Backend& backend, co
         "//   add_executable(repro repro_test.cpp my_backend.cpp)\n"
         "//   target_link_libraries(repro PRIVATE my_library attn_oracle::seam GTest::gtest_main)\n"
         "#include <gtest/gtest.h>\n\n#include <cmath>\n#include <limits>\n#include <vector>\n\n"
-        "#include <attn_oracle/backend.hpp>\n\n"
+        "#include <attn_oracle/seam/backend.hpp>\n\n"
      << kHelpers
      << "\n// The backend under test, by the name it registers (ATTN_ORACLE_REGISTER_BACKEND).\nconstexpr const char* kBackend = \""
      << backend.name() << "\";\n\nTEST(Repro, " << test_name(property) << ") {\n"

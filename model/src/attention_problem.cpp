@@ -14,7 +14,7 @@
 //
 // Tested by tests/reference_attention_test.cpp (known rounding values, error
 // codes, generator determinism).
-#include "attn_oracle/attention.hpp"
+#include "attn_oracle/model/attention.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -23,8 +23,8 @@
 #include <limits>
 #include <sstream>
 
-#include "attn_oracle/memory_budget.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/memory_budget.hpp"
+#include "attn_oracle/model/validate.hpp"
 
 namespace attn_oracle {
 

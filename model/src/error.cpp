@@ -1,5 +1,5 @@
 // error.cpp: spelling of the error codes (the strings are part of the contract).
-#include "attn_oracle/error.hpp"
+#include "attn_oracle/model/error.hpp"
 
 #include <array>
 

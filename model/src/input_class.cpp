@@ -1,5 +1,5 @@
 // input_class.cpp: input_class.hpp.
-#include "attn_oracle/input_class.hpp"
+#include "attn_oracle/model/input_class.hpp"
 
 #include <algorithm>
 #include <cstdint>

@@ -3,13 +3,13 @@
 // ranges, the whole-sequence problem, the seeded inputs and the slice / buffer
 // layouts. The float64 references live in reference/src/kv_buffer.cpp.
 // Tested by tests/kv_buffer_test.cpp (error codes, ranges, layouts).
-#include "attn_oracle/kv_buffer.hpp"
+#include "attn_oracle/model/kv_buffer.hpp"
 
 #include <algorithm>
 #include <optional>
 #include <string>
 
-#include "attn_oracle/memory_budget.hpp"
+#include "attn_oracle/model/memory_budget.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -1,5 +1,5 @@
 // memory_budget.cpp: see memory_budget.hpp.
-#include "attn_oracle/memory_budget.hpp"
+#include "attn_oracle/model/memory_budget.hpp"
 
 #include <algorithm>
 #include <atomic>

@@ -1,4 +1,4 @@
-#include "attn_oracle/metadata.hpp"
+#include "attn_oracle/model/metadata.hpp"
 
 #include <algorithm>
 

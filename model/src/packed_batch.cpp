@@ -1,5 +1,5 @@
 // packed_batch.cpp: shape arithmetic and broadcasting for the packed-batch model.
-#include "attn_oracle/packed_batch.hpp"
+#include "attn_oracle/model/packed_batch.hpp"
 
 #include <array>
 #include <sstream>

@@ -1,7 +1,7 @@
 // sharding.cpp: mesh bookkeeping, the PartitionSpec printer and the validator of
 // docs/semantics.md section 9 (precedence in sharding.hpp). Messages name the spec, the
 // dim, the axis and the sizes involved.
-#include "attn_oracle/sharding.hpp"
+#include "attn_oracle/model/sharding.hpp"
 
 #include <set>
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "attn_oracle/small_seq.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/small_seq.hpp"
+#include "attn_oracle/model/validate.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -1,11 +1,11 @@
 // validate.cpp: docs/semantics.md section 1 checks, in precedence order.
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/validate.hpp"
 
 #include <cstdint>
 #include <map>
 #include <sstream>
 
-#include "attn_oracle/memory_budget.hpp"
+#include "attn_oracle/model/memory_budget.hpp"
 
 namespace attn_oracle {
 namespace {

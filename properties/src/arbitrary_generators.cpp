@@ -3,8 +3,8 @@
 // M in 0..4, extra dims that may or may not broadcast, positions either full
 // shape or a [B, T] suffix. About a third of the draws are valid. Inside a
 // domain's shape fields (input_domain.hpp), positions from 0 where it asks.
-#include "attn_oracle/generators.hpp"
-#include "attn_oracle/shrinking_choice.hpp"
+#include "attn_oracle/properties/generators.hpp"
+#include "attn_oracle/properties/shrinking_choice.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -13,15 +13,15 @@
 #include <cmath>
 #include <sstream>
 
-#include "attn_oracle/backend_calls.hpp"
-#include "attn_oracle/batch_transforms.hpp"
-#include "attn_oracle/generators.hpp"
-#include "attn_oracle/oracle.hpp"
-#include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/properties/backend_calls.hpp"
+#include "attn_oracle/properties/batch_transforms.hpp"
+#include "attn_oracle/properties/generators.hpp"
+#include "attn_oracle/properties/reference_calls.hpp"
+#include "attn_oracle/properties/property.hpp"
 #include "attn_oracle/reference/metadata.hpp"
-#include "attn_oracle/shrinking_choice.hpp"
+#include "attn_oracle/properties/shrinking_choice.hpp"
 #include "attn_oracle/reference/tolerance.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/validate.hpp"
 #include "attn_oracle/reference/attention.hpp"
 
 namespace attn_oracle {
@@ -100,7 +100,7 @@ void assert_relation_holds(Backend& backend, const AttentionProblem& p, const At
 void matches_reference(Backend& backend, const Case& c) {
   const Drawn d = supported_case(backend, c);
   decline_unrepresentable(backend, d.problem);
-  const AttentionResult want = oracle().dense(d.problem, d.inputs).value();
+  const AttentionResult want = reference_calls().dense(d.problem, d.inputs).value();
   assert_within_tolerance(backend, d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs), want);
 }
 
@@ -110,7 +110,7 @@ void matches_per_document_reference(Backend& backend, const Case& c) {
   const Drawn d = supported_case(backend, c);
   if (const auto r = ref::representability(d.problem.batch); !r.representable)
     decline_case("not representable: " + r.first_difference);
-  const AttentionResult want = oracle().per_document(d.problem, d.inputs).value();
+  const AttentionResult want = reference_calls().per_document(d.problem, d.inputs).value();
   assert_within_tolerance(backend, d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs), want);
 }
 
@@ -256,8 +256,8 @@ void extreme_integers_change_nothing(Backend& backend, const Case& c) {
   extreme.batch = extreme_batch_of(c, d.problem.batch);
   require_attention_takes(backend, extreme);
   decline_unrepresentable(backend, d.problem);
-  const AttentionResult want = oracle().dense(d.problem, d.inputs).value();
-  const Expected<AttentionResult> truth = oracle().dense(extreme, d.inputs);
+  const AttentionResult want = reference_calls().dense(d.problem, d.inputs).value();
+  const Expected<AttentionResult> truth = reference_calls().dense(extreme, d.inputs);
   if (!truth) fail_with("the reference rejected the extreme form: ", truth.error(), " (oracle suspect)");
   const bool same_grads = !want.grads || (truth->grads && truth->grads->dq == want.grads->dq &&
                                           truth->grads->dk == want.grads->dk && truth->grads->dv == want.grads->dv);

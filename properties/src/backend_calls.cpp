@@ -1,9 +1,9 @@
 // backend_calls.cpp: see backend_calls.hpp.
-#include "attn_oracle/backend_calls.hpp"
+#include "attn_oracle/properties/backend_calls.hpp"
 
 #include <chrono>
 
-#include "attn_oracle/property_check.hpp"
+#include "attn_oracle/properties/property_check.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -1,5 +1,5 @@
 // batch_transforms.cpp: see batch_transforms.hpp.
-#include "attn_oracle/batch_transforms.hpp"
+#include "attn_oracle/properties/batch_transforms.hpp"
 
 #include <algorithm>
 #include <cstdint>

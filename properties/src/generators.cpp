@@ -1,9 +1,9 @@
 // generators.cpp: spec generators and the spec -> batch builder. See generators.hpp.
-#include "attn_oracle/generators.hpp"
+#include "attn_oracle/properties/generators.hpp"
 
 #include <cstdlib>
 #include <string>
-#include "attn_oracle/shrinking_choice.hpp"
+#include "attn_oracle/properties/shrinking_choice.hpp"
 
 #include <algorithm>
 #include <cmath>

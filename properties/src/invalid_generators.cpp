@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <optional>
 
-#include "attn_oracle/generators.hpp"
-#include "attn_oracle/shrinking_choice.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/properties/generators.hpp"
+#include "attn_oracle/properties/shrinking_choice.hpp"
+#include "attn_oracle/model/validate.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -1,7 +1,7 @@
 // kv_buffer_generators.cpp: see kv_buffer_generators.hpp.
 // Checked by tests/kv_buffer_generators_test.cpp (every draw validates; the mix).
-#include "attn_oracle/kv_buffer_generators.hpp"
-#include "attn_oracle/shrinking_choice.hpp"
+#include "attn_oracle/properties/kv_buffer_generators.hpp"
+#include "attn_oracle/properties/shrinking_choice.hpp"
 
 #include <algorithm>
 #include <utility>

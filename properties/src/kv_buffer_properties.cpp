@@ -9,10 +9,10 @@
 #include <limits>
 #include <string>
 
-#include "attn_oracle/backend_calls.hpp"
-#include "attn_oracle/kv_buffer_generators.hpp"
-#include "attn_oracle/metadata_through_attention.hpp"
-#include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/properties/backend_calls.hpp"
+#include "attn_oracle/properties/kv_buffer_generators.hpp"
+#include "attn_oracle/properties/metadata_through_attention.hpp"
+#include "attn_oracle/properties/property.hpp"
 #include "attn_oracle/reference/tolerance.hpp"
 #include "attn_oracle/reference/kv_buffer.hpp"
 

@@ -27,9 +27,9 @@
 
 #include <rapidcheck/state.h>
 
-#include "attn_oracle/backend_calls.hpp"
-#include "attn_oracle/kv_buffer_generators.hpp"
-#include "attn_oracle/property_check.hpp"
+#include "attn_oracle/properties/backend_calls.hpp"
+#include "attn_oracle/properties/kv_buffer_generators.hpp"
+#include "attn_oracle/properties/property_check.hpp"
 #include "attn_oracle/reference/tolerance.hpp"
 #include "attn_oracle/reference/kv_buffer.hpp"
 

@@ -8,16 +8,16 @@
 #include <sstream>
 #include <tuple>
 
-#include "attn_oracle/backend_calls.hpp"
-#include "attn_oracle/batch_transforms.hpp"
-#include "attn_oracle/generators.hpp"
-#include "attn_oracle/independent_rules.hpp"
-#include "attn_oracle/metadata_through_attention.hpp"
-#include "attn_oracle/oracle.hpp"
-#include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/properties/backend_calls.hpp"
+#include "attn_oracle/properties/batch_transforms.hpp"
+#include "attn_oracle/properties/generators.hpp"
+#include "attn_oracle/properties/independent_rules.hpp"
+#include "attn_oracle/properties/metadata_through_attention.hpp"
+#include "attn_oracle/properties/reference_calls.hpp"
+#include "attn_oracle/properties/property.hpp"
 #include "attn_oracle/reference/metadata.hpp"
-#include "attn_oracle/validate.hpp"
-#include "attn_oracle/shrinking_choice.hpp"
+#include "attn_oracle/model/validate.hpp"
+#include "attn_oracle/properties/shrinking_choice.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -44,7 +44,7 @@ Metadata metadata_or_fail(Backend& backend, const PackedBatch& batch) {
 BatchLayout valid_layout_or_decline(const PackedBatch& batch) {
   if (const auto v = agreed_batch_verdict(batch))
     decline_case("not a valid input (" + v->describe() + "); rejectsInvalidInputsWithTheirCode judges those");
-  return oracle().validate_batch(batch).value();
+  return reference_calls().validate_batch(batch).value();
 }
 
 // Flat entry i of a per-slot field [..., B, width] as its index into that shape

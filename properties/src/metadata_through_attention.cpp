@@ -1,6 +1,6 @@
 // metadata_through_attention.cpp: see the header. Deliberately plain loops: it
 // plays a kernel, so it must read exactly the integers a kernel reads.
-#include "attn_oracle/metadata_through_attention.hpp"
+#include "attn_oracle/properties/metadata_through_attention.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "attn_oracle/reference/metadata.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/validate.hpp"
 
 namespace attn_oracle {
 namespace {

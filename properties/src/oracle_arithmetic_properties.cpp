@@ -17,9 +17,9 @@
 #include <cmath>
 #include <sstream>
 
-#include "attn_oracle/generators.hpp"
-#include "attn_oracle/oracle.hpp"
-#include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/properties/generators.hpp"
+#include "attn_oracle/properties/reference_calls.hpp"
+#include "attn_oracle/properties/property.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "scalar_attention.hpp"
 
@@ -92,17 +92,17 @@ void oracle_arithmetic_matches_scalar_loops(Backend&, const Case& c) {
   const Expected<AttentionSizes> sizes = validate_attention(a.problem, &inputs.value());
   if (!sizes) decline_case("not a valid problem: " + std::string(to_string(sizes.error().code)));
   classify(a.problem.shape.backward, "backward");
-  const auto run = [&](const char* which, Oracle::Attention oracle_fn, Oracle::Attention scalar_fn) {
+  const auto run = [&](const char* which, ReferenceCalls::Attention oracle_fn, ReferenceCalls::Attention scalar_fn) {
     const Expected<AttentionResult> got = oracle_fn(a.problem, inputs.value());
     const Expected<AttentionResult> want = scalar_fn(a.problem, inputs.value());
     if (!want) fail_with(std::string("the scalar ") + which + " loops reject the problem: ", want.error());
     if (!got) fail_with(std::string("the ") + which + " reference rejects a problem its scalar loops take: ", got.error());
     require_same(which, got.value(), want.value(), sizes.value());
   };
-  run("dense", oracle().dense, ref::scalar::attention_dense_masked);
+  run("dense", reference_calls().dense, ref::scalar::attention_dense_masked);
   const bool representable = ref::representability(a.problem.batch).representable;
   classify(representable, "per-document compared");
-  if (representable) run("per-document", oracle().per_document, ref::scalar::attention_per_document);
+  if (representable) run("per-document", reference_calls().per_document, ref::scalar::attention_per_document);
 }
 
 }  // namespace

@@ -3,15 +3,15 @@
 // parameters) is drawn first; `build` turns it into specs, shapes and the
 // packed batch, so shrinking acts on the layout and every shrunk draw is still
 // what it was tagged as.
-#include "attn_oracle/sharding_generators.hpp"
+#include "attn_oracle/properties/sharding_generators.hpp"
 
 #include <algorithm>
 #include <array>
 #include <string>
 #include <tuple>
 
-#include "attn_oracle/generators.hpp"
-#include "attn_oracle/shrinking_choice.hpp"
+#include "attn_oracle/properties/generators.hpp"
+#include "attn_oracle/properties/shrinking_choice.hpp"
 
 namespace attn_oracle {
 namespace {

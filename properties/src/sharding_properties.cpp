@@ -16,13 +16,13 @@
 // (sharded_execution.hpp).
 #include <string>
 
-#include "attn_oracle/backend_calls.hpp"
-#include "attn_oracle/independent_rules.hpp"
-#include "attn_oracle/oracle.hpp"
-#include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/properties/backend_calls.hpp"
+#include "attn_oracle/properties/independent_rules.hpp"
+#include "attn_oracle/properties/reference_calls.hpp"
+#include "attn_oracle/properties/property.hpp"
 #include "attn_oracle/reference/metadata.hpp"
-#include "attn_oracle/sharded_execution.hpp"
-#include "attn_oracle/sharding_generators.hpp"
+#include "attn_oracle/seam/sharded_execution.hpp"
+#include "attn_oracle/properties/sharding_generators.hpp"
 #include "attn_oracle/reference/tolerance.hpp"
 #include "attn_oracle/reference/attention.hpp"
 
@@ -100,7 +100,7 @@ void valid_triples_match_unsharded_run(Backend& backend, const Case& c) {
   if (auto e = cap.validate_sharding(d.draw.sharding, shapes)) fail_with("rejected a valid sharding: ", *e);
   const Expected<AttentionResult> got = cap.sharded_attention(d.draw.sharding, d.draw.problem, d.inputs);
   if (!got) fail_with("the sharded run rejected a valid call: ", got.error());
-  const Expected<AttentionResult> want = oracle().dense(d.draw.problem, d.inputs);
+  const Expected<AttentionResult> want = reference_calls().dense(d.draw.problem, d.inputs);
   if (!want) fail_with("generator bug: the reference rejects the unsharded problem: ", want.error());
   for (const ToleranceCheck& check : check_attention_tolerance(d.draw.problem, d.inputs, got.value(), want.value(), backend.outputs()))
     if (!check.pass) fail_case("sharded vs unsharded: " + check.describe());
@@ -126,7 +126,7 @@ void invalid_triples_are_rejected_exactly(Backend& backend, const Case& c) {
   classify(true, expected);
   if (to_string(rules->code) != expected)
     fail_case("generator bug: the independent rules give " + rules->describe() + " where " + expected + " was due");
-  const std::optional<Error> want = oracle().validate_sharding(d.draw.sharding, shapes);
+  const std::optional<Error> want = reference_calls().validate_sharding(d.draw.sharding, shapes);
   if (want->code == ErrorCode::sharding_spec_mismatch)
     require(want->message == spec_mismatch_message(d.draw.sharding.q, d.draw.sharding.k, d.draw.sharding.v),
             "the reference's message is not docs/semantics.md section 9's: " + want->message);

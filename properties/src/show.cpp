@@ -2,7 +2,7 @@
 // shapes, never float tensors, so a shrunk case reads at a glance.
 #include <sstream>
 
-#include "attn_oracle/generators.hpp"
+#include "attn_oracle/properties/generators.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "attn_oracle/generators.hpp"
+#include "attn_oracle/properties/generators.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -14,9 +14,9 @@
 // small_seq_documents, every invalid draw gives its tagged code on ref::small_seq.
 #include <algorithm>
 
-#include "attn_oracle/generators.hpp"
-#include "attn_oracle/small_seq.hpp"
-#include "attn_oracle/shrinking_choice.hpp"
+#include "attn_oracle/properties/generators.hpp"
+#include "attn_oracle/model/small_seq.hpp"
+#include "attn_oracle/properties/shrinking_choice.hpp"
 
 namespace attn_oracle {
 namespace {

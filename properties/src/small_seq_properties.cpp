@@ -10,12 +10,12 @@
 #include <cmath>
 #include <string>
 
-#include "attn_oracle/backend_calls.hpp"
-#include "attn_oracle/generators.hpp"
-#include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/properties/backend_calls.hpp"
+#include "attn_oracle/properties/generators.hpp"
+#include "attn_oracle/properties/property.hpp"
 #include "attn_oracle/reference/metadata.hpp"
-#include "attn_oracle/small_seq_checks.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/cases/small_seq_checks.hpp"
+#include "attn_oracle/model/validate.hpp"
 #include "attn_oracle/reference/small_seq.hpp"
 
 namespace attn_oracle {

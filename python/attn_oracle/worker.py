@@ -4,7 +4,7 @@ The suite runs the worker as a process (``attn-oracle check --backend
 'exec:python3 -m attn_oracle.worker my_module:MyBackend'``, the current
 directory on ``sys.path``) and sends it one request at a time over stdin/stdout
 (docs/protocol.md). A backend is a plain object; each capability is served when
-its methods exist (the names mirror seam/include/attn_oracle/backend.hpp):
+its methods exist (the names mirror seam/include/attn_oracle/seam/backend.hpp):
 
 ==========  ================================================================
 metadata    ``metadata(batch) -> dict``: q_seqlens, kv_seqlens [..., B, M],

@@ -12,8 +12,8 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
-#include "attn_oracle/error.hpp"
-#include "attn_oracle/packed_batch.hpp"
+#include "attn_oracle/model/error.hpp"
+#include "attn_oracle/model/packed_batch.hpp"
 
 namespace attn_oracle::python {
 

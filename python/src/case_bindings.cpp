@@ -1,4 +1,4 @@
-// case_bindings.cpp: case files (properties/include/attn_oracle/case_file.hpp,
+// case_bindings.cpp: case files (cases/include/attn_oracle/cases/case_file.hpp,
 // docs/case-files.md) for attn_oracle/cases.py. The C++ reader and writer do
 // all the work, so Python reads exactly what `attn-oracle` reads: a case
 // crosses as its canonical JSON text (case_to_json), which cases.py turns into
@@ -9,10 +9,10 @@
 #include <nanobind/stl/string.h>
 
 #include "arrays.hpp"
-#include "attn_oracle/case_file.hpp"
-#include "attn_oracle/case_op.hpp"
-#include "attn_oracle/reference_backend.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/cases/case_file.hpp"
+#include "attn_oracle/cases/case_op.hpp"
+#include "attn_oracle/cases/reference_backend.hpp"
+#include "attn_oracle/model/validate.hpp"
 
 namespace attn_oracle::python {
 namespace {

@@ -7,7 +7,7 @@
 #include <nanobind/stl/string.h>
 
 #include "arrays.hpp"
-#include "attn_oracle/memory_budget.hpp"
+#include "attn_oracle/model/memory_budget.hpp"
 
 NB_MODULE(_core, m) {
   namespace py = attn_oracle::python;

@@ -10,8 +10,8 @@
 #include <nanobind/stl/string.h>
 
 #include "arrays.hpp"
-#include "attn_oracle/attention.hpp"
-#include "attn_oracle/kv_buffer.hpp"
+#include "attn_oracle/model/attention.hpp"
+#include "attn_oracle/model/kv_buffer.hpp"
 #include "attn_oracle/reference/kv_buffer.hpp"
 
 namespace attn_oracle::python {

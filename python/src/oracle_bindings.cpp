@@ -14,13 +14,13 @@
 #include <nanobind/stl/string.h>
 
 #include "arrays.hpp"
-#include "attn_oracle/attention.hpp"
-#include "attn_oracle/attention_case.hpp"
-#include "attn_oracle/memory_budget.hpp"
+#include "attn_oracle/model/attention.hpp"
+#include "attn_oracle/cases/attention_case.hpp"
+#include "attn_oracle/model/memory_budget.hpp"
 #include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/reference/small_seq.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/validate.hpp"
 
 namespace attn_oracle::python {
 namespace {

@@ -14,11 +14,11 @@
 #include <nanobind/stl/string.h>
 
 #include "arrays.hpp"
-#include "attn_oracle/validate.hpp"
-#include "attn_oracle/case_file.hpp"
+#include "attn_oracle/model/validate.hpp"
+#include "attn_oracle/cases/case_file.hpp"
 #include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/reference/small_seq.hpp"
-#include "attn_oracle/small_seq_checks.hpp"
+#include "attn_oracle/cases/small_seq_checks.hpp"
 
 namespace attn_oracle::python {
 namespace {

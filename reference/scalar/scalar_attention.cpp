@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "attn_oracle/reference/metadata.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/validate.hpp"
 
 namespace attn_oracle::ref::scalar {
 namespace {

@@ -4,8 +4,8 @@
 // benchmarks only (target attn_oracle_reference_scalar, not installed).
 #pragma once
 
-#include "attn_oracle/attention.hpp"
-#include "attn_oracle/error.hpp"
+#include "attn_oracle/model/attention.hpp"
+#include "attn_oracle/model/error.hpp"
 
 namespace attn_oracle::ref::scalar {
 

@@ -9,7 +9,7 @@
 #include <system_error>
 #include <thread>
 
-#include "attn_oracle/memory_budget.hpp"
+#include "attn_oracle/model/memory_budget.hpp"
 #include "attn_oracle/reference/tile_faults.hpp"
 
 namespace attn_oracle::ref {

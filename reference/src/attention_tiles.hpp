@@ -28,7 +28,7 @@
 #include <limits>
 #include <vector>
 
-#include "attn_oracle/attention.hpp"
+#include "attn_oracle/model/attention.hpp"
 
 namespace attn_oracle::ref::tiles {
 

@@ -1,5 +1,5 @@
 // kv_buffer.cpp: float64 references of the shared K/V buffer (docs/semantics.md section 3);
-// see attn_oracle/kv_buffer.hpp for the semantics. Everything is built from the
+// see attn_oracle/model/kv_buffer.hpp for the semantics. Everything is built from the
 // packed-batch data model and the attention references of reference_attention.cpp:
 //  - the whole sequence is one packed row (ids 1..docs, positions from 0, causal);
 //  - micro-sequence i is one packed row whose q side is [begin, end) and kv side

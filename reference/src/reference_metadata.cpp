@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <sstream>
 
-#include "attn_oracle/memory_budget.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/memory_budget.hpp"
+#include "attn_oracle/model/validate.hpp"
 
 namespace attn_oracle::ref {
 namespace {

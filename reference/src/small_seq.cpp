@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "attn_oracle/reference/metadata.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/validate.hpp"
 #include "attn_oracle/reference/attention.hpp"
 
 namespace attn_oracle {

@@ -25,7 +25,7 @@
 #include "attention_tiles.hpp"
 #include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/reference/metadata.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/validate.hpp"
 
 namespace attn_oracle {
 

@@ -1,7 +1,6 @@
-// backend.cpp: capabilities, the backend registry behind ATTN_ORACLE_REGISTER_BACKEND,
-// and the guard-banded buffers that attention_into is checked with.
-#include "attn_oracle/backend.hpp"
-#include "attn_oracle/process_backend.hpp"
+// backend.cpp: capabilities and the guard-banded buffers that attention_into is
+// checked with. The registry is backend_registry.cpp.
+#include "attn_oracle/seam/backend.hpp"
 
 #include <bit>
 #include <cmath>
@@ -123,32 +122,4 @@ std::optional<std::string> GuardedAttentionBuffers::first_violation() const {
 }
 
 // ------------------------------------------------------------------- registry
-BackendRegistry& BackendRegistry::instance() {
-  static BackendRegistry registry;
-  return registry;
-}
-
-bool BackendRegistry::add(const std::string& name, BackendFactory factory) {
-  for (auto& [existing, f] : factories_)
-    if (existing == name) {
-      f = std::move(factory);
-      return true;
-    }
-  factories_.emplace_back(name, std::move(factory));
-  return true;
-}
-
-std::vector<std::string> BackendRegistry::names() const {
-  std::vector<std::string> out;
-  for (const auto& entry : factories_) out.push_back(entry.first);
-  return out;
-}
-
-std::unique_ptr<Backend> BackendRegistry::make(const std::string& name) const {
-  if (name.starts_with(kProcessBackendPrefix)) return make_process_backend(name.substr(kProcessBackendPrefix.size()));
-  for (const auto& [existing, factory] : factories_)
-    if (existing == name) return factory();
-  return nullptr;
-}
-
 }  // namespace attn_oracle

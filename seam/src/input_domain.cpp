@@ -1,11 +1,11 @@
 // input_domain.cpp: whether an input lies inside a backend's declared domain
 // (input_domain.hpp). Reads raw arrays defensively: the invalid-input
 // properties ask about inputs whose shapes do not validate.
-#include "attn_oracle/input_domain.hpp"
+#include "attn_oracle/seam/input_domain.hpp"
 
 #include <algorithm>
 
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/validate.hpp"
 
 namespace attn_oracle {
 namespace {

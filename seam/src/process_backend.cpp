@@ -3,7 +3,7 @@
 // and one reply; replies are `ok` (with arrays), `error` (a stable code),
 // `unsupported` (a decline) or `exception` (the worker's backend raised
 // something else: the case fails with it, the worker lives on).
-#include "attn_oracle/process_backend.hpp"
+#include "attn_oracle/seam/process_backend.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -57,7 +57,7 @@ class Worker {
     }
     return *domain_;
   }
-  std::string version() { return hello_text("name") + " " + hello_text("version") + " (" + kWorkerProtocol + ")"; }
+  std::string version() { return hello_text("name") + " " + hello_text("version") + " (" + wire::kWorkerProtocol + ")"; }
   BackendIdentity identity() { return {hello_text("name"), hello_text("version")}; }
   WorkerStarts starts() const { return process_.starts(); }
 

@@ -3,12 +3,12 @@
 // problem's own validation (docs/semantics.md sections 1 and 5 codes), [B, T] ids, the backend's
 // spec validation (docs/semantics.md section 9), the bottom-right limit, then the devices. Nothing
 // runs before every check has passed.
-#include "attn_oracle/sharded_execution.hpp"
+#include "attn_oracle/seam/sharded_execution.hpp"
 
 #include <algorithm>
 #include <functional>
 
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/validate.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -16,8 +16,7 @@
 #include <set>
 #include <thread>
 
-#include "attn_oracle/backend.hpp"
-#include "attn_oracle/process_backend.hpp"
+#include "attn_oracle/seam/backend.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -104,8 +103,8 @@ void WorkerProcess::start() {
   }
   const nlohmann::json& h = greeting.header;
   const std::string protocol = h.value("protocol", nlohmann::json()).is_string() ? h["protocol"].get<std::string>() : h.value("protocol", nlohmann::json()).dump();
-  if (protocol != kWorkerProtocol)
-    fail("the worker speaks protocol " + protocol + "; this build speaks " + kWorkerProtocol + " (docs/protocol.md)", false);
+  if (protocol != wire::kWorkerProtocol)
+    fail("the worker speaks protocol " + protocol + "; this build speaks " + wire::kWorkerProtocol + " (docs/protocol.md)", false);
   if (!h.contains("capabilities") || !h["capabilities"].is_array() || h["capabilities"].empty())
     fail("the worker's hello announces no capability: " + h.dump().substr(0, 300), false);
   if (h.contains("outputs")) {

@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <string>
 
-#include "attn_oracle/backend.hpp"
+#include "attn_oracle/seam/backend.hpp"
 #include "worker_protocol.hpp"
 
 namespace attn_oracle {

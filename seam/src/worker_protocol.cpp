@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "attn_oracle/memory_budget.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/memory_budget.hpp"
+#include "attn_oracle/model/validate.hpp"
 
 namespace attn_oracle::wire {
 namespace {

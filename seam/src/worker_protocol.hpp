@@ -16,14 +16,17 @@
 
 #include <nlohmann/json.hpp>
 
-#include "attn_oracle/attention.hpp"
-#include "attn_oracle/input_domain.hpp"
-#include "attn_oracle/kv_buffer.hpp"
-#include "attn_oracle/metadata.hpp"
-#include "attn_oracle/sharding.hpp"
-#include "attn_oracle/small_seq.hpp"
+#include "attn_oracle/model/attention.hpp"
+#include "attn_oracle/seam/input_domain.hpp"
+#include "attn_oracle/model/kv_buffer.hpp"
+#include "attn_oracle/model/metadata.hpp"
+#include "attn_oracle/model/sharding.hpp"
+#include "attn_oracle/model/small_seq.hpp"
 
 namespace attn_oracle::wire {
+
+// The protocol this build speaks (docs/protocol.md); a worker's hello must name it.
+inline constexpr const char* kWorkerProtocol = "attn-oracle-worker/1";
 
 inline constexpr std::string_view kMagic = "AOW1";
 inline constexpr size_t kPrefixBytes = 8;                   // magic + header length

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/validate.hpp"
 #include "attn_oracle/reference/attention.hpp"
 #include "planted/planted_backends.hpp"
 #include "planted/tiled_attention.hpp"

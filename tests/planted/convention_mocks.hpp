@@ -21,7 +21,7 @@
 #include <string>
 
 #include "attn_oracle/adapters/flash_attention.hpp"
-#include "attn_oracle/backend.hpp"
+#include "attn_oracle/seam/backend.hpp"
 
 namespace attn_oracle::planted {
 

@@ -10,7 +10,7 @@
 
 #include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/reference/kv_buffer.hpp"
-#include "attn_oracle/reference_backend.hpp"
+#include "attn_oracle/cases/reference_backend.hpp"
 
 namespace attn_oracle::planted {
 namespace {

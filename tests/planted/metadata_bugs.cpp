@@ -5,8 +5,8 @@
 #include <cstdint>
 
 #include "attn_oracle/reference/metadata.hpp"
-#include "attn_oracle/batch_transforms.hpp"
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/properties/batch_transforms.hpp"
+#include "attn_oracle/model/validate.hpp"
 #include "planted/planted_backends.hpp"
 
 namespace attn_oracle::planted {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "attn_oracle/backend.hpp"
+#include "attn_oracle/seam/backend.hpp"
 
 namespace attn_oracle::planted {
 

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/runner/property_runner.hpp"
 #include "planted/planted_backends.hpp"
 
 namespace attn_oracle::planted {

@@ -8,7 +8,7 @@
 //    stops one shard short, so every query misses the last shard's keys.
 #include "planted/planted_backends.hpp"
 
-#include "attn_oracle/sharded_execution.hpp"
+#include "attn_oracle/seam/sharded_execution.hpp"
 #include "attn_oracle/reference/attention.hpp"
 
 namespace attn_oracle::planted {

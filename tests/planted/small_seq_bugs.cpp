@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "attn_oracle/validate.hpp"
+#include "attn_oracle/model/validate.hpp"
 #include "attn_oracle/reference/small_seq.hpp"
 #include "planted/planted_backends.hpp"
 

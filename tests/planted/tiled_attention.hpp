@@ -16,7 +16,7 @@
 #include <optional>
 #include <string>
 
-#include "attn_oracle/backend.hpp"
+#include "attn_oracle/seam/backend.hpp"
 
 namespace attn_oracle::planted {
 

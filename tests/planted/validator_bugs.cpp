@@ -78,7 +78,7 @@ std::optional<Error> gqa_exception_without_k_v_comparison(const Sharding& s, con
 std::vector<ValidatorBug> validator_bugs() {
   const std::string sharding_rejects = "sharding/invalidTriplesAreRejectedWithTheExactMessage";
   const std::string metadata_rejects = "metadata/rejectsInvalidInputsWithTheirCode";
-  Oracle k_sequence, equal_positions, gqa;
+  ReferenceCalls k_sequence, equal_positions, gqa;
   k_sequence.validate_sharding = k_sequence_split_against_q_len;
   equal_positions.validate_batch = equal_positions_accepted;
   gqa.validate_sharding = gqa_exception_without_k_v_comparison;

@@ -11,8 +11,8 @@
 #include <map>
 #include <string_view>
 
-#include "attn_oracle/independent_rules.hpp"
-#include "attn_oracle/memory_budget.hpp"
+#include "attn_oracle/properties/independent_rules.hpp"
+#include "attn_oracle/model/memory_budget.hpp"
 
 namespace attn_oracle {
 namespace {

@@ -2,9 +2,9 @@
 // every draw of the properties that call them (independent_rules.hpp). A
 // disagreement fails the case with both answers; the draw's rule edges are
 // classified for the coverage table.
-#include "attn_oracle/independent_rules.hpp"
-#include "attn_oracle/oracle.hpp"
-#include "attn_oracle/property_check.hpp"
+#include "attn_oracle/properties/independent_rules.hpp"
+#include "attn_oracle/properties/reference_calls.hpp"
+#include "attn_oracle/properties/property_check.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -40,7 +40,7 @@ std::optional<RuleVerdict> agreed_sharding_verdict(const Sharding& sharding, con
   for (const std::string& edge : sharding_rule_edges(sharding, shapes)) classify(true, edge);
   const std::optional<RuleVerdict> rules = sharding_rules_verdict(sharding, shapes);
   if (rules) classify(true, "rule " + std::string(to_string(rules->code)));
-  require_agreement("validate_sharding", oracle().validate_sharding(sharding, shapes), rules);
+  require_agreement("validate_sharding", reference_calls().validate_sharding(sharding, shapes), rules);
   return rules;
 }
 
@@ -48,7 +48,7 @@ std::optional<RuleVerdict> agreed_batch_verdict(const PackedBatch& batch) {
   for (const std::string& edge : batch_rule_edges(batch)) classify(true, edge);
   const std::optional<RuleVerdict> rules = batch_rules_verdict(batch);
   if (rules) classify(true, "rule " + std::string(to_string(rules->code)));
-  const Expected<BatchLayout> model = oracle().validate_batch(batch);
+  const Expected<BatchLayout> model = reference_calls().validate_batch(batch);
   require_agreement("validate", model ? std::nullopt : std::optional<Error>(model.error()), rules);
   return rules;
 }

@@ -8,7 +8,7 @@
 #include <functional>
 #include <set>
 
-#include "attn_oracle/independent_rules.hpp"
+#include "attn_oracle/properties/independent_rules.hpp"
 
 namespace attn_oracle {
 namespace {

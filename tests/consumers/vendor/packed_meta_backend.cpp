@@ -12,7 +12,7 @@
 //  - Two independent deep bugs, wrong values without a crash: a row's first q
 //    offset is taken as 0 (leading padding ignored), and the last cumulative kv
 //    length is one too large when a batch holds two or more documents.
-#include <attn_oracle/backend.hpp>
+#include <attn_oracle/seam/backend.hpp>
 #include <attn_oracle/reference/metadata.hpp>
 
 #include <algorithm>

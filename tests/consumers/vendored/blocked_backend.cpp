@@ -2,7 +2,7 @@
 // per-document lengths and offsets from the float64 reference (standing in for
 // the project's own segment scan) and builds the flat cumulative arrays itself,
 // which is where packed-attention glue code usually goes wrong.
-#include <attn_oracle/backend.hpp>
+#include <attn_oracle/seam/backend.hpp>
 #include <attn_oracle/reference/metadata.hpp>
 
 namespace {

@@ -25,8 +25,8 @@
 #include <optional>
 #include <vector>
 
-#include "attn_oracle/error.hpp"
-#include "attn_oracle/packed_batch.hpp"
+#include "attn_oracle/model/error.hpp"
+#include "attn_oracle/model/packed_batch.hpp"
 
 namespace attn_oracle::adapters::cudnn {
 

@@ -30,9 +30,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "attn_oracle/attention.hpp"
-#include "attn_oracle/error.hpp"
-#include "attn_oracle/packed_batch.hpp"
+#include "attn_oracle/model/attention.hpp"
+#include "attn_oracle/model/error.hpp"
+#include "attn_oracle/model/packed_batch.hpp"
 
 namespace attn_oracle::adapters::flash_attention {
 

@@ -23,8 +23,8 @@
 
 #include <cstdint>
 
-#include "attn_oracle/error.hpp"
-#include "attn_oracle/packed_batch.hpp"
+#include "attn_oracle/model/error.hpp"
+#include "attn_oracle/model/packed_batch.hpp"
 
 namespace attn_oracle::adapters::torch {
 

@@ -12,8 +12,8 @@
 #include <optional>
 #include <string>
 
-#include "attn_oracle/attention.hpp"
-#include "attn_oracle/error.hpp"
+#include "attn_oracle/model/attention.hpp"
+#include "attn_oracle/model/error.hpp"
 
 namespace attn_oracle::gpu {
 

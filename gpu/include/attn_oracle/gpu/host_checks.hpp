@@ -7,10 +7,10 @@
 #include <optional>
 #include <vector>
 
-#include "attn_oracle/attention.hpp"
-#include "attn_oracle/error.hpp"
+#include "attn_oracle/model/attention.hpp"
+#include "attn_oracle/model/error.hpp"
 #include "attn_oracle/gpu/attention.hpp"
-#include "attn_oracle/metadata.hpp"
+#include "attn_oracle/model/metadata.hpp"
 
 namespace attn_oracle::gpu {
 

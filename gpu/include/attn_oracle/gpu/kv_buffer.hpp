@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "attn_oracle/kv_buffer.hpp"
+#include "attn_oracle/model/kv_buffer.hpp"
 
 namespace attn_oracle::gpu {
 

@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "attn_oracle/small_seq.hpp"
+#include "attn_oracle/model/small_seq.hpp"
 
 namespace attn_oracle::gpu {
 

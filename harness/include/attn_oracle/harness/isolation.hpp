@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/runner/property_runner.hpp"
 
 namespace attn_oracle {
 

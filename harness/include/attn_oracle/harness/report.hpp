@@ -23,8 +23,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "attn_oracle/error.hpp"
-#include "attn_oracle/property_runner.hpp"
+#include "attn_oracle/model/error.hpp"
+#include "attn_oracle/runner/property_runner.hpp"
 
 namespace attn_oracle {
 

@@ -3,7 +3,7 @@
 //
 // The file builds the disagreeing call's inputs inline (find_disagreement,
 // repro.hpp of the properties), calls the backend through the seam it
-// implements (attn_oracle/backend.hpp, which links no oracle) and asserts the
+// implements (attn_oracle/seam/backend.hpp, which links no oracle) and asserts the
 // float64 reference's answer written out: integers and error codes exactly,
 // floats within the tolerance rule's budget, computed when the file is written
 // and explained in one comment. Linked with the backend's own sources, it fails
@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "attn_oracle/backend.hpp"
-#include "attn_oracle/repro.hpp"
+#include "attn_oracle/seam/backend.hpp"
+#include "attn_oracle/runner/repro.hpp"
 
 namespace attn_oracle {
 

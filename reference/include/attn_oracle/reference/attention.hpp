@@ -9,17 +9,17 @@
 // there too. Both run Eigen block products on query tiles (reference/src/
 // attention_tiles.hpp); the scalar loops they replaced are kept as a test and
 // benchmark cross-check (reference/scalar/). The data model (problem, tensors,
-// validation) is attn_oracle/attention.hpp.
+// validation) is attn_oracle/model/attention.hpp.
 //
-// Threads: reference_threads() (attn_oracle/memory_budget.hpp:
+// Threads: reference_threads() (attn_oracle/model/memory_budget.hpp:
 // ATTN_ORACLE_THREADS or set_reference_threads, default 1). The per-document
 // reference shares out (row, kv head) pairs, the dense one a row's kv heads;
 // results are bitwise the same for every thread count and run, each worker
 // adding its own scratch to the memory the budget is asked for.
 #pragma once
 
-#include "attn_oracle/attention.hpp"
-#include "attn_oracle/error.hpp"
+#include "attn_oracle/model/attention.hpp"
+#include "attn_oracle/model/error.hpp"
 
 namespace attn_oracle::ref {
 

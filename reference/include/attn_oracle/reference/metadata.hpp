@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "attn_oracle/error.hpp"
-#include "attn_oracle/metadata.hpp"
-#include "attn_oracle/packed_batch.hpp"
+#include "attn_oracle/model/error.hpp"
+#include "attn_oracle/model/metadata.hpp"
+#include "attn_oracle/model/packed_batch.hpp"
 
 namespace attn_oracle::ref {
 

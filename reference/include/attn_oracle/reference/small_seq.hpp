@@ -1,9 +1,9 @@
 // reference/small_seq.hpp: the float64 reference of the small-sequence problem
-// (docs/semantics.md section 8; the problem and its validation are attn_oracle/small_seq.hpp).
+// (docs/semantics.md section 8; the problem and its validation are attn_oracle/model/small_seq.hpp).
 // Tested by tests/small_seq_reference_test.cpp.
 #pragma once
 
-#include "attn_oracle/small_seq.hpp"
+#include "attn_oracle/model/small_seq.hpp"
 
 namespace attn_oracle::ref {
 

@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "attn_oracle/attention.hpp"
+#include "attn_oracle/model/attention.hpp"
 
 namespace attn_oracle {
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "attn_oracle/small_seq.hpp"
+#include "attn_oracle/model/small_seq.hpp"
 #include "attn_oracle/gpu/small_seq/small_seq_params.hpp"
 
 namespace attn_oracle::gpu {

@@ -1,0 +1,59 @@
+// backend_calls.hpp: the one way a property reaches a backend. Each problem a
+// property runs (the drawn one, and every transformed, permuted or sliced one)
+// is first asked of the backend's declared domain (input_domain.hpp) and of its
+// capability's `unsupported` hook: a problem the backend does not take is a
+// decline with the reason, never a false failure. One helper per capability.
+//
+// Checked by tests/input_domain_test.cpp (a backend whose hook declines only
+// what a transformed problem holds passes every property).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "attn_oracle/seam/backend.hpp"
+
+namespace attn_oracle {
+
+// ---------------------------------------------------------------- time
+// Seconds this thread has spent inside a backend's metadata, attention and
+// small-seq calls (these helpers), so that a run can say what a draw costs in
+// the backend and what in the suite (the float64 oracle, the naive run, the
+// checks). K/V-buffer and sharding steps are called directly and count as suite time.
+double backend_seconds_on_this_thread();
+
+// ---------------------------------------------------------------- metadata
+// The reason the backend does not take `batch` (domain first, then the hook), or nullopt.
+std::optional<std::string> metadata_declines(Backend& backend, const PackedBatch& batch);
+// Declines the case unless the backend takes `batch`.
+void require_metadata_takes(Backend& backend, const PackedBatch& batch);
+// The backend's metadata, asked first; an `unsupported` answer is a decline too.
+Expected<Metadata> call_metadata(Backend& backend, const PackedBatch& batch);
+
+// ---------------------------------------------------------------- attention
+std::optional<std::string> attention_declines(Backend& backend, const AttentionProblem& problem);
+void require_attention_takes(Backend& backend, const AttentionProblem& problem);
+Expected<AttentionResult> call_attention(Backend& backend, const AttentionProblem& problem,
+                                         const AttentionInputs& inputs);
+std::optional<Error> call_attention_into(Backend& backend, const AttentionProblem& problem,
+                                         const AttentionInputs& inputs, const AttentionCapability::Buffers& buffers);
+
+// ---------------------------------------------------------------- small-seq
+std::optional<std::string> small_seq_declines(Backend& backend, const AttentionProblem& problem);
+void require_small_seq_takes(Backend& backend, const AttentionProblem& problem);
+// The domain alone: for an invalid problem, which a small-seq hook may assume away.
+void require_inside_domain(Backend& backend, const AttentionProblem& problem);
+Expected<SmallSeqResult> call_small_seq(Backend& backend, const AttentionProblem& problem,
+                                        const AttentionInputs& inputs);
+
+// ---------------------------------------------------------------- K/V buffer
+// A K/V buffer problem is asked once: every step of the capability (metadata,
+// writes, attends, the stream) then runs on that same problem.
+void require_kv_buffer_takes(Backend& backend, const KvBufferProblem& problem);
+
+// ---------------------------------------------------------------- sharding
+// The unsharded problem is asked of the domain, the call of the hook.
+void require_sharding_takes(Backend& backend, const Sharding& sharding, const ShardedShapes& shapes,
+                            const AttentionProblem& problem);
+
+}  // namespace attn_oracle

@@ -1,0 +1,159 @@
+// property.cpp: the check of one case (property.hpp, property_check.hpp) and
+// the registry of the suite's properties.
+#include "attn_oracle/properties/property.hpp"
+
+#include <rapidcheck.h>
+
+#include "attn_oracle/properties/generators.hpp"
+#include "attn_oracle/properties/property_check.hpp"
+#include "attn_oracle/reference/tolerance.hpp"
+
+namespace attn_oracle {
+namespace {
+
+thread_local std::vector<std::string>* current_labels = nullptr;
+
+// "backend B serves kv_buffer without the steps write_slice and attend, which this property calls".
+std::optional<std::string> kv_steps_not_served(const PropertyDef& property, Backend& backend) {
+  if (property.needs_kv_steps.empty() || !backend.kv_buffer()) return std::nullopt;
+  const KvBufferSteps served = backend.kv_buffer()->steps();
+  std::string missing;
+  int count = 0;
+  for (KvBufferStep step : property.needs_kv_steps)
+    if (!served.has(step)) missing += std::string(count++ ? " and " : "") + std::string(to_string(step));
+  if (count == 0) return std::nullopt;
+  return "backend " + backend.name() + " serves kv_buffer without the step" + (count > 1 ? "s " : " ") + missing +
+         ", which this property calls";
+}
+
+}  // namespace
+
+std::string over_budget_reason(const Error& e) { return "over the memory budget (" + e.message + ")"; }
+
+// Draws the shrinkable's case and checks it. A draw that throws anything but a
+// decline is a failure of the property too (a generator or backend bug shows).
+Trial run_trial(const PropertyDef& p, Backend& backend, const rc::Shrinkable<Case>& shrinkable,
+                const std::function<void(const Case&)>& before_check) {
+  Trial t;
+  ToleranceRatioSink ratios;
+  current_labels = &t.labels;
+  try {
+    t.c = shrinkable.value();
+    if (before_check) before_check(*t.c);
+    p.check(backend, *t.c);
+  } catch (const CaseFailure& f) {
+    t.kind = Trial::Kind::failed, t.message = f.message;
+  } catch (const CaseDeclined& d) {
+    t.kind = Trial::Kind::declined, t.message = d.reason;
+  } catch (const BackendFailure& b) {
+    t.kind = Trial::Kind::failed, t.message = b.what(), t.backend_log = b.log, t.hung = b.hung;
+  } catch (const rc::GenerationFailure& g) {
+    t.kind = Trial::Kind::declined, t.message = std::string("generation failed: ") + g.what();
+  } catch (const BadExpectedAccess& e) {
+    // A value the check was sure of (the oracle's, mostly) was an error instead.
+    const bool budget = e.error.code == ErrorCode::over_memory_budget;
+    t.kind = budget ? Trial::Kind::declined : Trial::Kind::failed;
+    t.message = budget ? over_budget_reason(e.error) : std::string("exception: ") + e.what();
+  } catch (const std::exception& e) {
+    t.kind = Trial::Kind::failed, t.message = std::string("exception: ") + e.what();
+  } catch (...) {
+    t.kind = Trial::Kind::failed, t.message = "an exception that is not a std::exception";
+  }
+  current_labels = nullptr;
+  t.worst_ratio = ratios.worst();
+  return t;
+}
+
+std::optional<std::string> skipped_before_drawing(const PropertyDef& property, Backend& backend) {
+  for (std::optional<Capability> needed : {std::optional<Capability>(property.needs), property.also_needs})
+    if (needed && !backend.has(*needed))
+      return "backend " + backend.name() + " lacks the " + std::string(to_string(*needed)) + " capability";
+  for (Output needed : property.needs_outputs)
+    if (!backend.outputs().has(needed)) return "backend " + backend.name() + " does not produce " + std::string(to_string(needed));
+  if (auto missing = kv_steps_not_served(property, backend)) return missing;
+  if (property.excluded_by) {
+    const InputDomain declared = backend.domain(), drawn = drawing_domain(declared);
+    if (auto why = property.excluded_by(drawn))
+      return (declared.sizes.empty() && !drawn.sizes.empty()
+                  ? "shape-stable draws (" + to_string(drawn) + ") exclude"
+                  : "backend " + backend.name() + "'s domain (" + to_string(declared) + ") excludes") +
+             " what it needs: " + *why;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> outputs_not_compared(const PropertyDef& property, const ProducedOutputs& produced) {
+  std::vector<Output> judged;
+  switch (property.needs) {
+    case Capability::metadata: case Capability::kv_buffer: break;  // kv_buffer needs them all (needs_outputs)
+    case Capability::small_seq: judged = {Output::small_seq_p, Output::gradients}; break;
+    default: judged = {Output::lse, Output::gradients};
+  }
+  std::vector<std::string> out;
+  for (Output o : judged)
+    if (!produced.has(o)) out.emplace_back(to_string(o));
+  return out;
+}
+
+void fail_case(const std::string& message) { throw CaseFailure{message}; }
+void decline_case(const std::string& reason) { throw CaseDeclined{reason}; }
+
+void fail_with(const std::string& before, const Error& error, const std::string& after) {
+  decline_if_unsupported(error);
+  if (error.code == ErrorCode::over_memory_budget) decline_case(over_budget_reason(error));
+  fail_case(before + std::string(to_string(error.code)) + " (" + error.message + ")" + after);
+}
+
+void classify(bool holds, const std::string& label) {
+  if (holds && current_labels) current_labels->push_back(label);
+}
+
+std::string_view op_name(const Case& c) { return op_of(c).name(); }
+
+Case with_drawn(Case c, nlohmann::json drawn) {
+  if (!c.property) c.property = PropertyRecord{};
+  c.property->drawn = std::move(drawn);
+  return c;
+}
+
+Judgement check_property(const PropertyDef& property, Backend& backend, const Case& c) {
+  Judgement j;
+  for (std::optional<Capability> needed : {std::optional<Capability>(property.needs), property.also_needs})
+    if (needed && !backend.has(*needed))
+      return j.skip("backend " + backend.name() + " lacks the " + std::string(to_string(*needed)) + " capability"), j;
+  if (auto missing = kv_steps_not_served(property, backend)) return j.skip(*missing), j;
+  const Trial t = run_trial(property, backend, rc::shrinkable::just(c));
+  if (t.kind == Trial::Kind::failed) j.fail(property.id + ": " + t.message);
+  else if (t.kind == Trial::Kind::declined) j.skip(property.id + " declines this case: " + t.message);
+  else j.note(property.id + " holds on this case");
+  return j;
+}
+
+Judgement check_recorded_property(Backend& backend, const Case& c) {
+  const PropertyDef* p = c.property ? find_property(c.property->id) : nullptr;
+  if (!p) {
+    Judgement j;
+    j.fail("unknown property " + (c.property ? c.property->id : std::string("(none)")) + " in the case's record");
+    return j;
+  }
+  return check_property(*p, backend, c);
+}
+
+const std::vector<PropertyDef>& all_properties() {
+  static const std::vector<PropertyDef> properties = [] {
+    std::vector<PropertyDef> all = metadata_properties();
+    for (auto* area : {attention_properties, oracle_arithmetic_properties, small_seq_properties, kv_buffer_properties,
+                       sharding_properties})
+      for (PropertyDef& p : area()) all.push_back(std::move(p));
+    return all;
+  }();
+  return properties;
+}
+
+const PropertyDef* find_property(const std::string& id) {
+  for (const PropertyDef& p : all_properties())
+    if (p.id == id) return &p;
+  return nullptr;
+}
+
+}  // namespace attn_oracle

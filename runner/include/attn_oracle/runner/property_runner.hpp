@@ -1,0 +1,54 @@
+// property_runner.hpp: the driver that runs one property (properties/property.hpp)
+// on one backend.
+//
+// A run is `cases` draws. Draw k comes from a Random keyed by (seed, k) at size
+// k mod (max_size + 1) spread evenly (RapidCheck's schedule), so any subset of
+// the draws can run on its own: shard i of n takes the draws k = i mod n, and n
+// shards together are exactly the unsharded run. A draw passes, is declined
+// (the backend does not support it, or it says nothing about this property:
+// counted per reason), or fails. A failure is shrunk (the first shrink that
+// still fails, again and again: RapidCheck's strategy), checked twice more
+// (a backend whose answer changes is reported as nondeterministic), written as
+// a case file with the property record that replays it, and the run goes on
+// to the end of its budget: every failing draw is kept and clustered by root
+// (triage.hpp), and the max_failures highest-ranked clusters are shown in full.
+// Only RapidCheck's public generator API is used (Gen, Random, Shrinkable).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "attn_oracle/properties/property.hpp"
+#include "attn_oracle/runner/failure_store.hpp"
+#include "attn_oracle/runner/run_outcome.hpp"
+#include "attn_oracle/runner/triage.hpp"
+#include "attn_oracle/seam/backend.hpp"
+
+namespace attn_oracle {
+
+// From RC_PARAMS (max_success = cases, max_size, seed), ATTN_ORACLE_FAILURES_DIR
+// (default: attn-oracle-failures under the working directory),
+// ATTN_ORACLE_STORE (unset or "off": no store; "on": the store in the failures
+// directory; a directory: the store there, which is then the failures
+// directory) and ATTN_ORACLE_SHARD ("I/N", which a conformance binary sets
+// from GoogleTest's GTEST_SHARD_INDEX / GTEST_TOTAL_SHARDS).
+RunSettings default_run_settings();
+
+using ProgressFn = std::function<void(int draws_done, int draws_total)>;
+
+PropertyOutcome run_property(const PropertyDef& property, Backend& backend, const RunSettings& settings,
+                             const ProgressFn& progress = {});
+
+// Draw k of a run, walked down `path` (shrink indices), then checked: what a
+// supervising process asks a fresh child for when it shrinks a crash.
+// `before_check` sees the case first (the child writes it to a file there).
+struct TrialResult {
+  enum class Kind { passed, failed, declined, no_such_shrink };
+  Kind kind = Kind::passed;
+  std::string message;
+};
+TrialResult run_draw(const PropertyDef& property, Backend& backend, const RunSettings& settings, int draw,
+                     const std::vector<size_t>& path, const std::function<void(const Case&)>& before_check = {});
+
+}  // namespace attn_oracle

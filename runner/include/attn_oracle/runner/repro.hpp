@@ -1,0 +1,47 @@
+// repro.hpp: from a counterexample to what a standalone reproduction needs
+// (`attn-oracle repro`, `python -m attn_oracle repro`; docs/case-files.md,
+// "From a failure to a report").
+//
+//  - find_disagreement: the one call of the backend that answers differently
+//    from the float64 reference. A counterexample records the property that
+//    failed; a metamorphic one (a permutation, added padding, repeated heads)
+//    calls the backend on transformed problems, and the reproduction is the
+//    call that is wrong on its own, not the relation between calls.
+//  - case_summary: a shrunk case in one to three lines, for the failure
+//    printout (the JSON stays in its file).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "attn_oracle/seam/backend.hpp"
+#include "attn_oracle/cases/case_file.hpp"
+
+namespace attn_oracle {
+
+struct Disagreement {
+  Case direct;                     // the call as a case without a property record or `expected`
+  std::vector<std::string> lines;  // how the backend differs: the first differing field first
+  bool transformed = false;        // the property's check built `direct` from the counterexample
+};
+
+// The first call the case's property check makes (a case without a property
+// record: the case itself) whose answer differs from the reference's. An
+// Error with code `unsupported` when every call agrees with the reference (a
+// nondeterministic backend, a relation that no single call breaks, a crash),
+// naming what the check said.
+Expected<Disagreement> find_disagreement(Backend& backend, const Case& c);
+
+// "metadata causal_bottom_right M=2 | q ids [[1,2]] pos [[2,0]] | kv ids [[1,2]] pos [[3,0]]", the
+// attention shape on a second line, a K/V-buffer problem in one line.
+std::string case_summary(const Case& c);
+// case_summary of a case file, line by line; one line saying why when it cannot be read.
+std::vector<std::string> case_summary_lines(const std::string& path);
+
+struct PropertyFailure;
+// What a shown failure prints, line by line: its message, where its case is
+// (and how it was found), the case in one to three lines, and the replay, repro
+// and rerun commands. The check's output, ctest's and the pytest plugin's.
+std::vector<std::string> failure_lines(const PropertyFailure& f);
+
+}  // namespace attn_oracle

@@ -1,0 +1,366 @@
+// property_runner.cpp: the driver behind every property run (property_runner.hpp).
+#include "attn_oracle/runner/property_runner.hpp"
+
+#include "attn_oracle/properties/backend_calls.hpp"
+
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include <rapidcheck.h>
+
+#include "attn_oracle/properties/generators.hpp"
+#include "attn_oracle/reference/tolerance.hpp"
+#include "attn_oracle/runner/replay.hpp"
+
+namespace attn_oracle {
+namespace {
+
+// Trials one level below the declined candidates of a shrink step, at most: a
+// backend that declines a case on the way (an odd length, one row of two) would
+// otherwise stop the shrink above a smaller failing case.
+constexpr int kDeclinedDetourTrials = 32;
+
+// The first shrink that still fails with the same root (`stays`), again and
+// again (RapidCheck's strategy); when none does, the shrinks of the candidates
+// the backend declined, within kDeclinedDetourTrials. `path` is each accepted
+// shrink's index among its siblings (a detour adds two). A hang ends it: each
+// smaller case that still hangs would cost a whole time limit. `trials` counts
+// what it cost.
+Trial shrink(const PropertyDef& p, Backend& backend, const RunSettings& s, int draw, rc::Shrinkable<Case> best,
+             Trial failing, int& steps, int& trials, const std::function<bool(const Trial&)>& stays) {
+  std::vector<size_t> path;
+  std::vector<std::pair<size_t, rc::Shrinkable<Case>>> declined;
+  auto shrinks = best.shrinks();
+  size_t index = 0;
+  // Tries `candidate` at `at` (its path from `best`): true when it became the new
+  // best. A declined child of `best` is kept for a detour.
+  const auto accept_if_failing = [&](const rc::Shrinkable<Case>& candidate, const std::vector<size_t>& at) {
+    path.insert(path.end(), at.begin(), at.end());
+    if (s.before_trial) s.before_trial(draw, path);
+    Trial t = run_trial(p, backend, candidate);
+    ++trials;
+    if (t.kind == Trial::Kind::failed && t.c && stays(t)) {
+      best = candidate, failing = std::move(t), shrinks = best.shrinks(), index = 0, declined.clear();
+      ++steps;
+      return true;
+    }
+    path.resize(path.size() - at.size());
+    if (t.kind == Trial::Kind::declined && at.size() == 1) declined.emplace_back(at.front(), candidate);
+    return false;
+  };
+  while (!failing.hung) {
+    if (auto next = shrinks.next()) {
+      accept_if_failing(*next, {index++});
+      continue;
+    }
+    bool detoured = false;
+    int budget = kDeclinedDetourTrials;
+    const auto children = std::exchange(declined, {});
+    for (const auto& [at, candidate] : children) {
+      auto below = candidate.shrinks();
+      for (size_t j = 0; !detoured && budget > 0; ++j, --budget) {
+        auto grandchild = below.next();
+        if (!grandchild) break;
+        detoured = accept_if_failing(*grandchild, {at, j});
+      }
+      if (detoured || budget == 0) break;
+    }
+    if (!detoured) break;
+  }
+  return failing;
+}
+
+// A shrunk failure in an input class, tried without it (out_of_input_classes):
+// the first transformed case that still fails with the same root replaces it,
+// as long as classes come off.
+Trial out_of_classes(const PropertyDef& p, Backend& backend, const Triage& triage, const Triage::Draw& d,
+                     Trial failing, int& trials) {
+  for (int round = 0; round < 3; ++round) {
+    const size_t classes = input_classes_of(*failing.c).size();
+    bool lifted = false;
+    for (const Case& c : out_of_input_classes(*failing.c)) {
+      Trial t = run_trial(p, backend, rc::shrinkable::just(c));
+      ++trials;
+      if (t.kind != Trial::Kind::failed || !t.c || !triage.same_root(d, t.message, *t.c) ||
+          input_classes_of(*t.c).size() >= classes)
+        continue;
+      failing = std::move(t), lifted = true;
+      break;
+    }
+    if (!lifted) break;
+  }
+  return failing;
+}
+
+// A shrunk failure of several rows tried one row at a time (single_rows), then
+// its row without each document in turn (without_each_document), as long as
+// one still fails with the same root: the first that does replaces it.
+Trial to_fewer_rows_and_documents(const PropertyDef& p, Backend& backend, const Triage& triage,
+                                  const Triage::Draw& d, Trial failing, int& trials) {
+  const auto first_failing = [&](const std::vector<Case>& candidates) -> std::optional<Trial> {
+    for (const Case& c : candidates) {
+      Trial t = run_trial(p, backend, rc::shrinkable::just(c));
+      ++trials;
+      if (t.kind == Trial::Kind::failed && t.c && triage.same_root(d, t.message, *t.c)) return t;
+    }
+    return std::nullopt;
+  };
+  if (auto one_row = first_failing(single_rows(*failing.c))) failing = std::move(*one_row);
+  while (auto fewer = first_failing(without_each_document(*failing.c))) failing = std::move(*fewer);
+  return failing;
+}
+
+// Sizes spread evenly over [0, max_size], the largest always used (RapidCheck's rule).
+int size_for(const RunSettings& s, int k) {
+  const int sizes = s.max_size + 1;
+  const int regular = (s.cases / sizes) * sizes;
+  if (k < regular) return k % sizes;
+  const int rest = s.cases - regular;
+  return rest == 1 ? 0 : ((k % sizes) * s.max_size) / (rest - 1);
+}
+
+// Draw k's generator state: a function of the seed and k alone, so that any
+// subset of the draws (a shard) reproduces exactly those of the whole run.
+rc::Random random_for(uint64_t seed, int k) {
+  return rc::Random(rc::Random::Key{seed, static_cast<uint64_t>(k), 0x61747461ull, 0x6f7261636c65ull});
+}
+
+// "mask causal", "dtype bf16", "backward": the classes a whole decline of is reported.
+std::vector<std::string> classes_of(const Case& c) {
+  const CoverageCell cell = op_of(c).coverage(c.payload);
+  std::vector<std::string> out;
+  if (cell.row != "-") out.push_back("mask " + cell.row);
+  for (const std::string& d : cell.dtypes) {
+    const size_t space = d.find(' ');
+    out.push_back("dtype " + d.substr(0, space));
+    out.push_back(d.ends_with("fwd+bwd") ? "backward" : "forward");
+  }
+  return out;
+}
+
+void tally_mix(const Case& c, PropertyOutcome& out) {
+  const CoverageCell cell = op_of(c).coverage(c.payload);
+  ++out.mix["op " + std::string(op_of(c).name())];
+  if (cell.row != "-") ++out.mix["mask " + cell.row];
+  for (const std::string& l : cell.layouts) ++out.mix["layout " + l];
+  for (const std::string& d : cell.dtypes) ++out.mix["dtype " + d];
+  const CaseSize size = op_of(c).size(c.payload);
+  out.largest.rows = std::max(out.largest.rows, size.rows);
+  out.largest.tokens = std::max(out.largest.tokens, size.tokens);
+  out.largest.devices = std::max(out.largest.devices, size.devices);
+}
+
+
+// The first path where JSON `a` and `b` differ, with both values.
+std::string first_difference(const nlohmann::json& a, const nlohmann::json& b, const std::string& path) {
+  if (a.type() == b.type() && a.is_structured() && a.size() == b.size()) {
+    if (a.is_array()) {
+      for (size_t i = 0; i < a.size(); ++i)
+        if (auto d = first_difference(a[i], b[i], path + "[" + std::to_string(i) + "]"); !d.empty()) return d;
+      return "";
+    }
+    for (auto it = a.begin(); it != a.end(); ++it)
+      if (auto d = first_difference(it.value(), b.value(it.key(), nlohmann::json()), path + (path.empty() ? "" : ".") +
+                                                                                          it.key());
+          !d.empty())
+        return d;
+    return "";
+  }
+  if (a == b) return "";
+  return (path.empty() ? "the result" : path) + " differs between two identical calls (" + a.dump() + ", then " +
+         b.dump() + ")";
+}
+
+// A failure found twice more is the backend's; one that does not repeat is its
+// nondeterminism, named by the first output that differs between two calls.
+void confirm_determinism(const PropertyDef& p, Backend& backend, PropertyFailure& f) {
+  for (int again = 0; again < 2; ++again) {
+    const Trial t = run_trial(p, backend, rc::shrinkable::just(f.counterexample));
+    if (t.kind == Trial::Kind::failed && t.message == f.message) continue;
+    f.nondeterministic = true;
+    const nlohmann::json first = evaluate_case(backend, f.counterexample).output;
+    const nlohmann::json second = evaluate_case(backend, f.counterexample).output;
+    std::string what = first_difference(first, second, "");
+    if (what.empty())
+      what = "the check's verdict changes between identical runs (\"" + f.message + "\", then " +
+             (t.kind == Trial::Kind::failed ? "\"" + t.message + "\"" : std::string(t.kind == Trial::Kind::passed ? "a pass" : "a decline")) + ")";
+    f.message = "nondeterministic backend: " + what;
+    f.signature = "nondeterministic backend";
+    return;
+  }
+}
+
+void save(PropertyFailure& f, const PropertyOutcome& out, const RunSettings& s, const Backend& backend) {
+  PropertyRecord& record = f.counterexample.property ? *f.counterexample.property : f.counterexample.property.emplace();
+  record.id = out.property;
+  record.backend = out.backend;
+  record.backend_version = out.backend_version;
+  record.seed = s.seed;
+  f.counterexample.note = "counterexample of " + out.property + " on backend " + out.backend + " (seed " +
+                          std::to_string(s.seed) + ", draw " + std::to_string(f.draw) + ", " +
+                          std::to_string(f.shrinks) + " shrinks): " + f.message;
+  f.case_path = keep_counterexample(f.counterexample, backend.identity(), out.property, s);
+  set_replay_commands(f, s, out.backend, out.property, true);
+}
+
+// "max_success=200 seed=7": RapidCheck's RC_PARAMS syntax; other keys are RapidCheck's own.
+std::optional<uint64_t> rc_param(const std::string& name) {
+  const char* params = std::getenv("RC_PARAMS");
+  if (!params) return std::nullopt;
+  std::istringstream words(params);
+  for (std::string word; words >> word;)
+    if (word.rfind(name + "=", 0) == 0) try {
+        return std::stoull(word.substr(name.size() + 1));
+      } catch (const std::exception&) {
+        return std::nullopt;
+      }
+  return std::nullopt;
+}
+
+}  // namespace
+
+
+RunSettings default_run_settings() {
+  RunSettings s;
+  if (auto n = rc_param("max_success")) s.cases = static_cast<int>(*n);
+  if (auto n = rc_param("max_size")) s.max_size = static_cast<int>(std::min<uint64_t>(*n, 100));
+  if (auto n = rc_param("seed")) s.seed = *n;
+  // "I/N" (1-based), set by a conformance binary from GoogleTest's sharding variables.
+  if (const char* shard = std::getenv("ATTN_ORACLE_SHARD")) {
+    int i = 0, n = 0;
+    if (std::sscanf(shard, "%d/%d", &i, &n) == 2 && n > 0 && i >= 1 && i <= n) s.shard_index = i - 1, s.shard_count = n;
+  }
+  const char* dir = std::getenv("ATTN_ORACLE_FAILURES_DIR");
+  s.failures_dir = dir && *dir ? dir : "attn-oracle-failures";
+  // "off" (or unset), "on" (in the failures directory), or the store's own directory.
+  const std::string store = std::getenv("ATTN_ORACLE_STORE") ? std::getenv("ATTN_ORACLE_STORE") : "";
+  s.use_store = !store.empty() && store != "off" && store != "0";
+  if (s.use_store && store != "on" && store != "1") s.failures_dir = store;
+  return s;
+}
+
+PropertyOutcome run_property(const PropertyDef& property, Backend& backend, const RunSettings& settings,
+                             const ProgressFn& progress) {
+  const auto start = std::chrono::steady_clock::now();
+  PropertyOutcome out;
+  out.property = property.id;
+  out.backend = backend.name();
+  out.backend_version = backend.version();
+  out.seed = settings.seed;
+  if (auto why = skipped_before_drawing(property, backend)) {
+    out.status = PropertyOutcome::Status::skipped;
+    out.message = *why;
+    return out;
+  }
+  out.not_compared = outputs_not_compared(property, backend.outputs());
+  RunSettings s = settings;
+  s.max_size = std::clamp(s.max_size, 0, 100);
+  s.shard_count = std::max(1, s.shard_count);
+  const rc::Gen<Case> gen = rc::gen::exec([&property, &backend] { return property.draw(backend); });
+  replay_stored_failures(property, backend, s, out);  // before any draw; their groups become known
+  Triage triage(s.max_failures, s.known_signatures, out.backend, property.needs);
+  for (PropertyFailure& f : out.failures) f.cluster = triage.adopt(f.message, f.counterexample, f.case_path);
+  const int total = (s.cases - s.shard_index + s.shard_count - 1) / s.shard_count;
+  const int first = s.shard_index + std::max(0, s.first_draw - s.shard_index + s.shard_count - 1) / s.shard_count * s.shard_count;
+  for (int k = first; k < s.cases; k += s.shard_count) {
+    const rc::Shrinkable<Case> shrinkable = gen(random_for(s.seed, k), size_for(s, k));
+    if (s.before_trial) s.before_trial(k, {});
+    const auto draw_start = std::chrono::steady_clock::now();
+    const double backend_before = backend_seconds_on_this_thread();
+    Trial t = run_trial(property, backend, shrinkable);
+    out.draw_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - draw_start).count();
+    out.backend_seconds += backend_seconds_on_this_thread() - backend_before;
+    if (s.after_draw)
+      s.after_draw(k, t.kind == Trial::Kind::passed ? "passed" : t.kind == Trial::Kind::declined ? "declined" : "failed");
+    ++out.drawn;
+    if (t.c) {
+      tally_mix(*t.c, out);
+      for (const std::string& c : classes_of(*t.c)) {
+        ++out.classes[c].first;
+        out.classes[c].second += t.kind == Trial::Kind::declined;
+      }
+    }
+    if (progress) progress(out.drawn, total);
+    if (t.kind == Trial::Kind::passed) {
+      ++out.passed;
+      for (const std::string& l : t.labels) ++out.mix["label " + l];
+      if (t.worst_ratio) out.worst_ratio = std::max(out.worst_ratio.value_or(0.0), *t.worst_ratio);
+      if (s.on_case_passed) s.on_case_passed(*t.c);
+      continue;
+    }
+    if (t.kind == Trial::Kind::declined) {
+      ++out.declined;
+      const std::string reason = blank_numbers(t.message);
+      ++out.decline_reasons[reason];
+      out.decline_examples.emplace(reason, t.message);
+      continue;
+    }
+    ++out.failed;
+    const Triage::Draw d = triage.classify(k, t.message, t.c ? &*t.c : nullptr);
+    if (!t.c || !triage.take(d)) {  // a root shrunk already, or past the shrink budget: one line
+      if (t.hung) break;
+      continue;
+    }
+    const bool hung = t.hung;
+    PropertyFailure f;
+    f.draw = k;
+    ++out.shrunk;
+    t = shrink(property, backend, s, k, shrinkable, std::move(t), f.shrinks, out.shrink_trials,
+               [&](const Trial& candidate) { return triage.same_root(d, candidate.message, *candidate.c); });
+    if (!t.hung && !input_classes_of(*t.c).empty())
+      t = out_of_classes(property, backend, triage, d, std::move(t), out.shrink_trials);
+    if (!t.hung) t = to_fewer_rows_and_documents(property, backend, triage, d, std::move(t), out.shrink_trials);
+    f.message = t.message;
+    f.signature = d.group;
+    f.backend_log = t.backend_log;
+    f.counterexample = std::move(*t.c);
+    if (!t.hung) confirm_determinism(property, backend, f);
+    if (triage.place(d, f.message, f.counterexample)) {
+      f.cluster = triage.last_cluster();
+      save(f, out, s, backend);
+      triage.attach(f.cluster, f.case_path);
+      if (s.on_failure) s.on_failure(f);
+      out.failures.push_back(std::move(f));
+    }
+    if (hung) break;  // more of the same would cost a time limit each (the draws after it are not run)
+  }
+  out.clusters = triage.clusters();
+  rank_failures(out, s.max_failures);
+  settle_status(out);
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
+}
+
+TrialResult run_draw(const PropertyDef& property, Backend& backend, const RunSettings& settings, int draw,
+                     const std::vector<size_t>& path, const std::function<void(const Case&)>& before_check) {
+  RunSettings s = settings;
+  s.max_size = std::clamp(s.max_size, 0, 100);
+  const rc::Gen<Case> gen = rc::gen::exec([&property, &backend] { return property.draw(backend); });
+  rc::Shrinkable<Case> node = gen(random_for(s.seed, draw), size_for(s, draw));
+  for (size_t index : path) {
+    auto shrinks = node.shrinks();
+    std::optional<rc::Shrinkable<Case>> found;
+    for (size_t i = 0; i <= index; ++i) {
+      auto next = shrinks.next();
+      if (!next) return TrialResult{TrialResult::Kind::no_such_shrink, ""};
+      if (i == index) found = *next;
+    }
+    node = *found;
+  }
+  const Trial t = run_trial(property, backend, node, before_check);
+  switch (t.kind) {
+    case Trial::Kind::passed: return {TrialResult::Kind::passed, ""};
+    case Trial::Kind::declined: return {TrialResult::Kind::declined, t.message};
+    case Trial::Kind::failed: return {TrialResult::Kind::failed, t.message};
+  }
+  return {};
+}
+
+}  // namespace attn_oracle
