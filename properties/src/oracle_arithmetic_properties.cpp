@@ -12,7 +12,8 @@
 // exact arithmetic is rounding noise of the terms that cancel), on small problems. Registered with the attention capability so
 // that every backend's run checks its judge; the backend is never called.
 // tests/oracle_arithmetic_test.cpp plants faults in the shared tile arithmetic
-// (reference/tile_faults.hpp) and sees each caught and shrunk to a few tokens.
+// (tests/planted/tile_faults.hpp, installed through oracle.hpp) and sees each
+// caught and shrunk to a few tokens.
 #include <algorithm>
 #include <cmath>
 #include <sstream>
