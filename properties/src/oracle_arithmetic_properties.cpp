@@ -1,6 +1,6 @@
 // oracle_arithmetic_properties.cpp: the float64 oracle's own arithmetic, checked
 // on every run. Both references (dense and per-document) run the same tile
-// arithmetic (reference/src/attention_tiles.cpp: scores, masked softmax, lse,
+// arithmetic (reference/src/attention_tiles.hpp: scores, masked softmax, lse,
 // P V, dP, dS, the gradient products) and differ only in the mask they fill a
 // tile with, so they agree bitwise and a mistake in that arithmetic would
 // agree with itself. attention/oracleArithmeticMatchesScalarLoops compares each

@@ -97,8 +97,8 @@ struct ExactTile {
     o.noalias() = p * v;
   }
   template <class P, class DP, class Delta>
-  static void delta(const P& p, const DP& dp, Delta& delta) {
-    delta = p.cwiseProduct(dp).rowwise().sum();
+  static void delta(const P& p, const DP& dp, Delta& out) {
+    out = p.cwiseProduct(dp).rowwise().sum();
   }
 };
 
@@ -106,7 +106,7 @@ struct ExactTile {
 // (and with backward scratch.d_o) rows 0..m-1, scratch.allowed [m, n]. Out: the
 // o rows in scratch.o, lse[0..m-1], with backward the dq rows in scratch.dq and
 // dK, dV added into `dk`, `dv` ([n, D]).
-template <class Steps = ExactTile>
+template <class Steps>
 void attend_tile(Scratch& s, int64_t m, const ConstRef& k, const ConstRef& v, double scale, bool backward,
                  double* lse, Ref dk, Ref dv) {
   const int64_t n = k.rows();

@@ -75,8 +75,8 @@ struct PvSkipsLastKey : ExactTile {
 
 struct DsWithoutDelta : ExactTile {
   template <class P, class DP, class Delta>
-  static void delta(const P&, const DP&, Delta& delta) {
-    delta.setZero();
+  static void delta(const P&, const DP&, Delta& out) {
+    out.setZero();
   }
 };
 
