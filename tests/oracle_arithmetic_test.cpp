@@ -1,39 +1,41 @@
 // oracle_arithmetic_test.cpp: attention/oracleArithmeticMatchesScalarLoops
 // catches each fault planted in the tile arithmetic both float64 references
-// share (reference/include/attn_oracle/reference/tile_faults.hpp), on every
-// seed, and shrinks it to a few tokens; with no fault it passes.
+// share (tests/planted/tile_faults.hpp: the references built again with one
+// step wrong, installed through the oracle seam), on every seed, and shrinks it
+// to a few tokens; with no fault it passes. tests/CMakeLists.txt also checks
+// that the shipped reference holds none of them (reference_has_no_faults).
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <iostream>
 
+#include "attn_oracle/properties/reference_calls.hpp"
 #include "attn_oracle/runner/property_runner.hpp"
-#include "attn_oracle/reference/tile_faults.hpp"
 #include "attn_oracle/cases/reference_backend.hpp"
+#include "planted/tile_faults.hpp"
 
 namespace attn_oracle {
 namespace {
 
-using ref::TileFault;
-
 const PropertyDef& the_property() { return *find_property("attention/oracleArithmeticMatchesScalarLoops"); }
 
-PropertyOutcome run_with(TileFault fault, uint64_t seed) {
+// The property on the reference backend with `oracle` installed.
+PropertyOutcome run_with(const ReferenceCalls& oracle, uint64_t seed) {
   auto backend = make_reference_backend();
   RunSettings settings = default_run_settings();
   settings.seed = seed;
   settings.cases = 100;
-  ref::ScopedTileFault planted(fault);
+  ScopedReferenceCalls installed(oracle);
   return run_property(the_property(), *backend, settings);
 }
 
 TEST(OracleArithmetic, WithoutAFaultMatchesTheScalarLoops) {
-  const PropertyOutcome o = run_with(TileFault::none, kDefaultSeed);
+  const PropertyOutcome o = run_with(ReferenceCalls{}, kDefaultSeed);
   EXPECT_EQ(o.status, PropertyOutcome::Status::passed) << (o.failures.empty() ? o.message : o.failures.front().message);
   EXPECT_GE(o.judged(), 95);
 }
 
-class PlantedTileFault : public testing::TestWithParam<TileFault> {};
+class PlantedTileFault : public testing::TestWithParam<planted::TileFault> {};
 
 // At most this many tokens a side and rows in the shrunk case.
 constexpr int64_t kMaxShrunkTokens = 3;
@@ -42,7 +44,7 @@ constexpr int64_t kMaxShrunkRows = 1;
 TEST_P(PlantedTileFault, IsCaughtOnEverySeedAndShrinksToAFewTokens) {
   for (uint64_t seed : {kDefaultSeed, uint64_t{1}, uint64_t{2}}) {
     const auto start = std::chrono::steady_clock::now();
-    const PropertyOutcome o = run_with(GetParam(), seed);
+    const PropertyOutcome o = run_with(GetParam().oracle, seed);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ASSERT_EQ(o.status, PropertyOutcome::Status::failed) << "seed " << seed << ": escaped";
     const PropertyFailure& f = o.failures.front();
@@ -60,18 +62,8 @@ TEST_P(PlantedTileFault, IsCaughtOnEverySeedAndShrinksToAFewTokens) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Planted, PlantedTileFault,
-                         testing::Values(TileFault::lse_without_row_max, TileFault::softmax_sums_masked_entries,
-                                         TileFault::pv_skips_last_key, TileFault::ds_without_delta),
-                         [](const auto& info) {
-                           switch (info.param) {
-                             case TileFault::lse_without_row_max: return std::string("lse_without_row_max");
-                             case TileFault::softmax_sums_masked_entries: return std::string("softmax_sums_masked_entries");
-                             case TileFault::pv_skips_last_key: return std::string("pv_skips_last_key");
-                             case TileFault::ds_without_delta: return std::string("ds_without_delta");
-                             default: return std::string("none");
-                           }
-                         });
+INSTANTIATE_TEST_SUITE_P(Planted, PlantedTileFault, testing::ValuesIn(planted::tile_faults()),
+                         [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace attn_oracle

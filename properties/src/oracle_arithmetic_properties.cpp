@@ -1,6 +1,6 @@
 // oracle_arithmetic_properties.cpp: the float64 oracle's own arithmetic, checked
 // on every run. Both references (dense and per-document) run the same tile
-// arithmetic (reference/src/attention_tiles.cpp: scores, masked softmax, lse,
+// arithmetic (reference/src/attention_tiles.hpp: scores, masked softmax, lse,
 // P V, dP, dS, the gradient products) and differ only in the mask they fill a
 // tile with, so they agree bitwise and a mistake in that arithmetic would
 // agree with itself. attention/oracleArithmeticMatchesScalarLoops compares each
@@ -12,7 +12,8 @@
 // exact arithmetic is rounding noise of the terms that cancel), on small problems. Registered with the attention capability so
 // that every backend's run checks its judge; the backend is never called.
 // tests/oracle_arithmetic_test.cpp plants faults in the shared tile arithmetic
-// (reference/tile_faults.hpp) and sees each caught and shrunk to a few tokens.
+// (tests/planted/tile_faults.hpp, installed through reference_calls.hpp) and sees each
+// caught and shrunk to a few tokens.
 #include <algorithm>
 #include <cmath>
 #include <sstream>

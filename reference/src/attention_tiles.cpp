@@ -3,25 +3,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <exception>
 #include <mutex>
 #include <system_error>
 #include <thread>
 
 #include "attn_oracle/model/memory_budget.hpp"
-#include "attn_oracle/reference/tile_faults.hpp"
-
-namespace attn_oracle::ref {
-namespace {
-std::atomic<TileFault> planted{TileFault::none};
-}  // namespace
-
-TileFault planted_tile_fault() { return planted.load(std::memory_order_relaxed); }
-ScopedTileFault::ScopedTileFault(TileFault fault) : previous_(planted.exchange(fault)) {}
-ScopedTileFault::~ScopedTileFault() { planted.store(previous_); }
-
-}  // namespace attn_oracle::ref
 
 namespace attn_oracle::ref::tiles {
 
@@ -45,73 +32,6 @@ Scratch::Scratch(int64_t tile_rows, int64_t max_keys, int64_t dim)
       d_o(tile_rows, dim),
       dq(tile_rows, dim),
       delta(tile_rows) {}
-
-namespace {
-
-// P [m, n] from the scores in place: the softmax of each row over its attended
-// entries, 0 elsewhere. Returns per row lse, -inf where nothing is attended.
-void masked_softmax(Eigen::Block<Matrix> p, const Eigen::Block<Flags>& allowed, double scale, double* lse, TileFault fault) {
-  for (int64_t i = 0; i < p.rows(); ++i) {
-    double row_max = kNegInf;
-    bool any = false;
-    for (int64_t j = 0; j < p.cols(); ++j)
-      if (allowed(i, j)) {
-        any = true;
-        row_max = std::max(row_max, p(i, j) *= scale);
-      }
-    if (!any) {
-      p.row(i).setZero();
-      lse[i] = kNegInf;
-      continue;
-    }
-    double sum = 0.0;
-    for (int64_t j = 0; j < p.cols(); ++j) {
-      if (allowed(i, j)) {
-        sum += p(i, j) = std::exp(p(i, j) - row_max);
-        continue;
-      }
-      if (fault == TileFault::softmax_sums_masked_entries) sum += std::min(std::exp(p(i, j) * scale - row_max), 1.0);
-      p(i, j) = 0.0;
-    }
-    for (int64_t j = 0; j < p.cols(); ++j) p(i, j) /= sum;
-    lse[i] = (fault == TileFault::lse_without_row_max ? 0.0 : row_max) + std::log(sum);
-  }
-}
-
-}  // namespace
-
-void attend_tile(Scratch& s, int64_t m, const ConstRef& k, const ConstRef& v, double scale, bool backward,
-                 double* lse, Ref dk, Ref dv) {
-  const int64_t n = k.rows();
-  auto p = s.p.topLeftCorner(m, n);
-  const auto q = s.q.topRows(m);
-  auto o = s.o.topRows(m);
-  const TileFault fault = planted_tile_fault();
-  p.noalias() = q * k.transpose();
-  masked_softmax(p, s.allowed.topLeftCorner(m, n), scale, lse, fault);
-  if (fault == TileFault::pv_skips_last_key && n > 1) o.noalias() = p.leftCols(n - 1) * v.topRows(n - 1);
-  else o.noalias() = p * v;
-  // Rows that attend nothing are +0 exactly (a product of zeros may round to -0).
-  for (int64_t i = 0; i < m; ++i)
-    if (lse[i] == kNegInf) o.row(i).setZero();
-  if (!backward) return;
-  const auto d_o = s.d_o.topRows(m);
-  auto ds = s.ds.topLeftCorner(m, n);
-  auto dq = s.dq.topRows(m);
-  auto delta = s.delta.head(m);
-  ds.noalias() = d_o * v.transpose();  // dP
-  // delta = rowsum(P * dP), which is rowsum(dO * O) in exact arithmetic; summed
-  // from dP itself, a row with one attended key (P = 1) gets dS = 0 exactly
-  // instead of the rounding noise of two differently ordered dot products.
-  delta = p.cwiseProduct(ds).rowwise().sum();
-  if (fault == TileFault::ds_without_delta) delta.setZero();
-  ds = p.cwiseProduct(ds.colwise() - delta);  // dS, 0 where P is
-  dq.noalias() = scale * (ds * k);
-  dk.noalias() += scale * (ds.transpose() * q);
-  dv.noalias() += p.transpose() * d_o;
-  for (int64_t i = 0; i < m; ++i)
-    if (lse[i] == kNegInf) dq.row(i).setZero();
-}
 
 double work_of(const AttentionSizes& z) {
   return double(z.rows) * double(z.q_len) * double(z.kv_len) * double(z.heads_q) * double(z.head_dim);

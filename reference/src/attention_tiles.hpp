@@ -23,6 +23,8 @@
 #pragma once
 
 #include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -58,12 +60,82 @@ struct Scratch {
   Scratch(int64_t tile_rows, int64_t max_keys, int64_t dim);
 };
 
+// The steps of the tile arithmetic that a planted fault replaces: the masked
+// softmax (P and lse from the scores), O = P V and delta = rowsum(P * dP). The
+// tile code is a template over them so that tests/planted/tile_faults.cpp can
+// build the references a second time with one step wrong and see
+// attention/oracleArithmeticMatchesScalarLoops catch it; the library builds them
+// with these steps only, so it holds no fault (ctest reference_has_no_faults).
+struct ExactTile {
+  // P [m, n] from the scores in place: the softmax of each row over its attended
+  // entries, 0 elsewhere. Writes per row lse, -inf where nothing is attended.
+  static void masked_softmax(Eigen::Block<Matrix> p, const Eigen::Block<Flags>& allowed, double scale, double* lse) {
+    for (int64_t i = 0; i < p.rows(); ++i) {
+      double row_max = kNegInf;
+      bool any = false;
+      for (int64_t j = 0; j < p.cols(); ++j)
+        if (allowed(i, j)) {
+          any = true;
+          row_max = std::max(row_max, p(i, j) *= scale);
+        }
+      if (!any) {
+        p.row(i).setZero();
+        lse[i] = kNegInf;
+        continue;
+      }
+      double sum = 0.0;
+      for (int64_t j = 0; j < p.cols(); ++j) {
+        if (allowed(i, j)) sum += p(i, j) = std::exp(p(i, j) - row_max);
+        else p(i, j) = 0.0;
+      }
+      for (int64_t j = 0; j < p.cols(); ++j) p(i, j) /= sum;
+      lse[i] = row_max + std::log(sum);
+    }
+  }
+  template <class P, class V, class O>
+  static void output(const P& p, const V& v, O& o) {
+    o.noalias() = p * v;
+  }
+  template <class P, class DP, class Delta>
+  static void delta(const P& p, const DP& dp, Delta& out) {
+    out = p.cwiseProduct(dp).rowwise().sum();
+  }
+};
+
 // One tile of m queries against the n keys `k`, `v` ([n, D]). In: scratch.q
 // (and with backward scratch.d_o) rows 0..m-1, scratch.allowed [m, n]. Out: the
 // o rows in scratch.o, lse[0..m-1], with backward the dq rows in scratch.dq and
 // dK, dV added into `dk`, `dv` ([n, D]).
-void attend_tile(Scratch& scratch, int64_t m, const ConstRef& k, const ConstRef& v, double scale, bool backward,
-                 double* lse, Ref dk, Ref dv);
+template <class Steps>
+void attend_tile(Scratch& s, int64_t m, const ConstRef& k, const ConstRef& v, double scale, bool backward,
+                 double* lse, Ref dk, Ref dv) {
+  const int64_t n = k.rows();
+  auto p = s.p.topLeftCorner(m, n);
+  const auto q = s.q.topRows(m);
+  auto o = s.o.topRows(m);
+  p.noalias() = q * k.transpose();
+  Steps::masked_softmax(p, s.allowed.topLeftCorner(m, n), scale, lse);
+  Steps::output(p, v, o);
+  // Rows that attend nothing are +0 exactly (a product of zeros may round to -0).
+  for (int64_t i = 0; i < m; ++i)
+    if (lse[i] == kNegInf) o.row(i).setZero();
+  if (!backward) return;
+  const auto d_o = s.d_o.topRows(m);
+  auto ds = s.ds.topLeftCorner(m, n);
+  auto dq = s.dq.topRows(m);
+  auto delta = s.delta.head(m);
+  ds.noalias() = d_o * v.transpose();  // dP
+  // delta = rowsum(P * dP), which is rowsum(dO * O) in exact arithmetic; summed
+  // from dP itself, a row with one attended key (P = 1) gets dS = 0 exactly
+  // instead of the rounding noise of two differently ordered dot products.
+  Steps::delta(p, ds, delta);
+  ds = p.cwiseProduct(ds.colwise() - delta);  // dS, 0 where P is
+  dq.noalias() = scale * (ds * k);
+  dk.noalias() += scale * (ds.transpose() * q);
+  dv.noalias() += p.transpose() * d_o;
+  for (int64_t i = 0; i < m; ++i)
+    if (lse[i] == kNegInf) dq.row(i).setZero();
+}
 
 // Multiply-adds of one head-dim wide score or output element over every
 // (query, key) pair of every row and query head: an upper bound of a call's work.
