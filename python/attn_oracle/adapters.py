@@ -27,6 +27,7 @@ from typing import Optional, Sequence
 import numpy as _np
 
 from . import _core
+from .packing import positions_from_starts
 from .domain import is_causal, mask_kind
 from .errors import AttnOracleError
 from .oracle import _batch_args, _int64, _int_array, _window
@@ -329,9 +330,7 @@ def transformers_position_ids_to_batch(position_ids, *, rule: str = "sdpa", caus
         raise AttnOracleError("rank_mismatch", f"position_ids has shape {list(pos.shape)}: transformers takes [B, T]")
     starts = _transformers_starts(pos, rule)
     ids = _np.cumsum(starts, axis=1).astype(_np.int64)
-    index = _np.arange(pos.shape[1], dtype=_np.int64)
-    first = _np.maximum.accumulate(_np.where(starts, index, 0), axis=1)
-    seg_pos = _np.where(ids != 0, index[None, :] - first, 0)
+    seg_pos = _np.where(ids != 0, positions_from_starts(starts), 0)
     return {"q_segment_ids": ids, "q_segment_pos": seg_pos, "kv_segment_ids": ids.copy(),
             "kv_segment_pos": seg_pos.copy(), "mask": mask_kind(padding=bool((ids == 0).any()), causal=bool(causal)),
             "window": _transformers_window(causal, sliding_window), "max_segments": max(1, int(ids.max(initial=0)))}

@@ -28,7 +28,8 @@ import numpy as np
 from . import oracle
 
 __all__ = ["Rows", "Document", "batch_arguments", "check", "rows", "valid_tokens", "documents",
-           "metadata_from_documents", "metadata_from_spans", "cu_seqlens", "spans_from_cu_seqlens", "span_tokens"]
+           "metadata_from_documents", "metadata_from_spans", "cu_seqlens", "spans_from_cu_seqlens", "span_tokens",
+           "positions_from_starts"]
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,14 @@ def valid_tokens(batch: Any) -> tuple[np.ndarray, np.ndarray]:
         q_valid[d.row, d.q_start:d.q_start + d.q_len] = True
         kv_valid[d.row, d.kv_start:d.kv_start + d.kv_len] = True
     return q_valid, kv_valid
+
+
+def positions_from_starts(starts) -> np.ndarray:
+    """[R, T] int64: each token's index within its document, the documents starting where ``starts``
+    [R, T] is True (a token before a row's first start counts from the row's token 0)."""
+    starts = np.asarray(starts, bool)
+    index = np.arange(starts.shape[-1], dtype=np.int64)
+    return index - np.maximum.accumulate(np.where(starts, index, 0), axis=-1)
 
 
 def cu_seqlens(lengths) -> np.ndarray:

@@ -85,3 +85,8 @@ def test_a_wrong_span_is_a_wrong_field_and_one_past_the_rows_a_value_error():
     assert on_padding["q_seqlens"].tolist() == [[2, 2, 0], [0, 0, 3]] and on_padding["q_offsets"][0].tolist() == [0, 2, 4, -1]
     with pytest.raises(ValueError, match="does not fit"):
         packing.metadata_from_spans(batch, [(10, 1)])
+
+
+def test_positions_count_from_each_documents_start():
+    starts = np.array([[True, False, False, True, False], [False, False, True, False, True]])
+    assert packing.positions_from_starts(starts).tolist() == [[0, 1, 2, 0, 1], [0, 1, 0, 1, 0]]

@@ -122,12 +122,9 @@ def _outside(batch, *, padding: bool = False):
     qi, qp = _rows(batch)
     if not padding and (qi == 0).any():
         return "padding in a packed row: transformers packs without padding"
-    index = np.arange(qi.shape[1])
-    for r in range(qi.shape[0]):
-        starts = np.flatnonzero((qi[r] != 0) & np.r_[True, qi[r, 1:] != qi[r, :-1]])
-        first = np.maximum.accumulate(np.where(np.isin(index, starts), index, 0))
-        if ((qp[r] != index - first) & (qi[r] != 0)).any():
-            return "positions that do not count from 0 in every document: transformers derives them so"
+    starts = (qi != 0) & np.c_[np.ones((qi.shape[0], 1), bool), qi[:, 1:] != qi[:, :-1]]
+    if ((qp != packing.positions_from_starts(starts)) & (qi != 0)).any():
+        return "positions that do not count from 0 in every document: transformers derives them so"
     return None
 
 

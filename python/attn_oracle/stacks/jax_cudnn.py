@@ -223,8 +223,8 @@ class Packed(_Base):
 
     name = "jax-cudnn-packed"
     lse_dtype = "float32"  # cuDNN's softmax statistics, float32
-    domain = Domain(positions_from_zero=True, causal_windows_only=True, mask_kinds=TOP_LEFT_KINDS, dtypes=("fp16", "bf16"),
-                    head_dims=HEAD_DIMS)
+    domain = Domain(positions_from_zero=True, causal_windows_only=True, mask_kinds=TOP_LEFT_KINDS,
+                    dtypes=("fp16", "bf16"), head_dims=HEAD_DIMS)
 
     def spans(self, batch):
         """The documents handed to cuDNN: the reference's, with tokens on both sides."""
