@@ -77,9 +77,11 @@ def check(batch: Any) -> oracle.Metadata:
     return oracle.metadata(args.pop("q_segment_ids"), args.pop("q_segment_pos"), **args)
 
 
-def rows(batch: Any) -> Rows:
-    """Ids and positions of both sides as ``[R, T]`` (checked first: an invalid batch raises)."""
-    check(batch)
+def rows(batch: Any, *, validate: bool = True) -> Rows:
+    """Ids and positions of both sides as ``[R, T]`` (checked first: an invalid batch raises;
+    ``validate=False`` for a batch the caller has checked already)."""
+    if validate:
+        check(batch)
     return _rows(batch)
 
 
@@ -87,8 +89,12 @@ def _rows(batch: Any) -> Rows:  # rows() of a batch already checked
     a = batch_arguments(batch)
     q_ids, kv_ids = np.asarray(a["q_segment_ids"], np.int64), np.asarray(a["kv_segment_ids"], np.int64)
     extra = tuple(np.broadcast_shapes(q_ids.shape[:-2], kv_ids.shape[:-2]))
-    side = lambda ids, pos: [np.broadcast_to(np.asarray(x, np.int64), extra + ids.shape[-2:]).reshape(-1, ids.shape[-1])  # noqa: E731
-                             for x in (ids, pos)]
+
+    def side(ids, pos):  # [R, T], not (-1, T): T may be 0
+        shape = extra + ids.shape[-2:]
+        flat = (int(np.prod(shape[:-1])), shape[-1])
+        return [np.broadcast_to(np.asarray(x, np.int64), shape).reshape(flat) for x in (ids, pos)]
+
     q = side(q_ids, a["q_segment_pos"])
     kv = side(kv_ids, a["kv_segment_pos"])
     return Rows(extra, int(q_ids.shape[-2]), q[0], q[1], kv[0], kv[1])

@@ -37,6 +37,9 @@ def test_rows_broadcast_positions_over_extra_dims():
     r = packing.rows(BATCHES[2])
     assert r.extra == (2,) and r.batch_size == 1
     assert r.q_ids.tolist() == [[1, 1, 0], [1, 2, 2]] and r.q_pos.tolist() == [[0, 1, 2], [0, 1, 2]]
+    empty = packing.rows(dict(q_segment_ids=np.zeros((2, 1, 0), np.int64), q_segment_pos=np.zeros((1, 0), np.int64),
+                              mask="no_mask", max_segments=1))  # T = 0: [R, 0], not a reshape error
+    assert empty.q_ids.shape == (2, 0) and empty.kv_pos.shape == (2, 0)
 
 
 def test_an_invalid_batch_raises_the_reference_error():

@@ -84,9 +84,8 @@ PACKED = dict(self_attention_only=True, no_padding=True, positions_from_zero=Tru
 def _rows(batch):
     """[R, T] ids and positions of a self-attention batch, extra dims flattened into rows
     (transformers' packed tensors are [B, T]; R = prod(extra) * B, row-major as the suite's tokens)."""
-    ids = np.asarray(batch.q_segment_ids)
-    pos = np.broadcast_to(np.asarray(batch.q_segment_pos), ids.shape)
-    return ids.reshape(-1, ids.shape[-1]), pos.reshape(-1, ids.shape[-1])
+    r = packing.rows(batch, validate=False)  # _outside checks the batch first
+    return r.q_ids, r.q_pos
 
 
 def _spans_from_cu(cu, starts=None):

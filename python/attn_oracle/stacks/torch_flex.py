@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from attn_oracle import packing
 from attn_oracle.domain import is_bottom_right, is_causal
 from attn_oracle.errors import Unsupported
 from attn_oracle.stacks import decline, require, unvalidated_reason
@@ -75,15 +76,10 @@ CUDA_HEAD_DIMS = (16, 32, 64, 128, 256)  # drawn for Compiled on CUDA (at least 
 
 
 def rows(batch):
-    """(extra shape, [R, Tq] q ids, q positions, [R, Tkv] kv ids, kv positions) over the broadcast rows."""
-    qi, ki = batch.q_segment_ids, batch.kv_segment_ids
-    extra = np.broadcast_shapes(qi.shape[:-2], ki.shape[:-2])
-    def flat(ids, pos):
-        shape = extra + ids.shape[-2:]
-        flat_shape = (int(np.prod(shape[:-1])), shape[-1])  # not (-1, T): T may be 0
-        return (np.broadcast_to(ids, shape).reshape(flat_shape),
-                np.broadcast_to(np.broadcast_to(pos, ids.shape), shape).reshape(flat_shape))
-    return (extra,) + flat(qi, batch.q_segment_pos) + flat(ki, batch.kv_segment_pos)
+    """(extra shape, [R, Tq] q ids, q positions, [R, Tkv] kv ids, kv positions) over the broadcast rows
+    (of a batch already validated: packing.rows' checks are not repeated)."""
+    r = packing.rows(batch, validate=False)
+    return r.extra, r.q_ids, r.q_pos, r.kv_ids, r.kv_pos
 
 
 def run_lengths(ids: np.ndarray) -> np.ndarray:
