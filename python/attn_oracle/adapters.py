@@ -27,6 +27,8 @@ from typing import Optional, Sequence
 import numpy as _np
 
 from . import _core
+from .packing import positions_from_starts
+from .domain import is_causal, mask_kind
 from .errors import AttnOracleError
 from .oracle import _batch_args, _int64, _int_array, _window
 
@@ -251,10 +253,8 @@ def megatron_packed_to_batch(cu_seqlens, cu_seqlens_padded=None, *, seq_length: 
                 raise AttnOracleError("bad_metadata", f"row {r} document {s} ends at {start + width}, past {length}")
             ids[r, start:start + n] = s + 1
             pos[r, start:start + n] = np.arange(n)
-    has_padding = bool((ids == 0).any())
-    kind = ("padding_causal" if causal else "padding") if has_padding else ("causal" if causal else "no_mask")
     return {"q_segment_ids": ids, "q_segment_pos": pos, "kv_segment_ids": ids.copy(), "kv_segment_pos": pos.copy(),
-            "mask": kind, "window": (-1, -1), "max_segments": max(1, max(len(row) for row in spans))}
+            "mask": mask_kind(padding=bool((ids == 0).any()), causal=bool(causal)), "window": (-1, -1), "max_segments": max(1, max(len(row) for row in spans))}
 
 
 __all__ += ["megatron_packed_to_batch"]
@@ -330,13 +330,9 @@ def transformers_position_ids_to_batch(position_ids, *, rule: str = "sdpa", caus
         raise AttnOracleError("rank_mismatch", f"position_ids has shape {list(pos.shape)}: transformers takes [B, T]")
     starts = _transformers_starts(pos, rule)
     ids = _np.cumsum(starts, axis=1).astype(_np.int64)
-    index = _np.arange(pos.shape[1], dtype=_np.int64)
-    first = _np.maximum.accumulate(_np.where(starts, index, 0), axis=1)
-    seg_pos = _np.where(ids != 0, index[None, :] - first, 0)
-    padded = bool((ids == 0).any())
+    seg_pos = _np.where(ids != 0, positions_from_starts(starts), 0)
     return {"q_segment_ids": ids, "q_segment_pos": seg_pos, "kv_segment_ids": ids.copy(),
-            "kv_segment_pos": seg_pos.copy(),
-            "mask": ("padding_causal" if padded else "causal") if causal else ("padding" if padded else "no_mask"),
+            "kv_segment_pos": seg_pos.copy(), "mask": mask_kind(padding=bool((ids == 0).any()), causal=bool(causal)),
             "window": _transformers_window(causal, sliding_window), "max_segments": max(1, int(ids.max(initial=0)))}
 
 
@@ -357,7 +353,7 @@ def transformers_position_ids_from_batch(batch: dict, *, rule: str = "sdpa") -> 
         raise refuse("self-attention on [B, T] only (one position_ids tensor for q and kv)")
     if (qi == 0).any():
         raise refuse("no padding in a packed row")
-    causal = "causal" in mask
+    causal = is_causal(mask)
     if mask not in ("causal", "causal_bottom_right", "no_mask"):
         raise refuse(f"mask {mask}: packed rows are causal or bidirectional")
     left, right = window
@@ -403,4 +399,4 @@ def transformers_attention_mask_to_batch(attention_mask, *, causal: bool = True)
     ids = valid.astype(_np.int64)
     pos = _np.where(valid, _np.cumsum(valid, axis=1) - 1, 0).astype(_np.int64)
     return {"q_segment_ids": ids, "q_segment_pos": pos, "kv_segment_ids": ids.copy(), "kv_segment_pos": pos.copy(),
-            "mask": "padding_causal" if causal else "padding", "window": (-1, -1), "max_segments": 1}
+            "mask": mask_kind(padding=True, causal=bool(causal)), "window": (-1, -1), "max_segments": 1}

@@ -11,11 +11,44 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Optional
 
-__all__ = ["Domain", "declared_domain", "MASK_KINDS", "DTYPES"]
+__all__ = ["Domain", "declared_domain", "MASK_KINDS", "DTYPES", "is_causal", "is_bottom_right", "mask_kind",
+           "TOP_LEFT_KINDS", "CAUSAL_KINDS", "FRAMEWORK_DTYPE_NAMES", "framework_dtypes"]
 
 # The mask kinds (docs/semantics.md section 2) and dtypes, by the names the protocol and case files use.
 MASK_KINDS = ("no_mask", "padding", "causal", "padding_causal", "causal_bottom_right", "padding_causal_bottom_right")
 DTYPES = ("fp32", "fp16", "bf16")
+
+
+# What a kind's name says; the stack modules and adapters read kinds through these, never by spelling.
+def is_causal(kind: str) -> bool:
+    """Whether the kind has a causal term (top-left or bottom-right)."""
+    return "causal" in kind
+
+
+def is_bottom_right(kind: str) -> bool:
+    """Whether the kind anchors its causal term (and a window's left side) at each document's last key."""
+    return kind.endswith("bottom_right")
+
+
+def mask_kind(*, padding: bool, causal: bool, bottom_right: bool = False) -> str:
+    """The kind with these terms: ``mask_kind(padding=True, causal=True)`` is ``padding_causal``."""
+    if bottom_right and not causal:
+        raise ValueError("a bottom-right kind has a causal term")
+    kind = "_".join(["padding"] * padding + ["causal"] * causal + ["bottom_right"] * bottom_right)
+    return kind or "no_mask"
+
+
+TOP_LEFT_KINDS = tuple(k for k in MASK_KINDS if not is_bottom_right(k))  # no bottom-right term
+CAUSAL_KINDS = tuple(k for k in MASK_KINDS if is_causal(k))
+
+# The dtypes by their names in NumPy (ml_dtypes for bfloat16), torch and jax.numpy.
+FRAMEWORK_DTYPE_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def framework_dtypes(framework, names=DTYPES) -> dict:
+    """``{name: framework.<dtype>}`` for the given dtype names: ``framework_dtypes(torch)["bf16"]`` is
+    ``torch.bfloat16``; ``framework_dtypes(jnp, ("fp16", "bf16"))`` the half types of JAX."""
+    return {name: getattr(framework, FRAMEWORK_DTYPE_NAMES[name]) for name in names}
 
 
 @dataclass(frozen=True)

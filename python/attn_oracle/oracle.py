@@ -30,7 +30,7 @@ import numpy as np
 from . import _core
 from .errors import AttnOracleError
 
-from .domain import DTYPES, MASK_KINDS  # their one home
+from .domain import DTYPES, FRAMEWORK_DTYPE_NAMES, MASK_KINDS  # their one home
 
 
 @dataclass(frozen=True)
@@ -207,7 +207,7 @@ def infer_dtype(array) -> str:
     """The device dtype a NumPy array stands for: fp16 for float16, bf16 for an
     ``ml_dtypes`` bfloat16, fp32 otherwise (float32, and float64 inputs)."""
     name = np.asarray(array).dtype.name
-    return {"float16": "fp16", "bfloat16": "bf16"}.get(name, "fp32")
+    return {numpy_name: ours for ours, numpy_name in FRAMEWORK_DTYPE_NAMES.items()}.get(name, "fp32")
 
 
 # ---------------------------------------------------------------------------

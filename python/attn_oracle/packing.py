@@ -14,6 +14,8 @@ adapters return (the keyword arguments of :func:`attn_oracle.metadata`).
 [(0, 1, 0, 2), (0, 2, 2, 1)]
 >>> metadata_from_documents(b, documents(b))["indices_q"].tolist()
 [0, 1, 2]
+>>> metadata_from_spans(b, spans_from_cu_seqlens([0, 2, 3]))["q_seqlens"].tolist()
+[[2, 1]]
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import numpy as np
 from . import oracle
 
 __all__ = ["Rows", "Document", "batch_arguments", "check", "rows", "valid_tokens", "documents",
-           "metadata_from_documents"]
+           "metadata_from_documents", "metadata_from_spans", "cu_seqlens", "spans_from_cu_seqlens", "span_tokens",
+           "positions_from_starts"]
 
 
 @dataclass(frozen=True)
@@ -74,9 +77,11 @@ def check(batch: Any) -> oracle.Metadata:
     return oracle.metadata(args.pop("q_segment_ids"), args.pop("q_segment_pos"), **args)
 
 
-def rows(batch: Any) -> Rows:
-    """Ids and positions of both sides as ``[R, T]`` (checked first: an invalid batch raises)."""
-    check(batch)
+def rows(batch: Any, *, validate: bool = True) -> Rows:
+    """Ids and positions of both sides as ``[R, T]`` (checked first: an invalid batch raises;
+    ``validate=False`` for a batch the caller has checked already)."""
+    if validate:
+        check(batch)
     return _rows(batch)
 
 
@@ -84,8 +89,12 @@ def _rows(batch: Any) -> Rows:  # rows() of a batch already checked
     a = batch_arguments(batch)
     q_ids, kv_ids = np.asarray(a["q_segment_ids"], np.int64), np.asarray(a["kv_segment_ids"], np.int64)
     extra = tuple(np.broadcast_shapes(q_ids.shape[:-2], kv_ids.shape[:-2]))
-    side = lambda ids, pos: [np.broadcast_to(np.asarray(x, np.int64), extra + ids.shape[-2:]).reshape(-1, ids.shape[-1])  # noqa: E731
-                             for x in (ids, pos)]
+
+    def side(ids, pos):  # [R, T], not (-1, T): T may be 0
+        shape = extra + ids.shape[-2:]
+        flat = (int(np.prod(shape[:-1])), shape[-1])
+        return [np.broadcast_to(np.asarray(x, np.int64), shape).reshape(flat) for x in (ids, pos)]
+
     q = side(q_ids, a["q_segment_pos"])
     kv = side(kv_ids, a["kv_segment_pos"])
     return Rows(extra, int(q_ids.shape[-2]), q[0], q[1], kv[0], kv[1])
@@ -117,6 +126,58 @@ def valid_tokens(batch: Any) -> tuple[np.ndarray, np.ndarray]:
     return q_valid, kv_valid
 
 
+def positions_from_starts(starts) -> np.ndarray:
+    """[R, T] int64: each token's index within its document, the documents starting where ``starts``
+    [R, T] is True (a token before a row's first start counts from the row's token 0)."""
+    starts = np.asarray(starts, bool)
+    index = np.arange(starts.shape[-1], dtype=np.int64)
+    return index - np.maximum.accumulate(np.where(starts, index, 0), axis=-1)
+
+
+def cu_seqlens(lengths) -> np.ndarray:
+    """The prefix sums of sequence lengths from 0, int64 ``[S+1]``: what varlen calls take."""
+    return np.cumsum(np.concatenate([[0], np.asarray(lengths, np.int64).reshape(-1)]), dtype=np.int64)
+
+
+def span_tokens(starts, lengths) -> np.ndarray:
+    """The flat tokens of spans (start, length) in order, as int64: what a varlen call gathers."""
+    return np.concatenate([np.arange(int(a), int(a) + int(n), dtype=np.int64) for a, n in zip(starts, lengths)]
+                          or [np.zeros(0, np.int64)])
+
+
+def spans_from_cu_seqlens(cu_seqlens, starts=None) -> list[tuple[int, int]]:
+    """(start, length) of each sequence of prefix sums ``cu_seqlens`` [S+1]: sequence k has
+    ``cu[k+1] - cu[k]`` tokens from flat token ``starts[k]`` (default ``cu[k]``: no gap between them)."""
+    cu = [int(c) for c in np.asarray(cu_seqlens).reshape(-1)]
+    return [(cu[k] if starts is None else int(starts[k]), cu[k + 1] - cu[k]) for k in range(len(cu) - 1)]
+
+
+def metadata_from_spans(batch: Any, q_spans: Iterable[tuple[int, int]],
+                        kv_spans: Iterable[tuple[int, int]] | None = None) -> dict[str, np.ndarray]:
+    """Every metadata field, the optional ones included, from the spans a stack gave on each side.
+
+    A span is (flat start ``row * T + t``, length) on the side's ``[R * T]`` token axis, in
+    ``cu_seqlens`` order (``kv_spans`` default to ``q_spans``: one packing for both sides of
+    self-attention). Its slot is the segment id at its first token; one that starts on
+    padding fills no slot of ``*_seqlens``. A wrong span shows as wrong fields; one that
+    does not fit the batch's rows (or more than M + 1 of a row) raises ``ValueError``.
+    """
+    r = rows(batch)
+    spans = {"q": list(q_spans)}
+    spans["kv"] = spans["q"] if kv_spans is None else list(kv_spans)
+
+    def with_slots(ids, side_spans):  # (row, segment, row-local start, length); a row past R is -1
+        t = ids.shape[1]
+        out = []
+        for start, length in side_spans:
+            row, local = divmod(int(start), t) if t else (-1, 0)
+            segment = int(ids[row, local]) if 0 <= row < ids.shape[0] and 0 <= local < t else 0
+            out.append((row, segment, local, int(length)))
+        return out
+
+    return _metadata(batch, r, with_slots(r.q_ids, spans["q"]), with_slots(r.kv_ids, spans["kv"]))
+
+
 def metadata_from_documents(batch: Any, spans: Iterable[Document]) -> dict[str, np.ndarray]:
     """Every metadata field, the optional ones included, from document spans a stack produced.
 
@@ -128,29 +189,44 @@ def metadata_from_documents(batch: Any, spans: Iterable[Document]) -> dict[str, 
     """
     r = rows(batch)
     m, n_rows = int(_get(batch, "max_segments")), r.q_ids.shape[0]
-    tq, tkv = r.q_ids.shape[1], r.kv_ids.shape[1]
-    seqlens = {s: np.zeros((n_rows, m), np.int64) for s in ("q", "kv")}
-    offsets = {s: np.full((n_rows, m + 1), -1, np.int64) for s in ("q", "kv")}
-    filled = np.zeros(n_rows, np.int64)
-    cu, ragged, indices = {"q": [0], "kv": [0]}, {"q": [], "kv": []}, {"q": [], "kv": []}
+    spans = list(spans)
     for d in spans:
-        if not (0 <= d.row < n_rows and 1 <= d.segment <= m and filled[d.row] < m + 1):
+        if not (0 <= d.row < n_rows and 1 <= d.segment <= m):
             raise ValueError(f"document {d} does not fit {n_rows} rows of M = {m}")
-        for side, start, length, t in (("q", d.q_start, d.q_len, tq), ("kv", d.kv_start, d.kv_len, tkv)):
-            seqlens[side][d.row, d.segment - 1] = length
-            offsets[side][d.row, filled[d.row]] = start
-            cu[side].append(cu[side][-1] + length)
-            ragged[side].append(d.row * t + start)
-            indices[side].extend(range(d.row * t + start, d.row * t + start + length))
-        filled[d.row] += 1
+    return _metadata(batch, r, [(d.row, d.segment, d.q_start, d.q_len) for d in spans],
+                     [(d.row, d.segment, d.kv_start, d.kv_len) for d in spans])
+
+
+def _metadata(batch: Any, r: Rows, q_spans: list, kv_spans: list) -> dict[str, np.ndarray]:
+    """The fields of both sides from their spans (row, segment, row-local start, length)."""
+    m, n_rows = int(_get(batch, "max_segments")), r.q_ids.shape[0]
     shape = lambda a: a.reshape(r.extra + (r.batch_size, a.shape[1]))  # noqa: E731
     out = {}
-    for side, t in (("q", tq), ("kv", tkv)):
-        out[f"{side}_seqlens"], out[f"{side}_offsets"] = shape(seqlens[side]), shape(offsets[side])
-    for side, t in (("q", tq), ("kv", tkv)):
-        lengths = np.diff(cu[side])
-        out[f"cu_seqlens_{side}"] = np.asarray(cu[side], np.int64)
-        out[f"ragged_offsets_{side}"] = np.asarray(ragged[side] + [n_rows * t], np.int64)
-        out[f"max_seqlen_{side}"] = int(lengths.max(initial=0))
-        out[f"indices_{side}"] = np.asarray(indices[side], np.int64)
+    for side, spans, t in (("q", q_spans, r.q_ids.shape[1]), ("kv", kv_spans, r.kv_ids.shape[1])):
+        seqlens, offsets, starts, lengths = _side_metadata(spans, n_rows, t, m)
+        out[f"{side}_seqlens"], out[f"{side}_offsets"] = shape(seqlens), shape(offsets)
+        out[f"cu_seqlens_{side}"] = cu_seqlens(lengths)
+        out[f"ragged_offsets_{side}"] = np.asarray(starts + [n_rows * t], np.int64)
+        out[f"max_seqlen_{side}"] = int(max(lengths, default=0))
+        out[f"indices_{side}"] = span_tokens(starts, lengths)
     return out
+
+
+def _side_metadata(spans, n_rows: int, t: int, m: int):
+    """One side's [R, M] seqlens, [R, M+1] offsets, and each span's flat start and length.
+    A span's segment outside 1..M fills no slot (a wrong field shows it); a row outside the
+    batch, or a row's (M+2)-th span, has no place at all: ValueError."""
+    seqlens, offsets = np.zeros((n_rows, m), np.int64), np.full((n_rows, m + 1), -1, np.int64)
+    filled = np.zeros(n_rows, np.int64)
+    starts, lengths = [], []
+    for row, segment, start, length in spans:
+        if not (0 <= row < n_rows and filled[row] < m + 1):
+            raise ValueError(f"a span of {length} tokens from token {start} of row {row} does not fit {n_rows} rows "
+                             f"of {t} tokens with M = {m} (at most M + 1 spans a row)")
+        if 1 <= segment <= m:
+            seqlens[row, segment - 1] = length
+        offsets[row, filled[row]] = start
+        filled[row] += 1
+        starts.append(row * t + start)
+        lengths.append(length)
+    return seqlens, offsets, starts, lengths

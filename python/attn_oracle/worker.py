@@ -100,7 +100,7 @@ class Batch:
     q_segment_pos: np.ndarray
     kv_segment_ids: np.ndarray
     kv_segment_pos: np.ndarray
-    mask: str  # no_mask, padding, causal, padding_causal, causal_bottom_right, padding_causal_bottom_right
+    mask: str  # one of attn_oracle.domain.MASK_KINDS
     window: tuple[int, int]  # (left, right); a negative side is unbounded
     max_segments: int  # M
 

@@ -15,6 +15,7 @@ import importlib.util
 
 import numpy as np
 
+from attn_oracle.domain import TOP_LEFT_KINDS
 from attn_oracle.stacks import flax_attention, jax_nn, te_jax
 
 if importlib.util.find_spec("maxtext") is not None:
@@ -60,7 +61,7 @@ class TeJaxWithoutBottomRight(te_jax.Backend):
     """Not a twin: TE's metadata on the four kinds its bottom-right finding leaves alone (the test's passing run)."""
 
     name = "transformer-engine-jax-metadata-top-left"
-    domain = te_jax.Domain(mask_kinds=("no_mask", "padding", "causal", "padding_causal"))
+    domain = te_jax.Domain(mask_kinds=TOP_LEFT_KINDS)
 
 
 class FlaxFp16(flax_attention.Backend):

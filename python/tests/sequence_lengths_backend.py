@@ -10,9 +10,8 @@ python/tests/test_domain.py checks that the suite draws inside it, and that
 import numpy as np
 
 from attn_oracle import Domain
+from attn_oracle.domain import TOP_LEFT_KINDS as TOP_LEFT
 from examples import numpy_backend
-
-TOP_LEFT = ("no_mask", "padding", "causal", "padding_causal")
 
 
 class Backend(numpy_backend.Backend):

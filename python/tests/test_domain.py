@@ -100,3 +100,22 @@ def test_a_sequence_length_backend_is_drawn_one_sequence_a_row_and_windows_endin
     done, results = check_in_tests(tmp_path, "sequence_lengths_backend:Undeclared", "attention/matchesReference", cases)
     assert done.returncode == 1, done.stdout + done.stderr
     assert results[0]["verdict"] == "FAILED", results[0]
+
+
+def test_the_mask_kind_names_are_read_and_composed_in_one_place():
+    from types import SimpleNamespace
+
+    from attn_oracle import domain
+
+    composed = {domain.mask_kind(padding=p, causal=c, bottom_right=b): (p, c, b)
+                for p in (False, True) for c in (False, True) for b in (False, True) if c or not b}
+    assert sorted(composed) == sorted(domain.MASK_KINDS)
+    for kind, (padding, causal, bottom_right) in composed.items():
+        assert (domain.is_causal(kind), domain.is_bottom_right(kind)) == (causal, bottom_right), kind
+    with pytest.raises(ValueError):
+        domain.mask_kind(padding=False, causal=False, bottom_right=True)
+    assert domain.TOP_LEFT_KINDS == ("no_mask", "padding", "causal", "padding_causal")
+    assert domain.CAUSAL_KINDS == ("causal", "padding_causal", "causal_bottom_right", "padding_causal_bottom_right")
+    framework = SimpleNamespace(float32="f32", float16="f16", bfloat16="b16")
+    assert domain.framework_dtypes(framework) == {"fp32": "f32", "fp16": "f16", "bf16": "b16"}
+    assert domain.framework_dtypes(framework, ("bf16",)) == {"bf16": "b16"}

@@ -51,7 +51,7 @@ from functools import lru_cache
 import numpy as np
 
 from attn_oracle.errors import AttnOracleError
-from attn_oracle.stacks import StackUnavailable
+from attn_oracle.stacks import StackUnavailable, check_version
 
 __all__ = ["Backend", "model_inputs", "micro_sequence"]
 
@@ -80,11 +80,7 @@ except Exception as e:  # noqa: BLE001 - any import failure is "unavailable", sa
     raise StackUnavailable(f"Fast-LLM: cannot import fast_llm from {CHECKOUT} ({type(e).__name__}: {first}); "
                            "its preprocessing needs torch, numpy, PyYAML and packaging (scripts/stacks' torch venv)") from None
 FAST_LLM_VERSION = getattr(fast_llm, "__version__", "unknown")
-if not any(FAST_LLM_VERSION == c or FAST_LLM_VERSION.startswith(c + ".") for c in CHECKED):
-    _message = f"Fast-LLM: fast_llm {FAST_LLM_VERSION} was not checked by this module (checked: {', '.join(CHECKED)})"
-    if os.environ.get("ATTN_ORACLE_STACK_VERSIONS") == "strict":
-        raise StackUnavailable(_message + "; ATTN_ORACLE_STACK_VERSIONS=strict refuses it")
-    print(f"attn-oracle: {_message}; running it anyway", file=sys.stderr)
+check_version("Fast-LLM", "fast_llm", FAST_LLM_VERSION, CHECKED)
 import torch  # noqa: E402
 from fast_llm.data.document.config import LanguageModelBatchPreprocessingConfig  # noqa: E402
 from fast_llm.data.document.language_model import LanguageModelBatch, LanguageModelDocument  # noqa: E402

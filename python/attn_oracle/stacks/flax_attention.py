@@ -40,8 +40,9 @@ from functools import partial
 import numpy as np
 
 from . import require
-from ._jax_common import check_attention, check_problem, dtype_of, numpy_out, rows
+from ._jax_common import check_attention, highest_precision, outputs, rows, tensors
 from attn_oracle import Domain
+from attn_oracle.domain import TOP_LEFT_KINDS, is_bottom_right, is_causal
 
 flax = require("Flax", "flax", "flax", checked=("0.12",))
 import jax  # noqa: E402
@@ -71,7 +72,7 @@ def _attend(q, k, v, do, q_ids, q_pos, kv_ids, kv_pos, window, factor, *, causal
     keep = mask.any(-1)[:, 0, :, None, None]  # [R, Tq, 1, 1]: queries that attend a key
     group = q.shape[2] // k.shape[2]
     # fp32 as fp32: XLA's default precision multiplies fp32 in TF32 on a GPU (the module docstring)
-    precision = jax.lax.Precision.HIGHEST if highest and q.dtype == jnp.float32 else None
+    precision = jax.lax.Precision.HIGHEST if highest_precision(q.dtype, highest) else None
 
     def forward(q, k, v):
         if rescale:
@@ -92,13 +93,13 @@ class Backend:
     outputs = ("gradients",)  # no lse: dot_product_attention returns the output only
     token_level_mask = True  # the mask comes from positions, as the reference's: judged on every input
     # fp16 too: Flax's einsums ask for no precision preset, so XLA:CPU compiles them under jit
-    domain = Domain(mask_kinds=("no_mask", "padding", "causal", "padding_causal"), max_position=int(I32))
+    domain = Domain(mask_kinds=TOP_LEFT_KINDS, max_position=int(I32))
     fp32_softmax = True
     map_empty = True
     highest = True  # False: fp32 at XLA's default precision (TF32 on a GPU)
 
     def unsupported_attention(self, p):
-        if p.batch.mask.endswith("bottom_right"):
+        if is_bottom_right(p.batch.mask):
             return "a bottom-right mask: Flax has no bottom-right mask helper"
         for pos in (p.batch.q_segment_pos, p.batch.kv_segment_pos):
             if np.asarray(pos).size and int(np.asarray(pos).max()) > I32:
@@ -107,19 +108,13 @@ class Backend:
 
     def attention(self, p, x):
         check_attention(self, p)
-        check_problem(p, x)
+        q, k, v, do = tensors(p, x)
         q_ids, q_pos, kv_ids, kv_pos = (a.astype(np.int32) for a in rows(p.batch))
-        dt = dtype_of(jnp, p.dtype)
-        q, k, v = (jnp.asarray(t, dtype=dt) for t in (x.q, x.k, x.v))
-        do = jnp.asarray(x.do, dtype=dt) if p.backward else None
         # an unbounded side may come as any negative number (INT64_MIN too), a bounded one past int32
         window = tuple(np.int32(-1 if w < 0 else min(w, I32)) for w in p.batch.window)
         factor = np.float32(p.effective_scale * np.sqrt(p.head_dim))
         rescale = p.scale is not None and abs(p.effective_scale - 1.0 / np.sqrt(p.head_dim)) > 0
-        o, grads = _attend(q, k, v, do, q_ids, q_pos, kv_ids, kv_pos, window, factor, causal="causal" in p.batch.mask,
+        o, grads = _attend(q, k, v, do, q_ids, q_pos, kv_ids, kv_pos, window, factor, causal=is_causal(p.batch.mask),
                            backward=p.backward, fp32_softmax=self.fp32_softmax, map_empty=self.map_empty,
                            rescale=bool(rescale), highest=self.highest)
-        out = {"o": numpy_out(o)}
-        if p.backward:
-            out.update(zip(("dq", "dk", "dv"), (numpy_out(g) for g in grads)))
-        return out
+        return outputs(p, o, None, grads)

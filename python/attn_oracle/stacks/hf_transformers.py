@@ -62,9 +62,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from attn_oracle import oracle
-from attn_oracle.errors import AttnOracleError, Unsupported
-from attn_oracle.stacks import require
+from attn_oracle import packing
+from attn_oracle.domain import CAUSAL_KINDS
+from attn_oracle.stacks import decline, require, unvalidated_reason
 from attn_oracle import Domain
 
 STACK, CHECKED = "Hugging Face transformers", ("5.24", "5.17")
@@ -74,8 +74,9 @@ fa_utils = require(STACK, "transformers.modeling_flash_attention_utils", "transf
 masking_utils = require(STACK, "transformers.masking_utils", "transformers", checked=CHECKED)
 sdpa_attention = require(STACK, "transformers.integrations.sdpa_attention", "transformers", checked=CHECKED)
 data_collator = require(STACK, "transformers.data.data_collator", "transformers", checked=CHECKED)
+from attn_oracle.stacks._torch_common import TORCH_DTYPES as DTYPES, has_cuda, heads_first, leaf, to_numpy  # noqa: E402
 
-__all__ = ["PositionIdsMetadata", "UnpadMetadata", "CollatorMetadata", "SdpaAttention", "metadata_from_spans"]
+__all__ = ["PositionIdsMetadata", "UnpadMetadata", "CollatorMetadata", "SdpaAttention"]
 
 PACKED = dict(self_attention_only=True, no_padding=True, positions_from_zero=True)
 
@@ -83,65 +84,23 @@ PACKED = dict(self_attention_only=True, no_padding=True, positions_from_zero=Tru
 def _rows(batch):
     """[R, T] ids and positions of a self-attention batch, extra dims flattened into rows
     (transformers' packed tensors are [B, T]; R = prod(extra) * B, row-major as the suite's tokens)."""
-    ids = np.asarray(batch.q_segment_ids)
-    pos = np.broadcast_to(np.asarray(batch.q_segment_pos), ids.shape)
-    return ids.reshape(-1, ids.shape[-1]), pos.reshape(-1, ids.shape[-1])
-
-
-def _with_extra_dims(batch, out: dict) -> dict:
-    """The per-row fields of ``out`` ([R, ...]) back in the batch's [..., B, ...] shape."""
-    lead = np.shape(batch.q_segment_ids)[:-1]
-    for name in ("q_seqlens", "kv_seqlens", "q_offsets", "kv_offsets"):
-        out[name] = out[name].reshape(*lead, out[name].shape[-1])
-    return out
-
-
-def metadata_from_spans(batch, spans) -> dict:
-    """Every metadata field from the document spans a stack gave: ``spans`` lists, in
-    cu_seqlens order, (flat start ``row * T + t``, length) on the [B * T] token axis of
-    a self-attention batch. The same spans serve q and kv."""
-    ids, _ = _rows(batch)
-    b, t = ids.shape
-    m = batch.max_segments
-    seqlens, offsets = np.zeros((b, m), np.int64), np.full((b, m + 1), -1, np.int64)
-    filled = np.zeros(b, np.int64)
-    cu, ragged = [0], []
-    for start, length in spans:
-        row, local = divmod(int(start), t)
-        if row >= b or filled[row] > m:  # the stack's answer, not an input class: fails the case, never declined
-            raise ValueError(f"the stack gave a sequence at flat token {start} ({length} tokens) that our "
-                             f"[{b}, {t}] batch has no room for (row {row}, its sequence {filled[row] if row < b else 0})")
-        doc = int(ids[row, local])
-        if 1 <= doc <= m:
-            seqlens[row, doc - 1] += int(length)
-        offsets[row, filled[row]] = local
-        filled[row] += 1
-        cu.append(cu[-1] + int(length))
-        ragged.append(int(start))
-    out = {"q_seqlens": seqlens, "kv_seqlens": seqlens.copy(), "q_offsets": offsets, "kv_offsets": offsets.copy(),
-           "cu_seqlens_q": np.asarray(cu, np.int64), "cu_seqlens_kv": np.asarray(cu, np.int64),
-           "ragged_offsets_q": np.asarray(ragged + [b * t], np.int64),
-           "ragged_offsets_kv": np.asarray(ragged + [b * t], np.int64)}
-    return out
-
-
-def _decline(reason):
-    if reason:
-        raise Unsupported(reason)
-
-
-def _sides(q: dict, kv: dict) -> dict:
-    """The q fields of one metadata dict with the kv fields of another."""
-    out = {k: v for k, v in q.items() if k.startswith("q_") or k.endswith("_q")}
-    out.update({k: v for k, v in kv.items() if k.startswith("kv_") or k.endswith("_kv")})
-    return out
+    r = packing.rows(batch, validate=False)  # _outside checks the batch first
+    return r.q_ids, r.q_pos
 
 
 def _spans_from_cu(cu, starts=None):
-    """(start, length) of each non-empty sequence of cu_seqlens (starts: flat token of each, default cu[k])."""
-    cu = [int(c) for c in np.asarray(cu).reshape(-1)]
-    return [(cu[k] if starts is None else int(starts[k]), cu[k + 1] - cu[k]) for k in range(len(cu) - 1)
-            if cu[k + 1] > cu[k]]
+    """The non-empty sequences of transformers' cu_seqlens as spans: a repeated entry (a row of
+    the 2D mask with no valid token) is no document of ours."""
+    return [(start, n) for start, n in packing.spans_from_cu_seqlens(cu, starts) if n > 0]
+
+
+def _metadata(batch, cu_q, cu_k, starts_q=None, starts_k=None, **given) -> dict:
+    """The metadata fields from the spans of the stack's cu_seqlens (the flattened rows are our
+    [R * T] token axis), with what the stack ``given`` itself (max_seqlen, indices)."""
+    out = packing.metadata_from_spans(batch, _spans_from_cu(cu_q, starts_q), _spans_from_cu(cu_k, starts_k))
+    for name in ("max_seqlen_q", "max_seqlen_kv", "indices_q", "indices_kv"):  # derived: only what the stack gives
+        del out[name]
+    return out | given
 
 
 def _outside(batch, *, padding: bool = False):
@@ -150,12 +109,10 @@ def _outside(batch, *, padding: bool = False):
     transformers validates no position_ids or attention mask: an input the suite's
     rules reject is declined (never judged), and so is one outside the domain (the
     arbitrary-input properties draw them)."""
+    if invalid := unvalidated_reason(batch, "transformers validates no position_ids"):
+        return invalid
     qi, ki = np.asarray(batch.q_segment_ids), np.asarray(batch.kv_segment_ids)
     qp, kp = np.asarray(batch.q_segment_pos), np.asarray(batch.kv_segment_pos)
-    try:
-        oracle.metadata(qi, qp, ki, kp, mask=batch.mask, window=batch.window, max_segments=batch.max_segments)
-    except AttnOracleError as e:
-        return f"not a valid batch ({e.code}): transformers validates no position_ids, so it is not judged"
     if qi.size == 0:
         return "a batch with no rows or no tokens: transformers raises RuntimeError on empty position_ids"
     if qi.shape != ki.shape or not (np.array_equal(qi, ki) and np.array_equal(np.broadcast_to(qp, qi.shape),
@@ -164,12 +121,9 @@ def _outside(batch, *, padding: bool = False):
     qi, qp = _rows(batch)
     if not padding and (qi == 0).any():
         return "padding in a packed row: transformers packs without padding"
-    index = np.arange(qi.shape[1])
-    for r in range(qi.shape[0]):
-        starts = np.flatnonzero((qi[r] != 0) & np.r_[True, qi[r, 1:] != qi[r, :-1]])
-        first = np.maximum.accumulate(np.where(np.isin(index, starts), index, 0))
-        if ((qp[r] != index - first) & (qi[r] != 0)).any():
-            return "positions that do not count from 0 in every document: transformers derives them so"
+    starts = (qi != 0) & np.c_[np.ones((qi.shape[0], 1), bool), qi[:, 1:] != qi[:, :-1]]
+    if ((qp != packing.positions_from_starts(starts)) & (qi != 0)).any():
+        return "positions that do not count from 0 in every document: transformers derives them so"
     return None
 
 
@@ -192,12 +146,9 @@ class PositionIdsMetadata:
         return cu_q, cu_k, int(max_q), int(max_k)
 
     def metadata(self, batch):
-        _decline(self.unsupported_metadata(batch))
+        decline(self.unsupported_metadata(batch))
         cu_q, cu_k, max_q, max_k = self.cu_seqlens(self.position_ids(batch))
-        out = _sides(metadata_from_spans(batch, _spans_from_cu(cu_q.numpy())),
-                     metadata_from_spans(batch, _spans_from_cu(cu_k.numpy())))
-        out.update(max_seqlen_q=max_q, max_seqlen_kv=max_k)
-        return _with_extra_dims(batch, out)
+        return _metadata(batch, cu_q.numpy(), cu_k.numpy(), max_seqlen_q=max_q, max_seqlen_kv=max_k)
 
 
 class UnpadMetadata:
@@ -217,7 +168,7 @@ class UnpadMetadata:
         return None
 
     def metadata(self, batch):
-        _decline(self.unsupported_metadata(batch))
+        decline(self.unsupported_metadata(batch))
         ids, _ = _rows(batch)
         b, t = ids.shape
         attention_mask = torch.from_numpy(np.ascontiguousarray(ids != 0).astype(np.int64))
@@ -229,12 +180,9 @@ class UnpadMetadata:
         cu_q, cu_k = cu_q.numpy(), cu_k.numpy()
         def first_token(indices, cu):  # where each sequence starts on the [B * T] axis (an empty one: anywhere)
             return indices[np.minimum(cu[:-1], len(indices) - 1)] if len(indices) else cu[:-1]
-        q = metadata_from_spans(batch, _spans_from_cu(cu_q, first_token(indices_q, cu_q)))
-        kv = metadata_from_spans(batch, _spans_from_cu(cu_k, first_token(indices_k, cu_k)))
-        out = _sides(q, kv)
-        out.update(indices_q=indices_q.astype(np.int64), indices_kv=indices_k.astype(np.int64),
-                   max_seqlen_q=int(max_q), max_seqlen_kv=int(max_k))
-        return _with_extra_dims(batch, out)
+        return _metadata(batch, cu_q, cu_k, first_token(indices_q, cu_q), first_token(indices_k, cu_k),
+                         indices_q=indices_q.astype(np.int64), indices_kv=indices_k.astype(np.int64),
+                         max_seqlen_q=int(max_q), max_seqlen_kv=int(max_k))
 
 
 class CollatorMetadata:
@@ -257,16 +205,12 @@ class CollatorMetadata:
         return out
 
     def metadata(self, batch):
-        _decline(self.unsupported_metadata(batch))
+        decline(self.unsupported_metadata(batch))
         collator = data_collator.DataCollatorWithFlattening(return_flash_attn_kwargs=True, return_position_ids=True,
                                                             return_tensors="np")
         flat = collator(self.features(batch))
-        cu_q, cu_k = np.asarray(flat["cu_seq_lens_q"]), np.asarray(flat["cu_seq_lens_k"])
-        q = metadata_from_spans(batch, _spans_from_cu(cu_q))  # the flattened row is our [B * T] token axis
-        kv = metadata_from_spans(batch, _spans_from_cu(cu_k))
-        out = _sides(q, kv)
-        out.update(max_seqlen_q=int(flat["max_length_q"]), max_seqlen_kv=int(flat["max_length_k"]))
-        return _with_extra_dims(batch, out)
+        return _metadata(batch, np.asarray(flat["cu_seq_lens_q"]), np.asarray(flat["cu_seq_lens_k"]),
+                         max_seqlen_q=int(flat["max_length_q"]), max_seqlen_kv=int(flat["max_length_k"]))
 
 
 # ------------------------------------------------------------------ attention
@@ -277,17 +221,14 @@ class _Module:
         self.num_key_value_groups, self.is_causal, self.training = groups, True, False
 
 
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
 
 class SdpaAttention:
     """Packed causal (sliding-window) masks from position_ids by masking_utils, through sdpa_attention_forward."""
 
     name, version = "hf-transformers-sdpa", transformers.__version__
     outputs = ("gradients",)  # SDPA returns no lse
-    device = "cuda" if torch.cuda.is_available() else "cpu"  # SDPA's CUDA kernels where a device is
-    domain = Domain(**PACKED, mask_kinds=("causal", "padding_causal", "causal_bottom_right",
-                                          "padding_causal_bottom_right"))
+    device = "cuda" if has_cuda() else "cpu"  # SDPA's CUDA kernels where a device is
+    domain = Domain(**PACKED, mask_kinds=CAUSAL_KINDS)
 
     def unsupported_attention(self, problem):
         reason = _outside(problem.batch)
@@ -318,19 +259,16 @@ class SdpaAttention:
         return create(self.config(window), inputs_embeds, None, None, position_ids=self.position_ids(batch))
 
     def attention(self, problem, inputs):
-        _decline(self.unsupported_attention(problem))
+        decline(self.unsupported_attention(problem))
         dtype, grad = DTYPES[problem.dtype], problem.backward
-        def heads_first(a):  # [B, T, H, D] -> [B, H, T, D], the layout the attention layer hands over
-            x = torch.from_numpy(np.ascontiguousarray(a.transpose(0, 2, 1, 3))).to(self.device, dtype)
-            return x.requires_grad_(grad)
-        q, k, v = (heads_first(a) for a in (inputs.q, inputs.k, inputs.v))
+        # [B, H, T, D]: the layout the attention layer hands over
+        q, k, v = (heads_first(a, self.device, dtype, grad) for a in (inputs.q, inputs.k, inputs.v))
         b, t = _rows(problem.batch)[0].shape
         mask = self.mask(problem.batch, torch.empty(b, t, 1, dtype=dtype, device=self.device))
         o, _ = sdpa_attention.sdpa_attention_forward(_Module(problem.heads_q // problem.heads_kv), q, k, v, mask,
                                                      scaling=problem.effective_scale)
-        out = {"o": o.detach().to("cpu", torch.float64).numpy()}  # [B, T, H, D] already
+        out = {"o": to_numpy(o)}  # [B, T, H, D] already
         if grad:
-            o.backward(torch.from_numpy(np.ascontiguousarray(inputs.do)).to(self.device, dtype))
-            out.update({n: t.grad.transpose(1, 2).to("cpu", torch.float64).numpy()
-                        for n, t in (("dq", q), ("dk", k), ("dv", v))})
+            o.backward(leaf(inputs.do, self.device, dtype, False))
+            out.update({n: to_numpy(t.grad.transpose(1, 2)) for n, t in (("dq", q), ("dk", k), ("dv", v))})
         return out

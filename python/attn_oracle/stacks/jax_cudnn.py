@@ -70,9 +70,10 @@ from functools import partial
 import numpy as np
 
 from . import StackUnavailable, require
-from ._jax_common import check_attention, check_problem, dtype_of, numpy_out, rows
+from ._jax_common import check_attention, lengths_reason, outputs, rows, sequence_lengths, tensors, with_vjp
 from .. import packing
 from attn_oracle import Domain
+from attn_oracle.domain import TOP_LEFT_KINDS, is_causal
 
 jax = require("JAX cuDNN attention", "jax", "jax", checked=("0.12",))
 import jax.numpy as jnp  # noqa: E402
@@ -82,7 +83,6 @@ from jax._src.interpreters import mlir  # noqa: E402
 __all__ = ["Lengths", "Packed", "unavailable_reason"]
 
 HEAD_DIMS = (8, 64, 128)
-TOP_LEFT = ("no_mask", "padding", "causal", "padding_causal")
 
 
 def unavailable_reason() -> str | None:
@@ -143,12 +143,8 @@ def _finish(o, lse, keep):
 
 
 def _run(forward, q, k, v, do, backward, keep, kv_keep):
-    if not backward:
-        o, lse = forward(q, k, v)
-        return o, lse, None
-    (o, lse), pullback = jax.vjp(forward, q, k, v)
-    grads = pullback((do, jnp.zeros_like(lse)))
-    return o, lse, grads if kv_keep is None else _written(grads, keep, kv_keep)
+    o, lse, grads = with_vjp(forward, q, k, v, do, backward)
+    return o, lse, grads if grads is None or kv_keep is None else _written(grads, keep, kv_keep)
 
 
 # scale is static: JAX's cuDNN call takes it as a Python float (a non-differentiable argument of its custom_vjp)
@@ -186,24 +182,12 @@ class _Base:
     zero_unwritten = True  # False: the gradients cuDNN leaves unwritten come back as they are
 
     def _window(self, p):
-        return cudnn_window(p.batch.window, "causal" in p.batch.mask, self.exclusive_left, self.right_by_causal)
+        return cudnn_window(p.batch.window, is_causal(p.batch.mask), self.exclusive_left, self.right_by_causal)
 
     def unsupported_attention(self, p):
         if self._window(p) is None:
             return "a window with a right side and no causal term: cuDNN's window is (i - W, i]"
         return None
-
-    def _tensors(self, p, x):
-        check_problem(p, x)
-        dt = dtype_of(jnp, p.dtype)
-        q, k, v = (jnp.asarray(t, dtype=dt) for t in (x.q, x.k, x.v))
-        return q, k, v, jnp.asarray(x.do, dtype=dt) if p.backward else None
-
-    def _outputs(self, p, o, lse, grads):
-        out = {"o": numpy_out(o), "lse": np.transpose(numpy_out(lse), (0, 2, 1))}
-        if p.backward:
-            out.update(zip(("dq", "dk", "dv"), (numpy_out(g) for g in grads)))
-        return out
 
 
 class Lengths(_Base):
@@ -211,27 +195,17 @@ class Lengths(_Base):
 
     name = "jax-cudnn-seq-lengths"
     lse_dtype = "input"  # jax.nn casts cuDNN's statistics to the output dtype
-    domain = Domain(positions_from_zero=True, one_sequence_a_row=True, causal_windows_only=True, mask_kinds=TOP_LEFT,
-                    dtypes=("fp16", "bf16"), head_dims=HEAD_DIMS)
+    domain = Domain(positions_from_zero=True, one_sequence_a_row=True, causal_windows_only=True,
+                    mask_kinds=TOP_LEFT_KINDS, dtypes=("fp16", "bf16"), head_dims=HEAD_DIMS)
 
     def unsupported_attention(self, p):
-        for ids in (p.batch.q_segment_ids, p.batch.kv_segment_ids):
-            ids = np.asarray(ids).reshape(-1, np.asarray(ids).shape[-1])
-            top = ids.max(-1, keepdims=True)
-            if (np.where(ids != 0, ids, top) != top).any():
-                return "more than one document in a row: query_seq_lengths holds one length per row"
-            real = ids != 0
-            if (real[:, 1:] & ~real[:, :-1]).any():
-                return "a padding token before the document: the sequence lengths count from token 0"
-        return super().unsupported_attention(p)
+        return lengths_reason(p.batch) or super().unsupported_attention(p)
 
     def attention(self, p, x):
         check_attention(self, p)
         q_ids, _, kv_ids, _ = rows(p.batch)
-        q, k, v, do = self._tensors(p, x)
-        same = q_ids.max(-1) == kv_ids.max(-1)  # a row whose q and kv documents differ attends nothing
-        q_len = np.where(same, (q_ids != 0).sum(-1), 0).astype(np.int32)
-        kv_len = np.where(same, (kv_ids != 0).sum(-1), 0).astype(np.int32)
+        q, k, v, do = tensors(p, x)
+        q_len, kv_len = sequence_lengths(q_ids, kv_ids)
         causal, w = self._window(p)
         t = np.arange(q_ids.shape[1])[None, :]
         keep = attends_something(q_len[:, None], kv_len[:, None], t, causal, w)
@@ -241,7 +215,7 @@ class Lengths(_Base):
         o, lse, grads = _lengths(q, k, v, do, jnp.asarray(q_len), jnp.asarray(kv_len), jnp.asarray(keep),
                                  None if kv_keep is None else jnp.asarray(kv_keep), scale=float(p.effective_scale),
                                  causal=causal, window=window, backward=p.backward)
-        return self._outputs(p, o, lse, grads)
+        return outputs(p, o, lse, grads)
 
 
 class Packed(_Base):
@@ -249,8 +223,8 @@ class Packed(_Base):
 
     name = "jax-cudnn-packed"
     lse_dtype = "float32"  # cuDNN's softmax statistics, float32
-    domain = Domain(positions_from_zero=True, causal_windows_only=True, mask_kinds=TOP_LEFT, dtypes=("fp16", "bf16"),
-                    head_dims=HEAD_DIMS)
+    domain = Domain(positions_from_zero=True, causal_windows_only=True, mask_kinds=TOP_LEFT_KINDS,
+                    dtypes=("fp16", "bf16"), head_dims=HEAD_DIMS)
 
     def spans(self, batch):
         """The documents handed to cuDNN: the reference's, with tokens on both sides."""
@@ -259,7 +233,7 @@ class Packed(_Base):
     def attention(self, p, x):
         check_attention(self, p)
         q_ids, _, kv_ids, _ = rows(p.batch)
-        q, k, v, do = self._tensors(p, x)
+        q, k, v, do = tensors(p, x)
         n_rows, tq, m = q_ids.shape[0], q_ids.shape[1], p.batch.max_segments
         causal, w = self._window(p)
         seqlen = {s: np.full((n_rows, m), -1, np.int32) for s in ("q", "kv")}
@@ -284,4 +258,4 @@ class Packed(_Base):
                                                                         offsets["kv"], stat_index, keep)),
                                 jnp.asarray(kv_keep) if self.zero_unwritten else None,
                                 scale=float(p.effective_scale), causal=causal, window=w, backward=p.backward)
-        return self._outputs(p, o, lse, grads)
+        return outputs(p, o, lse, grads)

@@ -49,8 +49,10 @@ from functools import partial
 import numpy as np
 
 from . import require
-from ._jax_common import EMPTY_LSE, check, check_attention, check_problem, dtype_of, numpy_out, rows
+from ._jax_common import (check, check_attention, empty_as_ours, highest_precision, lengths_reason, outputs,
+                          rows, sequence_lengths, tensors, with_vjp)
 from attn_oracle import Domain
+from attn_oracle.domain import TOP_LEFT_KINDS, is_bottom_right, is_causal
 
 jax = require("jax.nn", "jax", "jax", checked=("0.12",))
 import jax.numpy as jnp  # noqa: E402
@@ -66,21 +68,15 @@ def _window(window, kind, tq, tkv):
     """jax.nn's local_window_size for our window: an unbounded side spans the whole row."""
     big = max(tq, tkv) + 1
     left, right = window
-    if kind.endswith("bottom_right"):
+    if is_bottom_right(kind):
         right = -1  # the bottom-right kinds ignore the right side
     side = lambda v: big if v < 0 else min(v, big)  # noqa: E731
     return np.int32(side(left)), np.int32(side(right))
 
 
-def _map_empty(o, lse):
-    """jax.nn's answer for a query that attends nothing (mean of values, lse near -2.4e38) -> o = 0, lse = -inf."""
-    empty = lse <= EMPTY_LSE  # [R, Tq, Hq]; -inf in fp16 too
-    return jnp.where(empty[..., None], jnp.zeros_like(o), o), jnp.where(empty, -jnp.inf, lse.astype(jnp.float32))
-
-
 def _precision(dtype, highest: bool):
-    """The matmul precision an fp32 call asks for: "highest" (fp32), not the GPU's TF32 default."""
-    return jax.default_matmul_precision("highest" if highest and dtype == jnp.float32 else None)
+    """The matmul precision a call asks for: "highest" for fp32 (highest_precision), else XLA's default."""
+    return jax.default_matmul_precision("highest" if highest_precision(dtype, highest) else None)
 
 
 @partial(jax.jit, static_argnames=("causal", "backward", "map_empty", "highest"))
@@ -92,9 +88,9 @@ def _segments(q, k, v, do, q_ids, kv_ids, scale, window, *, causal, backward, ma
             o, lse = jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=causal,
                                                   local_window_size=window, implementation="xla",
                                                   return_residual=True)
-        return _map_empty(o, lse) if map_empty else (o, lse.astype(jnp.float32))
+        return empty_as_ours(o, lse) if map_empty else (o, lse.astype(jnp.float32))
 
-    return _run(forward, q, k, v, do, backward)
+    return with_vjp(forward, q, k, v, do, backward)
 
 
 @partial(jax.jit, static_argnames=("causal", "backward", "map_empty", "highest"))
@@ -104,17 +100,9 @@ def _lengths(q, k, v, do, q_len, kv_len, scale, window, *, causal, backward, map
             o, lse = jax.nn.dot_product_attention(q, k, v, scale=scale, is_causal=causal, query_seq_lengths=q_len,
                                                   key_value_seq_lengths=kv_len, local_window_size=window,
                                                   implementation="xla", return_residual=True)
-        return _map_empty(o, lse) if map_empty else (o, lse.astype(jnp.float32))
+        return empty_as_ours(o, lse) if map_empty else (o, lse.astype(jnp.float32))
 
-    return _run(forward, q, k, v, do, backward)
-
-
-def _run(forward, q, k, v, do, backward):
-    if not backward:
-        o, lse = forward(q, k, v)
-        return o, lse, None
-    (o, lse), pullback = jax.vjp(forward, q, k, v)
-    return o, lse, pullback((do, jnp.zeros_like(lse)))
+    return with_vjp(forward, q, k, v, do, backward)
 
 
 class _Base:
@@ -122,19 +110,6 @@ class _Base:
     lse_dtype = "input"  # jax.nn returns its residual in the input dtype
     map_empty = True  # False: the stack's own answer for a query that attends nothing
     highest = True  # False: fp32 at XLA's default precision (TF32 on a GPU)
-
-    def _tensors(self, p, x):
-        check_problem(p, x)
-        dt = dtype_of(jnp, p.dtype)
-        q, k, v = (jnp.asarray(t, dtype=dt) for t in (x.q, x.k, x.v))
-        do = jnp.asarray(x.do, dtype=dt) if p.backward else None
-        return q, k, v, do
-
-    def _outputs(self, p, o, lse, grads):
-        out = {"o": numpy_out(o), "lse": np.transpose(numpy_out(lse), (0, 2, 1))}
-        if p.backward:
-            out.update(zip(("dq", "dk", "dv"), (numpy_out(g) for g in grads)))
-        return out
 
 
 class Backend(_Base):
@@ -146,12 +121,12 @@ class Backend(_Base):
     def attention(self, p, x):
         check(p.batch)
         q_ids, _, kv_ids, _ = rows(p.batch)
-        q, k, v, do = self._tensors(p, x)
+        q, k, v, do = tensors(p, x)
         window = _window(p.batch.window, p.batch.mask, q_ids.shape[1], kv_ids.shape[1])
         o, lse, grads = _segments(q, k, v, do, jnp.asarray(q_ids, jnp.int32), jnp.asarray(kv_ids, jnp.int32),
-                                  np.float32(p.effective_scale), window, causal="causal" in p.batch.mask,
+                                  np.float32(p.effective_scale), window, causal=is_causal(p.batch.mask),
                                   backward=p.backward, map_empty=self.map_empty, highest=self.highest)
-        return self._outputs(p, o, lse, grads)
+        return outputs(p, o, lse, grads)
 
 
 class Lengths(_Base):
@@ -160,29 +135,18 @@ class Lengths(_Base):
     name = "jax.nn-seq-lengths"
     # One length a row: one sequence a row, from token 0 (the hook below says the same for a direct call).
     domain = Domain(positions_from_zero=True, one_sequence_a_row=True,
-                    mask_kinds=("no_mask", "padding", "causal", "padding_causal"), dtypes=DTYPES)
+                    mask_kinds=TOP_LEFT_KINDS, dtypes=DTYPES)
 
     def unsupported_attention(self, p):
-        for ids in (p.batch.q_segment_ids, p.batch.kv_segment_ids):
-            ids = np.asarray(ids).reshape(-1, np.asarray(ids).shape[-1])
-            if (np.where(ids != 0, ids, ids.max(-1, keepdims=True)) != ids.max(-1, keepdims=True)).any():
-                return "more than one document in a row: query_seq_lengths holds one length per row"
-            real = ids != 0
-            if (real[:, 1:] & ~real[:, :-1]).any():
-                return "a padding token before the document: the sequence lengths count from token 0"
-        return None
+        return lengths_reason(p.batch)
 
     def attention(self, p, x):
         check_attention(self, p)
         q_ids, _, kv_ids, _ = rows(p.batch)
-        q, k, v, do = self._tensors(p, x)
-        q_len, kv_len = ((ids != 0).sum(-1).astype(np.int32) for ids in (q_ids, kv_ids))
-        # One document per row; a row whose q and kv documents differ attends nothing.
-        q_doc, kv_doc = q_ids.max(-1), kv_ids.max(-1)
-        other = q_doc != kv_doc
-        q_len, kv_len = np.where(other, 0, q_len).astype(np.int32), np.where(other, 0, kv_len).astype(np.int32)
+        q, k, v, do = tensors(p, x)
+        q_len, kv_len = sequence_lengths(q_ids, kv_ids)
         window = _window(p.batch.window, p.batch.mask, q_ids.shape[1], kv_ids.shape[1])
         o, lse, grads = _lengths(q, k, v, do, jnp.asarray(q_len), jnp.asarray(kv_len), np.float32(p.effective_scale),
-                                 window, causal="causal" in p.batch.mask, backward=p.backward, map_empty=self.map_empty,
+                                 window, causal=is_causal(p.batch.mask), backward=p.backward, map_empty=self.map_empty,
                                  highest=self.highest)
-        return self._outputs(p, o, lse, grads)
+        return outputs(p, o, lse, grads)

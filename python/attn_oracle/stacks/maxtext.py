@@ -49,8 +49,9 @@ from pathlib import Path
 import numpy as np
 
 from . import require
-from ._jax_common import EMPTY_LSE, check, check_problem, dtype_of, numpy_out, rows
+from ._jax_common import check, empty_as_ours, outputs, rows, tensors, with_vjp
 from attn_oracle import Domain
+from attn_oracle.domain import framework_dtypes, is_causal
 
 maxtext = require("MaxText", "maxtext.layers.attention_op", "maxtext", checked=("0.2.5",))
 import jax  # noqa: E402
@@ -115,35 +116,24 @@ class Backend:
                     qk_product_einsum=op.AqtEinsum_0, wv_product_einsum=op.AqtEinsum_1)  # as AttentionOp.__call__
                 o = (out / total).astype(q.dtype)  # [R, Tq, Hq, D]
                 lse = (top + jnp.log(total))[..., 0].astype(jnp.float32)  # [R, Tq, Hq]
-                if map_empty:
-                    empty = (lse <= EMPTY_LSE) | ((q_ids == 0)[:, :, None] & map_padding)
-                    o = jnp.where(empty[..., None], jnp.zeros_like(o), o)
-                    lse = jnp.where(empty, -jnp.inf, lse)
+                if map_empty:  # padding queries too, unless map_padding is off (they attend each other)
+                    o, lse = empty_as_ours(o, lse, (q_ids == 0)[:, :, None] & map_padding)
                 return o, lse
 
             @jax.jit
             def run(q, k, v, do, q_ids, kv_ids, scale):
-                if not backward:
-                    o, lse = forward(q, k, v, q_ids, kv_ids, scale)
-                    return o, lse, None
-                (o, lse), pullback = jax.vjp(lambda q, k, v: forward(q, k, v, q_ids, kv_ids, scale), q, k, v)
-                return o, lse, pullback((do, jnp.zeros_like(lse)))
+                return with_vjp(lambda q, k, v: forward(q, k, v, q_ids, kv_ids, scale), q, k, v, do, backward)
 
             self._compiled[key] = run
         return self._compiled[key]
 
     def attention(self, p, x):
         check(p.batch)
-        check_problem(p, x)
+        q, k, v, do = tensors(p, x)
         q_ids, _, kv_ids, _ = rows(p.batch)
-        dt = dtype_of(jnp, p.dtype)
-        q, k, v = (jnp.asarray(t, dtype=dt) for t in (x.q, x.k, x.v))
-        do = jnp.asarray(x.do, dtype=dt) if p.backward else None
-        kind = "causal" if "causal" in p.batch.mask else "full"
+        kind = "causal" if is_causal(p.batch.mask) else "full"
+        dt = framework_dtypes(jnp)[p.dtype]  # AttentionOp's dtype, as jnp names it
         run = self._function(p.heads_q, p.heads_kv, max(q_ids.shape[1], kv_ids.shape[1]), kind, dt, p.backward)
         o, lse, grads = run(q, k, v, do, jnp.asarray(q_ids, jnp.int32), jnp.asarray(kv_ids, jnp.int32),
                             np.float32(p.effective_scale))
-        out = {"o": numpy_out(o), "lse": np.transpose(numpy_out(lse), (0, 2, 1))}
-        if p.backward:
-            out.update(zip(("dq", "dk", "dv"), (numpy_out(g) for g in grads)))
-        return out
+        return outputs(p, o, lse, grads)

@@ -67,8 +67,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from attn_oracle import AttnOracleError, Domain, oracle
-from attn_oracle.stacks import installed_version, require
+from attn_oracle import Domain, oracle, packing
+from attn_oracle.stacks import installed_version, require, unvalidated_reason
 
 _mcore = require("Megatron-core", "megatron.core", "megatron-core", checked=("0.19",))
 import torch  # noqa: E402  (after require: the one-line message when Megatron-core is absent)
@@ -144,64 +144,11 @@ def packed_seq_params(ids: np.ndarray) -> PackedSeqParams:
                            cu_seqlens_kv_padded=padded, max_seqlen_q=max_seqlen, max_seqlen_kv=max_seqlen)
 
 
-def metadata_from_spans(batch, cu, ragged) -> dict:
-    """The suite's metadata fields from the flat prefix sums a stack returned over rows of T tokens.
-
-    ``cu`` [S+1]: document s has ``cu[s+1] - cu[s]`` tokens; ``ragged`` [S+1]: its first token is
-    flat token ``ragged[s]`` (row ``ragged[s] // T``). The slot is the id at that token.
-    """
-    ids = np.asarray(batch.q_segment_ids).reshape(-1, np.shape(batch.q_segment_ids)[-1])
-    rows, t = ids.shape
-    m = batch.max_segments
-    cu, ragged = np.asarray(cu, np.int64), np.asarray(ragged, np.int64)
-    seqlens = np.zeros((rows, m), np.int64)
-    offsets = np.full((rows, m + 1), -1, np.int64)
-    filled = np.zeros(rows, np.int64)
-    for s in range(len(cu) - 1):
-        start = int(ragged[s])
-        row, local = divmod(start, t)
-        if row >= rows:
-            raise ValueError(f"document {s} starts at flat token {start}, past the {rows} rows of {t} tokens")
-        slot = int(ids[row, local]) - 1
-        seqlens[row, slot] = int(cu[s + 1] - cu[s])
-        offsets[row, filled[row]] = local
-        filled[row] += 1
-    shape = np.shape(batch.q_segment_ids)[:-1]
-    return {"q_seqlens": seqlens.reshape(*shape, m), "kv_seqlens": seqlens.reshape(*shape, m).copy(),
-            "q_offsets": offsets.reshape(*shape, m + 1), "kv_offsets": offsets.reshape(*shape, m + 1).copy()}
-
-
-def invalid_reason(batch):
-    """Why the reference rejects ``batch`` (its error code), or None. Megatron-core's data path never
-    validates packed metadata, so the modules decline what the reference rejects rather than guess."""
-    try:
-        from attn_oracle import packing  # the package's batch helpers, where this release has them
-    except ImportError:
-        packing = None
-    try:
-        if packing is not None and hasattr(packing, "check"):
-            packing.check(batch)
-        else:
-            oracle.metadata(batch.q_segment_ids, batch.q_segment_pos, batch.kv_segment_ids, batch.kv_segment_pos,
-                            mask=batch.mask, max_segments=batch.max_segments, window=tuple(batch.window))
-    except AttnOracleError as e:
-        return e.code
-    return None
-
-
 def unsupported_reason(batch):
     """The decline of an input Megatron-core's data path does not take, or None."""
     if np.shape(batch.q_segment_ids)[-1] == 0:
         return "a sample of no tokens (Megatron-core's seq_length is at least 1)"
-    code = invalid_reason(batch)
-    if code is not None:
-        return f"an invalid batch ({code}): Megatron-core's data path does not validate packed metadata"
-    return None
-
-
-def _longest(cu) -> int:
-    cu = np.asarray(cu, np.int64)
-    return int(np.max(np.diff(cu))) if len(cu) > 1 else 0
+    return unvalidated_reason(batch, "Megatron-core's data path validates no packed metadata")
 
 
 class Backend:
@@ -228,8 +175,10 @@ class Backend:
             out[f"cu_seqlens_{side}"] = cu
             out[f"ragged_offsets_{side}"] = ragged
             out[f"max_seqlen_{side}"] = int(longest)
-        out.update(metadata_from_spans(batch, out["cu_seqlens_q"], out["ragged_offsets_q"]))
-        return out
+        # The per-slot fields from the documents those prefix sums say; the rest as Megatron gave them.
+        spans = packing.spans_from_cu_seqlens(out["cu_seqlens_q"], out["ragged_offsets_q"])
+        slots = packing.metadata_from_spans(batch, spans)
+        return out | {name: slots[name] for name in ("q_seqlens", "kv_seqlens", "q_offsets", "kv_offsets")}
 
 
 class PaddedBackend(Backend):

@@ -62,10 +62,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import StackUnavailable, installed_version, require
+from . import StackUnavailable, check_version, installed_version, require
 from ._jax_common import check, rows
 from ..errors import Unsupported
 from attn_oracle import Domain
+from attn_oracle.domain import MASK_KINDS
 
 jax = require("TransformerEngine JAX", "jax", "jax", checked=("0.12",))
 import jax.numpy as jnp  # noqa: E402
@@ -192,12 +193,7 @@ def _version_gate() -> None:
     if version == "unknown":
         raise StackUnavailable("TransformerEngine JAX: transformer-engine is not installed "
                                f"({', '.join(CHECKED)} checked); run scripts/stacks, or set {ENV}")
-    if version not in CHECKED:
-        message = f"TransformerEngine JAX: transformer-engine {version} was not checked by this module " \
-                  f"(checked: {', '.join(CHECKED)})"
-        if os.environ.get("ATTN_ORACLE_STACK_VERSIONS") == "strict":
-            raise StackUnavailable(message + "; ATTN_ORACLE_STACK_VERSIONS=strict refuses it")
-        print(f"attn-oracle: {message}; running it anyway", file=sys.stderr)
+    check_version("TransformerEngine JAX", "transformer-engine", version, CHECKED)
 
 
 def load_attention(path: str | None = None):
@@ -224,9 +220,8 @@ def load_attention(path: str | None = None):
     return attention, _compaction(installed.parent / "cpp_extensions" / "attention.py", attention), where
 
 
-_MASKS = {"no_mask": "NO_MASK", "padding": "PADDING_MASK", "causal": "CAUSAL_MASK",
-          "padding_causal": "PADDING_CAUSAL_MASK", "causal_bottom_right": "CAUSAL_BOTTOM_RIGHT_MASK",
-          "padding_causal_bottom_right": "PADDING_CAUSAL_BOTTOM_RIGHT_MASK"}
+# TE JAX's AttnMaskType members for our kinds: the name upper-cased, with _MASK (no_mask is NO_MASK).
+_MASKS = {kind: kind.upper() if kind == "no_mask" else f"{kind.upper()}_MASK" for kind in MASK_KINDS}
 
 
 class Backend:

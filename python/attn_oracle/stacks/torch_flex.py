@@ -56,16 +56,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from attn_oracle.errors import AttnOracleError, Unsupported
-from attn_oracle.stacks import require
+from attn_oracle import packing
+from attn_oracle.domain import is_bottom_right, is_causal
+from attn_oracle.errors import Unsupported
+from attn_oracle.stacks import decline, require, unvalidated_reason
 from attn_oracle import Domain
 
 torch = require("PyTorch flex attention", "torch", "torch", checked=("2.15",))
 _flex = require("PyTorch flex attention", "torch.nn.attention.flex_attention", "torch", checked=("2.15",))
+from attn_oracle.stacks._torch_common import TORCH_DTYPES as DTYPES, has_cuda, heads_first, to_numpy  # noqa: E402
 
 __all__ = ["Backend", "Compiled", "rows", "run_lengths"]
 
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # Positions of one call more than this far apart could wrap int64 in the window's
 # arithmetic (a difference of positions minus a run-length difference); declined.
 SPAN = 1 << 62
@@ -73,23 +75,11 @@ BOUND = 1 << 62  # a window side at least this wide is unbounded on any accepted
 CUDA_HEAD_DIMS = (16, 32, 64, 128, 256)  # drawn for Compiled on CUDA (at least 16, below)
 
 
-def _has_cuda() -> bool:
-    try:
-        return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001 - a broken CUDA setup is "no CUDA" here
-        return False
-
-
 def rows(batch):
-    """(extra shape, [R, Tq] q ids, q positions, [R, Tkv] kv ids, kv positions) over the broadcast rows."""
-    qi, ki = batch.q_segment_ids, batch.kv_segment_ids
-    extra = np.broadcast_shapes(qi.shape[:-2], ki.shape[:-2])
-    def flat(ids, pos):
-        shape = extra + ids.shape[-2:]
-        flat_shape = (int(np.prod(shape[:-1])), shape[-1])  # not (-1, T): T may be 0
-        return (np.broadcast_to(ids, shape).reshape(flat_shape),
-                np.broadcast_to(np.broadcast_to(pos, ids.shape), shape).reshape(flat_shape))
-    return (extra,) + flat(qi, batch.q_segment_pos) + flat(ki, batch.kv_segment_pos)
+    """(extra shape, [R, Tq] q ids, q positions, [R, Tkv] kv ids, kv positions) over the broadcast rows
+    (of a batch already validated: packing.rows' checks are not repeated)."""
+    r = packing.rows(batch, validate=False)
+    return r.extra, r.q_ids, r.q_pos, r.kv_ids, r.kv_pos
 
 
 def run_lengths(ids: np.ndarray) -> np.ndarray:
@@ -103,18 +93,7 @@ def run_lengths(ids: np.ndarray) -> np.ndarray:
 
 def _validate(batch) -> None:
     """Decline a batch the suite's rules reject (flex would compute something for it)."""
-    try:
-        from attn_oracle import packing  # the package's batch helpers, where present
-        check = packing.check
-    except (ImportError, AttributeError):
-        from attn_oracle import oracle
-        def check(b):
-            oracle.metadata(b.q_segment_ids, b.q_segment_pos, b.kv_segment_ids, b.kv_segment_pos,
-                            mask=b.mask, window=b.window, max_segments=b.max_segments)
-    try:
-        check(batch)
-    except AttnOracleError as e:
-        raise Unsupported(f"not a valid batch ({e.code}): flex validates no segment ids, so it is not judged") from None
+    decline(unvalidated_reason(batch, "flex validates no segment ids"))
 
 
 class Backend:
@@ -123,7 +102,7 @@ class Backend:
     name = "torch-flex"
     version = torch.__version__
     token_level_mask = True
-    device = "cuda" if _has_cuda() else "cpu"
+    device = "cuda" if has_cuda() else "cpu"
     # No flex backward on CPU in torch 2.15: gradients only where a CUDA device runs it.
     outputs = ("lse", "gradients") if device == "cuda" else ("lse",)
 
@@ -147,7 +126,7 @@ class Backend:
 
     def causal_term(self, t, kind, b, q_idx, kv_idx):
         d = t["q_pos"][b, q_idx] - t["kv_pos"][b, kv_idx]
-        if kind.endswith("bottom_right"):
+        if is_bottom_right(kind):
             return d >= t["q_rl"][b, q_idx] - t["kv_rl"][b, kv_idx]
         return d >= 0
 
@@ -155,7 +134,7 @@ class Backend:
         left, right = window
         d = t["q_pos"][b, q_idx] - t["kv_pos"][b, kv_idx]
         ok = d == d  # all True, shaped like d
-        if kind.endswith("bottom_right"):
+        if is_bottom_right(kind):
             if left >= 0:
                 ok = ok & (d - (t["q_rl"][b, q_idx] - t["kv_rl"][b, kv_idx]) <= min(left, BOUND))
             return ok
@@ -166,7 +145,7 @@ class Backend:
         return ok
 
     def mask_mod(self, t, kind, window):
-        causal, windowed = "causal" in kind, tuple(window) != (-1, -1)
+        causal, windowed = is_causal(kind), tuple(window) != (-1, -1)
 
         def mask_mod(b, h, q_idx, kv_idx):
             keep = self.document_term(t, b, q_idx, kv_idx)
@@ -206,35 +185,26 @@ class Backend:
         return _flex.create_block_mask(mask_mod, r, None, tq, t["kv_ids"].shape[1], device=self.device)
 
     def attention(self, problem, inputs):
-        reason = self.unsupported_attention(problem)
-        if reason:
-            raise Unsupported(reason)
+        decline(self.unsupported_attention(problem))
         block_mask = self.block_mask(problem.batch)
         dtype, grad = DTYPES[problem.dtype], problem.backward and "gradients" in self.outputs
-        def heads_first(a):  # [R, T, H, D] -> [R, H, T, D]
-            x = torch.from_numpy(np.ascontiguousarray(a.transpose(0, 2, 1, 3))).to(self.device, dtype)
-            return x.requires_grad_(grad)
-        q, k, v = (heads_first(a) for a in (inputs.q, inputs.k, inputs.v))
+        q, k, v = (heads_first(a, self.device, dtype, grad) for a in (inputs.q, inputs.k, inputs.v))
         kwargs = dict(block_mask=block_mask, scale=problem.effective_scale, enable_gqa=problem.heads_q != problem.heads_kv)
         if "lse" not in self.outputs:
             o = self.flex()(q, k, v, **kwargs)
-            out = {"o": _numpy(o.transpose(1, 2))}
+            out = {"o": to_numpy(o.transpose(1, 2))}
         else:
             if hasattr(_flex, "AuxRequest"):
                 o, aux = self.flex()(q, k, v, return_aux=_flex.AuxRequest(lse=True), **kwargs)
                 lse = aux.lse
             else:  # releases before return_aux
                 o, lse = self.flex()(q, k, v, return_lse=True, **kwargs)
-            out = {"o": _numpy(o.transpose(1, 2)), "lse": _numpy(lse)}
+            out = {"o": to_numpy(o.transpose(1, 2)), "lse": to_numpy(lse)}
         if grad:
-            o.backward(heads_first(inputs.do))
-            out.update(dq=_numpy(q.grad.transpose(1, 2)), dk=_numpy(k.grad.transpose(1, 2)),
-                       dv=_numpy(v.grad.transpose(1, 2)))
+            o.backward(heads_first(inputs.do, self.device, dtype, grad))
+            out.update(dq=to_numpy(q.grad.transpose(1, 2)), dk=to_numpy(k.grad.transpose(1, 2)),
+                       dv=to_numpy(v.grad.transpose(1, 2)))
         return out
-
-
-def _numpy(t):
-    return t.detach().to("cpu", torch.float64).numpy()
 
 
 class Compiled(Backend):

@@ -76,15 +76,17 @@ import warnings
 
 import numpy as np
 
-from attn_oracle import adapters
-from attn_oracle.errors import AttnOracleError, Unsupported
-from attn_oracle.stacks import require
+from attn_oracle import adapters, packing
+from attn_oracle.domain import TOP_LEFT_KINDS
+from attn_oracle.errors import Unsupported
+from attn_oracle.stacks import convention_call, decline, require
 from attn_oracle.stacks import torch_flex
 from attn_oracle import Domain
 
 STACK, CHECKED = "PyTorch SDPA", ("2.15", "2.11")
 torch = require(STACK, "torch", "torch", checked=CHECKED)
 attention = require(STACK, "torch.nn.attention", "torch", checked=CHECKED)
+from attn_oracle.stacks._torch_common import TORCH_DTYPES as DTYPES, leaf, to_numpy, tokens_to_rows  # noqa: E402
 F = torch.nn.functional
 # By these names in nested_sdpa, which a reproduction pastes under the same imports.
 SDPBackend, sdpa_kernel, scaled_dot_product_attention = (attention.SDPBackend, attention.sdpa_kernel,
@@ -93,7 +95,6 @@ SDPBackend, sdpa_kernel, scaled_dot_product_attention = (attention.SDPBackend, a
 __all__ = ["EfficientPadded", "CudnnPadded", "MathPadded", "FlashJagged", "EfficientJagged", "CudnnJagged",
            "MathJagged"]
 
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 BACKENDS = {"flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION", "math": "MATH"}
 REFUSED = ("No available kernel", "No viable backend")  # how SDPA says that no enabled backend takes the call
 
@@ -128,7 +129,7 @@ class _Sdpa:
         return None if problem.dtype in DTYPES else f"dtype {problem.dtype}"
 
     def leaf(self, a, dtype, grad):
-        return torch.from_numpy(np.ascontiguousarray(a)).to(self.device, dtype).requires_grad_(grad)
+        return leaf(a, self.device, dtype, grad)
 
 
 class _Padded(_Sdpa):
@@ -144,9 +145,7 @@ class _Padded(_Sdpa):
         return keep | ~attends
 
     def attention(self, problem, inputs):
-        reason = self.unsupported_attention(problem)
-        if reason:
-            raise Unsupported(reason)
+        decline(self.unsupported_attention(problem))
         tq, tkv = inputs.q.shape[1], inputs.k.shape[1]
         pad_q, pad_kv = max(self.min_q - tq, 0), max(self.min_kv - tkv, 0)
         keep = torch.nn.functional.pad(self.rule.dense_mask(problem.batch), (0, pad_kv, 0, pad_q))[:, None]
@@ -162,22 +161,18 @@ class _Padded(_Sdpa):
         kc, vc = (x.repeat_interleave(groups, 1).to(dtype) for x in (k, v)) if repeat else (k, v)
         o = self.sdpa(q, kc, vc, attn_mask=self.attn_mask(keep, attends), scale=problem.effective_scale,
                       enable_gqa=groups > 1 and not repeat) * attends
-        out = {"o": _numpy(o.transpose(1, 2))[:, :tq]}
+        out = {"o": to_numpy(o.transpose(1, 2))[:, :tq]}
         if grad:
             o.backward(self.leaf(padded(inputs.do, pad_q).transpose(0, 2, 1, 3), dtype, False))
-            out.update(dq=_numpy(q.grad.transpose(1, 2))[:, :tq], dk=_numpy(k.grad.transpose(1, 2))[:, :tkv],
-                       dv=_numpy(v.grad.transpose(1, 2))[:, :tkv])
+            out.update(dq=to_numpy(q.grad.transpose(1, 2))[:, :tq], dk=to_numpy(k.grad.transpose(1, 2))[:, :tkv],
+                       dv=to_numpy(v.grad.transpose(1, 2))[:, :tkv])
         return out
 
 
 def jagged_layout(batch) -> dict:
     """The cuDNN adapter's sequences with is_causal, or Unsupported."""
-    try:
-        call = adapters.cudnn_from_batch(batch)
-    except AttnOracleError as e:
-        if e.code == "unsupported":
-            raise Unsupported(f"the sequence convention cannot say this batch: {e.message}") from None
-        raise Unsupported(f"not a valid batch ({e.code}): SDPA validates no ids, so it is not judged") from None
+    call = convention_call(adapters.cudnn_from_batch, batch, convention="the sequence convention",
+                           unvalidated="SDPA validates no ids")
     q_len, kv_len = np.asarray(call["seq_len_q"], np.int64), np.asarray(call["seq_len_kv"], np.int64)
     left, right = call["left_bound"], call["right_bound"]
     if left is not None or right not in (None, 0):
@@ -186,10 +181,9 @@ def jagged_layout(batch) -> dict:
     if causal and call["diagonal_alignment"] == "bottom_right" and (q_len != kv_len).any():
         raise Unsupported("a causal band anchored bottom-right on a sequence of unequal sides: SDPA's is_causal is "
                           "top-left")
-    def tokens(offsets, lengths):
-        return np.concatenate([np.arange(o, o + n) for o, n in zip(offsets, lengths)] or [np.zeros(0)]).astype(np.int64)
     return {"q_len": q_len, "kv_len": kv_len, "causal": causal,
-            "q_tokens": tokens(call["ragged_offset_q"][:-1], q_len), "kv_tokens": tokens(call["ragged_offset_kv"][:-1], kv_len)}
+            "q_tokens": packing.span_tokens(call["ragged_offset_q"][:-1], q_len),
+            "kv_tokens": packing.span_tokens(call["ragged_offset_kv"][:-1], kv_len)}
 
 
 class _Jagged(_Sdpa):
@@ -203,25 +197,22 @@ class _Jagged(_Sdpa):
         return None, kv_len
 
     def attention(self, problem, inputs):
-        reason = self.unsupported_attention(problem)
-        if reason:
-            raise Unsupported(reason)
+        decline(self.unsupported_attention(problem))
         layout = self.layout(problem.batch)
         keep = layout["kv_len"] > 0  # a sequence with no key stays out: its queries attend nothing
         q_tok = np.concatenate([t for t, ok in zip(np.split(layout["q_tokens"], np.cumsum(layout["q_len"])[:-1]), keep)
                                 if ok] or [np.zeros(0, np.int64)])
         kv_tok = layout["kv_tokens"]
         dtype, grad = DTYPES[problem.dtype], problem.backward
-        r, tq, hq, d = inputs.q.shape
         groups = problem.heads_q // problem.heads_kv
         flat = lambda a: a.reshape(-1, a.shape[2], a.shape[3])  # noqa: E731
         q = self.leaf(flat(inputs.q)[q_tok], dtype, grad)
         kv_dtype = torch.float32 if groups > 1 else dtype  # repeated heads: their gradients summed in fp32
         k, v = self.leaf(flat(inputs.k)[kv_tok], kv_dtype, grad), self.leaf(flat(inputs.v)[kv_tok], kv_dtype, grad)
-        out = {name: np.zeros(a.shape) for name, a in (("o", inputs.q),)}
+        out = {"o": np.zeros(inputs.q.shape)}
         if len(q_tok):
             def nested(x, lengths):
-                offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)])).to(self.device)
+                offsets = torch.from_numpy(packing.cu_seqlens(lengths)).to(self.device)
                 return torch.nested.nested_tensor_from_jagged(x, offsets).transpose(1, 2)
             kc, vc = (k, v) if groups == 1 else (x.repeat_interleave(groups, 1).to(dtype) for x in (k, v))
             rows, kv_len = self.key_rows(layout["kv_len"][keep])
@@ -230,30 +221,21 @@ class _Jagged(_Sdpa):
             o = self.sdpa(nested(q, layout["q_len"][keep]), nested(kc, kv_len), nested(vc, kv_len),
                           is_causal=layout["causal"], scale=problem.effective_scale)
             o = o.transpose(1, 2).values()  # [total_q, H, D]
-            full = np.zeros((r * tq, hq, d))
-            full[q_tok] = _numpy(o)
-            out["o"] = full.reshape(inputs.q.shape)
+            out["o"] = tokens_to_rows(o, q_tok, inputs.q.shape)
             if grad:
                 o.backward(self.leaf(flat(inputs.do)[q_tok], dtype, False))
         if grad:
-            for name, leaf, tokens, side in (("dq", q, q_tok, inputs.q), ("dk", k, kv_tok, inputs.k),
-                                             ("dv", v, kv_tok, inputs.v)):
-                full = np.zeros((side.shape[0] * side.shape[1],) + side.shape[2:])
-                if leaf.grad is not None:
-                    full[tokens] = _numpy(leaf.grad)
-                out[name] = full.reshape(side.shape)
+            out.update({name: tokens_to_rows(x.grad, tokens, side.shape)
+                        for name, x, tokens, side in (("dq", q, q_tok, inputs.q), ("dk", k, kv_tok, inputs.k),
+                                                      ("dv", v, kv_tok, inputs.v))})
         return out
-
-
-def _numpy(t):
-    return t.detach().to("cpu", torch.float64).numpy()
 
 
 HALF = ("fp16", "bf16")
 TILE_HEAD_DIMS = (8, 16, 32, 64, 128)
 # Nested SDPA reads a document by index and takes is_causal alone, top-left: positions from 0,
 # no window, the kinds without a bottom-right term (on equal sides they are the same masks).
-JAGGED = dict(positions_from_zero=True, windows=False, mask_kinds=("no_mask", "padding", "causal", "padding_causal"))
+JAGGED = dict(positions_from_zero=True, windows=False, mask_kinds=TOP_LEFT_KINDS)
 
 
 class EfficientPadded(_Padded):
@@ -341,7 +323,7 @@ class CudnnJagged(_Jagged):
     domain = Domain(dtypes=HALF, head_dims=TILE_HEAD_DIMS, **JAGGED)
 
     def key_rows(self, kv_len):
-        starts = np.concatenate([[0], np.cumsum(kv_len)[:-1]]).astype(np.int64)
+        starts = packing.cu_seqlens(kv_len)[:-1]
         rows = [np.full(2, a) if n == 1 else np.arange(a, a + n) for a, n in zip(starts, kv_len)]
         return torch.from_numpy(np.concatenate(rows)).to(self.device), np.where(kv_len == 1, 2, kv_len)
 

@@ -67,37 +67,28 @@ import inspect
 import numpy as np
 
 from attn_oracle import adapters
-from attn_oracle.errors import AttnOracleError, Unsupported
-from attn_oracle.stacks import require
+from attn_oracle.domain import MASK_KINDS, is_bottom_right, is_causal
+from attn_oracle.stacks import convention_call, decline, require
 from attn_oracle import Domain
 
 STACK, CHECKED = "PyTorch varlen attention", ("2.15", "2.11")
 torch = require(STACK, "torch", "torch", checked=CHECKED)
 varlen = require(STACK, "torch.nn.attention.varlen", "torch", checked=CHECKED)
+from attn_oracle.stacks._torch_common import (  # noqa: E402
+    TORCH_DTYPES, has_cuda, lse_to_rows, to_numpy, tokens_to_rows)
 
 __all__ = ["Backend", "call_arguments", "dense", "HEAD_DIMS"]
 
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+DTYPES = {name: TORCH_DTYPES[name] for name in ("fp16", "bf16")}
 HEAD_DIMS = (8, 16, 32, 64, 128, 256)  # FA2: a multiple of 8, at most 256 (drawn among these)
 GQA_FLAG = "enable_gqa" in inspect.signature(varlen.varlen_attn).parameters  # 2.15 has it, 2.11 not
-
-
-def has_cuda() -> bool:
-    try:
-        return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001 - a broken CUDA setup is "no CUDA" here
-        return False
 
 
 def call_arguments(batch) -> dict:
     """The batch as varlen_attn's arguments: cu_seq_q/k, max_q/k, window_size, and the
     gather indices q_tokens / kv_tokens (the adapter's), or Unsupported with the reason."""
-    try:
-        call = adapters.flash_attention_from_batch(batch, version="fa2")
-    except AttnOracleError as e:
-        if e.code == "unsupported":
-            raise Unsupported(f"FlashAttention's convention cannot say this batch: {e.message}") from None
-        raise Unsupported(f"not a valid batch ({e.code}): varlen_attn validates no ids, so it is not judged") from None
+    call = convention_call(adapters.flash_attention_from_batch, batch, version="fa2",
+                           convention="FlashAttention's convention", unvalidated="varlen_attn validates no ids")
     left, right = (int(w) for w in call["window_size"])
     window = (left, 0) if call["causal"] else (left, right)
     return {"cu_seq_q": np.asarray(call["cu_seqlens_q"], np.int64), "cu_seq_k": np.asarray(call["cu_seqlens_k"], np.int64),
@@ -116,7 +107,7 @@ class Backend:
     # positions from 0 and the kinds that say the same (top-left causal equals bottom-right on
     # equal sides, and has no FlashAttention form on others). Judged 90% of its draws on the H100 (bench/results/stacks-gpu-runs.md).
     domain = Domain(dtypes=tuple(DTYPES), head_dims=HEAD_DIMS, positions_from_zero=True,
-                    mask_kinds=("no_mask", "padding", "causal_bottom_right", "padding_causal_bottom_right"))
+                    mask_kinds=tuple(k for k in MASK_KINDS if not is_causal(k) or is_bottom_right(k)))
 
     def varlen_attn(self, *args, **kwargs):
         return varlen.varlen_attn(*args, **kwargs)
@@ -136,9 +127,7 @@ class Backend:
         return lse
 
     def attention(self, problem, inputs):
-        reason = self.unsupported_attention(problem)
-        if reason:
-            raise Unsupported(reason)
+        decline(self.unsupported_attention(problem))
         args = call_arguments(problem.batch)
         dtype, grad, dev = DTYPES[problem.dtype], problem.backward, self.device
         r, tq, hq, d = inputs.q.shape
@@ -164,20 +153,14 @@ class Backend:
         o, lse = self.varlen_attn(q, k_call, v_call, ints(args["cu_seq_q"]), ints(args["cu_seq_k"]), args["max_q"],
                                   args["max_k"], return_aux=varlen.AuxRequest(lse=True), scale=problem.effective_scale,
                                   window_size=args["window_size"], **gqa)
-        lse = self.lse_layout(lse, hq, len(q_tok)).detach().to("cpu", torch.float64).numpy()
-        out_o = np.zeros((r * tq, hq, d))
-        out_o[q_tok] = _numpy(o)
-        out_lse = np.full((hq, r * tq), -np.inf)
-        out_lse[:, q_tok] = np.where(lse == np.inf, -np.inf, lse)  # FA2's +inf: the query attends nothing
-        out = {"o": out_o.reshape(r, tq, hq, d), "lse": out_lse.reshape(hq, r, tq).transpose(1, 0, 2)}
+        out = {"o": tokens_to_rows(o, q_tok, (r, tq, hq, d)),
+               "lse": lse_to_rows(to_numpy(self.lse_layout(lse, hq, len(q_tok))), q_tok, r, tq)}
         if grad:
             o.backward(packed(inputs.do, q_tok).detach())
-            for name, leaf, tokens, t, h in (("dq", q, q_tok, tq, hq), ("dk", k, kv_tok, tkv, hkv),
-                                             ("dv", v, kv_tok, tkv, hkv)):
-                full = np.zeros((r * t, h, d))
-                if leaf.grad is not None:  # None when the call had no token on that side
-                    full[tokens] = _numpy(leaf.grad)
-                out[name] = full.reshape(r, t, h, d)
+            # A leaf's grad is None when the call had no token on that side.
+            out.update({name: tokens_to_rows(leaf.grad, tokens, (r, t, h, d))
+                        for name, leaf, tokens, t, h in (("dq", q, q_tok, tq, hq), ("dk", k, kv_tok, tkv, hkv),
+                                                         ("dv", v, kv_tok, tkv, hkv))})
         return out
 
 
@@ -187,6 +170,3 @@ def dense(a: np.ndarray, device, dtype):
     last stride is not 1 ("Input tensor must have contiguous last dimension")."""
     return torch.empty(a.shape, dtype=dtype, device=device).copy_(torch.from_numpy(np.ascontiguousarray(a)))
 
-
-def _numpy(t):
-    return t.detach().to("cpu", torch.float64).numpy()

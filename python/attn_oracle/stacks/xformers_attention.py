@@ -82,19 +82,20 @@ import json
 
 import numpy as np
 
-from attn_oracle import adapters
-from attn_oracle.errors import AttnOracleError, Unsupported
-from attn_oracle.stacks import installed_version, require
+from attn_oracle import adapters, packing
+from attn_oracle.errors import Unsupported
+from attn_oracle.stacks import convention_call, decline, installed_version, require
 from attn_oracle import Domain
 
 STACK, CHECKED = "xformers", ("0.0.35",)
 torch = require(STACK, "torch", "torch", checked=("2.15", "2.11"))
 xformers = require(STACK, "xformers", "xformers", checked=CHECKED)
 fmha = require(STACK, "xformers.ops.fmha", "xformers", checked=CHECKED)
+from attn_oracle.stacks._torch_common import (  # noqa: E402
+    TORCH_DTYPES as DTYPES, has_cuda, leaf, lse_to_rows, to_numpy, tokens_to_rows)
 
 __all__ = ["Flash", "Cutlass", "Dispatch", "call_layout", "make_bias"]
 
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 TILE_HEAD_DIMS = (8, 16, 32, 64, 128, 256)  # fa2F: a multiple of 8, at most 256; cutlass: aligned to 8
 
 
@@ -125,27 +126,15 @@ def _lift_build_gate() -> str:
 BUILD = _lift_build_gate()
 
 
-def has_cuda() -> bool:
-    try:
-        return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001
-        return False
-
-
 def call_layout(batch) -> dict:
     """The cuDNN adapter's sequences for ``batch``, with the gather indices of each side."""
-    try:
-        call = adapters.cudnn_from_batch(batch)
-    except AttnOracleError as e:
-        if e.code == "unsupported":
-            raise Unsupported(f"cuDNN's (and xformers') sequence convention cannot say this batch: {e.message}") from None
-        raise Unsupported(f"not a valid batch ({e.code}): xformers validates no ids, so it is not judged") from None
-    def tokens(offsets, lengths):
-        return np.concatenate([np.arange(o, o + n) for o, n in zip(offsets, lengths)] or [np.zeros(0)]).astype(np.int64)
+    call = convention_call(adapters.cudnn_from_batch, batch, convention="cuDNN's (and xformers') sequence convention",
+                           unvalidated="xformers validates no ids")
     q_len, kv_len = [int(n) for n in call["seq_len_q"]], [int(n) for n in call["seq_len_kv"]]
     return {"q_len": q_len, "kv_len": kv_len, "alignment": call["diagonal_alignment"],
             "left": call["left_bound"], "right": call["right_bound"],
-            "q_tokens": tokens(call["ragged_offset_q"][:-1], q_len), "kv_tokens": tokens(call["ragged_offset_kv"][:-1], kv_len)}
+            "q_tokens": packing.span_tokens(call["ragged_offset_q"][:-1], q_len),
+            "kv_tokens": packing.span_tokens(call["ragged_offset_kv"][:-1], kv_len)}
 
 
 def make_bias(layout: dict, device):
@@ -198,12 +187,11 @@ class _Operator:
         dtype, grad = DTYPES[problem.dtype], problem.backward
         groups = problem.heads_q // problem.heads_kv
         repeat = groups > 1 and grad and not self.bmghk_backward
-        def leaf(a, tokens, as_dtype):
-            flat = a.reshape(-1, a.shape[2], a.shape[3])[tokens]
-            return torch.from_numpy(np.ascontiguousarray(flat)).to(self.device, as_dtype).requires_grad_(grad)
-        q = leaf(inputs.q, layout["q_tokens"], dtype)
+        def packed(a, tokens, as_dtype):
+            return leaf(a.reshape(-1, a.shape[2], a.shape[3])[tokens], self.device, as_dtype, grad)
+        q = packed(inputs.q, layout["q_tokens"], dtype)
         # Repeated key heads are summed back by autograd: in fp32, as a kernel with GQA would, not in fp16.
-        k, v = (leaf(a, layout["kv_tokens"], torch.float32 if repeat else dtype) for a in (inputs.k, inputs.v))
+        k, v = (packed(a, layout["kv_tokens"], torch.float32 if repeat else dtype) for a in (inputs.k, inputs.v))
         if groups == 1:
             views = q[None], k[None], v[None]
         elif repeat:
@@ -215,9 +203,7 @@ class _Operator:
         return (q, k, v), views
 
     def attention(self, problem, inputs):
-        reason = self.unsupported_attention(problem)
-        if reason:
-            raise Unsupported(reason)
+        decline(self.unsupported_attention(problem))
         layout = call_layout(problem.batch)
         bias = self.bias(layout)
         (q, k, v), (qc, kc, vc) = self.packed(problem, inputs, layout)
@@ -238,20 +224,16 @@ class _Operator:
             raise Unsupported(f"a call without a key: xformers raises {type(e).__name__}: {e}") from None
         total_q, hq, d = len(layout["q_tokens"]), problem.heads_q, problem.head_dim
         r, tq = inputs.q.shape[:2]
-        out_o = np.zeros((r * tq, hq, d))
-        out_o[layout["q_tokens"]] = _numpy(o.reshape(total_q, hq, d))
-        out = {"o": out_o.reshape(r, tq, hq, d)}
+        out = {"o": tokens_to_rows(o.reshape(total_q, hq, d), layout["q_tokens"], (r, tq, hq, d))}
         if "lse" in self.outputs:
             out["lse"] = self.lse(qc, kc, vc, bias, scale, layout, r, tq, hq)
         if problem.backward:
             o.backward(torch.from_numpy(np.ascontiguousarray(
                 inputs.do.reshape(-1, hq, d)[layout["q_tokens"]])).to(o.device, o.dtype).reshape(o.shape))
-            for name, leaf, tokens, side in (("dq", q, layout["q_tokens"], inputs.q), ("dk", k, layout["kv_tokens"], inputs.k),
-                                             ("dv", v, layout["kv_tokens"], inputs.v)):
-                full = np.zeros((side.shape[0] * side.shape[1],) + side.shape[2:])
-                if leaf.grad is not None:
-                    full[tokens] = _numpy(leaf.grad)
-                out[name] = full.reshape(side.shape)
+            out.update({name: tokens_to_rows(x.grad, tokens, side.shape)
+                        for name, x, tokens, side in (("dq", q, layout["q_tokens"], inputs.q),
+                                                      ("dk", k, layout["kv_tokens"], inputs.k),
+                                                      ("dv", v, layout["kv_tokens"], inputs.v))})
         return out
 
     def lse(self, qc, kc, vc, bias, scale, layout, r, tq, hq):
@@ -265,20 +247,13 @@ class _Operator:
         if tuple(lse.shape) != want:
             raise AssertionError(f"memory_efficient_attention_partial's lse has shape {tuple(lse.shape)}; this module "
                                  f"reads {want} (B, [G,] H, M)")
-        lse = _numpy(lse).reshape(hq, total_q)
-        out = np.full((hq, r * tq), -np.inf)
-        out[:, layout["q_tokens"]] = np.where(lse == np.inf, -np.inf, lse)  # +inf: the query attends nothing
-        return out.reshape(hq, r, tq).transpose(1, 0, 2)
+        return lse_to_rows(to_numpy(lse).reshape(hq, total_q), layout["q_tokens"], r, tq)
 
 
 def _reasons(message: str) -> str:
     """xformers' "No operator found" message on one line: each operator and why it refuses."""
     operators = message[message.find("\n`") + 1:] if "\n`" in message else message
     return " ".join(line.strip() for line in operators.splitlines() if line.strip())
-
-
-def _numpy(t):
-    return t.detach().to("cpu", torch.float64).numpy()
 
 
 class Flash(_Operator):
