@@ -26,9 +26,10 @@ std::optional<std::string> kv_steps_not_served(const PropertyDef& property, Back
          ", which this property calls";
 }
 
-}  // namespace
-
+// "over the memory budget (...)": how a draw past the budget is declined.
 std::string over_budget_reason(const Error& e) { return "over the memory budget (" + e.message + ")"; }
+
+}  // namespace
 
 // Draws the shrinkable's case and checks it. A draw that throws anything but a
 // decline is a failure of the property too (a generator or backend bug shows).

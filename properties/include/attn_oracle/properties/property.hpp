@@ -66,8 +66,6 @@ struct Trial {
 // (a generator or backend bug shows).
 Trial run_trial(const PropertyDef& p, Backend& backend, const rc::Shrinkable<Case>& shrinkable,
                 const std::function<void(const Case&)>& before_check = {});
-// "over the memory budget (...)": how a draw past the budget is declined.
-std::string over_budget_reason(const Error& e);
 
 // The check of `property` on one case: PASS, FAIL with "<id>: <message>" as its
 // first line, or SKIP when the backend lacks a capability or the check declines.

@@ -1,0 +1,2 @@
+#pragma once
+#include "attn_oracle/a/p.hpp"
