@@ -109,6 +109,8 @@ def forward(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is
             *, scale=None, window_size_left=None, window_size_right=None, seqused_k=None, alibi_slopes=None):
     assert dropout_p == 0.0 and seqused_k is None and alibi_slopes is None, "the stand-in takes none of these"
     _check_last_dim(query, key, value)
+    if cum_seq_q.numel() < 2:  # FA2's check (seen on the H100, torch 2.11): a call of no sequence
+        raise RuntimeError("batch size must be positive")
     if forward_hook is not None:
         forward_hook({"is_causal": is_causal, "window_size_left": window_size_left,
                       "window_size_right": window_size_right, "max_q": max_q, "max_k": max_k})

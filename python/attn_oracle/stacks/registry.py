@@ -45,7 +45,10 @@ STACKS: tuple[Stack, ...] = (
           check_args=("--xfails", "fixtures/xfails/hf-transformers-5.24-sdpa-cpu.txt")),
     # GPU targets (scripts/stacks --device; docs/stacks.md, "On a GPU").
     Stack("torch_varlen", "PyTorch varlen attention (FlashAttention-2)", "torch", ("Backend",), gpu=True),
-    Stack("xformers_attention", "xformers memory_efficient_attention", "torch", ("Flash", "Cutlass", "Dispatch"),
+    Stack("xformers_attention", "xformers memory_efficient_attention", "torch", ("Flash",), gpu=True),
+    # cutlassF-pt in fp32 with GQA and a causal bias: wrong o on a few draws, not yet isolated, run against it.
+    Stack("xformers_attention", "xformers memory_efficient_attention (CUTLASS, dispatch)", "torch",
+          ("Cutlass", "Dispatch"), check_args=("--xfails", "fixtures/xfails/xformers-0.0.35-cutlass-fp32-gqa-causal.txt"),
           gpu=True),
     Stack("torch_sdpa", "PyTorch SDPA, one backend forced", "torch", ("EfficientPadded", "CudnnPadded", "EfficientJagged"),
           gpu=True),
