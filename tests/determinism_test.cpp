@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "attn_oracle/gpu/attention.hpp"
+#include "attn_oracle/harness/settings.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "planted/planted_backends.hpp"
 

@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "attn_oracle/generators.hpp"
+#include "attn_oracle/harness/settings.hpp"
 #include "attn_oracle/independent_rules.hpp"
 #include "attn_oracle/sharded_execution.hpp"
 #include "attn_oracle/sharding_generators.hpp"

@@ -31,6 +31,7 @@
 
 #include "attn_oracle/generators.hpp"
 #include "attn_oracle/harness/report.hpp"
+#include "attn_oracle/harness/settings.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/reference/metadata.hpp"

@@ -6,6 +6,7 @@
 #include "attn_oracle/attention.hpp"
 #include "attn_oracle/gpu/attention.hpp"
 #include "attn_oracle/gpu/metadata.hpp"
+#include "attn_oracle/harness/settings.hpp"
 #include "attn_oracle/memory_budget.hpp"
 #include "attn_oracle/production_backends.hpp"
 #include "attn_oracle/property_runner.hpp"

@@ -8,6 +8,7 @@
 
 #include <functional>
 
+#include "attn_oracle/harness/settings.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/reference_backend.hpp"
 

@@ -16,6 +16,7 @@
 
 #include "attn_oracle/case_file.hpp"
 #include "attn_oracle/harness/check.hpp"
+#include "attn_oracle/harness/settings.hpp"
 #include "attn_oracle/replay.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/reference_backend.hpp"

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <iostream>
 
+#include "attn_oracle/harness/settings.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/reference/tile_faults.hpp"
 #include "attn_oracle/reference_backend.hpp"

@@ -5,6 +5,7 @@
 // backend is the reference behind that restriction, so every property must pass.
 #include <gtest/gtest.h>
 
+#include "attn_oracle/harness/settings.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/reference/attention.hpp"

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "attn_oracle/harness/settings.hpp"
 #include "attn_oracle/property_runner.hpp"
 #include "planted/planted_backends.hpp"
 

@@ -33,17 +33,30 @@
 #include "attn_oracle/backend.hpp"
 #include "attn_oracle/case_file.hpp"
 #include "attn_oracle/case_op.hpp"
+#include "attn_oracle/draw_settings.hpp"
 #include "attn_oracle/failure_store.hpp"
 #include "attn_oracle/property_check.hpp"
 #include "attn_oracle/triage.hpp"
 
 namespace attn_oracle {
 
+// What a property's draw depends on besides RapidCheck's Random: the backend
+// (its outputs and declines shape a draw), its domain, the domain the run
+// draws in and the size profile. Built once per run of a property on a backend
+// (draw_context), so that no draw re-derives a domain.
+struct DrawContext {
+  Backend& backend;
+  InputDomain declared;  // backend.domain(): kv_buffer draws keep their own sizes
+  InputDomain domain;    // drawing_domain(declared, shape_stable): what the other draws are drawn in
+  SizeProfile profile = SizeProfile::ci;
+};
+DrawContext draw_context(Backend& backend, const DrawSettings& settings);
+
 struct PropertyDef {
   std::string id;        // "metadata/matchesReference": reads as a sentence
   Capability needs;      // skipped, with the reason, on a backend without it
   std::string summary;   // one line for reports
-  std::function<Case(Backend&)> draw;                  // one case, from generators
+  std::function<Case(const DrawContext&)> draw;        // one case, from generators
   std::function<void(Backend&, const Case&)> check;    // fail_case / decline_case
   std::optional<Capability> also_needs = std::nullopt;  // a second capability, skipped likewise
   std::vector<Output> needs_outputs = {};  // skipped, with the reason, on a backend that does not produce one
@@ -56,9 +69,10 @@ struct PropertyDef {
   std::vector<KvBufferStep> needs_kv_steps = {};
 };
 
-// Why `property` is skipped on `backend` before any draw: a capability or an
-// output it lacks, or a domain that excludes what the property needs.
-std::optional<std::string> skipped_before_drawing(const PropertyDef& property, Backend& backend);
+// Why `property` is skipped on the context's backend before any draw: a
+// capability or an output it lacks, or a domain that excludes what the
+// property needs.
+std::optional<std::string> skipped_before_drawing(const PropertyDef& property, const DrawContext& context);
 
 // The optional outputs (attention.hpp) a property of this capability would
 // judge that the backend does not produce: "lse" for a backend without lse.
@@ -73,11 +87,12 @@ struct RunSettings {
   uint64_t seed = kDefaultSeed;
   int shard_index = 0, shard_count = 1;  // this process runs draws k with k % count == index
   int max_failures = 3;   // failure clusters shown in full per property (the others get a line each)
-  std::string failures_dir;  // where counterexample case files go (failure_store.hpp)
+  DrawSettings draws;     // the size profile and the size menu of the draws
+  std::string failures_dir = "attn-oracle-failures";  // where counterexample case files go (failure_store.hpp)
   // Whether failures_dir is also a failure store: its failures replayed first,
   // new ones kept for the next run. Off here, so that a test's result never
   // depends on an earlier run; `check` and the conformance binaries turn it on
-  // (ATTN_ORACLE_STORE, --store DIR, --no-store).
+  // (ATTN_ORACLE_STORE, --store DIR, --no-store: harness/settings.hpp).
   bool use_store = false;
   bool replay_store = true;  // false once a stored case crashed the child replaying it (isolation.hpp)
   std::string program = "attn-oracle";  // the command the printed replay and rerun lines start with
@@ -99,14 +114,6 @@ struct RunSettings {
   std::function<void(const std::string& case_path)> before_stored_case;
   std::function<void(const StoreReplay&)> on_store_replayed;
 };
-
-// From RC_PARAMS (max_success = cases, max_size, seed), ATTN_ORACLE_FAILURES_DIR
-// (default: attn-oracle-failures under the working directory),
-// ATTN_ORACLE_STORE (unset or "off": no store; "on": the store in the failures
-// directory; a directory: the store there, which is then the failures
-// directory) and ATTN_ORACLE_SHARD ("I/N", which a conformance binary sets
-// from GoogleTest's GTEST_SHARD_INDEX / GTEST_TOTAL_SHARDS).
-RunSettings default_run_settings();
 
 // One distinct failure of a property: shrunk, written, and how to get back to it.
 struct PropertyFailure {
