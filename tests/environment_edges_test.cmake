@@ -11,8 +11,8 @@
 #  - calls read_environment() or default_run_settings() below an edge. The
 #    edges: the attn-oracle CLI's main (tools/), a conformance binary's main,
 #    the Python module's init, and the programs under tests/, bench/ and fuzz/.
-# With PLANTED (a directory) it also scans a file it writes there as if it were
-# properties/src/planted.cpp, which breaks every rule: the test of the test.
+# With PLANTED (a directory) it scans instead a file it writes there as if it
+# were properties/src/planted.cpp, which breaks every rule: the test of the test.
 cmake_policy(SET CMP0057 NEW)
 cmake_policy(SET CMP0007 NEW)
 set(getenv_edges "model/src/environment.cpp")
@@ -21,6 +21,10 @@ set(reader_edges "model/include/attn_oracle/environment.hpp" "model/src/environm
     "harness/include/attn_oracle/harness/settings.hpp" "harness/src/settings.cpp" "tools/attn_oracle_main.cpp"
     "conformance/conformance_main.cpp" "python/src/core_module.cpp")
 set(program_dirs "tests/" "bench/" "fuzz/")
+set(getenv_call "(^|[^_A-Za-z])(secure_)?getenv *\\(")
+set(setenv_call "(^|[^_A-Za-z])(setenv|unsetenv|putenv|clearenv) *\\(")
+set(reader_call "(^|[^_A-Za-z])(read_environment|default_run_settings) *\\(")
+set(any_call "(^|[^_A-Za-z])(secure_getenv|getenv|setenv|unsetenv|putenv|clearenv|read_environment|default_run_settings) *\\(")
 
 set(globs "")
 foreach(dir model adapters reference seam properties harness conformance tools gpu backends python/src tests fuzz bench)
@@ -31,6 +35,7 @@ endforeach()
 file(GLOB_RECURSE files ${globs})
 list(FILTER files EXCLUDE REGEX "/(build|\\.deps)/")
 if(PLANTED)
+  set(files "")  # the planted file alone: the rules are the same for every file
   file(WRITE "${PLANTED}/planted.cpp"
        "// A layer that talks to itself through the environment.\n"
        "const char* profile = std::getenv(\"ATTN_ORACLE_PROFILE\");\n"
@@ -53,27 +58,19 @@ foreach(file ${files})
       set(program TRUE)
     endif()
   endforeach()
-  file(STRINGS "${file}" reads REGEX "(^|[^_A-Za-z])(secure_)?getenv *\\(")
-  if(reads AND NOT rel IN_LIST getenv_edges)
-    list(GET reads 0 line)
+  # One read a file, the lines that touch the environment; then each rule.
+  file(STRINGS "${file}" lines REGEX "${any_call}")
+  foreach(line IN LISTS lines)
     string(STRIP "${line}" line)
     string(REPLACE ";" "," line "${line}")
-    list(APPEND failures "${rel}: getenv outside model/src/environment.cpp: ${line}")
-  endif()
-  file(STRINGS "${file}" writes REGEX "(^|[^_A-Za-z])(setenv|unsetenv|putenv|clearenv) *\\(")
-  if(writes AND NOT rel IN_LIST setenv_edges)
-    list(GET writes 0 line)
-    string(STRIP "${line}" line)
-    string(REPLACE ";" "," line "${line}")
-    list(APPEND failures "${rel}: setenv or the like, a layer telling another through the environment: ${line}")
-  endif()
-  file(STRINGS "${file}" edge_calls REGEX "(^|[^_A-Za-z])(read_environment|default_run_settings) *\\(")
-  if(edge_calls AND NOT program AND NOT rel IN_LIST reader_edges)
-    list(GET edge_calls 0 line)
-    string(STRIP "${line}" line)
-    string(REPLACE ";" "," line "${line}")
-    list(APPEND failures "${rel}: read_environment below a program's edge: ${line}")
-  endif()
+    if(line MATCHES "${getenv_call}" AND NOT rel IN_LIST getenv_edges)
+      list(APPEND failures "${rel}: getenv outside model/src/environment.cpp: ${line}")
+    elseif(line MATCHES "${setenv_call}" AND NOT rel IN_LIST setenv_edges)
+      list(APPEND failures "${rel}: setenv or the like, a layer telling another through the environment: ${line}")
+    elseif(line MATCHES "${reader_call}" AND NOT program AND NOT rel IN_LIST reader_edges)
+      list(APPEND failures "${rel}: read_environment below a program's edge: ${line}")
+    endif()
+  endforeach()
 endforeach()
 
 list(LENGTH files count)

@@ -201,7 +201,7 @@ TEST(Isolation, AnIsolatedRunCountsWhatAnInProcessRunCounts) {
 // environment: a deep, shape-stable run draws in a child what it draws here.
 TEST(Isolation, AChildDrawsWithTheRunsDrawSettings) {
   RunSettings s = settings("draws");
-  s.cases = 20;
+  s.cases = 10;
   auto reference = BackendRegistry::instance().make("reference");
   const PropertyDef& p = *find_property("metadata/matchesReference");
   const PropertyOutcome as_ci = run_property(p, *reference, s);
