@@ -27,6 +27,7 @@
 #include "attn_oracle/seam/backend.hpp"
 #include "attn_oracle/seam/process_backend.hpp"
 #include "attn_oracle/cases/reference_backend.hpp"
+#include "attn_oracle/model/environment.hpp"
 
 namespace {
 
@@ -51,9 +52,9 @@ std::vector<PackedBatch> make_cases() {
 }
 
 std::string worker_command() {
-  if (const char* c = std::getenv("ATTN_ORACLE_BENCH_WORKER"); c && *c) return c;
-  return "PYTHONPATH=" ATTN_ORACLE_SOURCE_DIR "/python:" ATTN_ORACLE_SOURCE_DIR
-         " python3 -m attn_oracle.worker examples.numpy_backend:Backend";
+  return environment_value(read_environment(), "ATTN_ORACLE_BENCH_WORKER",
+                           "PYTHONPATH=" ATTN_ORACLE_SOURCE_DIR "/python:" ATTN_ORACLE_SOURCE_DIR
+                           " python3 -m attn_oracle.worker examples.numpy_backend:Backend");
 }
 
 std::map<std::string, double> cases_per_second;

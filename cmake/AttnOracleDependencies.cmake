@@ -1,5 +1,5 @@
-# The C++ libraries attn-oracle builds on, found in one place: Eigen, nlohmann-json
-# and RapidCheck (every build), GoogleTest (the conformance suite and the tests).
+# The C++ libraries attn-oracle builds on, found in one place: Eigen, nlohmann-json,
+# RapidCheck and CLI11 (every build), GoogleTest (the conformance suite and the tests).
 #
 # ATTN_ORACLE_DEPENDENCIES says where they may come from:
 #   SYSTEM    find_package only: Debian's packages (scripts/setup), conda's, or any
@@ -9,7 +9,7 @@
 #   FALLBACK  the fallback only, whatever the system has (a wheel that does not
 #             depend on what the build machine installed; tests/dependencies_test.cmake).
 # CMAKE_DISABLE_FIND_PACKAGE_<Name>=ON hides the system's <Name> alone (Eigen3,
-# nlohmann_json, rapidcheck); the fallback still applies.
+# nlohmann_json, rapidcheck, CLI11); the fallback still applies.
 #
 # The fallbacks, one per library (docs/python.md#install says why each):
 #   Eigen          PyPI's cmeel-eigen, a build requirement in pyproject.toml: found
@@ -17,6 +17,8 @@
 #   nlohmann-json  PyPI's nlohmann-json (headers only), likewise: an imported target.
 #   RapidCheck     not on PyPI: its source at a pinned commit, downloaded and checked
 #                  against a SHA256 here, then built with the project (FetchContent).
+#   CLI11          not on PyPI: its release archive (v2.1.2, Debian's), downloaded and
+#                  checked likewise; headers only (the harness's command line).
 #   GoogleTest     none: only the tests and the conformance suite need it, and a pip
 #                  build builds neither.
 # Whatever is still missing stops the configure with one message that names, for
@@ -29,7 +31,7 @@ if(DEFINED SKBUILD)
   set(_attn_oracle_dependencies_default AUTO)
 endif()
 set(ATTN_ORACLE_DEPENDENCIES "${_attn_oracle_dependencies_default}" CACHE STRING
-    "Where Eigen, nlohmann-json and RapidCheck come from: SYSTEM (find_package), AUTO (find_package, then PyPI packages and a pinned download) or FALLBACK (never the system's)")
+    "Where Eigen, nlohmann-json, RapidCheck and CLI11 come from: SYSTEM (find_package), AUTO (find_package, then PyPI packages and pinned downloads) or FALLBACK (never the system's)")
 set_property(CACHE ATTN_ORACLE_DEPENDENCIES PROPERTY STRINGS SYSTEM AUTO FALLBACK)
 string(TOUPPER "${ATTN_ORACLE_DEPENDENCIES}" _attn_oracle_deps_mode)
 if(NOT _attn_oracle_deps_mode MATCHES "^(SYSTEM|AUTO|FALLBACK)$")
@@ -47,6 +49,11 @@ set(ATTN_ORACLE_RAPIDCHECK_URL
     CACHE STRING "Where the RapidCheck fallback downloads its pinned source from")
 set(ATTN_ORACLE_RAPIDCHECK_SHA256 "60951dbc4de162622f51a4a34117c269a9921833a51dddce36f4cc80a5f7cf9f"
     CACHE STRING "The SHA256 of the archive at ATTN_ORACLE_RAPIDCHECK_URL")
+# CLI11's release v2.1.2 (the version Debian 12 packages), as GitHub serves its tag.
+set(ATTN_ORACLE_CLI11_URL "https://github.com/CLIUtils/CLI11/archive/refs/tags/v2.1.2.tar.gz"
+    CACHE STRING "Where the CLI11 fallback downloads its pinned release from")
+set(ATTN_ORACLE_CLI11_SHA256 "26291377e892ba0e5b4972cdfd4a2ab3bf53af8dac1f4ea8fe0d1376b625c8cb"
+    CACHE STRING "The SHA256 of the archive at ATTN_ORACLE_CLI11_URL")
 set(ATTN_ORACLE_PYPI_EIGEN "cmeel-eigen==3.4.1")         # as in pyproject.toml's build requirements
 set(ATTN_ORACLE_PYPI_NLOHMANN_JSON "nlohmann-json==3.12.0")
 
@@ -173,51 +180,75 @@ print(os.path.join(list(spec.submodule_search_locations)[0], "include") if spec 
   set(_attn_oracle_missing "${_attn_oracle_missing}" PARENT_SCOPE)
 endfunction()
 
-# ---------------------------------------------------------------- RapidCheck
-# The pinned archive, downloaded once into the build directory and checked here
-# (so that a failure says what to do), then given to FetchContent, which checks
-# it again as it unpacks it. Sets TRIED in the caller when it fails.
-function(attn_oracle_fetch_rapidcheck)
-  include(FetchContent)
-  set(url "${ATTN_ORACLE_RAPIDCHECK_URL}")
-  set(origin "${url}")
-  string(TOLOWER "${ATTN_ORACLE_RAPIDCHECK_SHA256}" sha256)
+# ---------------------------------------------------------------- pinned archives
+# attn_oracle_pinned_archive(NAME PREFIX EXT): the archive ATTN_ORACLE_<PREFIX>_URL
+# names (a URL, a path or file://), downloaded once into the build directory and
+# checked against ATTN_ORACLE_<PREFIX>_SHA256 here, so that a failure says what
+# to do. Sets ARCHIVE (its path) and SHA256 (lower case) in the caller, or TRIED
+# when it fails; FetchContent checks it again as it unpacks it. With
+# FETCHCONTENT_SOURCE_DIR_<NAME> (a checkout) nothing is downloaded.
+function(attn_oracle_pinned_archive name prefix ext)
+  set(url "${ATTN_ORACLE_${prefix}_URL}")
+  string(TOLOWER "${ATTN_ORACLE_${prefix}_SHA256}" sha256)
   string(LENGTH "${sha256}" length)
   if(NOT sha256 MATCHES "^[0-9a-f]+$" OR NOT length EQUAL 64)
-    message(FATAL_ERROR "ATTN_ORACLE_RAPIDCHECK_SHA256 is '${ATTN_ORACLE_RAPIDCHECK_SHA256}': 64 hexadecimal digits")
+    message(FATAL_ERROR "ATTN_ORACLE_${prefix}_SHA256 is '${ATTN_ORACLE_${prefix}_SHA256}': 64 hexadecimal digits")
   endif()
+  set(SHA256 "${sha256}" PARENT_SCOPE)
+  string(TOUPPER "${name}" upper)
+  if(FETCHCONTENT_SOURCE_DIR_${upper})
+    return()
+  endif()
+  if(url MATCHES "^/")
+    set(url "file://${url}")
+  endif()
+  string(TOLOWER "${name}" lower)
+  string(SUBSTRING "${sha256}" 0 12 short)
+  set(archive "${CMAKE_BINARY_DIR}/_deps/${lower}-${short}.${ext}")
+  set(have "")
+  if(EXISTS "${archive}")
+    file(SHA256 "${archive}" have)
+  endif()
+  if(NOT have STREQUAL sha256)
+    message(STATUS "attn-oracle: downloading ${name} from ${url}")
+    file(DOWNLOAD "${url}" "${archive}.part" STATUS status TLS_VERIFY ON INACTIVITY_TIMEOUT 60)
+    list(GET status 0 code)
+    if(NOT code EQUAL 0)
+      list(GET status 1 reason)
+      file(REMOVE "${archive}.part")
+      set(TRIED "downloading ${url} failed: ${reason}" PARENT_SCOPE)
+      return()
+    endif()
+    file(SHA256 "${archive}.part" have)
+    if(NOT have STREQUAL sha256)
+      file(REMOVE "${archive}.part")
+      set(TRIED "${url} has SHA256 ${have}, not the pinned ${sha256} (ATTN_ORACLE_${prefix}_SHA256)" PARENT_SCOPE)
+      return()
+    endif()
+    file(RENAME "${archive}.part" "${archive}")
+  endif()
+  set(ARCHIVE "${archive}" PARENT_SCOPE)
+endfunction()
+
+# ---------------------------------------------------------------- RapidCheck
+# The pinned archive (attn_oracle_pinned_archive), built with the project.
+# Sets TRIED in the caller when it fails.
+function(attn_oracle_fetch_rapidcheck)
+  include(FetchContent)
+  set(origin "${ATTN_ORACLE_RAPIDCHECK_URL}")
+  set(ARCHIVE "")
+  set(TRIED "")
+  attn_oracle_pinned_archive(RapidCheck RAPIDCHECK zip)
   if(FETCHCONTENT_SOURCE_DIR_RAPIDCHECK)
     set(origin "${FETCHCONTENT_SOURCE_DIR_RAPIDCHECK}")
+    set(url "${FETCHCONTENT_SOURCE_DIR_RAPIDCHECK}")
+  elseif(NOT ARCHIVE)
+    set(tried "${TRIED}" PARENT_SCOPE)
+    return()
   else()
-    if(url MATCHES "^/")
-      set(url "file://${url}")
-    endif()
-    string(SUBSTRING "${sha256}" 0 12 short)
-    set(archive "${CMAKE_BINARY_DIR}/_deps/rapidcheck-${short}.zip")
-    set(have "")
-    if(EXISTS "${archive}")
-      file(SHA256 "${archive}" have)
-    endif()
-    if(NOT have STREQUAL sha256)
-      message(STATUS "attn-oracle: downloading RapidCheck from ${url}")
-      file(DOWNLOAD "${url}" "${archive}.part" STATUS status TLS_VERIFY ON INACTIVITY_TIMEOUT 60)
-      list(GET status 0 code)
-      if(NOT code EQUAL 0)
-        list(GET status 1 reason)
-        file(REMOVE "${archive}.part")
-        set(tried "downloading ${url} failed: ${reason}" PARENT_SCOPE)
-        return()
-      endif()
-      file(SHA256 "${archive}.part" have)
-      if(NOT have STREQUAL sha256)
-        file(REMOVE "${archive}.part")
-        set(tried "${url} has SHA256 ${have}, not the pinned ${sha256} (ATTN_ORACLE_RAPIDCHECK_SHA256)" PARENT_SCOPE)
-        return()
-      endif()
-      file(RENAME "${archive}.part" "${archive}")
-    endif()
-    set(url "${archive}")
+    set(url "${ARCHIVE}")
   endif()
+  set(sha256 "${SHA256}")
   FetchContent_Declare(rapidcheck URL "${url}" URL_HASH SHA256=${sha256} DOWNLOAD_EXTRACT_TIMESTAMP TRUE)
   FetchContent_GetProperties(rapidcheck)
   if(NOT rapidcheck_POPULATED)
@@ -260,6 +291,55 @@ function(attn_oracle_find_rapidcheck)
   set(_attn_oracle_missing "${_attn_oracle_missing}" PARENT_SCOPE)
 endfunction()
 
+# ---------------------------------------------------------------- CLI11
+# Headers only: the pinned release's include/ as the target CLI11::CLI11.
+function(attn_oracle_find_cli11)
+  if(NOT _attn_oracle_deps_mode STREQUAL "FALLBACK")
+    find_package(CLI11 2.1 CONFIG QUIET)
+    if(CLI11_FOUND)
+      message(STATUS "attn-oracle: CLI11 ${CLI11_VERSION} (${CLI11_DIR})")
+      return()
+    endif()
+  endif()
+  set(tried "")
+  if(NOT _attn_oracle_deps_mode STREQUAL "SYSTEM")
+    include(FetchContent)
+    set(ARCHIVE "")
+    set(TRIED "")
+    attn_oracle_pinned_archive(CLI11 CLI11 tar.gz)
+    set(url "${ARCHIVE}")
+    set(origin "${ATTN_ORACLE_CLI11_URL}")
+    if(FETCHCONTENT_SOURCE_DIR_CLI11)
+      set(url "${FETCHCONTENT_SOURCE_DIR_CLI11}")
+      set(origin "${url}")
+    endif()
+    set(tried "${TRIED}")
+    if(url)
+      FetchContent_Declare(cli11 URL "${url}" URL_HASH SHA256=${SHA256} DOWNLOAD_EXTRACT_TIMESTAMP TRUE)
+      FetchContent_GetProperties(cli11)
+      if(NOT cli11_POPULATED)
+        cmake_policy(PUSH)
+        if(POLICY CMP0169)
+          cmake_policy(SET CMP0169 OLD)
+        endif()
+        FetchContent_Populate(cli11)  # no add_subdirectory: the headers are all it takes
+        cmake_policy(POP)
+      endif()
+      if(EXISTS "${cli11_SOURCE_DIR}/include/CLI/CLI.hpp")
+        add_library(CLI11::CLI11 INTERFACE IMPORTED GLOBAL)
+        set_target_properties(CLI11::CLI11 PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${cli11_SOURCE_DIR}/include")
+        message(STATUS "attn-oracle: CLI11 from ${origin} (SHA256 ${SHA256}), headers only")
+        return()
+      endif()
+      set(tried "${origin} holds no include/CLI/CLI.hpp")
+    endif()
+  endif()
+  attn_oracle_dependency_missing("CLI11 2.1 or newer" "C++ command-line parsing headers" libcli11-dev cli11
+    "ATTN_ORACLE_DEPENDENCIES=AUTO (pip install . does this) downloads its pinned release and checks its SHA256;\n                   offline: -DATTN_ORACLE_CLI11_URL=<a copy of ${ATTN_ORACLE_CLI11_URL}>"
+    "${tried}")
+  set(_attn_oracle_missing "${_attn_oracle_missing}" PARENT_SCOPE)
+endfunction()
+
 # ---------------------------------------------------------------- GoogleTest
 function(attn_oracle_find_gtest)
   find_package(GTest QUIET)
@@ -273,6 +353,7 @@ endfunction()
 attn_oracle_find_eigen()
 attn_oracle_find_nlohmann_json()
 attn_oracle_find_rapidcheck()
+attn_oracle_find_cli11()
 if(ATTN_ORACLE_CONFORMANCE)
   attn_oracle_find_gtest()
 endif()

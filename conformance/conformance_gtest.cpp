@@ -3,8 +3,9 @@
 //
 // Linked as an object library (attn_oracle::conformance) so that a vendoring
 // project gets these tests by linking it and registering its backends with
-// ATTN_ORACLE_REGISTER_BACKEND; the parameters are read from the registry when
-// GoogleTest initialises, after every static registration has run. Each test:
+// ATTN_ORACLE_REGISTER_BACKEND; the binary's main registers them
+// (register_conformance_suites, conformance_defaults.hpp) with the settings it
+// resolved, after every static registration has run. Each test:
 //  - runs its property in a child process (isolation.hpp) unless
 //    ATTN_ORACLE_ISOLATE=0, so that a backend that crashes or hangs (no answer
 //    within ATTN_ORACLE_CASE_TIMEOUT seconds, default 120) fails this test with
@@ -23,14 +24,15 @@
 //  - writes its result to ATTN_ORACLE_RESULTS_DIR (when set) for `report merge`.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <sstream>
 
 #include "attn_oracle/properties/generators.hpp"
+#include "attn_oracle/harness/conformance_defaults.hpp"
 #include "attn_oracle/harness/isolation.hpp"
 #include "attn_oracle/harness/program.hpp"
 #include "attn_oracle/harness/report.hpp"
@@ -40,34 +42,28 @@
 namespace attn_oracle {
 namespace {
 
-struct ConformanceParam {
-  std::string backend, property;
-};
-
-std::vector<ConformanceParam> conformance_params() {
-  std::vector<ConformanceParam> out;
-  for (const std::string& backend : BackendRegistry::instance().names())
-    for (const PropertyDef& p : all_properties()) out.push_back({backend, p.id});
-  return out;
-}
-
-std::string test_name(const testing::TestParamInfo<ConformanceParam>& info) {
-  std::string name = info.param.backend + "__" + info.param.property;
+// "<backend>__<property>" with every other character an underscore: a test name.
+std::string test_name(const std::string& backend, const std::string& property) {
+  std::string name = backend + "__" + property;
   for (char& c : name)
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
   return name;
 }
 
-void PrintTo(const ConformanceParam& p, std::ostream* os) { *os << p.property << " on " << p.backend; }
+// What every test of a run shares: the binary's settings and its lists, read
+// once; a list that cannot be read fails every test.
+struct ConformanceRun {
+  Settings settings;
+  std::optional<TestIdList> skips, xfails;
+  std::string error;
+};
 
-// The list a variable names, read once; a list that cannot be read fails every test.
-const std::optional<TestIdList>& list_from(const char* variable, std::string& error) {
-  static std::map<std::string, std::pair<std::optional<TestIdList>, std::string>> lists;
-  auto [it, inserted] = lists.try_emplace(variable);
-  if (inserted)
-    if (const char* path = std::getenv(variable); path && *path) it->second.first = TestIdList::read(path, it->second.second);
-  error = it->second.second;
-  return it->second.first;
+std::shared_ptr<const ConformanceRun> conformance_run(const Settings& settings) {
+  auto run = std::make_shared<ConformanceRun>();
+  run->settings = settings;
+  for (auto [path, list] : {std::pair{&settings.skips_file, &run->skips}, {&settings.xfails_file, &run->xfails}})
+    if (!path->empty() && run->error.empty()) *list = TestIdList::read(*path, run->error);
+  return run;
 }
 
 // The backend a test runs on. One that isolates itself is kept for the
@@ -88,13 +84,13 @@ std::optional<WorkerStarts> starts_since(const Backend& backend, const std::opti
   return now;
 }
 
-void write_result(const CheckResult& r, const RunSettings& s, Backend& backend, const std::optional<WorkerStarts>& before) {
-  const char* dir = std::getenv("ATTN_ORACLE_RESULTS_DIR");
-  if (!dir || !*dir) return;
+void write_result(const CheckResult& r, const RunSettings& s, const std::string& dir, Backend& backend,
+                  const std::optional<WorkerStarts>& before) {
+  if (dir.empty()) return;
   CheckReport report;
   report.versions = suite_versions();
   report.seed = s.seed, report.cases = s.cases, report.max_size = s.max_size, report.max_failures = s.max_failures;
-  report.profile = std::string(to_string(size_profile()));
+  report.profile = std::string(to_string(s.draws.profile));
   report.shards = {std::to_string(s.shard_index + 1) + "/" + std::to_string(s.shard_count)};
   report.failures_dir = std::filesystem::absolute(s.failures_dir).string();
   report.store = s.use_store;
@@ -126,35 +122,40 @@ std::string failures_text(const CheckResult& r) {
   return os.str();
 }
 
-class Property : public testing::TestWithParam<ConformanceParam> {};
+// One property on one backend, with the run's settings.
+class PropertyCheck : public testing::Test {
+ public:
+  PropertyCheck(std::string backend, std::string property, std::shared_ptr<const ConformanceRun> run)
+      : backend_(std::move(backend)), property_(std::move(property)), run_(std::move(run)) {}
+  void TestBody() override;
 
-TEST_P(Property, Check) {
+ private:
+  std::string backend_, property_;
+  std::shared_ptr<const ConformanceRun> run_;
+};
+
+void PropertyCheck::TestBody() {
   std::unique_ptr<Backend> fresh;
-  Backend* backend = backend_for(GetParam().backend, fresh);
+  Backend* backend = backend_for(backend_, fresh);
   ASSERT_NE(backend, nullptr);
   const std::optional<WorkerStarts> before = backend->worker_starts();
-  const PropertyDef* property = find_property(GetParam().property);
+  const PropertyDef* property = find_property(property_);
   ASSERT_NE(property, nullptr);
-  std::string error;
-  const auto& skips = list_from("ATTN_ORACLE_SKIPS", error);
-  ASSERT_TRUE(error.empty()) << error;
-  const auto& xfails = list_from("ATTN_ORACLE_XFAILS", error);
-  ASSERT_TRUE(error.empty()) << error;
-  RunSettings settings = default_run_settings();
+  ASSERT_TRUE(run_->error.empty()) << run_->error;
+  const std::optional<TestIdList> &skips = run_->skips, &xfails = run_->xfails;
+  RunSettings settings = run_->settings.run;
   settings.program = this_program();
+  const std::string& results = run_->settings.results_dir;
   if (skips && skips->match(backend->name(), backend->version(), property->id)) {
-    write_result(listed_skip(property->id, *backend, *skips), settings, *backend, before);
+    write_result(listed_skip(property->id, *backend, *skips), settings, results, *backend, before);
     GTEST_SKIP() << listed_skip(property->id, *backend, *skips).note;
   }
-  const char* isolate = std::getenv("ATTN_ORACLE_ISOLATE");
-  IsolationSettings isolation{settings.program};
-  if (const char* timeout = std::getenv("ATTN_ORACLE_CASE_TIMEOUT"); timeout && std::atof(timeout) > 0)
-    isolation.case_timeout_seconds = std::atof(timeout);
-  const PropertyOutcome o = (isolate && std::string(isolate) == "0") || backend->isolates_itself()
+  const IsolationSettings isolation{settings.program, run_->settings.case_timeout_seconds};
+  const PropertyOutcome o = !run_->settings.isolate || backend->isolates_itself()
                                 ? run_property(*property, *backend, settings)
                                 : run_property_isolated(*property, *backend, settings, isolation);
   const CheckResult r = verdict_of(o, xfails ? &*xfails : nullptr);
-  write_result(r, settings, *backend, before);
+  write_result(r, settings, results, *backend, before);
   if (const auto starts = backend->worker_starts()) std::cout << "[ worker   ] " << worker_starts_line(*starts) << " in this process\n";
   RecordProperty("draws", o.drawn);
   RecordProperty("declined", o.declined);
@@ -174,8 +175,18 @@ TEST_P(Property, Check) {
   }
 }
 
-GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Property);
-INSTANTIATE_TEST_SUITE_P(Conformance, Property, testing::ValuesIn(conformance_params()), test_name);
+// Every property x every registered backend, named as a parameterized test
+// would be (Conformance/Property.Check/<backend>__<property>).
+void register_property_checks(const Settings& settings) {
+  const std::shared_ptr<const ConformanceRun> run = conformance_run(settings);
+  for (const std::string& backend : BackendRegistry::instance().names())
+    for (const PropertyDef& p : all_properties())
+      testing::RegisterTest("Conformance/Property", ("Check/" + test_name(backend, p.id)).c_str(), nullptr,
+                            (p.id + " on " + backend).c_str(), __FILE__, __LINE__,
+                            [=]() -> PropertyCheck* { return new PropertyCheck(backend, p.id, run); });
+}
+
+const bool kRegistered = add_conformance_suite(register_property_checks);
 
 }  // namespace
 }  // namespace attn_oracle

@@ -5,10 +5,13 @@
 // so that the replay lines its failures print run as printed. Without one it
 // runs the GoogleTest suite (conformance_gtest.cpp).
 //
-// GoogleTest's sharding variables (GTEST_TOTAL_SHARDS, GTEST_SHARD_INDEX) shard
-// the draws of every property rather than the list of tests: each shard runs
-// every property on its share of the draws, and `report merge` of the shards'
-// reports gives exactly the totals of one unsharded run.
+// The binary's edge: the environment is read here, once (environment.hpp),
+// into its settings (conformance_settings), which the verbs and the test suite
+// are given. GoogleTest's sharding variables (GTEST_TOTAL_SHARDS,
+// GTEST_SHARD_INDEX) shard the draws of every property rather than the list of
+// tests: each shard runs every property on its share of the draws, and
+// `report merge` of the shards' reports gives exactly the totals of one
+// unsharded run.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -24,32 +27,35 @@
 
 namespace {
 
-// Moves GoogleTest's shard to the draws (ATTN_ORACLE_SHARD, read by
-// default_run_settings) and tells a test runner that asked (Bazel's
-// TEST_SHARD_STATUS_FILE) that the binary shards.
-void shard_draws_not_tests() {
-  const char* total = std::getenv("GTEST_TOTAL_SHARDS");
-  const char* index = std::getenv("GTEST_SHARD_INDEX");
-  if (!total || !index) return;
-  const std::string shard = std::to_string(std::atoi(index) + 1) + "/" + total;
-  setenv("ATTN_ORACLE_SHARD", shard.c_str(), 1);
+// The binary shards the draws (conformance_settings took the shard), so
+// GoogleTest must not shard the tests as well: its variables are removed
+// before it reads them. That is the one write to the environment, and it
+// speaks to GoogleTest, not to this project. A test runner that asked (Bazel's
+// TEST_SHARD_STATUS_FILE) is told that the binary shards.
+void leave_sharding_to_the_draws(const attn_oracle::Environment& environment) {
+  if (!attn_oracle::gtest_shard(environment)) return;
   unsetenv("GTEST_TOTAL_SHARDS");
   unsetenv("GTEST_SHARD_INDEX");
-  if (const char* status = std::getenv("TEST_SHARD_STATUS_FILE")) std::ofstream{status};
+  if (const std::string status = attn_oracle::environment_value(environment, "TEST_SHARD_STATUS_FILE"); !status.empty())
+    std::ofstream{status};
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  attn_oracle::apply_conformance_defaults();
-  shard_draws_not_tests();
+  const attn_oracle::Environment environment = attn_oracle::read_environment();
+  const attn_oracle::Settings settings = attn_oracle::conformance_settings(environment);
+  attn_oracle::install_process_settings(settings);
+  leave_sharding_to_the_draws(environment);
   if (argc > 1 && attn_oracle::is_cli_verb(argv[1])) {
     attn_oracle::register_reference_backend();
     attn_oracle::CheckEnvironment env;
     env.program = attn_oracle::this_program();
+    env.settings = settings;
     return attn_oracle::run_cli(std::vector<std::string>(argv + 1, argv + argc), env);
   }
   testing::InitGoogleTest(&argc, argv);
+  attn_oracle::register_conformance_suites(settings);
   const int status = RUN_ALL_TESTS();
   // A --gtest_filter that selects nothing ran nothing: that is no pass.
   const testing::UnitTest& unit = *testing::UnitTest::GetInstance();

@@ -12,9 +12,10 @@
 #   fallback  ATTN_ORACLE_DEPENDENCIES=AUTO finds Eigen and nlohmann-json in the
 #             PyPI packages pyproject.toml requires (pip-installed here into
 #             WORK_DIR/site, from PyPI or pip's cache; SKIP when pip cannot) and
-#             takes RapidCheck from a checked archive. Without network to GitHub the
-#             archive is a stand-in (an empty `rapidcheck` target, its own SHA256),
-#             unless ATTN_ORACLE_RAPIDCHECK_URL names a copy of the pinned one.
+#             takes RapidCheck and CLI11 from checked archives. Without network to
+#             GitHub each archive is a stand-in (an empty `rapidcheck` target; an
+#             empty CLI/CLI.hpp), with its own SHA256, unless ATTN_ORACLE_RAPIDCHECK_URL
+#             or ATTN_ORACLE_CLI11_URL names a copy of the pinned one.
 #   missing   ATTN_ORACLE_DEPENDENCIES=SYSTEM (nothing fetched): the configure fails
 #             naming the Debian and conda packages and the fallback, not with
 #             find_package's own error.
@@ -27,7 +28,7 @@ file(REMOVE_RECURSE "${build}")
 file(MAKE_DIRECTORY "${WORK_DIR}")
 
 set(hide -DCMAKE_DISABLE_FIND_PACKAGE_Eigen3=ON -DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=ON
-         -DCMAKE_DISABLE_FIND_PACKAGE_rapidcheck=ON)
+         -DCMAKE_DISABLE_FIND_PACKAGE_rapidcheck=ON -DCMAKE_DISABLE_FIND_PACKAGE_CLI11=ON)
 set(pip_like -DSKBUILD=2 -DATTN_ORACLE_PYTHON=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${CXX}
              -DPython_EXECUTABLE=${PYTHON})
 
@@ -56,6 +57,24 @@ function(make_standin_archive path)
        "# A stand-in for RapidCheck's source, made by dependencies_test.cmake\nadd_library(rapidcheck INTERFACE)\n")
   execute_process(COMMAND ${CMAKE_COMMAND} -E tar cf "${path}" --format=zip --mtime=2000-01-01 rapidcheck-standin
                   WORKING_DIRECTORY "${dir}" COMMAND_ERROR_IS_FATAL ANY)
+endfunction()
+
+# CLI11 from ATTN_ORACLE_CLI11_URL (a copy of the pinned release) or a stand-in
+# archive: sets CLI11_ARGS (the configure's options) and CLI11_ORIGIN.
+function(cli11_archive)
+  if(DEFINED ENV{ATTN_ORACLE_CLI11_URL})
+    set(CLI11_ARGS -DATTN_ORACLE_CLI11_URL=$ENV{ATTN_ORACLE_CLI11_URL} PARENT_SCOPE)
+    set(CLI11_ORIGIN "$ENV{ATTN_ORACLE_CLI11_URL}" PARENT_SCOPE)
+    return()
+  endif()
+  set(dir "${WORK_DIR}/cli11-standin")
+  file(REMOVE_RECURSE "${dir}")
+  file(WRITE "${dir}/CLI11-standin/include/CLI/CLI.hpp" "// A stand-in for CLI11's headers, made by dependencies_test.cmake\n")
+  execute_process(COMMAND ${CMAKE_COMMAND} -E tar czf "${WORK_DIR}/cli11-standin.tar.gz" --mtime=2000-01-01 CLI11-standin
+                  WORKING_DIRECTORY "${dir}" COMMAND_ERROR_IS_FATAL ANY)
+  file(SHA256 "${WORK_DIR}/cli11-standin.tar.gz" sha256)
+  set(CLI11_ARGS -DATTN_ORACLE_CLI11_URL=${WORK_DIR}/cli11-standin.tar.gz -DATTN_ORACLE_CLI11_SHA256=${sha256} PARENT_SCOPE)
+  set(CLI11_ORIGIN "${WORK_DIR}/cli11-standin.tar.gz" PARENT_SCOPE)
 endfunction()
 
 if(CASE STREQUAL "fallback")
@@ -91,8 +110,9 @@ if(CASE STREQUAL "fallback")
     set(archive_origin "${WORK_DIR}/rapidcheck-standin.zip")
     message("(RapidCheck: a stand-in archive; set ATTN_ORACLE_RAPIDCHECK_URL to a copy of the pinned one to use it)")
   endif()
+  cli11_archive()
   set(ENV{PYTHONPATH} "${site}")
-  configure(text rc -DATTN_ORACLE_DEPENDENCIES=AUTO ${hide} ${rapidcheck})
+  configure(text rc -DATTN_ORACLE_DEPENDENCIES=AUTO ${hide} ${rapidcheck} ${CLI11_ARGS})
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "the configure failed:\n${text}")
   endif()
@@ -101,11 +121,11 @@ if(CASE STREQUAL "fallback")
   string(REGEX MATCH "nlohmann-json==([0-9.]+)" _ "${PYPI}")
   expect("${text}" "attn-oracle: Eigen ${eigen_version} from PyPI's cmeel-eigen (${site}/"
          "attn-oracle: nlohmann-json ${CMAKE_MATCH_1} from PyPI's nlohmann-json (${site}/"
-         "attn-oracle: RapidCheck from ${archive_origin}")
+         "attn-oracle: RapidCheck from ${archive_origin}" "attn-oracle: CLI11 from ${CLI11_ORIGIN}")
   # What the targets the build links carry: nothing of the system's.
   file(STRINGS "${build}/CMakeCache.txt" eigen_dir REGEX "^Eigen3_DIR:")
   expect("${eigen_dir}" "${site}/cmeel.prefix/share/eigen3/cmake")
-  message("fallback: Eigen and nlohmann-json from PyPI, RapidCheck from the checked archive")
+  message("fallback: Eigen and nlohmann-json from PyPI, RapidCheck and CLI11 from the checked archives")
 elseif(CASE STREQUAL "missing")
   configure(text rc -DATTN_ORACLE_DEPENDENCIES=SYSTEM ${hide})
   if(rc EQUAL 0)
@@ -113,8 +133,8 @@ elseif(CASE STREQUAL "missing")
   endif()
   expect("${text}" "missing C++ dependencies"
          "sudo apt-get install libeigen3-dev" "sudo apt-get install nlohmann-json3-dev"
-         "sudo apt-get install librapidcheck-dev"
-         "conda install -c conda-forge eigen" "conda install -c conda-forge nlohmann_json"
+         "sudo apt-get install librapidcheck-dev" "sudo apt-get install libcli11-dev"
+         "conda install -c conda-forge eigen" "conda install -c conda-forge cli11" "conda install -c conda-forge nlohmann_json"
          "conda install -c conda-forge rapidcheck" "-DATTN_ORACLE_DEPENDENCIES=AUTO")
   string(FIND "${text}" "Could not find a package configuration file" raw)
   if(NOT raw EQUAL -1)
@@ -125,7 +145,9 @@ elseif(CASE STREQUAL "bad_archive")
   make_standin_archive("${WORK_DIR}/not-rapidcheck.zip")
   file(SHA256 "${WORK_DIR}/not-rapidcheck.zip" wrong)
   set(ENV{PYTHONPATH} "${WORK_DIR}/empty")  # no PyPI packages either
-  configure(text rc -DATTN_ORACLE_DEPENDENCIES=AUTO ${hide} -DATTN_ORACLE_RAPIDCHECK_URL=${WORK_DIR}/not-rapidcheck.zip)
+  cli11_archive()  # CLI11's archive is fine: the RapidCheck one is the wrong one
+  configure(text rc -DATTN_ORACLE_DEPENDENCIES=AUTO ${hide} -DATTN_ORACLE_RAPIDCHECK_URL=${WORK_DIR}/not-rapidcheck.zip
+            ${CLI11_ARGS})
   if(rc EQUAL 0)
     message(FATAL_ERROR "the configure took an archive that is not the pinned one:\n${text}")
   endif()

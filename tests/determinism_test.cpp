@@ -14,6 +14,7 @@
 
 #include "attn_oracle/gpu/attention.hpp"
 #include "attn_oracle/runner/property_runner.hpp"
+#include "attn_oracle/harness/settings.hpp"
 #include "planted/planted_backends.hpp"
 
 namespace attn_oracle {

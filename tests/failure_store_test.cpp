@@ -78,11 +78,12 @@ CheckRun check(const fs::path& dir, uint64_t seed, int cases, bool store = true)
   o.report_dir = (dir / "report").string();
   if (store) o.store_dir = (dir / "store").string();
   else o.no_store = true;
-  // check reads the failures directory from the environment only.
-  setenv("ATTN_ORACLE_FAILURES_DIR", (dir / "store").c_str(), 1);
+  // The failures directory, as a program's edge resolves it (ATTN_ORACLE_FAILURES_DIR).
+  CheckEnvironment env;
+  env.settings.run.failures_dir = (dir / "store").string();
   CheckRun r;
   testing::internal::CaptureStdout();
-  r.status = run_check_command(o, CheckEnvironment{});
+  r.status = run_check_command(o, env);
   r.out = testing::internal::GetCapturedStdout();
   std::ifstream in(dir / "report" / "conformance.json");
   const json report = json::parse(in);

@@ -98,7 +98,7 @@ struct AttentionMix {
 AttentionMix attention_mix(AttentionOptions options, int draws) {
   rc::Random random(kDefaultSeed);
   AttentionMix mix;
-  const KernelTileBudget budget = kernel_tile_budget();
+  const KernelTileBudget budget = kernel_tile_budget(options.batch.profile);
   for (int k = 0; k < draws; ++k) {
     const AttentionDraw d = attention_draw(options)(random.split(), k % 101).value();
     const PackedBatch& b = d.problem.batch;
@@ -173,7 +173,7 @@ TEST(Generators, MetadataDrawsReachLongRows) {
     const PackedBatch b = packed_batch(options)(random.split(), k % 101).value();
     ASSERT_TRUE(validate(b).ok());
     EXPECT_LE(std::max(b.q.segment_ids.shape.back(), b.kv.segment_ids.shape.back()), 4100);
-    EXPECT_LE(document_sizes(b).pairs, kernel_tile_budget().pairs);
+    EXPECT_LE(document_sizes(b).pairs, kernel_tile_budget(options.profile).pairs);
     long_docs += longest_document(b) >= kLongDocMin;
   }
   std::cout << "[ mix      ] 600 metadata draws: " << long_docs << " with a document of 256+ tokens\n";

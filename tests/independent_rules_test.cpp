@@ -15,6 +15,7 @@
 #include "attn_oracle/runner/property_runner.hpp"
 #include "attn_oracle/cases/reference_backend.hpp"
 #include "attn_oracle/model/validate.hpp"
+#include "attn_oracle/harness/settings.hpp"
 #include "planted/validator_bugs.hpp"
 
 namespace attn_oracle {

@@ -32,6 +32,7 @@
 #include "attn_oracle/properties/generators.hpp"
 #include "attn_oracle/harness/report.hpp"
 #include "attn_oracle/runner/property_runner.hpp"
+#include "attn_oracle/harness/settings.hpp"
 #include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/model/small_seq.hpp"

@@ -11,7 +11,8 @@
 // A crash fails its property with the case it crashed on, shrunk, written, and a
 // replay line that crashes again; a hang fails after the case time limit; the
 // property goes on drawing after a crash and the run with the next property; an
-// isolated run counts what an in-process run counts.
+// isolated run counts what an in-process run counts, with the run's draw
+// settings (given to the child on its command line).
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -30,6 +31,7 @@
 #include "attn_oracle/runner/property_runner.hpp"
 #include "attn_oracle/cases/reference_backend.hpp"
 #include "attn_oracle/model/validate.hpp"
+#include "attn_oracle/harness/settings.hpp"
 
 namespace attn_oracle {
 namespace {
@@ -165,7 +167,6 @@ TEST(Isolation, TheRunGoesOnAfterACrash) {
   // so that property is skipped, which the run must count too.
   o.cases = 10;
   o.max_failures = 1;
-  setenv("RC_PARAMS", "max_size=20", 1);  // this process and its children only
   const fs::path dir = fs::temp_directory_path() / "attn_oracle_isolation_test";
   fs::create_directories(dir);
   o.skips_file = (dir / "skips.txt").string();
@@ -173,6 +174,7 @@ TEST(Isolation, TheRunGoesOnAfterACrash) {
   o.report_dir = (fs::temp_directory_path() / "attn_oracle_isolation_test" / "report").string();
   CheckEnvironment env;
   env.program = this_program();
+  env.settings.run.max_size = 20;  // as RC_PARAMS=max_size=20 would at the edge; the children get it on their command line
   EXPECT_EQ(run_check_command(o, env), 1);
   std::ifstream in(fs::path(o.report_dir) / "conformance.json");
   const nlohmann::json j = nlohmann::json::parse(in);
@@ -193,6 +195,24 @@ TEST(Isolation, AnIsolatedRunCountsWhatAnInProcessRunCounts) {
   EXPECT_EQ(in_child.passed, in_process.passed);
   EXPECT_EQ(in_child.mix, in_process.mix);
   EXPECT_EQ(in_child.status, PropertyOutcome::Status::passed);
+}
+
+// A child gets the run's draw settings on its command line, not from the
+// environment: a deep, shape-stable run draws in a child what it draws here.
+TEST(Isolation, AChildDrawsWithTheRunsDrawSettings) {
+  RunSettings s = settings("draws");
+  s.cases = 10;
+  auto reference = BackendRegistry::instance().make("reference");
+  const PropertyDef& p = *find_property("metadata/matchesReference");
+  const PropertyOutcome as_ci = run_property(p, *reference, s);
+  s.draws = DrawSettings{SizeProfile::deep, true};
+  const PropertyOutcome in_process = run_property(p, *reference, s);
+  const PropertyOutcome in_child = isolated("reference", p.id, s);
+  EXPECT_EQ(in_child.mix, in_process.mix);
+  EXPECT_EQ(in_child.largest.tokens, in_process.largest.tokens);
+  EXPECT_EQ(in_child.largest.rows, in_process.largest.rows);
+  EXPECT_TRUE(as_ci.mix != in_process.mix || as_ci.largest.tokens != in_process.largest.tokens)
+      << "the draw settings change the draws";
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "attn_oracle/model/memory_budget.hpp"
 #include "attn_oracle/backends/production_backends.hpp"
 #include "attn_oracle/runner/property_runner.hpp"
+#include "attn_oracle/harness/settings.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 
 namespace attn_oracle {

@@ -11,6 +11,7 @@
 #include "attn_oracle/gpu/metadata.hpp"
 #include "attn_oracle/gpu/metadata_tokens.hpp"
 #include "attn_oracle/runner/property_runner.hpp"
+#include "attn_oracle/harness/settings.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/cases/reference_backend.hpp"
 
@@ -130,7 +131,7 @@ TEST(MetadataTwin, TokenStepsEqualRowLoopsOnStructuredAndArbitraryInputs) {
   for (auto gen : {packed_batch(), arbitrary_batch()}) {
     const PropertyDef twins_agree{"metadata/tokenTwinEqualsRowTwin", Capability::metadata,
                                   "the token-parallel twin equals the row-per-thread twin",
-                                  [gen](Backend&) { return Case{MetadataCase{*gen}, {}, {}, {}}; }, expect_twins_agree};
+                                  [gen](const DrawContext&) { return Case{MetadataCase{*gen}, {}, {}, {}}; }, expect_twins_agree};
     const PropertyOutcome o = run_property(twins_agree, *reference, settings);
     EXPECT_EQ(o.status, PropertyOutcome::Status::passed) << (o.failures.empty() ? o.message : o.failures[0].message);
   }
@@ -163,7 +164,7 @@ void check_on_ten_thousand_inputs(const char* name) {
   const auto reference = make_reference_backend();
   for (auto gen : {packed_batch(), arbitrary_batch()}) {
     const PropertyDef twin_equals_kernel{name, Capability::metadata, "the kernels equal the twin",
-                                         [gen](Backend&) { return Case{MetadataCase{*gen}, {}, {}, {}}; },
+                                         [gen](const DrawContext&) { return Case{MetadataCase{*gen}, {}, {}, {}}; },
                                          expect_same<Kernel>};
     const PropertyOutcome o = run_property(twin_equals_kernel, *reference, settings);
     EXPECT_EQ(o.status, PropertyOutcome::Status::passed) << (o.failures.empty() ? o.message : o.failures[0].message);

@@ -19,6 +19,7 @@
 #include "attn_oracle/runner/replay.hpp"
 #include "attn_oracle/runner/property_runner.hpp"
 #include "attn_oracle/cases/reference_backend.hpp"
+#include "attn_oracle/harness/settings.hpp"
 
 namespace attn_oracle {
 namespace {

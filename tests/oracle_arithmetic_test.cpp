@@ -13,6 +13,7 @@
 #include "attn_oracle/runner/property_runner.hpp"
 #include "attn_oracle/cases/reference_backend.hpp"
 #include "planted/tile_faults.hpp"
+#include "attn_oracle/harness/settings.hpp"
 
 namespace attn_oracle {
 namespace {

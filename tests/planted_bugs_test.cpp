@@ -19,6 +19,7 @@
 #include <set>
 #include <sstream>
 
+#include "attn_oracle/model/environment.hpp"
 #include "attn_oracle/harness/cli.hpp"
 #include "attn_oracle/properties/reference_calls.hpp"
 #include "attn_oracle/backends/production_backends.hpp"
@@ -101,7 +102,7 @@ TEST_P(PlantedBugTest, IsCaughtShrunkSmallAndReplaysTheSameFailure) {
   const Judgement on_reference = replay_case(*make_reference_backend(), reread.value());
   EXPECT_EQ(on_reference.status, Judgement::Status::pass) << (on_reference.lines.empty() ? "" : on_reference.lines[0]);
 
-  if (const char* write = std::getenv("ATTN_ORACLE_WRITE_REGRESSIONS"); write && std::string(write) == "1")
+  if (environment_value(read_environment(), "ATTN_ORACLE_WRITE_REGRESSIONS") == "1")
     write_regression(bug, f);
 }
 

@@ -9,6 +9,7 @@
 
 #include "attn_oracle/properties/generators.hpp"
 #include "attn_oracle/runner/property_runner.hpp"
+#include "attn_oracle/harness/settings.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/cases/reference_backend.hpp"
@@ -39,7 +40,7 @@ void require_close(const char* name, const std::vector<double>& per_document, co
 }
 
 PropertyDef dense_equals_per_document(AttentionFn per_document) {
-  auto draw = [](Backend&) {
+  auto draw = [](const DrawContext&) {
     const AttentionDraw d = *attention_draw();
     if (!ref::representability(d.problem.batch).representable) decline_case("not representable");
     return Case{AttentionCase{d.problem, d.seed, std::nullopt}, {}, {}, {}};

@@ -236,24 +236,21 @@ TEST(BlockedReference, BitwiseTheSameForEveryThreadCountAndRun) {
   }
 }
 
-TEST(BlockedReference, ThreadsComeFromTheEnvironmentUnlessSet) {
+// The thread count a program's edge installs from ATTN_ORACLE_THREADS
+// (memory_budget.hpp), and the machine's cores without it.
+TEST(BlockedReference, ThreadsComeFromTheEdgeUnlessSet) {
   ThreadsGuard guard;
-  set_reference_threads(0);
-  const char* before = std::getenv("ATTN_ORACLE_THREADS");
-  const std::string saved = before ? before : "";
   const std::pair<const char*, int64_t> readings[] = {{"3", 3}, {"1", 1},  {"0", 1},    {"-2", 1},
                                                       {"2x", 1}, {"", 1}, {"100000", 256}};
   for (auto [text, threads] : readings) {
-    setenv("ATTN_ORACLE_THREADS", text, 1);
+    install_process_limits(process_limits_from({{"ATTN_ORACLE_THREADS", text}}));
     EXPECT_EQ(reference_threads(), threads) << "ATTN_ORACLE_THREADS=" << text;
   }
   set_reference_threads(5);
   EXPECT_EQ(reference_threads(), 5);
-  set_reference_threads(0);
-  unsetenv("ATTN_ORACLE_THREADS");
+  install_process_limits(process_limits_from({}));
   EXPECT_EQ(reference_threads(), std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, kMaxReferenceThreads))
       << "unset: the machine's cores";
-  if (before) setenv("ATTN_ORACLE_THREADS", saved.c_str(), 1);
 }
 
 // One row of documents of 130, 200 and 300 tokens, padding between them, a

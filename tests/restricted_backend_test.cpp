@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "attn_oracle/runner/property_runner.hpp"
+#include "attn_oracle/harness/settings.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/reference/attention.hpp"
 

@@ -13,6 +13,7 @@
 #include "attn_oracle/seam/sharded_execution.hpp"
 #include "attn_oracle/cases/sharding_case.hpp"
 #include "attn_oracle/properties/sharding_generators.hpp"
+#include "attn_oracle/harness/settings.hpp"
 #include "attn_oracle/reference/attention.hpp"
 #include "builtin_backends.hpp"
 

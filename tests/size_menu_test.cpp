@@ -23,6 +23,7 @@
 
 #include "attn_oracle/properties/generators.hpp"
 #include "attn_oracle/runner/property_runner.hpp"
+#include "attn_oracle/harness/settings.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/model/validate.hpp"
 #include "attn_oracle/cases/case_file.hpp"
@@ -140,27 +141,19 @@ TEST(SizeMenu, ANonPaddingRowRunsItsLastDocumentOn) {
   EXPECT_TRUE(static_cast<bool>(validate(grown)));
 }
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
-
- private:
-  const char* name_;
-};
-
 TEST(SizeMenu, TheShapeStableOptionFoldsTheDefaultMenu) {
-  EXPECT_TRUE(drawing_domain({}).sizes.empty());
-  const ScopedEnv on_("ATTN_ORACLE_SHAPE_STABLE", "1");
-  const InputDomain d = drawing_domain({});
+  EXPECT_TRUE(drawing_domain({}, false).sizes.empty());
+  const InputDomain d = drawing_domain({}, true);
   EXPECT_EQ(d.sizes, default_size_menu());
   EXPECT_FALSE(d.extra_dims);
   EXPECT_EQ(d.head_dims, kMenuHeadDims);
   InputDomain declared;
   declared.sizes.tokens = {32};
-  EXPECT_EQ(drawing_domain(declared).sizes, declared.sizes) << "a declared menu is kept";
+  EXPECT_EQ(drawing_domain(declared, true).sizes, declared.sizes) << "a declared menu is kept";
   PropertyFailure f;
-  set_replay_commands(f, default_run_settings(), "exec:w", "metadata/matchesReference", true);
+  RunSettings shape_stable;
+  shape_stable.draws.shape_stable = true;
+  set_replay_commands(f, shape_stable, "exec:w", "metadata/matchesReference", true);
   EXPECT_NE(f.rerun_command.find(" --shape-stable"), std::string::npos) << "the rerun draws what this run drew: "
                                                                         << f.rerun_command;
 
@@ -169,7 +162,8 @@ TEST(SizeMenu, TheShapeStableOptionFoldsTheDefaultMenu) {
     MetadataCapability* metadata() override { return this; }
     Expected<Metadata> metadata(const PackedBatch& batch) override { return ref::metadata(batch); }
   } backend;
-  const auto why = skipped_before_drawing(*find_property("metadata/extraDimsEqualSliceBySlice"), backend);
+  const auto why = skipped_before_drawing(*find_property("metadata/extraDimsEqualSliceBySlice"),
+                                          draw_context(backend, shape_stable.draws));
   ASSERT_TRUE(why.has_value());
   EXPECT_EQ(why->rfind("shape-stable draws (", 0), 0u) << *why;
 }

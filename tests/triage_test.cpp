@@ -18,6 +18,7 @@
 #include "attn_oracle/model/input_class.hpp"
 #include "attn_oracle/properties/property_check.hpp"
 #include "attn_oracle/runner/property_runner.hpp"
+#include "attn_oracle/harness/settings.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/runner/triage.hpp"
 #include "attn_oracle/model/validate.hpp"
@@ -226,7 +227,7 @@ TEST(Triage, ShrinkingGoesOnBelowADeclinedCandidate) {
   };
   const PropertyDef odd_declined{
       "metadata/oddDeclined", Capability::metadata, "declines odd lengths, wrong on even ones",
-      [&](Backend&) { return one_document(*eight); },
+      [&](const DrawContext&) { return one_document(*eight); },
       [](Backend&, const Case& c) {
         const int64_t len = c.as<MetadataCase>()->batch.q.segment_ids.shape.back();
         if (len % 2) decline_case("an odd length");

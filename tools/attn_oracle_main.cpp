@@ -1,9 +1,10 @@
 // attn_oracle_main.cpp: the attn-oracle program: the harness's verbs (cli.hpp)
 // with every backend this build ships registered (builtin_backends.hpp), and
-// the versions its report names. ATTN_ORACLE_PROGRAM renames the program in the
-// replay and rerun lines it prints (`python -m attn_oracle` sets it to itself,
-// so that the lines run as printed). Tested by tests/cli_test.cpp.
-#include <cstdlib>
+// the versions its report names. Its edge: the environment is read here, once
+// (environment.hpp), into the settings the verbs run with (settings.hpp);
+// ATTN_ORACLE_PROGRAM renames the program in the replay and rerun lines it
+// prints (`python -m attn_oracle` sets it to itself, so that the lines run as
+// printed). Tested by tests/cli_test.cpp.
 #include <string>
 #include <vector>
 
@@ -18,10 +19,12 @@
 #endif
 
 int main(int argc, char** argv) {
-  attn_oracle::register_builtin_backends();
+  const attn_oracle::Environment environment = attn_oracle::read_environment();
   attn_oracle::CheckEnvironment env;
-  const char* program = std::getenv("ATTN_ORACLE_PROGRAM");
-  env.program = program && *program ? program : "attn-oracle";
+  env.settings = attn_oracle::resolve_settings(environment);
+  attn_oracle::install_process_settings(env.settings);
+  attn_oracle::register_builtin_backends();
+  env.program = attn_oracle::environment_value(environment, "ATTN_ORACLE_PROGRAM", "attn-oracle");
   env.versions = {{"CUDA", ATTN_ORACLE_CUDA_VERSION},
                   {"cuDNN", ATTN_ORACLE_CUDNN_VERSION},
                   {"device", attn_oracle::production_device()}};

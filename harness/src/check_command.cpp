@@ -77,7 +77,7 @@ class ProgressLine {
   double last_ = 0.0;
 };
 
-void print_header(const CheckReport& r, const CheckEnvironment& env) {
+void print_header(const CheckReport& r, const RunSettings& settings, const CheckEnvironment& env) {
   std::cout << "attn-oracle " << ATTN_ORACLE_VERSION << " check: seed " << r.seed << ", " << r.cases
             << " draws per property, max_size " << r.max_size << ", shard";
   for (const std::string& s : r.shards) std::cout << " " << s;
@@ -90,13 +90,11 @@ void print_header(const CheckReport& r, const CheckEnvironment& env) {
   }
   if (!env.backends_note.empty()) std::cout << "  " << env.backends_note << "\n";
   for (const auto& [k, v] : r.versions) std::cout << "  " << k << ": " << v << "\n";
-  const char* rc = std::getenv("RC_PARAMS");
-  const char* store = std::getenv("ATTN_ORACLE_STORE");
-  std::cout << "  env: RC_PARAMS=" << (rc ? rc : "") << " ATTN_ORACLE_FAILURES_DIR=" << r.failures_dir
-            << " ATTN_ORACLE_STORE=" << (store ? store : "") << "\n";
+  std::cout << "  env: RC_PARAMS=" << env.settings.rc_params << " ATTN_ORACLE_FAILURES_DIR=" << r.failures_dir
+            << " ATTN_ORACLE_STORE=" << env.settings.store.value_or("") << "\n";
   std::cout << "  failure store: " << (r.store ? "on, " + r.failures_dir + " (its saved failures run first)" : "off")
             << "\n";
-  if (shape_stable_draws()) std::cout << "  shape-stable draws: " << shape_stable_note() << "\n";
+  if (settings.draws.shape_stable) std::cout << "  shape-stable draws: " << shape_stable_note() << "\n";
   std::cout << "\n";
 }
 
@@ -199,18 +197,20 @@ CheckResult run_one(const PropertyDef& property, Backend& backend, const RunSett
   return r;
 }
 
-// RC_PARAMS and GoogleTest's sharding first, then --deep (10x the draws), then
-// --cases, --seed and --shard.
+// The program's settings (RC_PARAMS, a conformance binary's shard, ...) first,
+// then --deep (10x the draws), then --cases, --seed, --shard and the rest.
 RunSettings check_settings(const CheckOptions& options, const CheckEnvironment& env) {
-  RunSettings s = default_run_settings();
+  RunSettings s = env.settings.run;
   if (options.deep) s.cases *= 10;
   if (options.cases) s.cases = *options.cases;
   if (options.seed) s.seed = *options.seed;
   if (options.random_seed) s.seed = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
   if (options.shard) s.shard_index = options.shard->first, s.shard_count = options.shard->second;
+  if (options.profile) s.draws.profile = *options.profile;
+  if (options.shape_stable) s.draws.shape_stable = true;
   s.max_failures = options.max_failures;
   s.program = env.program;
-  if (!std::getenv("ATTN_ORACLE_STORE")) s.use_store = true;  // `check` keeps its failures by default
+  if (!env.settings.store) s.use_store = true;  // `check` keeps its failures unless ATTN_ORACLE_STORE says otherwise
   if (options.store_dir) s.failures_dir = *options.store_dir, s.use_store = true;
   if (options.no_store) s.use_store = false;
   return s;
@@ -225,7 +225,7 @@ CheckReport start_report(const CheckOptions& options, const RunSettings& setting
   report.seed = settings.seed;
   report.cases = settings.cases;
   report.max_size = settings.max_size;
-  report.profile = std::string(to_string(size_profile())) + (shape_stable_draws() ? ", shape-stable draws" : "");
+  report.profile = std::string(to_string(settings.draws.profile)) + (settings.draws.shape_stable ? ", shape-stable draws" : "");
   report.max_failures = settings.max_failures;
   report.shards = {std::to_string(settings.shard_index + 1) + "/" + std::to_string(settings.shard_count)};
   report.filter = options.filter;
@@ -295,7 +295,7 @@ int run_check_command(const CheckOptions& options, const CheckEnvironment& env) 
   CheckReport report = start_report(options, settings, env, backends);
   Lists lists;
   if (!read_lists(options, backends, properties, lists, report)) return 1;
-  print_header(report, env);
+  print_header(report, settings, env);
 
   interrupted = 0;
   const auto previous_handler = std::signal(SIGINT, on_sigint);

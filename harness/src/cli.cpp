@@ -1,36 +1,30 @@
-// attn_oracle_cli.cpp: the `attn-oracle` command line (README.md, docs/vendoring.md).
+// cli.cpp: the `attn-oracle` command line (README.md, docs/vendoring.md), on
+// CLI11: one subcommand per verb, typed options, and the help generated from
+// their definitions (`attn-oracle --help`: every command and option;
+// `attn-oracle COMMAND --help`: one command's).
 //
-//   eval    [--backend NAME] [--memory-budget BYTES] CASE
-//                                   the backend's result as JSON (exit 0), or
-//                                   {"error": {"code", "message"}} (exit 2), also
-//                                   for a problem the backend does not support;
-//                                   exit 3 when the result holds a NaN
-//   replay  [--backend NAME] CASE   a counterexample: the property check it records; any
-//                                   other case: the backend against the reference. PASS (0),
-//                                   FAIL (3) or SKIP (4: nothing judged); default backend:
-//                                   the one the case records, else reference
-//   check   [--backend NAME|all] [--cases N] [--seed S] [--filter PREFIX,...] [--deep]
-//           [--skips FILE] [--xfails FILE] [--report DIR] [--store DIR|--no-store]
-//   backends                        registered backends, versions, capabilities
-//   promote CASE OUT --note TEXT    CASE plus the reference's result, for fixtures/
-//   export --npy DIR [--fixtures D] fixtures as .npy files + index.json (npy_export.hpp)
-//   coverage [--markdown]           what the properties exercise (coverage.hpp)
+// Exit statuses: 0 done (PASS for replay); 1 usage errors, unknown backends,
+// missing capabilities, unreadable files, and a `check` that failed; 2 an
+// input the backend rejects or does not support (eval prints
+// {"error": {"code", "message"}}); 3 eval: the result holds a NaN, replay: FAIL,
+// repro: no call disagrees; 4 replay: SKIP (nothing judged). Nothing but the
+// final JSON is ever printed on stdout by eval, so scripts can parse it. What
+// eval prints, how replay judges and what promote pins are the library's
+// (replay.hpp, one CaseOp per op), shared with the tests.
 //
-// Exit 1 is for usage errors, unknown backends, missing capabilities and
-// unreadable files; nothing but the final JSON is ever printed on stdout by eval,
-// so scripts can parse it. What eval prints, how replay judges and what promote
-// pins are the library's (replay.hpp, one CaseOp per op), shared with the tests.
+// The settings a command runs with come from the program's edge
+// (CheckEnvironment::settings, settings.hpp): flags here override them.
 //
 // Tested by tests/cli_test.cpp (runs the built binary on fixtures) and, for the
 // evaluation semantics, tests/fixtures_test.cpp.
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <charconv>
-#include <cstdlib>
-#include <cmath>
 #include <iostream>
-#include <map>
 #include <set>
 #include <sstream>
 
@@ -51,146 +45,248 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kUsage = R"(usage: PROGRAM COMMAND [OPTIONS]   (attn-oracle, or a conformance binary)
-
-commands:
-  eval [--backend NAME] [--memory-budget BYTES] CASE
-                                  print the backend's result for a case file as JSON
-                                  (default backend: reference); exit 2 with
-                                  {"error": {"code", "message"}} when the input is rejected
-                                  or the backend does not support it; exit 3 when the
-                                  result holds a NaN; BYTES (K, M, G
-                                  suffixes) overrides ATTN_ORACLE_MEMORY_BUDGET (4G)
-  replay [--backend NAME] CASE    re-run a counterexample's property check, or compare the
-                                  backend with the reference on any other case file; prints
-                                  PASS (exit 0), FAIL (exit 3) or SKIP (exit 4: nothing was
-                                  judged) and the first differences; default backend: the one
-                                  the case records, else reference
-  repro [--backend NAME] CASE [--out FILE] [--direct FILE]
-                                  a counterexample as a standalone GoogleTest file (stdout,
-                                  or FILE) that calls the backend through the seam alone and
-                                  asserts the reference's answer inline: the call of the
-                                  case's property check that the backend answers differently
-                                  from the reference; exit 3 when no call does; --direct:
-                                  that call as a case file with `expected` (what `python -m
-                                  attn_oracle repro` writes a Python script from)
-  NAME is a registered backend (`backends` lists them) or exec:COMMAND, a worker
-  process speaking docs/protocol.md (COMMAND runs under /bin/sh -c; per-call time
-  limit ATTN_ORACLE_WORKER_TIMEOUT seconds, default 60), e.g.
-  --backend 'exec:python3 -m attn_oracle.worker examples.numpy_backend:Backend'
-  check [--backend NAME|all] [--cases N] [--seed S|random] [--filter PREFIX[,PREFIX...]] [--deep]
-        [--profile ci|deep] [--skips FILE] [--xfails FILE] [--report DIR] [--shard I/N] [--max-failures K]
-        [--case-timeout SECONDS] [--no-isolation] [--list | --describe] [--store DIR | --no-store] [--shape-stable]
-                                  run every property (N draws each, default 100, seed
-                                  20261122) on the chosen backends, each property in a
-                                  child process so that a crash or a hang is reported
-                                  and the run goes on (an exec: backend's worker is
-                                  its own isolation: one worker serves the run and is
-                                  restarted after a crash or a hang, and the summary
-                                  counts its starts); --filter: the properties whose
-                                  id starts with one of the comma-separated
-                                  prefixes; every failing draw is kept and
-                                  clustered by root (wrong answers on ordinary inputs
-                                  first, then input classes such as a side with no
-                                  tokens, with the decline that would take each out,
-                                  then exceptions, then crashes); K (3) clusters shown
-                                  in full, each shrunk and written, the rest one line
-                                  each; write
-                                  DIR/conformance.{md,json} (default DIR: report);
-                                  FILEs: skip and expected-failure lists (a test-id or
-                                  property prefix a line, `version=V`, `# reason`;
-                                  default $ATTN_ORACLE_SKIPS / $ATTN_ORACLE_XFAILS, which
-                                  a conformance binary sets to its own lists);
-                                  --deep: 10x the draws; --profile deep (or
-                                  ATTN_ORACLE_PROFILE=deep): long documents (up to
-                                  4096 tokens a side, 16 a row), tile edges and wide
-                                  heads drawn more often; --shard I/N: the draws k with
-                                  k mod N = I - 1 (also GTEST_SHARD_INDEX/TOTAL_SHARDS);
-                                  exit 1 on a failure or an expected failure that
-                                  passes, 130 when interrupted; --list: print the ids
-                                  of the properties that would run, run nothing
-                                  (--describe: each with what it checks);
-                                  the failures a run finds are kept in the failures
-                                  directory and replayed first by the next run on the
-                                  same backend (name and version), a fixed one retired
-                                  after 3 passing runs: --store DIR keeps them (and
-                                  every counterexample) in DIR, --no-store replays and
-                                  keeps none (also ATTN_ORACLE_STORE=off|DIR);
-                                  --shape-stable (or ATTN_ORACLE_SHAPE_STABLE=1): sizes
-                                  from a small menu (sides of 16, 64 or 144 tokens, 1
-                                  or 2 rows, M 4 or 8, heads 2/1 or 2/2, head dims 8
-                                  and 64, no extra dims), so that a backend that
-                                  compiles per shape (jax.jit, torch.compile)
-                                  compiles a few times a run; a backend can declare
-                                  its own menu in its domain's `sizes`
-  report merge --out DIR REPORT.json|DIR...
-                                  one report from the reports of a run's shards (a
-                                  directory: every *.json in it)
-  backends                        list the registered backends
-  promote CASE OUT --note TEXT    write CASE with the reference's result as `expected`
-                                  (how a counterexample becomes a fixture)
-  export --npy DIR [--fixtures FIXTURES]
-                                  every fixture's inputs and expected outputs as .npy
-                                  files plus DIR/index.json
-  coverage [--markdown]           ops x mask kinds x layouts x dtypes the properties exercise;
-                                  the text form also counts the validity-rule edges drawn
-  --help                          this message
-)";
-
 constexpr size_t kMaxDifferenceLines = 10;
+constexpr size_t kHelpWidth = 60;  // characters of a description line
 
 // ---------------------------------------------------------------------------
-// Arguments and output helpers
+// The command line: what each command takes
 // ---------------------------------------------------------------------------
 
-struct Args {
-  std::map<std::string, std::string> flags;  // "--backend" -> "cuda"
-  std::vector<std::string> positional;
+// The values of every command's options; the chosen command reads its own.
+struct CommandLine {
+  std::string backend, case_path, memory_budget;  // eval, replay (backend "": the recorded one)
+  ReproOptions repro;
+  CheckOptions check;
+  int cases = 0, case_timeout = 0;   // check: 0 when not given
+  std::string seed, shard, profile, store_dir;  // check: "" when not given; converted after parsing
+  bool no_isolation = false, shape_stable = false;
+  std::string merge_out;
+  std::vector<std::string> merge_reports;
+  std::string promote_out, note;
+  std::string npy_dir, fixtures_dir;
+  bool markdown = false;
 };
 
-std::string env_or(const char* variable, const std::string& fallback) {
-  const char* value = std::getenv(variable);
-  return value && *value ? value : fallback;
-}
-
-int usage_error(const std::string& message) {
-  std::cerr << "attn-oracle: " << message << "\n\n" << kUsage;
-  return 1;
-}
-
-// Accepts `--flag VALUE` and `--flag=VALUE` for the flags in `allowed`.
-std::optional<Args> parse_args(const std::vector<std::string>& argv,
-                               const std::set<std::string>& allowed, std::string& error) {
-  Args args;
-  for (size_t i = 0; i < argv.size(); ++i) {
-    const std::string& a = argv[i];
-    if (a.rfind("--", 0) != 0) {
-      args.positional.push_back(a);
-      continue;
-    }
-    const size_t eq = a.find('=');
-    const std::string name = a.substr(0, eq);
-    if (!allowed.count(name)) return error = "unknown option " + name, std::nullopt;
-    if (eq != std::string::npos) {
-      args.flags[name] = a.substr(eq + 1);
-    } else if (i + 1 < argv.size()) {
-      args.flags[name] = argv[++i];
-    } else {
-      return error = "option " + name + " needs a value", std::nullopt;
-    }
+// `text` broken into lines of at most kHelpWidth characters (CLI11 indents them).
+std::string wrapped(const std::string& text) {
+  std::istringstream words(text);
+  std::string out, line;
+  for (std::string word; words >> word;) {
+    if (!line.empty() && line.size() + 1 + word.size() > kHelpWidth) out += line + "\n", line.clear();
+    line += (line.empty() ? "" : " ") + word;
   }
-  return args;
+  return out + line;
 }
 
-std::string flag(const Args& args, const std::string& name, const std::string& fallback) {
-  auto it = args.flags.find(name);
-  return it == args.flags.end() ? fallback : it->second;
+template <class T>
+bool parse_number(const std::string& text, T& out) {
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size();
 }
+
+// A validator that names no type in the help (CLI11's own append theirs to the option's).
+CLI::Validator plain(std::function<std::string(std::string&)> check) { return CLI::Validator(std::move(check), "", ""); }
+
+std::string positive_integer(std::string& text) {
+  int n = 0;
+  return parse_number(text, n) && n >= 1 ? "" : "needs a positive integer";
+}
+
+// "I/N" with 1 <= I <= N, as 0-based (index, count).
+std::optional<std::pair<int, int>> parse_shard(const std::string& text) {
+  const size_t slash = text.find('/');
+  int i = 0, n = 0;
+  if (slash == std::string::npos || !parse_number(text.substr(0, slash), i) || !parse_number(text.substr(slash + 1), n) ||
+      n < 1 || i < 1 || i > n)
+    return std::nullopt;
+  return std::pair{i - 1, n};
+}
+
+const std::string kBackendHelp =
+    "NAME: a registered backend (`backends` lists them) or exec:COMMAND, a worker process speaking docs/protocol.md";
+
+void add_eval(CLI::App& app, CommandLine& v) {
+  CLI::App* eval = app.add_subcommand(
+      "eval", wrapped("print the backend's result for a case file as JSON; exit 2 with {\"error\": {\"code\", "
+                      "\"message\"}} when the input is rejected or the backend does not support it, 3 when the "
+                      "result holds a NaN"));
+  eval->add_option("--backend", v.backend, wrapped(kBackendHelp + " (default: reference)"))->type_name("NAME");
+  eval->add_option("--memory-budget", v.memory_budget,
+                   wrapped("bytes one evaluation may ask for, with K, M or G suffixes (default: "
+                           "$ATTN_ORACLE_MEMORY_BUDGET, else 4G)"))
+      ->type_name("BYTES")
+      ->check(plain([](std::string& text) {
+        return parse_memory_size(text) ? std::string() : "needs a positive size in bytes (K, M, G suffixes)";
+      }));
+  eval->add_option("CASE", v.case_path, "a case file (docs/case-files.md)")->type_name("")->required();
+}
+
+void add_replay(CLI::App& app, CommandLine& v) {
+  CLI::App* replay = app.add_subcommand(
+      "replay", wrapped("re-run a counterexample's property check, or compare the backend with the reference on "
+                        "any other case file; prints PASS (exit 0), FAIL (exit 3) or SKIP (exit 4: nothing was "
+                        "judged) and the first differences"));
+  replay->add_option("--backend", v.backend, wrapped(kBackendHelp + " (default: the one the case records, else reference)"))
+      ->type_name("NAME");
+  replay->add_option("CASE", v.case_path, "a case file")->type_name("")->required();
+}
+
+void add_repro(CLI::App& app, CommandLine& v) {
+  CLI::App* repro = app.add_subcommand(
+      "repro", wrapped("a counterexample as a standalone GoogleTest file that calls the backend through the seam "
+                       "alone and asserts the reference's answer inline: the call of the case's property check "
+                       "that the backend answers differently; exit 3 when no call does"));
+  repro->add_option("--backend", v.repro.backend, wrapped(kBackendHelp + " (default: the one the case records)"))
+      ->type_name("NAME");
+  repro->add_option("--out", v.repro.out_path, "the test file (default: stdout)")->type_name("FILE");
+  repro->add_option("--direct", v.repro.direct_path,
+                    wrapped("also that call as a case file with `expected` (what `python -m attn_oracle repro` "
+                            "writes a Python script from)"))
+      ->type_name("FILE");
+  repro->add_option("CASE", v.repro.case_path, "a counterexample's case file")->type_name("")->required();
+}
+
+// check's options that say what runs and how much of it.
+void add_check_selection(CLI::App* check, CommandLine& v) {
+  CheckOptions& o = v.check;
+  check->add_option("--backend", o.backend, wrapped(kBackendHelp + ", or all (default: all)"))->type_name("NAME|all");
+  check->add_option("--cases", v.cases, wrapped("draws per property (default: RC_PARAMS max_success, else 100)"))
+      ->type_name("N")
+      ->check(plain(positive_integer));
+  check->add_option("--seed", v.seed, wrapped("the run's seed, or random: a fresh one, printed (default: RC_PARAMS "
+                                              "seed, else 20261122)"))
+      ->type_name("S|random")
+      ->check(plain([](std::string& text) {
+        uint64_t seed = 0;
+        return text == "random" || parse_number(text, seed) ? std::string()
+                                                            : "needs an unsigned 64-bit integer or `random`";
+      }));
+  check->add_option("--filter", o.filter, wrapped("the properties whose id starts with one of the comma-separated prefixes"))
+      ->type_name("PREFIX[,PREFIX...]");
+  check->add_flag("--deep", o.deep, "10 times the draws");
+  check->add_option("--profile", v.profile,
+                    wrapped("deep: long documents (up to 4096 tokens a side, 16 a row), tile edges and wide heads "
+                            "drawn more often (default: $ATTN_ORACLE_PROFILE, else ci)"))
+      ->type_name("ci|deep")
+      ->check(plain([](std::string& text) { return text == "ci" || text == "deep" ? "" : "takes ci or deep"; }));
+  check->add_flag("--shape-stable", v.shape_stable,
+                  wrapped("sizes from a small menu (sides of 16, 64 or 144 tokens, 1 or 2 rows, M 4 or 8, heads 2/1 "
+                          "or 2/2, head dims 8 and 64, no extra dims), so that a backend that compiles per shape "
+                          "(jax.jit, torch.compile) compiles a few times a run; a backend can declare its own menu "
+                          "in its domain's `sizes` (also ATTN_ORACLE_SHAPE_STABLE=1)"));
+  check->add_option("--shard", v.shard, "the draws k with k mod N = I - 1 (also GTEST_SHARD_INDEX/TOTAL_SHARDS)")
+      ->type_name("I/N")
+      ->check(plain([](std::string& text) { return parse_shard(text) ? std::string() : "needs I/N with 1 <= I <= N"; }));
+  check->add_flag("--list", o.list, "print the ids of the properties that would run, run nothing");
+  check->add_flag("--describe", o.describe, "the same ids, each with what it checks");
+}
+
+// check's options that say how it runs, what it keeps and where it writes.
+void add_check_running(CLI::App* check, CommandLine& v) {
+  CheckOptions& o = v.check;
+  check->add_option("--skips", o.skips_file,
+                    wrapped("skip list: a test-id or property prefix a line, `version=V`, `# reason` (default: "
+                            "$ATTN_ORACLE_SKIPS, a conformance binary's own list)"))
+      ->type_name("FILE");
+  check->add_option("--xfails", o.xfails_file,
+                    wrapped("expected-failure list, in the same form (default: $ATTN_ORACLE_XFAILS)"))
+      ->type_name("FILE");
+  check->add_option("--report", o.report_dir, "write DIR/conformance.{md,json} (default: report)")->type_name("DIR");
+  check->add_option("--max-failures", o.max_failures,
+                    wrapped("failure clusters shown in full per property, each shrunk and written; the rest one "
+                            "line each (default: 3)"))
+      ->type_name("K")
+      ->check(plain(positive_integer));
+  check->add_option("--case-timeout", v.case_timeout,
+                    wrapped("a draw that runs longer in a child process is a hang (default: "
+                            "$ATTN_ORACLE_CASE_TIMEOUT, else 120)"))
+      ->type_name("SECONDS")
+      ->check(plain(positive_integer));
+  check->add_flag("--no-isolation", v.no_isolation,
+                  wrapped("run each property in this process, not in a child that a crash or a hang cannot take "
+                          "the run with (also ATTN_ORACLE_ISOLATE=0)"));
+  CLI::Option* store = check->add_option(
+      "--store", v.store_dir,
+      wrapped("keep the failures a run finds (and every counterexample) in DIR; the next run on the same backend "
+              "replays them first, and retires a fixed one after 3 passing runs (default: the failures "
+              "directory, $ATTN_ORACLE_FAILURES_DIR, else attn-oracle-failures; $ATTN_ORACLE_STORE=off|DIR)"))
+      ->type_name("DIR")
+      ->check(plain([](std::string& dir) { return dir.empty() ? "needs a directory" : ""; }));
+  check->add_flag("--no-store", o.no_store, "replay and keep no failures")->excludes(store);
+}
+
+void add_check(CLI::App& app, CommandLine& v) {
+  CLI::App* check = app.add_subcommand(
+      "check", wrapped("run every property on the chosen backends, each property in a child process so that a "
+                       "crash or a hang is reported and the run goes on (an exec: backend's one worker is its own "
+                       "isolation, restarted after a crash or a hang); every failing draw is kept and clustered by "
+                       "root (wrong answers on ordinary inputs first, then input classes with the decline that "
+                       "would take each out, then exceptions, then crashes); exit 1 on a failure or an expected "
+                       "failure that passes, 130 when interrupted"));
+  add_check_selection(check, v);
+  add_check_running(check, v);
+}
+
+void add_other_commands(CLI::App& app, CommandLine& v) {
+  CLI::App* report = app.add_subcommand(
+      "report", wrapped("merge --out DIR REPORT.json|DIR...: one report from the reports of a run's shards (a "
+                        "directory: every *.json in it)"));
+  report->require_subcommand(1);
+  CLI::App* merge = report->add_subcommand(
+      "merge", wrapped("one report from the reports of a run's shards (a directory: every *.json in it)"));
+  merge->add_option("--out", v.merge_out, "write DIR/conformance.{md,json}")->type_name("DIR")->required();
+  merge->add_option("REPORTS", v.merge_reports, "REPORT.json files or directories")->type_name("")->required();
+  app.add_subcommand("backends", "list the registered backends, their versions and capabilities");
+  CLI::App* promote = app.add_subcommand(
+      "promote", wrapped("write CASE with the reference's result as `expected` (how a counterexample becomes a fixture)"));
+  promote->add_option("CASE", v.case_path, "a case file")->type_name("")->required();
+  promote->add_option("OUT", v.promote_out, "the fixture to write")->type_name("")->required();
+  promote->add_option("--note", v.note, "what the fixture pins (default: the case's note)")->type_name("TEXT");
+  CLI::App* exported = app.add_subcommand(
+      "export", wrapped("every fixture's inputs and expected outputs as .npy files plus DIR/index.json"));
+  exported->add_option("--npy", v.npy_dir, "the directory to write")->type_name("DIR")->required();
+  exported->add_option("--fixtures", v.fixtures_dir, "the fixtures (default: this build's)")->type_name("DIR");
+  CLI::App* coverage = app.add_subcommand(
+      "coverage", wrapped("ops x mask kinds x layouts x dtypes the properties exercise; the text form also counts "
+                          "the validity-rule edges drawn"));
+  coverage->add_flag("--markdown", v.markdown, "as a Markdown table");
+  app.add_subcommand("help", "this message");
+}
+
+constexpr const char* kFooter =
+    "NAME is a registered backend (`backends` lists them) or exec:COMMAND, a worker process\n"
+    "speaking docs/protocol.md (COMMAND runs under /bin/sh -c; per-call time limit\n"
+    "ATTN_ORACLE_WORKER_TIMEOUT seconds, default 60), e.g.\n"
+    "  --backend 'exec:python3 -m attn_oracle.worker examples.numpy_backend:Backend'\n"
+    "Exit 1 is for usage errors, unknown backends, missing capabilities and unreadable files.\n"
+    "The environment variables each command reads: docs/vendoring.md, \"Settings at a glance\".";
+
+// The whole command line of a program on the harness: `program` names it in the help.
+void define_commands(CLI::App& app, CommandLine& v) {
+  app.require_subcommand(0, 1);
+  app.footer(kFooter);
+  app.get_formatter()->label("Usage", "usage");
+  app.get_formatter()->column_width(34);
+  add_eval(app, v);
+  add_replay(app, v);
+  add_repro(app, v);
+  add_check(app, v);
+  add_other_commands(app, v);
+}
+
+// ---------------------------------------------------------------------------
+// Output helpers
+// ---------------------------------------------------------------------------
 
 std::string registered_names() {
   std::string out;
   for (const std::string& n : BackendRegistry::instance().names()) out += (out.empty() ? "" : ", ") + n;
   return out + ", or exec:COMMAND for a worker process (docs/protocol.md)";
+}
+
+int usage_error(const std::string& message) {
+  std::cerr << "attn-oracle: " << message << " (--help: the usage)\n";
+  return 1;
 }
 
 // Top-level keys one per line, values compact: readable and still one JSON value.
@@ -206,26 +302,15 @@ void print_json(const json& j) {
   std::cout << "}\n";
 }
 
-// --memory-budget BYTES (K, M, G suffixes): false after a usage error.
-bool apply_memory_budget(const Args& args) {
-  auto it = args.flags.find("--memory-budget");
-  if (it == args.flags.end()) return true;
-  const auto bytes = parse_memory_size(it->second);
-  if (!bytes) return usage_error("--memory-budget needs a positive size in bytes (K, M, G suffixes)"), false;
-  set_memory_budget(*bytes);
-  return true;
-}
-
-// The backend named by --backend (default `fallback`); nullptr after a usage error.
-std::unique_ptr<Backend> backend_from(const Args& args, const std::string& fallback = "reference") {
-  const std::string name = flag(args, "--backend", fallback);
+// The backend called `name`; nullptr after a usage error.
+std::unique_ptr<Backend> backend_named(const std::string& name) {
   auto backend = BackendRegistry::instance().make(name);
   if (!backend) usage_error("unknown backend " + name + " (registered: " + registered_names() + ")");
   return backend;
 }
 
 // ---------------------------------------------------------------------------
-// eval
+// eval, replay
 // ---------------------------------------------------------------------------
 
 // The path of the first "nan" in an output ("o[0][1][0][2]"), or "".
@@ -241,15 +326,11 @@ std::string first_nan(const json& j, const std::string& path = "") {
   return "";
 }
 
-int eval_command(const std::vector<std::string>& argv) {
-  std::string error;
-  auto args = parse_args(argv, {"--backend", "--memory-budget"}, error);
-  if (!args) return usage_error(error);
-  if (args->positional.size() != 1) return usage_error("eval takes exactly one case file");
-  if (!apply_memory_budget(*args)) return 1;
-  auto backend = backend_from(*args);
+int eval_command(const CommandLine& v) {
+  if (!v.memory_budget.empty()) set_memory_budget(*parse_memory_size(v.memory_budget));
+  auto backend = backend_named(v.backend.empty() ? "reference" : v.backend);
   if (!backend) return 1;
-  const Expected<Case> c = read_case_file(args->positional[0]);
+  const Expected<Case> c = read_case_file(v.case_path);
   if (!c) {
     print_json(error_to_json(c.error()));
     return 2;
@@ -268,11 +349,6 @@ int eval_command(const std::vector<std::string>& argv) {
   return 0;
 }
 
-// ---------------------------------------------------------------------------
-// replay
-// ---------------------------------------------------------------------------
-
-// The backend a counterexample recorded, when this build has it; else the reference.
 // The backend the case records when this program has it; else the reference,
 // said on stderr (a fixture pinned from a backend that lives elsewhere).
 std::string default_replay_backend(const std::string& path) {
@@ -285,15 +361,10 @@ std::string default_replay_backend(const std::string& path) {
   return "reference";
 }
 
-int replay_command(const std::vector<std::string>& argv) {
-  std::string error;
-  auto args = parse_args(argv, {"--backend"}, error);
-  if (!args) return usage_error(error);
-  if (args->positional.size() != 1) return usage_error("replay takes exactly one case file");
-  const std::string& path = args->positional[0];
-  auto backend = backend_from(*args, default_replay_backend(path));
+int replay_command(const CommandLine& v) {
+  auto backend = backend_named(v.backend.empty() ? default_replay_backend(v.case_path) : v.backend);
   if (!backend) return 1;
-  const Expected<Judgement> j = replay_file(*backend, path);
+  const Expected<Judgement> j = replay_file(*backend, v.case_path);
   if (!j) {
     std::cerr << "attn-oracle replay: cannot read the case: " << to_string(j.error().code) << ": "
               << j.error().message << "\n";
@@ -313,92 +384,24 @@ int replay_command(const std::vector<std::string>& argv) {
 }
 
 // ---------------------------------------------------------------------------
-// check, report, backends
+// check, report, backends, promote, export
 // ---------------------------------------------------------------------------
 
-template <class T>
-bool parse_number(const std::string& text, T& out) {
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && end == text.data() + text.size();
-}
-
-// "I/N" with 1 <= I <= N, as 0-based (index, count).
-std::optional<std::pair<int, int>> parse_shard(const std::string& text) {
-  const size_t slash = text.find('/');
-  int i = 0, n = 0;
-  if (slash == std::string::npos || !parse_number(text.substr(0, slash), i) || !parse_number(text.substr(slash + 1), n) ||
-      n < 1 || i < 1 || i > n)
-    return std::nullopt;
-  return std::pair{i - 1, n};
-}
-
-// Removes the value-less flag `name` from argv; true when it was there.
-bool take_switch(std::vector<std::string>& argv, const std::string& name) {
-  const auto it = std::find(argv.begin(), argv.end(), name);
-  if (it == argv.end()) return false;
-  argv.erase(it);
-  return true;
-}
-
-int check_command(std::vector<std::string> argv, const CheckEnvironment& env) {
-  CheckOptions options;
-  options.deep = take_switch(argv, "--deep");
-  options.isolate = !take_switch(argv, "--no-isolation");
-  options.list = take_switch(argv, "--list");
-  options.describe = take_switch(argv, "--describe");
-  options.no_store = take_switch(argv, "--no-store");
-  // The generators read it from the environment, so isolated children and workers' runs see it too.
-  if (take_switch(argv, "--shape-stable")) setenv("ATTN_ORACLE_SHAPE_STABLE", "1", 1);
-  std::string error;
-  auto args = parse_args(argv, {"--backend", "--cases", "--seed", "--filter", "--skips", "--xfails", "--report",
-                                "--shard", "--max-failures", "--case-timeout", "--profile", "--store"},
-                         error);
-  if (!args) return usage_error(error);
-  if (!args->positional.empty()) return usage_error("check takes no positional arguments");
-  if (args->flags.count("--profile")) {
-    // The generators read it from the environment, so isolated children see it too.
-    const std::string profile = args->flags["--profile"];
-    if (profile != "ci" && profile != "deep") return usage_error("--profile takes ci or deep");
-    setenv("ATTN_ORACLE_PROFILE", profile.c_str(), 1);
-  }
-  options.backend = flag(*args, "--backend", "all");
-  options.filter = flag(*args, "--filter", "");
-  // A conformance binary's own lists (attn_oracle_add_conformance ... SKIPS / XFAILS) unless given.
-  options.skips_file = flag(*args, "--skips", env_or("ATTN_ORACLE_SKIPS", ""));
-  options.xfails_file = flag(*args, "--xfails", env_or("ATTN_ORACLE_XFAILS", ""));
-  options.report_dir = flag(*args, "--report", options.report_dir);
-  if (args->flags.count("--store")) {
-    if (options.no_store) return usage_error("give either --store DIR or --no-store, not both");
-    if (args->flags["--store"].empty()) return usage_error("--store needs a directory");
-    options.store_dir = args->flags["--store"];
-  }
-  if (options.backend != "all" && !BackendRegistry::instance().make(options.backend))
-    return usage_error("unknown backend " + options.backend + " (registered: " + registered_names() + ")");
-  if (args->flags.count("--cases")) {
-    int cases = 0;
-    if (!parse_number(args->flags["--cases"], cases) || cases < 1) return usage_error("--cases needs a positive integer");
-    options.cases = cases;
-  }
-  if (args->flags.count("--seed")) {
-    uint64_t seed = 0;
-    if (args->flags["--seed"] == "random") options.random_seed = true;
-    else if (parse_number(args->flags["--seed"], seed)) options.seed = seed;
-    else return usage_error("--seed needs an unsigned 64-bit integer or `random`");
-  }
-  if (args->flags.count("--shard")) {
-    options.shard = parse_shard(args->flags["--shard"]);
-    if (!options.shard) return usage_error("--shard needs I/N with 1 <= I <= N");
-  }
-  if (args->flags.count("--max-failures") &&
-      (!parse_number(args->flags["--max-failures"], options.max_failures) || options.max_failures < 1))
-    return usage_error("--max-failures needs a positive integer");
-  if (args->flags.count("--case-timeout")) {
-    int seconds = 0;
-    if (!parse_number(args->flags["--case-timeout"], seconds) || seconds < 1)
-      return usage_error("--case-timeout needs a positive number of seconds");
-    options.case_timeout_seconds = seconds;
-  }
-  return run_check_command(options, env);
+// check's options: the parsed flags over the settings the program resolved.
+int check_command(CommandLine& v, const CheckEnvironment& env) {
+  CheckOptions& o = v.check;
+  if (o.backend != "all" && !BackendRegistry::instance().make(o.backend))
+    return usage_error("unknown backend " + o.backend + " (registered: " + registered_names() + ")");
+  if (v.cases > 0) o.cases = v.cases;
+  if (v.case_timeout > 0) o.case_timeout_seconds = v.case_timeout;
+  if (!v.store_dir.empty()) o.store_dir = v.store_dir;
+  if (v.seed == "random") o.random_seed = true;
+  else if (!v.seed.empty()) o.seed = std::stoull(v.seed);
+  if (!v.shard.empty()) o.shard = parse_shard(v.shard);
+  if (!v.profile.empty()) o.profile = v.profile == "deep" ? SizeProfile::deep : SizeProfile::ci;
+  o.shape_stable = o.shape_stable || v.shape_stable;
+  o.isolate = o.isolate && !v.no_isolation;
+  return run_check_command(o, env);
 }
 
 // The reports named: files, and every *.json in a directory (sorted).
@@ -421,15 +424,9 @@ std::vector<std::string> report_paths(const std::vector<std::string>& names) {
 
 // report merge --out DIR REPORT.json|DIR...: one report from shard reports (or
 // the per-test reports of a conformance binary). Exit 0 once it is written.
-int report_command(const std::vector<std::string>& argv) {
-  if (argv.empty() || argv[0] != "merge") return usage_error("report takes `merge --out DIR REPORT.json...`");
-  std::string error;
-  auto args = parse_args(std::vector<std::string>(argv.begin() + 1, argv.end()), {"--out"}, error);
-  if (!args) return usage_error(error);
-  if (args->positional.empty() || !args->flags.count("--out"))
-    return usage_error("report merge needs --out DIR and at least one report");
+int merge_command(const CommandLine& v) {
   std::vector<CheckReport> shards;
-  for (const std::string& path : report_paths(args->positional)) {
+  for (const std::string& path : report_paths(v.merge_reports)) {
     std::ifstream in(path);
     const json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
     const Expected<CheckReport> r = report_from_json(j);
@@ -438,16 +435,16 @@ int report_command(const std::vector<std::string>& argv) {
   }
   const Expected<CheckReport> merged = merge_reports(shards);
   if (!merged) return usage_error(merged.error().message);
-  if (!write_report_files(merged.value(), args->flags["--out"], error)) return usage_error(error);
+  std::string error;
+  if (!write_report_files(merged.value(), v.merge_out, error)) return usage_error(error);
   std::cout << merged->count(Verdict::passed) << " passed, " << merged->count(Verdict::failed) << " failed, "
             << merged->count(Verdict::skipped) << " skipped, " << merged->count(Verdict::xfail)
             << " expected failures, " << merged->count(Verdict::xpass) << " unexpected passes\nreport: "
-            << args->flags["--out"] << "/conformance.md, " << args->flags["--out"] << "/conformance.json\n";
+            << v.merge_out << "/conformance.md, " << v.merge_out << "/conformance.json\n";
   return 0;
 }
 
-int backends_command(const std::vector<std::string>& argv, const CheckEnvironment& env) {
-  if (!argv.empty()) return usage_error("backends takes no arguments");
+int backends_command(const CheckEnvironment& env) {
   for (const std::string& name : BackendRegistry::instance().names()) {
     auto backend = BackendRegistry::instance().make(name);
     std::string caps;
@@ -468,33 +465,54 @@ int backends_command(const std::vector<std::string>& argv, const CheckEnvironmen
 
 // promote CASE OUT --note TEXT: the case with the reference's result as its
 // `expected` field and a note saying what it pins, ready for fixtures/.
-int promote_command(const std::vector<std::string>& argv) {
-  std::string error;
-  auto args = parse_args(argv, {"--note"}, error);
-  if (!args) return usage_error(error);
-  if (args->positional.size() != 2) return usage_error("promote takes a case file and an output path");
-  const Expected<Case> c = read_case_file(args->positional[0]);
-  if (!c) return usage_error("cannot read " + args->positional[0] + ": " + c.error().message);
-  const Case promoted = promote_case(c.value(), flag(*args, "--note", c->note));
-  if (!write_case_file(args->positional[1], promoted)) return usage_error("cannot write " + args->positional[1]);
-  std::cout << args->positional[1] << "\n";
+int promote_command(const CommandLine& v) {
+  const Expected<Case> c = read_case_file(v.case_path);
+  if (!c) return usage_error("cannot read " + v.case_path + ": " + c.error().message);
+  const Case promoted = promote_case(c.value(), v.note.empty() ? c->note : v.note);
+  if (!write_case_file(v.promote_out, promoted)) return usage_error("cannot write " + v.promote_out);
+  std::cout << v.promote_out << "\n";
   return 0;
 }
 
-int export_command(const std::vector<std::string>& argv, const CheckEnvironment& env) {
-  std::string error;
-  auto args = parse_args(argv, {"--npy", "--fixtures"}, error);
-  if (!args) return usage_error(error);
-  const std::string fixtures = flag(*args, "--fixtures", env.fixtures_dir);
-  if (!args->positional.empty() || !args->flags.count("--npy") || fixtures.empty())
-    return usage_error("export needs --npy DIR (and --fixtures DIR)");
-  return export_npy(fixtures, args->flags["--npy"]);
+int export_command(const CommandLine& v, const CheckEnvironment& env) {
+  const std::string fixtures = v.fixtures_dir.empty() ? env.fixtures_dir : v.fixtures_dir;
+  if (fixtures.empty()) return usage_error("export needs --fixtures DIR (this program has no fixtures of its own)");
+  return export_npy(fixtures, v.npy_dir);
 }
 
-int coverage_command(const std::vector<std::string>& argv) {
-  if (argv.size() > 1 || (argv.size() == 1 && argv[0] != "--markdown"))
-    return usage_error("coverage takes only --markdown");
-  std::cout << coverage_table(!argv.empty());
+// Every command with its options: `attn-oracle --help`, `help`, or nothing.
+std::string full_help(const CLI::App& app) {
+  return app.get_formatter()->make_help(&app, app.get_name(), CLI::AppFormatMode::All);
+}
+
+// CLI11 takes `--store=` (nothing after the '=') as `--store` and then the next
+// argument as its value; `--store ""` is what it means, as it always did here.
+std::vector<std::string> with_empty_values(const std::vector<std::string>& argv) {
+  std::vector<std::string> out;
+  for (const std::string& a : argv) {
+    if (a.starts_with("--") && a.size() > 3 && a.back() == '=' && a.find('=') == a.size() - 1) {
+      out.push_back(a.substr(0, a.size() - 1));
+      out.emplace_back();
+    } else {
+      out.push_back(a);
+    }
+  }
+  return out;
+}
+
+// The chosen command, run.
+int dispatch(const CLI::App& app, CommandLine& v, const CheckEnvironment& env) {
+  const auto chosen = [&](const char* name) { return app.got_subcommand(name); };
+  if (chosen("eval")) return eval_command(v);
+  if (chosen("replay")) return replay_command(v);
+  if (chosen("repro")) return repro_command(v.repro);
+  if (chosen("check")) return check_command(v, env);
+  if (chosen("report")) return merge_command(v);
+  if (chosen("backends")) return backends_command(env);
+  if (chosen("promote")) return promote_command(v);
+  if (chosen("export")) return export_command(v, env);
+  if (chosen("coverage")) return std::cout << coverage_table(v.markdown), 0;
+  std::cout << full_help(app);  // `help`
   return 0;
 }
 
@@ -507,27 +525,27 @@ bool is_cli_verb(const std::string& word) {
 }
 
 int run_cli(const std::vector<std::string>& argv, const CheckEnvironment& env) {
-  if (argv.empty()) {
-    std::cout << kUsage;
-    return 1;
-  }
-  const std::string& command = argv[0];
-  const std::vector<std::string> rest(argv.begin() + 1, argv.end());
+  if (!argv.empty() && is_isolation_child_verb(argv[0])) return run_isolation_child(argv);
+  CLI::App app(wrapped("attn-oracle: the property suite for packed attention, its reference and its "
+                       "counterexamples"), env.program);
+  CommandLine v;
+  v.check.skips_file = env.settings.skips_file;
+  v.check.xfails_file = env.settings.xfails_file;
+  v.check.isolate = env.settings.isolate;
+  v.check.case_timeout_seconds = env.settings.case_timeout_seconds;
+  define_commands(app, v);
+  if (argv.empty()) return std::cout << full_help(app), 1;
   try {
-    if (command == "--help" || command == "-h" || command == "help") return std::cout << kUsage, 0;
-    // `check --help` asks for the usage: no option parser should call it unknown.
-    const auto is_help = [](const std::string& a) { return a == "--help" || a == "-h"; };
-    if (is_cli_verb(command) && std::any_of(rest.begin(), rest.end(), is_help)) return std::cout << kUsage, 0;
-    if (is_isolation_child_verb(command)) return run_isolation_child(argv);
-    if (command == "eval") return eval_command(rest);
-    if (command == "replay") return replay_command(rest);
-    if (command == "repro") return repro_command(rest);
-    if (command == "check") return check_command(rest, env);
-    if (command == "report") return report_command(rest);
-    if (command == "backends") return backends_command(rest, env);
-    if (command == "promote") return promote_command(rest);
-    if (command == "export") return export_command(rest, env);
-    if (command == "coverage") return coverage_command(rest);
+    const std::vector<std::string> args = with_empty_values(argv);
+    app.parse(std::vector<std::string>(args.rbegin(), args.rend()));  // CLI11 takes them last first
+  } catch (const CLI::CallForHelp&) {
+    std::cout << (app.get_subcommands().empty() ? full_help(app) : app.help());
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    return usage_error(e.what());
+  }
+  try {
+    return dispatch(app, v, env);
   } catch (const BackendFailure& e) {  // a worker process that cannot start or greet
     std::cerr << "attn-oracle: the backend failed: " << e.what() << "\n";
     if (!e.log.empty()) std::cerr << "its stderr ended with:\n" << e.log << (e.log.ends_with('\n') ? "" : "\n");
@@ -536,7 +554,6 @@ int run_cli(const std::vector<std::string>& argv, const CheckEnvironment& env) {
     std::cerr << "attn-oracle: internal error: " << e.what() << "\n";
     return 1;
   }
-  return usage_error("unknown command " + command);
 }
 
 }  // namespace attn_oracle

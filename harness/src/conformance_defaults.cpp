@@ -1,8 +1,8 @@
 // conformance_defaults.cpp: see conformance_defaults.hpp.
 #include "attn_oracle/harness/conformance_defaults.hpp"
 
-#include <cstdlib>
 #include <utility>
+#include <vector>
 
 namespace attn_oracle {
 namespace {
@@ -12,6 +12,11 @@ ConformanceDefaults& stored() {
   return defaults;
 }
 
+std::vector<ConformanceSuite>& suites() {
+  static std::vector<ConformanceSuite> added;
+  return added;
+}
+
 }  // namespace
 
 bool set_conformance_defaults(ConformanceDefaults defaults) {
@@ -19,16 +24,26 @@ bool set_conformance_defaults(ConformanceDefaults defaults) {
   return true;
 }
 
-void apply_conformance_defaults() {
+Settings conformance_settings(const Environment& environment) {
   const ConformanceDefaults& d = stored();
-  for (const auto& [name, value] : {std::pair{"ATTN_ORACLE_FAILURES_DIR", &d.failures_dir},
-                                    std::pair{"ATTN_ORACLE_RESULTS_DIR", &d.results_dir},
-                                    std::pair{"ATTN_ORACLE_XFAILS", &d.xfails_file},
-                                    std::pair{"ATTN_ORACLE_SKIPS", &d.skips_file}})
-    if (!value->empty()) setenv(name, value->c_str(), /*overwrite=*/0);
-  // A conformance binary keeps its failures for the next run (failure_store.hpp)
-  // unless told otherwise: ATTN_ORACLE_STORE=off, or a directory.
-  setenv("ATTN_ORACLE_STORE", "on", /*overwrite=*/0);
+  Settings defaults;
+  if (!d.failures_dir.empty()) defaults.run.failures_dir = d.failures_dir;
+  defaults.results_dir = d.results_dir;
+  defaults.xfails_file = d.xfails_file;
+  defaults.skips_file = d.skips_file;
+  defaults.run.use_store = true;
+  Settings s = resolve_settings(environment, std::move(defaults));
+  if (const auto shard = gtest_shard(environment)) s.run.shard_index = shard->first, s.run.shard_count = shard->second;
+  return s;
+}
+
+bool add_conformance_suite(ConformanceSuite suite) {
+  suites().push_back(suite);
+  return true;
+}
+
+void register_conformance_suites(const Settings& settings) {
+  for (ConformanceSuite suite : suites()) suite(settings);
 }
 
 }  // namespace attn_oracle

@@ -172,6 +172,8 @@ std::vector<size_t> path_from(const std::string& text) {
   return path;
 }
 
+// Every setting the child runs with, on its command line: a child reads no
+// setting from the environment (settings.hpp).
 std::vector<std::string> settings_args(const std::string& verb, const PropertyDef& p, const Backend& b,
                                        const RunSettings& s) {
   return {"attn-oracle-child", verb, "--property", p.id, "--backend", b.name(), "--seed", std::to_string(s.seed),
@@ -179,7 +181,8 @@ std::vector<std::string> settings_args(const std::string& verb, const PropertyDe
           std::to_string(s.shard_index) + "/" + std::to_string(s.shard_count), "--max-failures",
           std::to_string(s.max_failures), "--failures-dir", s.failures_dir, "--program", s.program,
           "--first-draw", std::to_string(s.first_draw), "--known", nlohmann::json(s.known_signatures).dump(),
-          "--store", s.use_store ? (s.replay_store ? "replay" : "keep") : "off"};
+          "--store", s.use_store ? (s.replay_store ? "replay" : "keep") : "off",
+          "--profile", std::string(to_string(s.draws.profile)), "--shape-stable", s.draws.shape_stable ? "1" : "0"};
 }
 
 // ------------------------------------------------------------------ crashes
@@ -305,7 +308,6 @@ struct ChildArgs {
 
 std::optional<ChildArgs> parse_child(const std::vector<std::string>& args) {
   ChildArgs c;
-  c.settings = default_run_settings();
   try {
     for (size_t i = 1; i + 1 < args.size(); i += 2) {
       const std::string& k = args[i];
@@ -324,6 +326,8 @@ std::optional<ChildArgs> parse_child(const std::vector<std::string>& args) {
       else if (k == "--first-draw") c.settings.first_draw = std::stoi(v);
       else if (k == "--known") c.settings.known_signatures = nlohmann::json::parse(v).get<std::set<std::string>>();
       else if (k == "--store") c.settings.use_store = v != "off", c.settings.replay_store = v == "replay";
+      else if (k == "--profile") c.settings.draws.profile = v == "deep" ? SizeProfile::deep : SizeProfile::ci;
+      else if (k == "--shape-stable") c.settings.draws.shape_stable = v == "1";
       else if (k == "--shard") {
         const size_t slash = v.find('/');
         c.settings.shard_index = std::stoi(v.substr(0, slash)), c.settings.shard_count = std::stoi(v.substr(slash + 1));
@@ -456,7 +460,8 @@ ChildRun run_child(const PropertyDef& property, Backend& backend, const RunSetti
 // draws run out. A hang ends the property.
 PropertyOutcome run_property_isolated(const PropertyDef& property, Backend& backend, const RunSettings& settings,
                                       const IsolationSettings& isolation, const ProgressFn& progress) {
-  if (skipped_before_drawing(property, backend)) return run_property(property, backend, settings);  // nothing runs
+  if (skipped_before_drawing(property, draw_context(backend, settings.draws)))
+    return run_property(property, backend, settings);  // nothing runs
   PropertyOutcome out;
   out.property = property.id, out.backend = backend.name(), out.backend_version = backend.version();
   out.seed = settings.seed;

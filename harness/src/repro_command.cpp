@@ -231,25 +231,9 @@ std::string gtest_reproduction(const Disagreement& d, const Backend& backend, co
   return os.str();
 }
 
-int repro_command(const std::vector<std::string>& argv) {
-  std::string out_path, direct_path, backend_name, case_path;
-  for (size_t i = 0; i < argv.size(); ++i) {
-    const std::string& a = argv[i];
-    const auto value = [&](std::string& to) {
-      if (i + 1 >= argv.size()) return false;
-      to = argv[++i];
-      return true;
-    };
-    if ((a == "--out" && value(out_path)) || (a == "--direct" && value(direct_path)) ||
-        (a == "--backend" && value(backend_name)))
-      continue;
-    if (a.rfind("--", 0) == 0 || !case_path.empty()) {
-      std::cerr << "attn-oracle repro: usage: repro [--backend NAME] CASE [--out FILE] [--direct FILE]\n";
-      return 1;
-    }
-    case_path = a;
-  }
-  if (case_path.empty()) return std::cerr << "attn-oracle repro: which case? (repro [--backend NAME] CASE)\n", 1;
+int repro_command(const ReproOptions& options) {
+  const std::string &case_path = options.case_path, &out_path = options.out_path, &direct_path = options.direct_path;
+  std::string backend_name = options.backend;
   const Expected<Case> c = read_case_file(case_path);
   if (!c) return std::cerr << "attn-oracle repro: cannot read " << case_path << ": " << c.error().message << "\n", 1;
   if (backend_name.empty() && c->property) backend_name = c->property->backend;

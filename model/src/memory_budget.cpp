@@ -4,14 +4,13 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
-#include <cstdlib>
 #include <thread>
 
 namespace attn_oracle {
 namespace {
 
-std::atomic<int64_t> g_budget{0};   // 0: not set, read the environment
-std::atomic<int64_t> g_threads{0};  // 0: not set, read the environment
+std::atomic<int64_t> g_budget{0};   // 0: not set, kDefaultMemoryBudget
+std::atomic<int64_t> g_threads{0};  // 0: not set, the machine's cores
 
 std::string bytes_text(int64_t bytes) {
   std::string s = std::to_string(bytes) + " bytes";
@@ -42,8 +41,6 @@ std::optional<int64_t> parse_memory_size(std::string_view text) {
 
 int64_t memory_budget() {
   if (const int64_t set = g_budget.load()) return set;
-  if (const char* env = std::getenv("ATTN_ORACLE_MEMORY_BUDGET"))
-    if (auto parsed = parse_memory_size(env)) return *parsed;
   return kDefaultMemoryBudget;
 }
 
@@ -51,16 +48,30 @@ void set_memory_budget(int64_t bytes) { g_budget.store(bytes > 0 ? bytes : 0); }
 
 int64_t reference_threads() {
   if (const int64_t set = g_threads.load()) return set;
-  const char* env = std::getenv("ATTN_ORACLE_THREADS");
-  if (env == nullptr) return std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, kMaxReferenceThreads);
-  const std::string_view text(env);
+  return std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, kMaxReferenceThreads);
+}
+
+void set_reference_threads(int64_t threads) { g_threads.store(std::clamp<int64_t>(threads, 0, kMaxReferenceThreads)); }
+
+int64_t parse_reference_threads(std::string_view text) {
   int64_t threads = 0;
   const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), threads);
   if (ec != std::errc() || ptr != text.data() + text.size() || threads < 1) return 1;
   return std::min(threads, kMaxReferenceThreads);
 }
 
-void set_reference_threads(int64_t threads) { g_threads.store(std::clamp<int64_t>(threads, 0, kMaxReferenceThreads)); }
+ProcessLimits process_limits_from(const Environment& environment, ProcessLimits limits) {
+  if (const auto it = environment.find("ATTN_ORACLE_MEMORY_BUDGET"); it != environment.end())
+    if (const auto bytes = parse_memory_size(it->second)) limits.memory_budget = *bytes;
+  if (const auto it = environment.find("ATTN_ORACLE_THREADS"); it != environment.end())
+    limits.reference_threads = parse_reference_threads(it->second);
+  return limits;
+}
+
+void install_process_limits(const ProcessLimits& limits) {
+  set_memory_budget(limits.memory_budget);
+  set_reference_threads(limits.reference_threads);
+}
 
 void MemoryNeed::add(std::string_view what, const std::vector<int64_t>& factors) {
   if (overflow_) return;  // the message names the first item that overflowed

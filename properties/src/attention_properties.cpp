@@ -38,8 +38,10 @@ Case attention_case(const AttentionProblem& problem, uint64_t seed) {
 // Draws a problem inside the backend's domain, moved to the nearest shape it
 // supports (the check declines one it still does not).
 // A backend without gradients (ProducedOutputs) gets forward problems only.
-Case draw_supported(Backend& backend, AttentionOptions options = {}) {
-  options.batch.domain = drawing_domain(backend.domain());
+Case draw_supported(const DrawContext& context, AttentionOptions options = {}) {
+  Backend& backend = context.backend;
+  options.batch.domain = context.domain;
+  options.batch.profile = context.profile;
   AttentionDraw d = *attention_draw(options);
   d.problem.shape.backward = d.problem.shape.backward && backend.outputs().gradients;
   d.problem.shape = nearest_supported_shape(
@@ -47,8 +49,8 @@ Case draw_supported(Backend& backend, AttentionOptions options = {}) {
   return attention_case(d.problem, d.seed);
 }
 
-Case draw_any(Backend& backend) { return draw_supported(backend); }
-Case draw_gqa(Backend& backend) { return draw_supported(backend, AttentionOptions{.gqa = true}); }
+Case draw_any(const DrawContext& context) { return draw_supported(context); }
+Case draw_gqa(const DrawContext& context) { return draw_supported(context, AttentionOptions{.gqa = true}); }
 
 // The case's problem, if valid and supported, and its inputs.
 struct Drawn {
@@ -167,8 +169,8 @@ void unattended_tokens_are_exactly_zero(Backend& backend, const Case& c) {
 }
 
 // The permutation of the documents is drawn after the case and recorded with it.
-Case draw_permutation(Backend& backend) {
-  Case c = draw_supported(backend);
+Case draw_permutation(const DrawContext& context) {
+  Case c = draw_supported(context);
   return with_drawn(std::move(c), {{"permutation_seed", *rc::gen::inRange<uint64_t>(0, 1000)}});
 }
 
@@ -222,9 +224,9 @@ PackedBatch extreme_batch_of(const Case& c, const PackedBatch& batch) {
 }
 
 // Positions go to the top of what the backend's domain takes (max_position), kept in the case for its replay.
-Case draw_extreme_integers(Backend& backend) {
-  Case c = with_extreme_integers(draw_supported(backend));
-  if (const int64_t top = backend.domain().max_position; top > 0) c.property->drawn["top"] = top;
+Case draw_extreme_integers(const DrawContext& context) {
+  Case c = with_extreme_integers(draw_supported(context));
+  if (const int64_t top = context.domain.max_position; top > 0) c.property->drawn["top"] = top;
   return c;
 }
 
@@ -312,10 +314,10 @@ void gqa_equals_repeated_kv_heads(Backend& backend, const Case& c) {
 // or no_mask (the recorded case: it is the one a window bug gets wrong). A
 // backend that applies the index rule gets positions from 0, which it can
 // represent under both masks; the reference gets every layout.
-Case draw_windowed(Backend& backend) {
+Case draw_windowed(const DrawContext& context) {
   AttentionOptions options;
-  options.batch.contiguous_positions = !backend.attention()->token_level_mask();
-  Case c = draw_supported(backend, options);
+  options.batch.contiguous_positions = !context.backend.attention()->token_level_mask();
+  Case c = draw_supported(context, options);
   AttentionProblem& p = std::get<AttentionCase>(c.payload).problem;
   p.batch.mask = allows_padding(p.batch.mask) ? MaskKind::padding : MaskKind::no_mask;
   p.batch.window = Window{p.batch.window.left, 0};

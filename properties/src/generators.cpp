@@ -218,9 +218,9 @@ rc::Gen<bool> kernel_tile_mode(int tile_edge_weight, int weight) {
 
 // Lengths where kernels break: each side of a multiple of a tile (64, 128,
 // and in the deep profile up to 4096), shrinking towards 1.
-std::vector<int> tile_edge_lengths(int max_len) {
+std::vector<int> tile_edge_lengths(int max_len, SizeProfile profile) {
   std::vector<int> out = {1};
-  const std::vector<int> tiles = size_profile() == SizeProfile::deep ? std::vector<int>{64, 128, 256, 512, 1024, 2048, 4096}
+  const std::vector<int> tiles = profile == SizeProfile::deep ? std::vector<int>{64, 128, 256, 512, 1024, 2048, 4096}
                                                                      : std::vector<int>{64, 128};
   for (int t : tiles)
     for (int l : {t - 1, t, t + 1})
@@ -269,15 +269,15 @@ rc::Gen<Window> window(bool windows, bool ends_at_query) {
 }
 
 // Length of one side of a document: size-scaled, 0 (missing on that side) rarely.
-rc::Gen<int> side_length(EdgeMode mode, int max_len) {
+rc::Gen<int> side_length(EdgeMode mode, int max_len, SizeProfile profile) {
   if (mode == EdgeMode::unit_docs) return rc::gen::just(1);
   // Lengths up to 40 whatever the size, so that documents longer than a 16-row
   // kernel tile are drawn early; they still shrink towards 1.
   if (mode == EdgeMode::long_docs) return rc::gen::resize(100, rc::gen::inRange(1, std::max(2, std::min(max_len, 41))));
-  if (mode == EdgeMode::tile_edges) return shrinking_element<int>(tile_edge_lengths(max_len - kMaxTrailing));
+  if (mode == EdgeMode::tile_edges) return shrinking_element<int>(tile_edge_lengths(max_len - kMaxTrailing, profile));
   if (mode == EdgeMode::kernel_tiles && max_len > kLongDocMin) {
     // Mostly long; short ones beside them, and what a long one shrinks towards.
-    return shrinking_weighted<int>({{1, side_length(EdgeMode::normal, 48)}, {3, long_length(max_len - kMaxTrailing)}});
+    return shrinking_weighted<int>({{1, side_length(EdgeMode::normal, 48, profile)}, {3, long_length(max_len - kMaxTrailing)}});
   }
   return rc::gen::withSize([=](int size) {
     const int top = std::max(2, std::min(max_len, 2 + size / 7));
@@ -288,7 +288,7 @@ rc::Gen<int> side_length(EdgeMode mode, int max_len) {
   });
 }
 
-rc::Gen<DocSpec> doc_spec(EdgeMode mode, bool padding, int max_len) {
+rc::Gen<DocSpec> doc_spec(EdgeMode mode, bool padding, int max_len, SizeProfile profile) {
   const bool gaps = padding && mode != EdgeMode::all_full;
   // Kernel-tile rows reach their length through padding too, cheaply: a gap
   // costs tokens, not pairs.
@@ -302,8 +302,8 @@ rc::Gen<DocSpec> doc_spec(EdgeMode mode, bool padding, int max_len) {
                      : shrinking_weighted<int>({{6, rc::gen::just(1)}, {1, rc::gen::just(2)}});
   auto start = shrinking_weighted<int>({{1, rc::gen::just(0)}, {3, rc::gen::inRange(1, 17)}});
   return rc::gen::build<DocSpec>(
-      rc::gen::set(&DocSpec::q_len, side_length(mode, max_len)),
-      rc::gen::set(&DocSpec::kv_len, side_length(mode, max_len)),
+      rc::gen::set(&DocSpec::q_len, side_length(mode, max_len, profile)),
+      rc::gen::set(&DocSpec::kv_len, side_length(mode, max_len, profile)),
       rc::gen::set(&DocSpec::q_gap, gap), rc::gen::set(&DocSpec::kv_gap, gap),
       rc::gen::set(&DocSpec::id_step, id_step), rc::gen::set(&DocSpec::q_start, start),
       rc::gen::set(&DocSpec::kv_start, start));
@@ -337,7 +337,7 @@ rc::Gen<std::vector<DocSpec>> row_spec(EdgeMode mode, bool padding, BatchOptions
     const int most = std::max(1, std::min(o.max_docs, 2 + size / 12));
     auto count = mode == EdgeMode::exactly_m ? rc::gen::just(most) : rc::gen::inRange(1, most + 1);
     return rc::gen::mapcat(count, [=](int n) {
-      return rc::gen::container<std::vector<DocSpec>>(n, doc_spec(mode, padding, o.max_len));
+      return rc::gen::container<std::vector<DocSpec>>(n, doc_spec(mode, padding, o.max_len, o.profile));
     });
   });
   return rc::gen::map(docs, [o](std::vector<DocSpec> d) {
@@ -417,7 +417,7 @@ BatchSpec kv_as_q(BatchSpec spec) {
 #endif
 #endif
 
-KernelTileBudget kernel_tile_budget() {
+KernelTileBudget kernel_tile_budget(SizeProfile profile) {
 #if defined(ATTN_ORACLE_UNDER_ASAN)
   // A Debug build with AddressSanitizer (scripts/sanitize): a pair costs about
   // 20 times a release build's, so a sixteenth of the pairs and work. The
@@ -428,19 +428,14 @@ KernelTileBudget kernel_tile_budget() {
 #endif
   // 2 x pairs x (1 + kPairOverhead) <= work: a draw at the pair budget fits
   // with two query heads (GQA's least) of head_dim 1.
-  if (size_profile() == SizeProfile::deep) b.pairs *= 4, b.work *= 4, b.elements *= 4, b.cells *= 4;
+  if (profile == SizeProfile::deep) b.pairs *= 4, b.work *= 4, b.elements *= 4, b.cells *= 4;
   return b;
-}
-
-SizeProfile size_profile() {
-  const char* p = std::getenv("ATTN_ORACLE_PROFILE");
-  return p && std::string(p) == "deep" ? SizeProfile::deep : SizeProfile::ci;
 }
 
 std::string_view to_string(SizeProfile profile) { return profile == SizeProfile::deep ? "deep" : "ci"; }
 
 rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
-  if (size_profile() == SizeProfile::deep) {
+  if (o.profile == SizeProfile::deep) {
     o.max_len = std::max(o.max_len, kDeepMaxLen), o.max_docs = std::max(o.max_docs, 16);
     o.tile_edge_weight = std::max(o.tile_edge_weight, 6);
   }
@@ -501,9 +496,9 @@ rc::Gen<PackedBatch> packed_batch(BatchOptions o) {
         rc::gen::set(&BatchSpec::q, side_spec(h.extra.first, o.contiguous_positions || long_mode, o.domain)),
         rc::gen::set(&BatchSpec::kv, side_spec(h.extra.second, o.contiguous_positions || long_mode, o.domain)),
         rc::gen::set(&BatchSpec::slices, slices),
-        rc::gen::set(&BatchSpec::max_pairs, rc::gen::just(long_mode ? kernel_tile_budget().pairs : int64_t{0})),
+        rc::gen::set(&BatchSpec::max_pairs, rc::gen::just(long_mode ? kernel_tile_budget(o.profile).pairs : int64_t{0})),
         // Half the cells: room for two query heads, the fewest a GQA draw keeps.
-        rc::gen::set(&BatchSpec::max_cells, rc::gen::just(long_mode ? kernel_tile_budget().cells / 2 : int64_t{0})),
+        rc::gen::set(&BatchSpec::max_cells, rc::gen::just(long_mode ? kernel_tile_budget(o.profile).cells / 2 : int64_t{0})),
         rc::gen::set(&BatchSpec::max_row_tokens, rc::gen::just(long_mode ? int64_t{o.long_row_len} : int64_t{0})));
   });
   // Set after drawing, so that the draws of every other domain stay as they were.
@@ -575,8 +570,7 @@ BatchExtent batch_extent(const PackedBatch& b) {
 // draw GQA), then the next smaller of `dims` (sorted). Short draws never reach
 // it; a size menu's heads stay as they are.
 Heads within_work_budget(Heads h, const DocumentSizes& docs, const BatchExtent& extent,
-                         const std::vector<int64_t>& dims, int64_t min_group) {
-  const KernelTileBudget budget = kernel_tile_budget();
+                         const std::vector<int64_t>& dims, int64_t min_group, const KernelTileBudget& budget) {
   const bool long_docs = docs.longest >= kLongDocMin;  // the short draws' heads stay as drawn
   auto fits = [&] {
     const int64_t heads = h.kv * h.group, width = heads * h.dim;
@@ -624,12 +618,13 @@ rc::Gen<AttentionDraw> attention_draw(AttentionOptions o) {
   dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
   return rc::gen::map(
       rc::gen::tuple(packed_batch(o.batch), heads, rc::gen::arbitrary<uint64_t>()),
-      [dims, menu, min_group = o.gqa ? int64_t{2} : int64_t{1}](const std::tuple<PackedBatch, Heads, uint64_t>& t) {
+      [dims, menu, min_group = o.gqa ? int64_t{2} : int64_t{1},
+       budget = kernel_tile_budget(o.batch.profile)](const std::tuple<PackedBatch, Heads, uint64_t>& t) {
         const auto& [batch, as_drawn, seed] = t;
         Heads drawn = as_drawn;
         if (drawn.wide_group) drawn.group = 8;
         const Heads h =
-            menu ? drawn : within_work_budget(drawn, document_sizes(batch), batch_extent(batch), dims, min_group);
+            menu ? drawn : within_work_budget(drawn, document_sizes(batch), batch_extent(batch), dims, min_group, budget);
         AttentionDraw d;
         d.problem.batch = batch;
         d.problem.shape.heads_kv = h.kv;

@@ -225,14 +225,15 @@ InvalidBatch as_self_attention(InvalidBatch d, Violation v) {
 
 }  // namespace
 
-rc::Gen<InvalidBatch> invalid_batch(const InputDomain& declared) {
+rc::Gen<InvalidBatch> invalid_batch(const InputDomain& declared, SizeProfile profile) {
   // Violations in positions materialise them over the extra dims: a domain whose
   // positions do not carry them gets its invalid draws without extra dims.
   InputDomain domain = declared;
   domain.extra_dims = domain.extra_dims && domain.positions_extra_dims;
   auto violation = shrinking_element<Violation>(violations_within(domain));
-  return rc::gen::mapcat(violation, [domain](Violation v) {
+  return rc::gen::mapcat(violation, [domain, profile](Violation v) {
     BatchOptions options = within(domain);
+    options.profile = profile;
     options.any_mask = v != Violation::noncontiguous_segment;  // room for a padding gap
     if (drawable_masks(options).empty()) options.any_mask = true;
     auto base = packed_batch(options);

@@ -225,14 +225,14 @@ const std::vector<Output> kStreamedOutputs = {Output::lse, Output::gradients};
 
 PropertyDef kv_property(const char* id, const char* summary, Check check, std::vector<KvBufferStep> steps,
                         std::vector<Output> needs = kStreamedOutputs) {
-  return PropertyDef{id, Capability::kv_buffer, summary, [](Backend& backend) { return kv_case(*kv_buffer_draw(backend.domain())); },
+  return PropertyDef{id, Capability::kv_buffer, summary, [](const DrawContext& context) { return kv_case(*kv_buffer_draw(context.declared)); },
                      [check](Backend& backend, const Case& c) { check(backend, draw_of(c)); }, std::nullopt,
                      std::move(needs), needs_drawn_shapes, std::move(steps)};
 }
 
 // The state machine: its command sequence is drawn with the problem and recorded.
-Case draw_steps(Backend& backend) {
-  const KvBufferDraw d = *kv_buffer_draw(backend.domain());
+Case draw_steps(const DrawContext& context) {
+  const KvBufferDraw d = *kv_buffer_draw(context.declared);
   return with_drawn(kv_case(d), {{"commands", draw_kv_buffer_steps(d)}});
 }
 

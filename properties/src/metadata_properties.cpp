@@ -152,8 +152,8 @@ void matches_reference(Backend& backend, const Case& c) {
   if (!diff.empty()) fail_case(diff);
 }
 
-Case draw_invalid(Backend& backend) {
-  const InvalidBatch draw = *invalid_batch(drawing_domain(backend.domain()));
+Case draw_invalid(const DrawContext& context) {
+  const InvalidBatch draw = *invalid_batch(context.domain, context.profile);
   return with_drawn(metadata_case(draw.batch), {{"expected_code", std::string(to_string(draw.expected))}});
 }
 
@@ -273,8 +273,9 @@ const PackedBatch& padding_batch_of(const Case& c) {
 // mode (generators.hpp), rows of up to kMetadataLongRow tokens: several of the
 // token-parallel metadata kernels' blocks of a few hundred to a thousand tokens.
 constexpr int kMetadataLongRow = 4100;
-BatchOptions metadata_options(const InputDomain& domain) {
-  BatchOptions options = within(domain);
+BatchOptions metadata_options(const DrawContext& context) {
+  BatchOptions options = within(context.domain);
+  options.profile = context.profile;
   options.kernel_tile_weight = 2;
   options.long_row_len = kMetadataLongRow;
   return options;
@@ -282,9 +283,9 @@ BatchOptions metadata_options(const InputDomain& domain) {
 
 // A domain that lists its mask kinds gets its padding kinds drawn (not every
 // kind then turned into its padding twin, which it may not take).
-Case draw_padding_batch(const InputDomain& domain, json drawn) {
-  BatchOptions options = metadata_options(domain);
-  options.any_mask = domain.mask_kinds.empty();
+Case draw_padding_batch(const DrawContext& context, json drawn) {
+  BatchOptions options = metadata_options(context);
+  options.any_mask = context.domain.mask_kinds.empty();
   return with_drawn(metadata_case(padding_kind(*packed_batch(options))), std::move(drawn));
 }
 
@@ -373,14 +374,13 @@ void extreme_positions_change_nothing(Backend& backend, const Case& c) {
 }
 
 // Positions go to the top of what the backend's domain takes (max_position), kept in the case for its replay.
-Case draw_extreme_positions(Backend& backend) {
-  const InputDomain d = drawing_domain(backend.domain());
+Case draw_extreme_positions(const DrawContext& context) {
   nlohmann::json drawn = {{"margin", *shrinking_element<int64_t>({0, 1, 2, 3})}};
-  if (d.max_position > 0) drawn["top"] = d.max_position;
-  return with_drawn(metadata_case(*packed_batch(metadata_options(d))), std::move(drawn));
+  if (context.domain.max_position > 0) drawn["top"] = context.domain.max_position;
+  return with_drawn(metadata_case(*packed_batch(metadata_options(context))), std::move(drawn));
 }
 
-Case draw_valid(Backend& backend) { return metadata_case(*packed_batch(metadata_options(drawing_domain(backend.domain())))); }
+Case draw_valid(const DrawContext& context) { return metadata_case(*packed_batch(metadata_options(context))); }
 
 // The backend's metadata drives a float64 varlen kernel over inputs poisoned
 // with NaN wherever no document is (metadata_through_attention.hpp): it must
@@ -392,19 +392,19 @@ void drives_attention_like_the_reference(Backend& backend, const Case& c) {
   const Metadata got = metadata_or_fail(backend, batch);
   if (auto difference = attention_difference(batch, got, ref::metadata(batch).value())) fail_case(*difference);
 }
-Case draw_arbitrary(Backend& backend) { return metadata_case(*arbitrary_batch(drawing_domain(backend.domain()))); }
+Case draw_arbitrary(const DrawContext& context) { return metadata_case(*arbitrary_batch(context.domain)); }
 
-Case draw_trailing_padding(Backend& backend) {
-  Case c = draw_padding_batch(drawing_domain(backend.domain()), json::object());
-  const std::string side = draw_side(drawing_domain(backend.domain()));
+Case draw_trailing_padding(const DrawContext& context) {
+  Case c = draw_padding_batch(context, json::object());
+  const std::string side = draw_side(context.domain);
   const int64_t pads = *rc::gen::inRange<int64_t>(1, 5);
   return with_drawn(std::move(c), {{"side", side}, {"pads", pads}});
 }
 
-Case draw_row_shift(Backend& backend) {
-  Case c = draw_padding_batch(drawing_domain(backend.domain()), json::object());
+Case draw_row_shift(const DrawContext& context) {
+  Case c = draw_padding_batch(context, json::object());
   const BatchLayout l = validate_shapes(batch_of(c)).value();
-  const std::string side = draw_side(drawing_domain(backend.domain()));
+  const std::string side = draw_side(context.domain);
   const int64_t row = *rc::gen::inRange<int64_t>(0, l.batch), shift = *rc::gen::inRange<int64_t>(1, 4);
   return with_drawn(std::move(c), {{"side", side}, {"row", row}, {"shift", shift}});
 }

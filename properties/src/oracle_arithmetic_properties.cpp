@@ -31,12 +31,13 @@ constexpr double kRelative = 1e-12;
 
 // Small problems inside the backend's domain: short rows, so that the scalar
 // loops cost little and a failure starts near its shrunk size.
-Case draw_small(Backend& backend) {
+Case draw_small(const DrawContext& context) {
   AttentionOptions options;
   options.batch.max_len = 12;
   options.batch.max_docs = 3;
   options.batch.kernel_tile_weight = 0;
-  options.batch.domain = drawing_domain(backend.domain());
+  options.batch.domain = context.domain;
+  options.batch.profile = context.profile;
   const AttentionDraw d = *attention_draw(options);
   return Case{AttentionCase{d.problem, d.seed, std::nullopt}, {}, {}, {}};
 }

@@ -65,7 +65,14 @@ Trial run_trial(const PropertyDef& p, Backend& backend, const rc::Shrinkable<Cas
   return t;
 }
 
-std::optional<std::string> skipped_before_drawing(const PropertyDef& property, Backend& backend) {
+DrawContext draw_context(Backend& backend, const DrawSettings& settings) {
+  InputDomain declared = backend.domain();
+  InputDomain drawn = drawing_domain(declared, settings.shape_stable);
+  return DrawContext{backend, std::move(declared), std::move(drawn), settings.profile};
+}
+
+std::optional<std::string> skipped_before_drawing(const PropertyDef& property, const DrawContext& context) {
+  Backend& backend = context.backend;
   for (std::optional<Capability> needed : {std::optional<Capability>(property.needs), property.also_needs})
     if (needed && !backend.has(*needed))
       return "backend " + backend.name() + " lacks the " + std::string(to_string(*needed)) + " capability";
@@ -73,12 +80,13 @@ std::optional<std::string> skipped_before_drawing(const PropertyDef& property, B
     if (!backend.outputs().has(needed)) return "backend " + backend.name() + " does not produce " + std::string(to_string(needed));
   if (auto missing = kv_steps_not_served(property, backend)) return missing;
   if (property.excluded_by) {
-    const InputDomain declared = backend.domain(), drawn = drawing_domain(declared);
-    if (auto why = property.excluded_by(drawn))
+    if (auto why = property.excluded_by(context.domain)) {
+      const InputDomain &declared = context.declared, &drawn = context.domain;
       return (declared.sizes.empty() && !drawn.sizes.empty()
                   ? "shape-stable draws (" + to_string(drawn) + ") exclude"
                   : "backend " + backend.name() + "'s domain (" + to_string(declared) + ") excludes") +
              " what it needs: " + *why;
+    }
   }
   return std::nullopt;
 }

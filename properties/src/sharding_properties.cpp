@@ -80,8 +80,8 @@ ShardedShapes shapes_or_decline(Backend& backend, const ShardingDraw& d) {
   return shapes.value();
 }
 
-Case draw_valid(Backend& backend) {
-  ShardingCapability& cap = *backend.sharding();
+Case draw_valid(const DrawContext& context) {
+  ShardingCapability& cap = *context.backend.sharding();
   ShardingDraw d = *sharding_draw();
   if (!cap.token_level_mask()) d = nearest_representable(d);
   return sharding_case(d);
@@ -106,7 +106,7 @@ void valid_triples_match_unsharded_run(Backend& backend, const Case& c) {
     if (!check.pass) fail_case("sharded vs unsharded: " + check.describe());
 }
 
-Case draw_invalid(Backend&) {
+Case draw_invalid(const DrawContext&) {
   const InvalidShardingDraw d = *invalid_sharding_draw();
   return with_drawn(sharding_case(d.draw), {{"expected_code", std::string(to_string(d.expected))}});
 }

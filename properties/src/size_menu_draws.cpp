@@ -3,7 +3,6 @@
 // the menu: shrinking acts on the spec underneath, so every shrunk case is on
 // the menu too.
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include "attn_oracle/properties/generators.hpp"
@@ -73,13 +72,8 @@ void grow_side(PackedSide& side, int64_t rows2, int64_t len2, bool padding) {
 
 }  // namespace
 
-bool shape_stable_draws() {
-  const char* v = std::getenv("ATTN_ORACLE_SHAPE_STABLE");
-  return v && std::string(v) != "" && std::string(v) != "0" && std::string(v) != "off";
-}
-
-InputDomain drawing_domain(InputDomain d) {
-  if (d.sizes.empty() && shape_stable_draws()) {
+InputDomain drawing_domain(InputDomain d, bool shape_stable) {
+  if (d.sizes.empty() && shape_stable) {
     d.sizes = default_size_menu();
     d.extra_dims = false;
     if (d.head_dims.empty()) d.head_dims = kMenuHeadDims;
@@ -105,7 +99,7 @@ PackedBatch on_size_menu(PackedBatch batch, const InputDomain& domain) {
 }
 
 std::string shape_stable_note() {
-  return "sizes from a menu unless a backend declares its own (" + to_string(drawing_domain({})) +
+  return "sizes from a menu unless a backend declares its own (" + to_string(drawing_domain({}, true)) +
          "); left out: sides of 63, 127 or 129 tokens (inside a longer padded side, or grown to the next size), "
          "sides with no tokens, extra dims, exactly M documents for M off the menu; small_seq, kv_buffer, sharding "
          "and arbitrary-input draws keep their own sizes";

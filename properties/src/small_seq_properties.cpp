@@ -33,8 +33,9 @@ AttentionShape nearest_supported(Backend& backend, const AttentionProblem& probl
 
 // Draws a small-seq problem, moved to the nearest shape the backend supports
 // (forward only for a backend without gradients).
-Case draw_supported(Backend& backend) {
-  AttentionDraw d = *small_seq_draw(SmallSeqOptions{.domain = drawing_domain(backend.domain())});
+Case draw_supported(const DrawContext& context) {
+  Backend& backend = context.backend;
+  AttentionDraw d = *small_seq_draw(SmallSeqOptions{.domain = context.domain});
   d.problem.shape.backward = d.problem.shape.backward && backend.outputs().gradients;
   d.problem.shape = nearest_supported(backend, d.problem);
   return small_seq_case(d);
@@ -154,9 +155,9 @@ AttentionShape supported_shape(Backend& backend, const AttentionShape& shape) {
   return out;
 }
 
-Case draw_invalid(Backend& backend) {
+Case draw_invalid(const DrawContext& context) {
   InvalidSmallSeq draw = *invalid_small_seq();
-  draw.draw.problem.shape = supported_shape(backend, draw.draw.problem.shape);
+  draw.draw.problem.shape = supported_shape(context.backend, draw.draw.problem.shape);
   return with_drawn(small_seq_case(draw.draw), {{"expected_code", std::string(to_string(draw.expected))}});
 }
 

@@ -5,12 +5,9 @@
 
 #include <cctype>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <regex>
 #include <set>
-#include <sstream>
 #include <utility>
 
 #include <rapidcheck.h>
@@ -210,41 +207,9 @@ void save(PropertyFailure& f, const PropertyOutcome& out, const RunSettings& s, 
   set_replay_commands(f, s, out.backend, out.property, true);
 }
 
-// "max_success=200 seed=7": RapidCheck's RC_PARAMS syntax; other keys are RapidCheck's own.
-std::optional<uint64_t> rc_param(const std::string& name) {
-  const char* params = std::getenv("RC_PARAMS");
-  if (!params) return std::nullopt;
-  std::istringstream words(params);
-  for (std::string word; words >> word;)
-    if (word.rfind(name + "=", 0) == 0) try {
-        return std::stoull(word.substr(name.size() + 1));
-      } catch (const std::exception&) {
-        return std::nullopt;
-      }
-  return std::nullopt;
-}
 
 }  // namespace
 
-
-RunSettings default_run_settings() {
-  RunSettings s;
-  if (auto n = rc_param("max_success")) s.cases = static_cast<int>(*n);
-  if (auto n = rc_param("max_size")) s.max_size = static_cast<int>(std::min<uint64_t>(*n, 100));
-  if (auto n = rc_param("seed")) s.seed = *n;
-  // "I/N" (1-based), set by a conformance binary from GoogleTest's sharding variables.
-  if (const char* shard = std::getenv("ATTN_ORACLE_SHARD")) {
-    int i = 0, n = 0;
-    if (std::sscanf(shard, "%d/%d", &i, &n) == 2 && n > 0 && i >= 1 && i <= n) s.shard_index = i - 1, s.shard_count = n;
-  }
-  const char* dir = std::getenv("ATTN_ORACLE_FAILURES_DIR");
-  s.failures_dir = dir && *dir ? dir : "attn-oracle-failures";
-  // "off" (or unset), "on" (in the failures directory), or the store's own directory.
-  const std::string store = std::getenv("ATTN_ORACLE_STORE") ? std::getenv("ATTN_ORACLE_STORE") : "";
-  s.use_store = !store.empty() && store != "off" && store != "0";
-  if (s.use_store && store != "on" && store != "1") s.failures_dir = store;
-  return s;
-}
 
 PropertyOutcome run_property(const PropertyDef& property, Backend& backend, const RunSettings& settings,
                              const ProgressFn& progress) {
@@ -254,7 +219,8 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
   out.backend = backend.name();
   out.backend_version = backend.version();
   out.seed = settings.seed;
-  if (auto why = skipped_before_drawing(property, backend)) {
+  const DrawContext context = draw_context(backend, settings.draws);  // once: no draw re-derives the domain
+  if (auto why = skipped_before_drawing(property, context)) {
     out.status = PropertyOutcome::Status::skipped;
     out.message = *why;
     return out;
@@ -263,7 +229,7 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
   RunSettings s = settings;
   s.max_size = std::clamp(s.max_size, 0, 100);
   s.shard_count = std::max(1, s.shard_count);
-  const rc::Gen<Case> gen = rc::gen::exec([&property, &backend] { return property.draw(backend); });
+  const rc::Gen<Case> gen = rc::gen::exec([&property, &context] { return property.draw(context); });
   replay_stored_failures(property, backend, s, out);  // before any draw; their groups become known
   Triage triage(s.max_failures, s.known_signatures, out.backend, property.needs);
   for (PropertyFailure& f : out.failures) f.cluster = triage.adopt(f.message, f.counterexample, f.case_path);
@@ -342,7 +308,8 @@ TrialResult run_draw(const PropertyDef& property, Backend& backend, const RunSet
                      const std::vector<size_t>& path, const std::function<void(const Case&)>& before_check) {
   RunSettings s = settings;
   s.max_size = std::clamp(s.max_size, 0, 100);
-  const rc::Gen<Case> gen = rc::gen::exec([&property, &backend] { return property.draw(backend); });
+  const DrawContext context = draw_context(backend, s.draws);
+  const rc::Gen<Case> gen = rc::gen::exec([&property, &context] { return property.draw(context); });
   rc::Shrinkable<Case> node = gen(random_for(s.seed, draw), size_for(s, draw));
   for (size_t index : path) {
     auto shrinks = node.shrinks();

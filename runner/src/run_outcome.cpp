@@ -54,9 +54,9 @@ void set_replay_commands(PropertyFailure& f, const RunSettings& s, const std::st
   f.repro_command = s.program + " repro --backend " + shell_word(backend) + " " + shell_word(f.case_path);
   f.rerun_command = s.program + " check --backend " + shell_word(backend) + " --filter " + property;
   if (this_run) f.rerun_command += " --seed " + std::to_string(s.seed) + " --cases " + std::to_string(s.cases);
-  // Settings read from the environment change the draws: the rerun names them.
-  if (size_profile() == SizeProfile::deep) f.rerun_command += " --profile deep";
-  if (shape_stable_draws()) f.rerun_command += " --shape-stable";
+  // Settings that change the draws, from a flag or the environment: the rerun names them.
+  if (s.draws.profile == SizeProfile::deep) f.rerun_command += " --profile deep";
+  if (s.draws.shape_stable) f.rerun_command += " --shape-stable";
 }
 
 std::string shell_word(const std::string& text) {

@@ -6,7 +6,7 @@
 #include "attn_oracle/seam/process_backend.hpp"
 
 #include <algorithm>
-#include <cstdlib>
+#include <atomic>
 
 #include "worker_process.hpp"
 
@@ -322,11 +322,16 @@ class ProcessBackend final : public Backend {
 
 }  // namespace
 
+namespace {
+std::atomic<double> g_worker_timeout{0.0};  // 0: not set, kDefaultWorkerTimeout
+}  // namespace
+
 double worker_timeout_seconds() {
-  const char* text = std::getenv("ATTN_ORACLE_WORKER_TIMEOUT");
-  const double seconds = text ? std::atof(text) : 0.0;
-  return seconds > 0 ? seconds : 60.0;
+  const double set = g_worker_timeout.load();
+  return set > 0 ? set : kDefaultWorkerTimeout;
 }
+
+void set_worker_timeout_seconds(double seconds) { g_worker_timeout.store(seconds > 0 ? seconds : 0.0); }
 
 std::unique_ptr<Backend> make_process_backend(const std::string& command) {
   return std::make_unique<ProcessBackend>(command);

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "attn_oracle/runner/property_runner.hpp"
+#include "attn_oracle/harness/settings.hpp"
 #include "planted/planted_backends.hpp"
 
 namespace attn_oracle::planted {

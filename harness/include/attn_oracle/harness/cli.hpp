@@ -2,8 +2,12 @@
 // the attn-oracle CLI (tools/), and a vendor's conformance binary
 // (attn_oracle_add_conformance), whose replay lines then work as printed.
 //
-//   eval, replay, check, report merge, backends, promote, export, coverage
-//   __child-property, __child-trial   (isolation.hpp: started by `check` itself)
+//   eval, replay, repro, check, report merge, backends, promote, export, coverage, help
+//   __child-property, __child-trial(s)   (isolation.hpp: started by `check` itself)
+//
+// The verbs are CLI11 subcommands with typed options; `--help` prints every
+// one, `COMMAND --help` one. Their flags override the settings the program
+// resolved at its edge (CheckEnvironment::settings, settings.hpp).
 #pragma once
 
 #include <string>

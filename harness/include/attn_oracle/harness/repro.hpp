@@ -28,6 +28,13 @@ namespace attn_oracle {
 std::string gtest_reproduction(const Disagreement& d, const Backend& backend, const std::string& case_path,
                                const std::string& property);
 
-int repro_command(const std::vector<std::string>& argv);
+// `repro`'s arguments (cli.cpp parses them).
+struct ReproOptions {
+  std::string backend;      // "": the backend the case records
+  std::string case_path;
+  std::string out_path;     // "" or "-": stdout
+  std::string direct_path;  // "": none
+};
+int repro_command(const ReproOptions& options);
 
 }  // namespace attn_oracle

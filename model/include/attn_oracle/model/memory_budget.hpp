@@ -6,9 +6,9 @@
 // first adds up what it needs here and answers over_memory_budget, naming the
 // need and the budget, when that is more than the budget or overflows int64.
 //
-// The budget is process-wide: ATTN_ORACLE_MEMORY_BUDGET (bytes, or with a K, M or
-// G suffix) when set, else kDefaultMemoryBudget; set_memory_budget overrides
-// both (`attn-oracle --memory-budget`).
+// The budget is process-wide: kDefaultMemoryBudget unless the program's edge
+// installs another (install_process_limits, from ATTN_ORACLE_MEMORY_BUDGET:
+// bytes, or with a K, M or G suffix; `attn-oracle eval --memory-budget`).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "attn_oracle/model/error.hpp"
+#include "attn_oracle/model/environment.hpp"
 
 namespace attn_oracle {
 
@@ -29,13 +30,28 @@ void set_memory_budget(int64_t bytes);
 std::optional<int64_t> parse_memory_size(std::string_view text);
 
 // Worker threads of the float64 references (reference/attention.hpp), here
-// because each worker's scratch is charged to the budget: ATTN_ORACLE_THREADS (a
-// positive integer, at most kMaxReferenceThreads; anything else reads as 1) when
-// set, else the machine's cores (std::thread::hardware_concurrency);
-// set_reference_threads overrides (<= 0: back to the environment).
+// because each worker's scratch is charged to the budget: the machine's cores
+// (std::thread::hardware_concurrency, at most kMaxReferenceThreads) unless
+// set_reference_threads says otherwise (<= 0: back to the cores).
 inline constexpr int64_t kMaxReferenceThreads = 256;
 int64_t reference_threads();
 void set_reference_threads(int64_t threads);
+// ATTN_ORACLE_THREADS as written: a positive integer, at most
+// kMaxReferenceThreads; anything else reads as 1.
+int64_t parse_reference_threads(std::string_view text);
+
+// The process-wide limits as a program's edge resolves them from the
+// environment it read (environment.hpp): ATTN_ORACLE_MEMORY_BUDGET (a malformed
+// one leaves the default) and ATTN_ORACLE_THREADS. They stay process-wide, not
+// passed with each call: every evaluation in the process is bounded by them,
+// the Python module's and a backend's own calls of the reference too.
+struct ProcessLimits {
+  int64_t memory_budget = kDefaultMemoryBudget;
+  int64_t reference_threads = 0;  // 0: the machine's cores
+};
+ProcessLimits process_limits_from(const Environment& environment, ProcessLimits defaults = {});
+// set_memory_budget and set_reference_threads, once, at the program's edge.
+void install_process_limits(const ProcessLimits& limits);
 
 // Adds up named byte counts, each a product of factors, and checks the total.
 //   MemoryNeed need;

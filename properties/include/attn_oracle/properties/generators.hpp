@@ -35,6 +35,7 @@
 #include "attn_oracle/model/error.hpp"
 #include "attn_oracle/seam/input_domain.hpp"
 #include "attn_oracle/model/packed_batch.hpp"
+#include "attn_oracle/properties/draw_settings.hpp"
 
 namespace attn_oracle {
 
@@ -85,19 +86,7 @@ PackedBatch build_batch(const BatchSpec& spec);
 BatchSpec cap_kernel_tile_sizes(BatchSpec spec, bool q_is_kv);
 
 // ------------------------------------------------------------------- size profile
-// How large the drawn inputs get (ATTN_ORACLE_PROFILE, `check --profile`):
-//  - ci (the default, every ctest run): documents up to 48 tokens, in a
-//    tile-edge mode sides of 63, 64, 65, 127, 128, 129 tokens, and in the
-//    kernel-tile mode (a share of the attention and metadata draws) documents
-//    of 256 to 4096 tokens on a side in rows of up to 16384 (attention) or 4100
-//    (metadata) tokens, each draw inside a budget of (query, key) pairs
-//    (kernel_tile_budget); head_dim up to 256;
-//  - deep (longer campaigns): rows up to kDeepMaxLen tokens, up to 16 documents a
-//    row, tile edges up to 4095..4097 and drawn more often, and kernel-tile
-//    draws 4 times the ci budget.
-enum class SizeProfile { ci, deep };
-SizeProfile size_profile();
-std::string_view to_string(SizeProfile profile);
+// SizeProfile and DrawSettings: draw_settings.hpp.
 inline constexpr int kDeepMaxLen = 4100;
 
 // The kernel-tile mode's sizes: a document side of up to kLongDocMax tokens
@@ -125,7 +114,7 @@ struct KernelTileBudget {
 // Work counts pairs x heads_q x (head_dim + kPairOverhead): a pair costs its
 // softmax (an exp, the masking, the row sums) besides its head_dim products.
 inline constexpr int64_t kPairOverhead = 16;
-KernelTileBudget kernel_tile_budget();
+KernelTileBudget kernel_tile_budget(SizeProfile profile);
 
 // ------------------------------------------------------------------- valid inputs
 struct BatchOptions {
@@ -146,6 +135,7 @@ struct BatchOptions {
   // positions from 0; rows, extra dims, mask kinds and windows it takes), and
   // attention_draw takes its dtypes and head dims.
   InputDomain domain = {};
+  SizeProfile profile = SizeProfile::ci;  // deep: longer rows, more documents, tile edges more often
 };
 
 // The mask kinds a batch may be drawn with: the domain's, of the padding kinds
@@ -170,12 +160,12 @@ rc::Gen<PackedBatch> packed_batch(BatchOptions options = {});
 // no sides without tokens, no extra dims, exactly M documents only for M on the
 // menu.
 //
-// Whether `check --shape-stable` (ATTN_ORACLE_SHAPE_STABLE=1) asked for them.
-bool shape_stable_draws();
 // The domain the generators draw in: the backend's, with default_size_menu()
-// folded in under shape-stable draws when it declares no menu (no extra dims,
-// kMenuHeadDims when it lists no head dims).
-InputDomain drawing_domain(InputDomain declared);
+// folded in under shape-stable draws (`check --shape-stable`,
+// DrawSettings::shape_stable) when it declares no menu (no extra dims,
+// kMenuHeadDims when it lists no head dims). A run computes it once
+// (DrawContext, property_runner.hpp).
+InputDomain drawing_domain(InputDomain declared, bool shape_stable);
 // The batch grown onto the domain's menu (unchanged when it has none).
 PackedBatch on_size_menu(PackedBatch batch, const InputDomain& domain);
 // What shape-stable draws draw and what they leave out, for the run's header.
@@ -195,7 +185,7 @@ struct InvalidBatch {
 // Drawn inside the domain's shape fields (input_domain.hpp): the base batch
 // within the domain, the violations the domain's calls can carry, planted into
 // both sides of a self-attention batch.
-rc::Gen<InvalidBatch> invalid_batch(const InputDomain& domain = {});
+rc::Gen<InvalidBatch> invalid_batch(const InputDomain& domain = {}, SizeProfile profile = SizeProfile::ci);
 
 // ------------------------------------------------------------------- attention
 struct AttentionDraw {

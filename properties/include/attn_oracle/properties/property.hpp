@@ -19,16 +19,29 @@
 
 #include "attn_oracle/cases/case.hpp"
 #include "attn_oracle/cases/case_op.hpp"
+#include "attn_oracle/properties/draw_settings.hpp"
 #include "attn_oracle/properties/property_check.hpp"
 #include "attn_oracle/seam/backend.hpp"
 
 namespace attn_oracle {
 
+// What a property's draw depends on besides RapidCheck's Random: the backend
+// (its outputs and declines shape a draw), its domain, the domain the run
+// draws in and the size profile. Built once per run of a property on a backend
+// (draw_context), so that no draw re-derives a domain.
+struct DrawContext {
+  Backend& backend;
+  InputDomain declared;  // backend.domain(): kv_buffer draws keep their own sizes
+  InputDomain domain;    // drawing_domain(declared, shape_stable): what the other draws are drawn in
+  SizeProfile profile = SizeProfile::ci;
+};
+DrawContext draw_context(Backend& backend, const DrawSettings& settings);
+
 struct PropertyDef {
   std::string id;        // "metadata/matchesReference": reads as a sentence
   Capability needs;      // skipped, with the reason, on a backend without it
   std::string summary;   // one line for reports
-  std::function<Case(Backend&)> draw;                  // one case, from generators
+  std::function<Case(const DrawContext&)> draw;        // one case, from generators
   std::function<void(Backend&, const Case&)> check;    // fail_case / decline_case
   std::optional<Capability> also_needs = std::nullopt;  // a second capability, skipped likewise
   std::vector<Output> needs_outputs = {};  // skipped, with the reason, on a backend that does not produce one
@@ -41,9 +54,10 @@ struct PropertyDef {
   std::vector<KvBufferStep> needs_kv_steps = {};
 };
 
-// Why `property` is skipped on `backend` before any draw: a capability or an
-// output it lacks, or a domain that excludes what the property needs.
-std::optional<std::string> skipped_before_drawing(const PropertyDef& property, Backend& backend);
+// Why `property` is skipped on the context's backend before any draw: a
+// capability or an output it lacks, or a domain that excludes what the
+// property needs.
+std::optional<std::string> skipped_before_drawing(const PropertyDef& property, const DrawContext& context);
 
 // The optional outputs (attention.hpp) a property of this capability would
 // judge that the backend does not produce: "lse" for a backend without lse.

@@ -27,14 +27,6 @@
 
 namespace attn_oracle {
 
-// From RC_PARAMS (max_success = cases, max_size, seed), ATTN_ORACLE_FAILURES_DIR
-// (default: attn-oracle-failures under the working directory),
-// ATTN_ORACLE_STORE (unset or "off": no store; "on": the store in the failures
-// directory; a directory: the store there, which is then the failures
-// directory) and ATTN_ORACLE_SHARD ("I/N", which a conformance binary sets
-// from GoogleTest's GTEST_SHARD_INDEX / GTEST_TOTAL_SHARDS).
-RunSettings default_run_settings();
-
 using ProgressFn = std::function<void(int draws_done, int draws_total)>;
 
 PropertyOutcome run_property(const PropertyDef& property, Backend& backend, const RunSettings& settings,

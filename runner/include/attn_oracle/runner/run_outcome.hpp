@@ -16,6 +16,7 @@
 
 #include "attn_oracle/cases/case.hpp"
 #include "attn_oracle/cases/case_op.hpp"
+#include "attn_oracle/properties/draw_settings.hpp"
 #include "attn_oracle/runner/triage.hpp"
 
 namespace attn_oracle {
@@ -51,11 +52,12 @@ struct RunSettings {
   uint64_t seed = kDefaultSeed;
   int shard_index = 0, shard_count = 1;  // this process runs draws k with k % count == index
   int max_failures = 3;   // failure clusters shown in full per property (the others get a line each)
-  std::string failures_dir;  // where counterexample case files go (failure_store.hpp)
+  DrawSettings draws;     // the size profile and the size menu of the draws
+  std::string failures_dir = "attn-oracle-failures";  // where counterexample case files go (failure_store.hpp)
   // Whether failures_dir is also a failure store: its failures replayed first,
   // new ones kept for the next run. Off here, so that a test's result never
   // depends on an earlier run; `check` and the conformance binaries turn it on
-  // (ATTN_ORACLE_STORE, --store DIR, --no-store).
+  // (ATTN_ORACLE_STORE, --store DIR, --no-store: harness/settings.hpp).
   bool use_store = false;
   bool replay_store = true;  // false once a stored case crashed the child replaying it (isolation.hpp)
   std::string program = "attn-oracle";  // the command the printed replay and rerun lines start with

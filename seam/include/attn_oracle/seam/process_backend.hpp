@@ -25,8 +25,12 @@
 
 namespace attn_oracle {
 
-// The per-call time limit in seconds: ATTN_ORACLE_WORKER_TIMEOUT, default 60.
+// The per-call time limit in seconds of the workers started from now on:
+// kDefaultWorkerTimeout unless the program's edge sets another (from
+// ATTN_ORACLE_WORKER_TIMEOUT, harness/settings.hpp); <= 0: back to the default.
+inline constexpr double kDefaultWorkerTimeout = 60.0;
 double worker_timeout_seconds();
+void set_worker_timeout_seconds(double seconds);
 
 // A backend named "exec:" + command; nothing starts until it is first asked.
 std::unique_ptr<Backend> make_process_backend(const std::string& command);
