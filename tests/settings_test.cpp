@@ -25,19 +25,24 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TEST(Settings, WithoutTheEnvironmentTheDefaults) {
-  const Settings s = resolve_settings({});
+// The settings every variable below leaves at the program's defaults.
+void expect_default_settings(const Settings& s) {
   EXPECT_EQ(s.run.cases, 100);
   EXPECT_EQ(s.run.seed, kDefaultSeed);
-  EXPECT_EQ(s.run.max_size, 100);
   EXPECT_EQ(s.run.failures_dir, "attn-oracle-failures");
-  EXPECT_FALSE(s.run.use_store);
   EXPECT_EQ(s.run.draws.profile, SizeProfile::ci);
   EXPECT_FALSE(s.run.draws.shape_stable);
   EXPECT_TRUE(s.isolate);
   EXPECT_EQ(s.case_timeout_seconds, 120);
   EXPECT_EQ(s.worker_timeout_seconds, kDefaultWorkerTimeout);
   EXPECT_EQ(s.limits.memory_budget, kDefaultMemoryBudget);
+}
+
+TEST(Settings, WithoutTheEnvironmentTheDefaults) {
+  const Settings s = resolve_settings({});
+  expect_default_settings(s);
+  EXPECT_EQ(s.run.max_size, 100);
+  EXPECT_FALSE(s.run.use_store);
   EXPECT_EQ(s.limits.reference_threads, 0) << "the machine's cores";
   EXPECT_FALSE(s.store.has_value());
 }
@@ -103,15 +108,7 @@ TEST(Settings, AValueThatDoesNotParseLeavesTheDefault) {
                                        {"ATTN_ORACLE_WORKER_TIMEOUT", "0"},
                                        {"ATTN_ORACLE_MEMORY_BUDGET", "lots"},
                                        {"ATTN_ORACLE_FAILURES_DIR", ""}});
-  EXPECT_EQ(s.run.cases, 100);
-  EXPECT_EQ(s.run.seed, kDefaultSeed);
-  EXPECT_EQ(s.run.draws.profile, SizeProfile::ci);
-  EXPECT_FALSE(s.run.draws.shape_stable);
-  EXPECT_TRUE(s.isolate);
-  EXPECT_EQ(s.case_timeout_seconds, 120);
-  EXPECT_EQ(s.worker_timeout_seconds, kDefaultWorkerTimeout);
-  EXPECT_EQ(s.limits.memory_budget, kDefaultMemoryBudget);
-  EXPECT_EQ(s.run.failures_dir, "attn-oracle-failures");
+  expect_default_settings(s);
   for (const char* off : {"0", ""})
     EXPECT_FALSE(resolve_settings({{"ATTN_ORACLE_SHAPE_STABLE", off}}).run.draws.shape_stable) << off;
 }
