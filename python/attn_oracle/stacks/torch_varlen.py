@@ -149,12 +149,15 @@ class Backend:
             k_call, v_call, gqa = k, v, {"enable_gqa": True}
         else:
             k_call, v_call = (x.repeat_interleave(groups, 1).to(dtype) for x in (k, v))
-        if len(args["cu_seq_q"]) < 2:  # no document: varlen_attn refuses a call of no sequence
-            return self.nothing_attended(problem, inputs)  # ("batch size must be positive")
         ints = lambda a: torch.from_numpy(a.astype(np.int32)).to(dev)  # noqa: E731
-        o, lse = self.varlen_attn(q, k_call, v_call, ints(args["cu_seq_q"]), ints(args["cu_seq_k"]), args["max_q"],
-                                  args["max_k"], return_aux=varlen.AuxRequest(lse=True), scale=problem.effective_scale,
-                                  window_size=args["window_size"], **gqa)
+        if len(args["cu_seq_q"]) > 1:
+            o, lse = self.varlen_attn(q, k_call, v_call, ints(args["cu_seq_q"]), ints(args["cu_seq_k"]), args["max_q"],
+                                      args["max_k"], return_aux=varlen.AuxRequest(lse=True),
+                                      scale=problem.effective_scale, window_size=args["window_size"], **gqa)
+        else:
+            # No document, so no query token: varlen_attn refuses a call of no sequence ("batch size must
+            # be positive"); what it would return, empty, and every query attends nothing.
+            o, lse = q * 0, torch.zeros((hq, 0), device=dev)
         out = {"o": tokens_to_rows(o, q_tok, (r, tq, hq, d)),
                "lse": lse_to_rows(to_numpy(self.lse_layout(lse, hq, len(q_tok))), q_tok, r, tq)}
         if grad:
@@ -163,16 +166,6 @@ class Backend:
             out.update({name: tokens_to_rows(leaf.grad, tokens, (r, t, h, d))
                         for name, leaf, tokens, t, h in (("dq", q, q_tok, tq, hq), ("dk", k, kv_tok, tkv, hkv),
                                                          ("dv", v, kv_tok, tkv, hkv))})
-        return out
-
-
-    @staticmethod
-    def nothing_attended(problem, inputs):
-        """A batch of no document, what every query of it gets: o 0, lse -inf, gradients 0."""
-        out = {"o": np.zeros(inputs.q.shape), "lse": np.full((inputs.q.shape[0], problem.heads_q, inputs.q.shape[1]),
-                                                             -np.inf)}
-        if problem.backward:
-            out.update(dq=np.zeros(inputs.q.shape), dk=np.zeros(inputs.k.shape), dv=np.zeros(inputs.v.shape))
         return out
 
 
