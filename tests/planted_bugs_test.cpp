@@ -195,8 +195,9 @@ TEST(PlantedBugs, BugsOfEachInputClassAreFoundOnNineOfTenSeeds) {
       RunSettings s = planted_settings();
       s.seed = seed;
       int found_at = -1;
+      const DrawContext context = draw_context(*backend, s.draws);
       for (int draw = 0; draw < s.cases && found_at < 0; ++draw)
-        if (run_draw(property, *backend, s, draw, {}).kind == TrialResult::Kind::failed) found_at = draw;
+        if (run_draw(property, context, s, draw, {}).kind == TrialResult::Kind::failed) found_at = draw;
       seeds_found += found_at >= 0;
       std::cout << "[ planted  ] " << bug.name << ", seed " << seed << ": found at draw " << found_at << "\n";
     }
@@ -225,8 +226,9 @@ TEST(PlantedBugs, KernelTileBugsFailOnThreeOfThreeSeedsShrunkAndReplayed) {
       // The budget's draws up to the first failing one, then that draw alone
       // shrunk (the shard of one draw: the same draw as in the whole run).
       int first = -1;
+      const DrawContext context = draw_context(*backend, s.draws);
       for (int draw = 0; draw < s.cases && first < 0; ++draw)
-        if (run_draw(property, *backend, s, draw, {}).kind == TrialResult::Kind::failed) first = draw;
+        if (run_draw(property, context, s, draw, {}).kind == TrialResult::Kind::failed) first = draw;
       ASSERT_GE(first, 0) << bug.name << " escaped " << s.cases << " draws on seed " << seed;
       s.shard_index = first, s.shard_count = s.cases;
       const PropertyOutcome o = run_property(property, *backend, s);

@@ -356,7 +356,7 @@ int run_isolation_child(const std::vector<std::string>& args) {
   if (!property || !backend) return 2;
   RunSettings s = c->settings;
   if (args[0] == "__child-trial") {
-    const TrialResult r = run_draw(*property, *backend, s, c->draw, c->path, [&](const Case& drawn) {
+    const TrialResult r = run_draw(*property, draw_context(*backend, s.draws), s, c->draw, c->path, [&](const Case& drawn) {
       if (c->write_case.empty()) return;
       Case written = drawn;
       PropertyRecord& record = written.property ? *written.property : written.property.emplace();
@@ -373,12 +373,13 @@ int run_isolation_child(const std::vector<std::string>& args) {
     FILE* requests = fdopen(kRequestFd, "r");
     if (!requests) return 2;
     char line[4096];
+    const DrawContext context = draw_context(*backend, s.draws);
     while (std::fgets(line, sizeof line, requests)) {
       std::istringstream words(line);
       int draw = 0;
       std::string path;
       if (!(words >> draw >> path)) return 2;
-      const TrialResult r = run_draw(*property, *backend, s, draw, path_from(path), nullptr);
+      const TrialResult r = run_draw(*property, context, s, draw, path_from(path), nullptr);
       say(std::string("result ") + kTrialKinds[static_cast<int>(r.kind)]);
     }
     return 0;

@@ -304,11 +304,10 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
   return out;
 }
 
-TrialResult run_draw(const PropertyDef& property, Backend& backend, const RunSettings& settings, int draw,
+TrialResult run_draw(const PropertyDef& property, const DrawContext& context, const RunSettings& settings, int draw,
                      const std::vector<size_t>& path, const std::function<void(const Case&)>& before_check) {
   RunSettings s = settings;
   s.max_size = std::clamp(s.max_size, 0, 100);
-  const DrawContext context = draw_context(backend, s.draws);
   const rc::Gen<Case> gen = rc::gen::exec([&property, &context] { return property.draw(context); });
   rc::Shrinkable<Case> node = gen(random_for(s.seed, draw), size_for(s, draw));
   for (size_t index : path) {
@@ -321,7 +320,7 @@ TrialResult run_draw(const PropertyDef& property, Backend& backend, const RunSet
     }
     node = *found;
   }
-  const Trial t = run_trial(property, backend, node, before_check);
+  const Trial t = run_trial(property, context.backend, node, before_check);
   switch (t.kind) {
     case Trial::Kind::passed: return {TrialResult::Kind::passed, ""};
     case Trial::Kind::declined: return {TrialResult::Kind::declined, t.message};

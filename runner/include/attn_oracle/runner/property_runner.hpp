@@ -40,7 +40,8 @@ struct TrialResult {
   Kind kind = Kind::passed;
   std::string message;
 };
-TrialResult run_draw(const PropertyDef& property, Backend& backend, const RunSettings& settings, int draw,
+// The context is built once for all the draws asked of one run (draw_context).
+TrialResult run_draw(const PropertyDef& property, const DrawContext& context, const RunSettings& settings, int draw,
                      const std::vector<size_t>& path, const std::function<void(const Case&)>& before_check = {});
 
 }  // namespace attn_oracle
