@@ -50,7 +50,6 @@ class ToggledBackend final : public Backend, MetadataCapability {
   }();
 };
 
-const bool kRegistered = (BackendRegistry::instance().add("toggled", [] { return std::make_unique<ToggledBackend>(); }), true);
 
 fs::path fresh_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / "attn_oracle_failure_store_test" / name;
@@ -68,6 +67,11 @@ struct CheckRun {
 // `check --backend toggled --filter metadata/matchesReference` with the
 // store in `dir` (unless `store` is false: --no-store, counterexamples in dir).
 CheckRun check(const fs::path& dir, uint64_t seed, int cases, bool store = true) {
+  // Registered here, not at static initialisation: the fixture replays in the same
+  // executable instantiate over the backends registered then.
+  static const bool registered =
+      BackendRegistry::instance().add("toggled", [] { return std::make_unique<ToggledBackend>(); });
+  (void)registered;
   CheckOptions o;
   o.backend = "toggled";
   o.filter = kProperty;

@@ -49,6 +49,9 @@ struct FixtureParam {
   std::string path, backend;
 };
 
+// Every fixture on every backend this build ships. Evaluated at static
+// initialisation: test files of this executable register their test backends
+// inside their tests, never before, so this list is the builtins alone.
 std::vector<FixtureParam> fixture_params() {
   register_builtin_backends();
   std::vector<FixtureParam> out;
