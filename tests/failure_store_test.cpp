@@ -50,7 +50,6 @@ class ToggledBackend final : public Backend, MetadataCapability {
   }();
 };
 
-
 fs::path fresh_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / "attn_oracle_failure_store_test" / name;
   fs::remove_all(dir);
