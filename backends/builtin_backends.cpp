@@ -14,6 +14,7 @@
 #include "attn_oracle/gpu/metadata.hpp"
 #include "attn_oracle/gpu/small_seq.hpp"
 #include "cudnn_backend.hpp"
+#include "attn_oracle/seam/context_parallel.hpp"
 #include "attn_oracle/seam/sharded_execution.hpp"
 
 namespace attn_oracle {
@@ -74,11 +75,15 @@ class CpuTwinBackend final : public Backend, MetadataCapability, AttentionCapabi
 
   KvBufferCapability* kv_buffer() override { return &kv_buffer_; }
   ShardingCapability* sharding() override { return &sharding_; }
+  ContextParallelCapability* context_parallel() override { return &context_parallel_; }
 
  private:
   GpuKvBuffer kv_buffer_{gpu::KvDevice::twin};
   // Every simulated device runs the attention twin (index rule on trimmed runs).
   SimulatedSharding sharding_{static_cast<AttentionCapability&>(*this)};
+  // Every rank runs the metadata twin and the attention twin, in blocks it represents.
+  SimulatedContextParallel context_parallel_{static_cast<AttentionCapability&>(*this),
+                                             static_cast<MetadataCapability&>(*this)};
 };
 
 class CudaBackend final : public Backend, MetadataCapability, AttentionCapability {

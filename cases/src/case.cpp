@@ -7,6 +7,7 @@ const AttentionCase* attention_fields(const CasePayload& payload) {
   if (auto* a = std::get_if<AttentionCase>(&payload)) return a;
   if (auto* s = std::get_if<SmallSeqCase>(&payload)) return s;
   if (auto* sh = std::get_if<ShardingCase>(&payload)) return std::get_if<AttentionCase>(&sh->call);
+  if (auto* cp = std::get_if<ContextParallelCase>(&payload)) return &cp->call;
   return nullptr;
 }
 

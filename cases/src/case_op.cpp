@@ -52,8 +52,8 @@ std::string_view to_string(Judgement::Status status) {
 
 const std::vector<const CaseOp*>& case_ops() {
   static const std::vector<const CaseOp*> ops = {&metadata_op(), &attention_op(), &small_seq_op(), &kv_buffer_op(),
-                                                 &sharding_op()};
-  static_assert(std::variant_size_v<CasePayload> == 5, "one CaseOp per CasePayload alternative, in order");
+                                                 &sharding_op(),   &context_parallel_op()};
+  static_assert(std::variant_size_v<CasePayload> == 6, "one CaseOp per CasePayload alternative, in order");
   return ops;
 }
 

@@ -37,6 +37,9 @@ bool judge_errors(const Expected<Got>& got, const Expected<Want>& want, Judgemen
   return true;
 }
 
+// Every metadata field exactly, each differing entry a failure line starting with `prefix`.
+void compare_metadata(const Metadata& got, const Metadata& want, Judgement& j, const std::string& prefix = "");
+
 // Each tolerance check a line: failures, then the checks that held.
 void judge_tolerance(const std::vector<ToleranceCheck>& checks, Judgement& j);
 

@@ -14,49 +14,6 @@ namespace {
 
 using nlohmann::json;
 
-// "[1, 0, 2]" for flat index 5 of shape [2, 2, 3].
-std::string index_string(int64_t flat, const Shape& shape) {
-  Shape index(shape.size());
-  for (size_t k = shape.size(); k-- > 0;) {
-    index[k] = shape[k] > 0 ? flat % shape[k] : 0;
-    flat = shape[k] > 0 ? flat / shape[k] : 0;
-  }
-  return shape_to_string(index);
-}
-
-void compare_field(const char* name, const std::vector<int64_t>& got, const std::vector<int64_t>& want,
-                   const Shape& shape, Judgement& j) {
-  if (got.size() != want.size())
-    return j.fail(std::string(name) + ": backend has " + std::to_string(got.size()) + " entries, reference " +
-                  std::to_string(want.size()));
-  for (size_t i = 0; i < got.size(); ++i)
-    if (got[i] != want[i])
-      j.fail(std::string(name) + (shape.empty() ? "" : index_string(int64_t(i), shape)) + ": backend " + std::to_string(got[i]) +
-             ", reference " + std::to_string(want[i]));
-}
-
-void compare_metadata(const Metadata& got, const Metadata& want, Judgement& j) {
-  if (got.extra != want.extra || got.batch != want.batch || got.max_segments != want.max_segments)
-    return j.fail("shape (extra, B, M): backend " + shape_to_string(got.extra) + ", " + std::to_string(got.batch) +
-                  ", " + std::to_string(got.max_segments) + "; reference " + shape_to_string(want.extra) + ", " +
-                  std::to_string(want.batch) + ", " + std::to_string(want.max_segments));
-  Shape seqlens = want.extra, offsets = want.extra;
-  seqlens.insert(seqlens.end(), {want.batch, want.max_segments});
-  offsets.insert(offsets.end(), {want.batch, want.max_segments + 1});
-  const Shape flat = {int64_t(want.cu_seqlens_q.size())};
-  compare_field("q_seqlens", got.q_seqlens, want.q_seqlens, seqlens, j);
-  compare_field("kv_seqlens", got.kv_seqlens, want.kv_seqlens, seqlens, j);
-  compare_field("q_offsets", got.q_offsets, want.q_offsets, offsets, j);
-  compare_field("kv_offsets", got.kv_offsets, want.kv_offsets, offsets, j);
-  compare_field("cu_seqlens_q", got.cu_seqlens_q, want.cu_seqlens_q, flat, j);
-  compare_field("cu_seqlens_kv", got.cu_seqlens_kv, want.cu_seqlens_kv, flat, j);
-  compare_field("ragged_offsets_q", got.ragged_offsets_q, want.ragged_offsets_q, flat, j);
-  compare_field("ragged_offsets_kv", got.ragged_offsets_kv, want.ragged_offsets_kv, flat, j);
-  for (const auto& [name, g, w] : returned_optional_fields(got, want))
-    compare_field(name, g, w, name[0] == 'm' ? Shape{} : Shape{int64_t(w.size())}, j);
-  if (j.passed()) j.note("metadata: every field equal");
-}
-
 class MetadataOp final : public TypedCaseOp<MetadataCase> {
  public:
   std::string_view name() const override { return "metadata"; }

@@ -6,6 +6,7 @@
 
 #include "attn_oracle/cases/reference_backend.hpp"
 #include "attn_oracle/reference/metadata.hpp"
+#include "attn_oracle/seam/context_parallel.hpp"
 #include "attn_oracle/seam/sharded_execution.hpp"
 #include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/reference/small_seq.hpp"
@@ -21,6 +22,7 @@ class ReferenceBackend final : public Backend, MetadataCapability, AttentionCapa
   AttentionCapability* attention() override { return this; }
   SmallSeqCapability* small_seq() override { return this; }
   ShardingCapability* sharding() override { return &sharding_; }
+  ContextParallelCapability* context_parallel() override { return &context_parallel_; }
   KvBufferCapability* kv_buffer() override { return &reference_kv_buffer(); }
 
   Expected<Metadata> metadata(const PackedBatch& batch) override { return ref::metadata(batch); }
@@ -55,6 +57,9 @@ class ReferenceBackend final : public Backend, MetadataCapability, AttentionCapa
  private:
   // Devices run the dense reference, which realises the token-level mask on any input.
   SimulatedSharding sharding_{static_cast<AttentionCapability&>(*this)};
+  // Every rank runs the reference's metadata and its dense attention, whole.
+  SimulatedContextParallel context_parallel_{static_cast<AttentionCapability&>(*this),
+                                             static_cast<MetadataCapability&>(*this)};
 };
 
 }  // namespace

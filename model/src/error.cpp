@@ -5,7 +5,7 @@
 
 namespace attn_oracle {
 namespace {
-constexpr std::array<std::string_view, 34> kNames = {
+constexpr std::array<std::string_view, 40> kNames = {
     "bad_mask",          "bad_window",
     "bad_max_segments",  "rank_mismatch",
     "shape_mismatch",    "extra_dims_mismatch",
@@ -22,8 +22,10 @@ constexpr std::array<std::string_view, 34> kNames = {
     "sharding_spec_mismatch", "sharding_segment_ids_mismatch", "sharding_not_divisible",
     "sharding_kv_heads_not_divisible", "over_memory_budget", "bad_metadata",
     "non_finite_input", "value_overflow",
+    "cp_bad_layout", "cp_not_self_attention", "cp_heads_not_divisible", "cp_not_divisible",
+    "cp_document_not_divisible", "cp_bad_permutation",
 };
-static_assert(kNames.size() == static_cast<size_t>(ErrorCode::value_overflow) + 1);
+static_assert(kNames.size() == static_cast<size_t>(ErrorCode::cp_bad_permutation) + 1);
 }  // namespace
 
 std::string_view to_string(ErrorCode code) { return kNames[static_cast<size_t>(code)]; }

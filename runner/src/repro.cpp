@@ -141,7 +141,7 @@ Case bare(Case c) {
 Expected<Disagreement> find_disagreement(Backend& backend, const Case& c) {
   const std::string property = c.property ? c.property->id : "";
   // A K/V-buffer case is its own call (the properties run the problem as drawn).
-  if (!c.property || c.as<KvBufferCase>() || c.as<ShardingCase>()) {
+  if (!c.property || c.as<KvBufferCase>() || c.as<ShardingCase>() || c.as<ContextParallelCase>()) {
     const Judgement j = judge_directly(backend, c);
     if (j.status == Judgement::Status::fail) return Disagreement{bare(c), j.lines, false};
     return Error{ErrorCode::unsupported, "the backend agrees with the reference on this case (" +
@@ -221,7 +221,7 @@ std::vector<std::string> failure_lines(const PropertyFailure& f) {
 std::string case_summary(const Case& c) {
   const std::string op(op_name(c));
   if (const auto* m = c.as<MetadataCase>()) return op + " " + batch_line(m->batch);
-  if (const AttentionCase* a = attention_fields(c.payload); a && !c.as<ShardingCase>())
+  if (const AttentionCase* a = attention_fields(c.payload); a && !c.as<ShardingCase>() && !c.as<ContextParallelCase>())
     return op + " " + batch_line(a->problem.batch) + "\n" + shape_line(*a);
   if (const auto* kv = c.as<KvBufferCase>()) {
     std::string lengths;

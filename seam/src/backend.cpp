@@ -2,6 +2,7 @@
 // checked with. The registry is backend_registry.cpp.
 #include "attn_oracle/seam/backend.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <sstream>
@@ -16,6 +17,7 @@ std::string_view to_string(Capability capability) {
     case Capability::small_seq: return "small_seq";
     case Capability::sharding: return "sharding";
     case Capability::kv_buffer: return "kv_buffer";
+    case Capability::context_parallel: return "context_parallel";
   }
   return "?";
 }
@@ -66,6 +68,7 @@ bool Backend::has(Capability capability) {
     case Capability::small_seq: return small_seq() != nullptr;
     case Capability::sharding: return sharding() != nullptr;
     case Capability::kv_buffer: return kv_buffer() != nullptr;
+    case Capability::context_parallel: return context_parallel() != nullptr;
   }
   return false;
 }
@@ -73,8 +76,27 @@ bool Backend::has(Capability capability) {
 std::vector<Capability> Backend::capabilities() {
   std::vector<Capability> out;
   for (Capability c : {Capability::metadata, Capability::attention, Capability::attention_buffers, Capability::small_seq, Capability::sharding,
-                       Capability::kv_buffer})
+                       Capability::kv_buffer, Capability::context_parallel})
     if (has(c)) out.push_back(c);
+  return out;
+}
+
+Expected<std::vector<double>> ContextParallelCapability::reorder(const CpLayout& layout, const AttentionProblem& problem,
+                                                                 const std::vector<double>& values, int64_t width,
+                                                                 bool inverse) {
+  const Expected<std::vector<int64_t>> perm = permutation(layout, problem);
+  if (!perm) return perm.error();
+  const int64_t t_len = problem.batch.q.segment_ids.shape.back();
+  if (width < 1 || static_cast<int64_t>(values.size()) != static_cast<int64_t>(perm->size()) * width)
+    return Error{ErrorCode::bad_tensor_shape, std::to_string(values.size()) + " values are not [B, T = " +
+                                                  std::to_string(t_len) + ", " + std::to_string(width) + "]"};
+  std::vector<double> out(values.size());
+  for (size_t slot = 0; slot < perm->size(); ++slot) {
+    const size_t row_start = slot / t_len * t_len;
+    const size_t token = row_start + perm.value()[slot];
+    const size_t from = inverse ? slot : token, to = inverse ? token : slot;
+    std::copy_n(values.begin() + from * width, width, out.begin() + to * width);
+  }
   return out;
 }
 

@@ -130,6 +130,8 @@ int64_t next_on_menu(const std::vector<int64_t>& menu, int64_t size) {
 bool InputDomain::takes_mask(MaskKind kind) const { return listed_or_empty(mask_kinds, kind); }
 bool InputDomain::takes_dtype(Dtype dtype) const { return listed_or_empty(dtypes, dtype); }
 bool InputDomain::takes_head_dim(int64_t head_dim) const { return listed_or_empty(head_dims, head_dim); }
+bool InputDomain::takes_cp_strategy(CpStrategy s) const { return listed_or_empty(cp_strategies, s); }
+bool InputDomain::takes_cp_balance(CpBalance b) const { return listed_or_empty(cp_balances, b); }
 bool InputDomain::takes_everything() const { return *this == InputDomain{}; }
 
 std::string to_string(const InputDomain& d) {
@@ -152,6 +154,10 @@ std::string to_string(const InputDomain& d) {
   if (!d.sizes.rows.empty()) parts.push_back("rows " + listed(d.sizes.rows));
   if (!d.sizes.max_segments.empty()) parts.push_back("M " + listed(d.sizes.max_segments));
   if (!d.sizes.heads.empty()) parts.push_back("heads " + heads_list(d.sizes.heads));
+  if (!d.cp_strategies.empty()) parts.push_back("cp strategies " + listed(d.cp_strategies));
+  if (!d.cp_balances.empty()) parts.push_back("cp balances " + listed(d.cp_balances));
+  if (!d.cp_sizes.empty()) parts.push_back("cp sizes " + listed(d.cp_sizes));
+  if (!d.cp_stripes.empty()) parts.push_back("cp stripes " + listed(d.cp_stripes));
   std::string out;
   for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
   return out;
@@ -173,6 +179,18 @@ std::optional<std::string> outside_domain(const InputDomain& d, const AttentionP
 
 std::optional<std::string> outside_domain(const InputDomain& d, const KvBufferProblem& problem) {
   return tensor_fields(d, problem.shape);
+}
+
+std::optional<std::string> outside_domain(const InputDomain& d, const CpLayout& l, const AttentionProblem& problem) {
+  if (!d.takes_cp_strategy(l.strategy))
+    return "cp strategy " + std::string(to_string(l.strategy)) + "; the backend takes " + listed(d.cp_strategies);
+  if (!d.takes_cp_balance(l.balance))
+    return "cp balance " + std::string(to_string(l.balance)) + "; the backend takes " + listed(d.cp_balances);
+  if (!listed_or_empty(d.cp_sizes, l.cp))
+    return "cp = " + std::to_string(l.cp) + "; the backend takes " + listed(d.cp_sizes);
+  if (l.balance == CpBalance::striped && !listed_or_empty(d.cp_stripes, l.stripe))
+    return "stripe " + std::to_string(l.stripe) + "; the backend takes " + listed(d.cp_stripes);
+  return outside_domain(d, problem);
 }
 
 }  // namespace attn_oracle

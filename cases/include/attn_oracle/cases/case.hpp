@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attn_oracle/cases/attention_case.hpp"
+#include "attn_oracle/cases/context_parallel_case.hpp"
 #include "attn_oracle/cases/kv_buffer_case.hpp"
 #include "attn_oracle/cases/metadata_case.hpp"
 #include "attn_oracle/cases/sharding_case.hpp"
@@ -21,7 +22,8 @@ namespace attn_oracle {
 inline constexpr const char* kCaseSchema = "attn-oracle.case/2";
 inline constexpr const char* kCaseSchemaV1 = "attn-oracle.case/1";  // read, never written
 
-using CasePayload = std::variant<MetadataCase, AttentionCase, SmallSeqCase, KvBufferCase, ShardingCase>;
+using CasePayload =
+    std::variant<MetadataCase, AttentionCase, SmallSeqCase, KvBufferCase, ShardingCase, ContextParallelCase>;
 
 // What a counterexample needs to re-run the check that failed.
 struct PropertyRecord {
@@ -44,7 +46,7 @@ struct Case {
 };
 
 // The attention fields of a payload that has them (attention, small_seq, a
-// sharding case that runs); nullptr otherwise.
+// sharding case that runs, a context-parallel case); nullptr otherwise.
 const AttentionCase* attention_fields(const CasePayload& payload);
 AttentionCase* attention_fields(CasePayload& payload);
 

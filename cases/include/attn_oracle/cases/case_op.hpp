@@ -1,4 +1,5 @@
-// case_op.hpp: one case op (metadata, attention, small_seq, kv_buffer, sharding)
+// case_op.hpp: one case op (metadata, attention, small_seq, kv_buffer, sharding,
+// context_parallel)
 // in one place. A CaseOp owns its case-file fields (read, write), how a backend
 // evaluates it (what `attn-oracle eval` prints), how a backend's result is
 // judged against the float64 oracle, and what its coverage tally records. The
@@ -91,6 +92,7 @@ const CaseOp& attention_op();
 const CaseOp& small_seq_op();
 const CaseOp& kv_buffer_op();
 const CaseOp& sharding_op();
+const CaseOp& context_parallel_op();
 
 // A CaseOp over one payload type: the casts in one place.
 template <class Payload>

@@ -15,6 +15,7 @@
 //   kv_buffer_micro_seq_tokens    a micro-sequence size m < 1
 //   kv_buffer_slice_out_of_bounds a micro-sequence or slice outside the buffer
 //   sharding_*          docs/semantics.md section 9, in the precedence order of sharding.hpp
+//   cp_*                docs/semantics.md section 9.1, in the precedence order of context_parallel.hpp
 //   over_memory_budget  an input whose mask, tensors or outputs would need more memory
 //                       than the configured budget (memory_budget.hpp), or whose sizes
 //                       overflow int64
@@ -64,6 +65,12 @@ enum class ErrorCode {
   bad_metadata,  // metadata handed to a kernel entry point: a document span outside its tensor
   non_finite_input,  // an input value not finite once rounded to the dtype, or a non-finite scale
   value_overflow,    // magnitudes whose scores or gradients can leave float32's range
+  cp_bad_layout,              // context parallelism (context_parallel.hpp): cp < 1, stripe < 1, stray indices
+  cp_not_self_attention,      // q and kv sides differ: a layout splits one row's tokens
+  cp_heads_not_divisible,     // all_to_all: a head count not a multiple of cp
+  cp_not_divisible,           // T not a multiple of the layout's chunk unit
+  cp_document_not_divisible,  // head_tail: a document not a multiple of 2*cp
+  cp_bad_permutation,         // explicit indices that are not a permutation of [0, T)
 };
 
 std::string_view to_string(ErrorCode code);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "attn_oracle/model/attention.hpp"
+#include "attn_oracle/model/context_parallel.hpp"
 #include "attn_oracle/model/error.hpp"
 #include "attn_oracle/seam/input_domain.hpp"
 #include "attn_oracle/model/kv_buffer.hpp"
@@ -27,7 +28,7 @@ namespace attn_oracle {
 // `attention_buffers`: the attention capability can also write into caller-owned
 // buffers (AttentionCapability::supports_attention_into), which the guard-band
 // property needs.
-enum class Capability { metadata, attention, attention_buffers, small_seq, sharding, kv_buffer };
+enum class Capability { metadata, attention, attention_buffers, small_seq, sharding, kv_buffer, context_parallel };
 std::string_view to_string(Capability capability);
 
 // Every capability can decline a problem with a reason (`unsupported`): a layout
@@ -102,6 +103,48 @@ class ShardingCapability {
   virtual bool token_level_mask() const { return false; }
 };
 
+// docs/semantics.md section 9.1: a packed row split over `cp` ranks. Most
+// backends implement it with SimulatedContextParallel (context_parallel.hpp)
+// over their own attention and metadata; a stack's module implements it with
+// the stack's own reordering, per-rank metadata and collectives.
+//
+// Tensors in and out are [B, T, ...]: the unsharded inputs in row order go in;
+// outputs come back rank-major (rank r's local slots [r*L, (r+1)*L) of each
+// row, L = T / cp, in the backend's own permutation), so that un-permuting
+// them is the suite's job, with the permutation the backend reports.
+class ContextParallelCapability {
+ public:
+  virtual ~ContextParallelCapability() = default;
+  // A reason to decline this layout and problem (valid or not), or nullopt.
+  virtual std::optional<std::string> unsupported(const CpLayout&, const AttentionProblem&) { return std::nullopt; }
+  // This backend's checks of the layout: nullopt when it runs it, else the code.
+  virtual std::optional<Error> validate_layout(const CpLayout& layout, const AttentionProblem& problem) = 0;
+  // [B, T]: the row token each rank-major local slot holds.
+  virtual Expected<std::vector<int64_t>> permutation(const CpLayout& layout, const AttentionProblem& problem) = 0;
+  // `values` [B, T, width] put into rank-major local order, or, `inverse`, back
+  // into row order (a stack's reorder and inverse-reorder functions). By
+  // default, permutation() applied.
+  virtual Expected<std::vector<double>> reorder(const CpLayout& layout, const AttentionProblem& problem,
+                                                const std::vector<double>& values, int64_t width, bool inverse);
+  // The metadata rank `rank` hands its kernel at `step` (0 <= step < cp_steps(layout)).
+  virtual Expected<Metadata> rank_metadata(const CpLayout& layout, const AttentionProblem& problem, int64_t rank,
+                                           int64_t step) = 0;
+  // Rank `rank`'s forward at `step`: its queries (local order) against the keys
+  // it meets then; o [B, Lq, Hq', D], lse [B, Hq', Lq] (Hq' = the rank's heads).
+  // A ring's partial result, before any merge.
+  virtual Expected<AttentionResult> rank_attention(const CpLayout& layout, const AttentionProblem& problem,
+                                                   const AttentionInputs& inputs, int64_t rank, int64_t step) = 0;
+  // The whole run: o, lse [B, Hq, T] and the gradients rank-major; dK/dV of
+  // each token are its own (summed over every rank that met it).
+  virtual Expected<AttentionResult> cp_attention(const CpLayout& layout, const AttentionProblem& problem,
+                                                 const AttentionInputs& inputs) = 0;
+  // The largest imbalance (max / mean attended pairs of a rank) this backend
+  // promises under `layout`; nullopt promises nothing (the figure is still reported).
+  virtual std::optional<double> balance_bound(const CpLayout&) { return std::nullopt; }
+  // As AttentionCapability::token_level_mask, for every rank's call.
+  virtual bool token_level_mask() const { return false; }
+};
+
 // docs/semantics.md section 3: the shared K/V buffer steps, tensors as in kv_buffer.hpp
 // (buffer and grad_buffer [N, 2, Hkv, D], a micro-sequence's q and d_o
 // [end - begin, Hq, D]).
@@ -166,6 +209,7 @@ class Backend {
   virtual SmallSeqCapability* small_seq() { return nullptr; }
   virtual ShardingCapability* sharding() { return nullptr; }
   virtual KvBufferCapability* kv_buffer() { return nullptr; }
+  virtual ContextParallelCapability* context_parallel() { return nullptr; }
   // The optional outputs this backend produces (attention.hpp), for every
   // capability: all of them unless it says otherwise.
   virtual ProducedOutputs outputs() const { return {}; }

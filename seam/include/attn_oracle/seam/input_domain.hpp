@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "attn_oracle/model/attention.hpp"
+#include "attn_oracle/model/context_parallel.hpp"
 #include "attn_oracle/model/kv_buffer.hpp"
 #include "attn_oracle/model/packed_batch.hpp"
 
@@ -95,10 +96,19 @@ struct InputDomain {
   std::vector<int64_t> head_dims;
   // The sizes it was compiled for; empty for any.
   SizeMenu sizes;
+  // Context parallelism (docs/semantics.md section 9.1): the strategies, load
+  // balancing, rank counts and stripe sizes taken; empty for all (the
+  // generators then draw cp of 2, 3, 4 and 8 and stripes of 1, 2, 3, 64, 128).
+  std::vector<CpStrategy> cp_strategies;
+  std::vector<CpBalance> cp_balances;
+  std::vector<int64_t> cp_sizes;
+  std::vector<int64_t> cp_stripes;
 
   bool takes_mask(MaskKind kind) const;
   bool takes_dtype(Dtype dtype) const;
   bool takes_head_dim(int64_t head_dim) const;
+  bool takes_cp_strategy(CpStrategy strategy) const;
+  bool takes_cp_balance(CpBalance balance) const;
   bool takes_everything() const;
   bool operator==(const InputDomain&) const = default;
 };
@@ -115,5 +125,8 @@ std::optional<std::string> outside_domain(const InputDomain& domain, const Atten
 // The dtype and head dim only: a K/V buffer problem is a whole sequence of
 // documents whose layout the K/V buffer capability itself defines.
 std::optional<std::string> outside_domain(const InputDomain& domain, const KvBufferProblem& problem);
+// The layout's fields (strategy, balance, cp, stripe), then the problem.
+std::optional<std::string> outside_domain(const InputDomain& domain, const CpLayout& layout,
+                                          const AttentionProblem& problem);
 
 }  // namespace attn_oracle
