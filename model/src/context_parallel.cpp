@@ -37,24 +37,27 @@ std::optional<Error> check_divisible(const CpLayout& l, int64_t t) {
   return error(ErrorCode::cp_not_divisible, "T = " + str(t) + " is not a multiple of " + what);
 }
 
-// Runs of equal ids (padding runs too) of row b: [start, end) pairs.
-std::vector<std::pair<int64_t, int64_t>> id_runs(const int64_t* ids, int64_t t) {
-  std::vector<std::pair<int64_t, int64_t>> runs;
+// The spans head_tail splits, as [start, end): each document with the padding
+// after it, and a row's leading padding alone.
+std::vector<std::pair<int64_t, int64_t>> spans(const int64_t* ids, int64_t t) {
+  std::vector<std::pair<int64_t, int64_t>> out;
   for (int64_t i = 0; i < t;) {
     int64_t j = i + 1;
-    while (j < t && ids[j] == ids[i]) ++j;
-    runs.emplace_back(i, j);
+    while (j < t && (ids[j] == 0 || ids[j] == ids[i])) ++j;
+    if (ids[i] == 0)  // leading padding: up to the first document
+      for (j = i + 1; j < t && ids[j] == 0;) ++j;
+    out.emplace_back(i, j);
     i = j;
   }
-  return runs;
+  return out;
 }
 
 std::optional<Error> check_documents(const CpLayout& l, const PackedSide& side, int64_t rows, int64_t t) {
   for (int64_t b = 0; b < rows; ++b) {
     const int64_t* ids = side.segment_ids.data.data() + b * t;
-    for (const auto& [start, end] : id_runs(ids, t)) {
+    for (const auto& [start, end] : spans(ids, t)) {
       if ((end - start) % (2 * l.cp) == 0) continue;
-      const std::string doc = ids[start] == 0 ? "padding" : "document " + str(ids[start]);
+      const std::string doc = ids[start] == 0 ? "leading padding" : "document " + str(ids[start]) + " with the padding after it";
       return error(ErrorCode::cp_document_not_divisible,
                    "row " + str(b) + ", " + doc + " (tokens " + str(start) + ".." + str(end - 1) + "): length " +
                        str(end - start) + " is not a multiple of 2*cp = " + str(2 * l.cp) + " (head_tail)");
@@ -99,7 +102,7 @@ std::vector<std::vector<int64_t>> rank_tokens(const CpLayout& l, const int64_t* 
       break;
     case CpBalance::dual_chunk_swap: append_head_tail(per_rank, 0, t, l.cp); break;
     case CpBalance::head_tail:
-      for (const auto& [start, end] : id_runs(ids, t)) append_head_tail(per_rank, start, end - start, l.cp);
+      for (const auto& [start, end] : spans(ids, t)) append_head_tail(per_rank, start, end - start, l.cp);
       break;
     case CpBalance::striped:
       for (int64_t s = 0; s < t / l.stripe; ++s)

@@ -24,11 +24,15 @@ int64_t head_tail_rank(int64_t i, int64_t n, int64_t cp) {
   return chunk < cp ? chunk : 2 * cp - 1 - chunk;
 }
 
-// The first token of the run of equal ids that t belongs to, and its length.
-std::pair<int64_t, int64_t> run_of(const int64_t* ids, int64_t t_len, int64_t t) {
+// Whether a head_tail span starts at token t: the row's first token, or a
+// document's first (padding belongs to the document before it).
+bool span_starts(const int64_t* ids, int64_t t) { return t == 0 || (ids[t] != 0 && ids[t] != ids[t - 1]); }
+
+// The first token of the span that t belongs to, and its length.
+std::pair<int64_t, int64_t> span_of(const int64_t* ids, int64_t t_len, int64_t t) {
   int64_t a = t, b = t + 1;
-  while (a > 0 && ids[a - 1] == ids[t]) --a;
-  while (b < t_len && ids[b] == ids[t]) ++b;
+  while (!span_starts(ids, a)) --a;
+  while (b < t_len && !span_starts(ids, b)) ++b;
   return {a, b - a};
 }
 
@@ -38,7 +42,7 @@ Placement place(const CpLayout& l, const int64_t* ids, int64_t t_len, int64_t t)
     case CpBalance::dual_chunk_swap: return {head_tail_rank(t, t_len, l.cp), t};
     case CpBalance::striped: return {(t / l.stripe) % l.cp, t};
     case CpBalance::head_tail: {
-      const auto [start, n] = run_of(ids, t_len, t);
+      const auto [start, n] = span_of(ids, t_len, t);
       return {head_tail_rank(t - start, n, l.cp), t};
     }
     case CpBalance::explicit_indices: break;

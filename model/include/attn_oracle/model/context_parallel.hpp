@@ -12,9 +12,11 @@
 //      contiguous       rank r holds [r*L, (r+1)*L);
 //      dual_chunk_swap  the row in 2*cp chunks; rank r holds chunks r and 2*cp-1-r;
 //      striped          the row in stripes of `stripe` tokens; stripe i goes to rank i mod cp;
-//      head_tail        each document (each run of equal ids, padding runs too)
-//                       in 2*cp chunks, rank r holding chunks r and 2*cp-1-r of
-//                       every document, documents in row order;
+//      head_tail        each span in 2*cp chunks, rank r holding chunks r and
+//                       2*cp-1-r of every span, spans in row order; a span is
+//                       a document with the padding after it (a document padded
+//                       to a multiple of 2*cp, as cu_seqlens_padded describes
+//                       it), or a row's leading padding;
 //      explicit_indices the caller's [B, T] permutation.
 //    Within a rank, tokens keep their row order.
 //
@@ -27,8 +29,8 @@
 //  5. all_to_all: heads_q or heads_kv not a multiple of cp (cp_heads_not_divisible);
 //  6. T not a multiple of cp, of 2*cp (dual_chunk_swap) or of cp*stripe
 //     (striped) (cp_not_divisible);
-//  7. head_tail: a run whose length is not a multiple of 2*cp
-//     (cp_document_not_divisible, naming row, id, first token and length);
+//  7. head_tail: a span whose length is not a multiple of 2*cp
+//     (cp_document_not_divisible, naming row, document, tokens and length);
 //  8. explicit_indices: not [B, T], an index outside [0, T) or one listed twice
 //     (cp_bad_permutation, naming row, slot and value).
 //
