@@ -41,7 +41,8 @@ using planted::planted_settings;
 std::vector<PlantedBug> all_bugs() {
   std::vector<PlantedBug> bugs;
   for (auto* group : {planted::metadata_bugs, planted::attention_bugs, planted::small_seq_bugs,
-                      planted::kv_buffer_bugs, planted::sharding_bugs, planted::convention_bugs})
+                      planted::kv_buffer_bugs, planted::sharding_bugs, planted::context_parallel_bugs,
+                      planted::convention_bugs})
     for (PlantedBug& b : group()) bugs.push_back(std::move(b));
   return bugs;
 }

@@ -153,7 +153,7 @@ class ContextParallelOp final : public TypedCaseOp<ContextParallelCase> {
   CoverageCell coverage_of(const ContextParallelCase& c) const override {
     CoverageCell cell = batch_coverage(c.call.problem.batch);
     add_shape_coverage(c.call.problem.shape, cell);
-    cell.layouts.insert("cp=" + std::to_string(c.layout.cp));
+    cell.layouts.insert(c.layout.cp >= 1 ? "cp=" + std::to_string(c.layout.cp) : "cp<1");
     cell.layouts.insert(std::string(to_string(c.layout.strategy)));
     cell.layouts.insert(std::string(to_string(c.layout.balance)));
     return cell;

@@ -67,6 +67,7 @@ std::optional<Error> check_documents(const CpLayout& l, const PackedSide& side, 
 }
 
 std::optional<Error> check_indices(const CpLayout& l, int64_t rows, int64_t t) {
+  const int64_t local = t / l.cp;
   if (l.indices.shape != Shape{rows, t})
     return error(ErrorCode::cp_bad_permutation, "indices of shape " + shape_to_string(l.indices.shape) +
                                                     " where the batch is " + shape_to_string({rows, t}));
@@ -79,6 +80,10 @@ std::optional<Error> check_indices(const CpLayout& l, int64_t rows, int64_t t) {
       if (slot_of[v] >= 0)
         return error(ErrorCode::cp_bad_permutation, where + " is listed already at slot " + str(slot_of[v]));
       slot_of[v] = s;
+      const int64_t before = s % local == 0 ? -1 : l.indices.data[b * t + s - 1];
+      if (before > v)
+        return error(ErrorCode::cp_bad_permutation, where + " follows token " + str(before) + " in rank " +
+                                                        str(s / local) + ": a rank keeps its tokens in row order");
     }
   }
   return std::nullopt;

@@ -109,4 +109,16 @@ void require_sharding_takes(Backend& backend, const Sharding& sharding, const Sh
   decline_if(hook(backend.sharding()->unsupported(sharding, shapes)));
 }
 
+void require_context_parallel_takes(Backend& backend, const CpLayout& layout, const AttentionProblem& problem,
+                                    bool layout_sizes) {
+  CpLayout asked = layout;
+  if (!layout_sizes) {  // an invalid size is the case being judged: only strategy and balance are asked
+    const InputDomain domain = backend.domain();
+    if (!domain.cp_sizes.empty()) asked.cp = domain.cp_sizes.front();
+    if (!domain.cp_stripes.empty()) asked.stripe = domain.cp_stripes.front();
+  }
+  if (auto why = outside_domain(backend.domain(), asked, problem)) decline_case("outside the backend's domain: " + *why);
+  decline_if(hook(backend.context_parallel()->unsupported(layout, problem)));
+}
+
 }  // namespace attn_oracle

@@ -152,7 +152,7 @@ const std::vector<PropertyDef>& all_properties() {
   static const std::vector<PropertyDef> properties = [] {
     std::vector<PropertyDef> all = metadata_properties();
     for (auto* area : {attention_properties, oracle_arithmetic_properties, small_seq_properties, kv_buffer_properties,
-                       sharding_properties})
+                       sharding_properties, context_parallel_properties})
       for (PropertyDef& p : area()) all.push_back(std::move(p));
     return all;
   }();

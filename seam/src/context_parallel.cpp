@@ -137,6 +137,20 @@ std::optional<std::string> SimulatedContextParallel::unsupported(const CpLayout&
   return std::nullopt;
 }
 
+std::optional<double> SimulatedContextParallel::balance_bound(const CpLayout& l, const AttentionProblem& p) {
+  if (l.strategy == CpStrategy::all_to_all) return 1.0;
+  const PackedBatch& b = p.batch;
+  if (!is_causal(b.mask) || b.window != Window{} || b.q.segment_ids.rank() != 2) return std::nullopt;
+  const std::vector<int64_t>& ids = b.q.segment_ids.data;
+  if (std::find(ids.begin(), ids.end(), 0) != ids.end()) return std::nullopt;
+  if (l.balance == CpBalance::head_tail) return 1.0;
+  const int64_t t = b.q.segment_ids.shape[1];
+  if (l.balance != CpBalance::dual_chunk_swap) return std::nullopt;
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] != ids[i / t * t]) return std::nullopt;  // one document a row
+  return 1.0;
+}
+
 Expected<CpRankProblem> SimulatedContextParallel::rank_problem(const CpLayout& layout, const AttentionProblem& problem,
                                                                int64_t rank, int64_t step) {
   const Expected<std::vector<int64_t>> perm = permutation(layout, problem);

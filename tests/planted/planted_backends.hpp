@@ -46,6 +46,7 @@ std::vector<PlantedBug> attention_bugs();
 std::vector<PlantedBug> small_seq_bugs();
 std::vector<PlantedBug> kv_buffer_bugs();
 std::vector<PlantedBug> sharding_bugs();
+std::vector<PlantedBug> context_parallel_bugs();
 std::vector<PlantedBug> convention_bugs();  // mock kernels in other stacks' conventions, misapplied
 
 // A backend whose metadata is the reference's passed through `transform`.

@@ -31,8 +31,9 @@
 //     (striped) (cp_not_divisible);
 //  7. head_tail: a span whose length is not a multiple of 2*cp
 //     (cp_document_not_divisible, naming row, document, tokens and length);
-//  8. explicit_indices: not [B, T], an index outside [0, T) or one listed twice
-//     (cp_bad_permutation, naming row, slot and value).
+//  8. explicit_indices: not [B, T], an index outside [0, T), one listed twice,
+//     or a rank's tokens out of row order (cp_bad_permutation, naming row, slot
+//     and value): a rank problem keeps each document's positions increasing.
 //
 // The permutation here is the one the host simulation (seam/context_parallel.hpp)
 // runs; the oracle derives its own, token by token (reference/context_parallel.hpp).

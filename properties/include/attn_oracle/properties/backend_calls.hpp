@@ -56,4 +56,10 @@ void require_kv_buffer_takes(Backend& backend, const KvBufferProblem& problem);
 void require_sharding_takes(Backend& backend, const Sharding& sharding, const ShardedShapes& shapes,
                             const AttentionProblem& problem);
 
+// ---------------------------------------------------------------- context parallelism
+// The layout's fields and the problem asked of the domain, then the hook.
+// `layout_sizes` false: cp and stripe are not asked (an invalid draw's size is its point).
+void require_context_parallel_takes(Backend& backend, const CpLayout& layout, const AttentionProblem& problem,
+                                    bool layout_sizes = true);
+
 }  // namespace attn_oracle

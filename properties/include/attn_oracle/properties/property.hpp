@@ -98,5 +98,6 @@ std::vector<PropertyDef> oracle_arithmetic_properties();  // the oracle's own ar
 std::vector<PropertyDef> small_seq_properties();
 std::vector<PropertyDef> kv_buffer_properties();
 std::vector<PropertyDef> sharding_properties();
+std::vector<PropertyDef> context_parallel_properties();
 
 }  // namespace attn_oracle

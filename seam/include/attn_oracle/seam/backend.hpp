@@ -139,8 +139,9 @@ class ContextParallelCapability {
   virtual Expected<AttentionResult> cp_attention(const CpLayout& layout, const AttentionProblem& problem,
                                                  const AttentionInputs& inputs) = 0;
   // The largest imbalance (max / mean attended pairs of a rank) this backend
-  // promises under `layout`; nullopt promises nothing (the figure is still reported).
-  virtual std::optional<double> balance_bound(const CpLayout&) { return std::nullopt; }
+  // promises for this layout and problem; nullopt promises nothing (the figure
+  // is still reported).
+  virtual std::optional<double> balance_bound(const CpLayout&, const AttentionProblem&) { return std::nullopt; }
   // As AttentionCapability::token_level_mask, for every rank's call.
   virtual bool token_level_mask() const { return false; }
 };

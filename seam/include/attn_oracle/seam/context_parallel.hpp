@@ -55,6 +55,10 @@ class SimulatedContextParallel : public ContextParallelCapability {
   Expected<AttentionResult> cp_attention(const CpLayout& layout, const AttentionProblem& problem,
                                          const AttentionInputs& inputs) override;
   bool token_level_mask() const override { return attention_.token_level_mask(); }
+  // Exact balance (1) where the layout promises it: all_to_all always; under a
+  // causal kind without a window or padding, head_tail, and dual_chunk_swap on
+  // rows of one document (every chunk pair then holds the same attended pairs).
+  std::optional<double> balance_bound(const CpLayout& layout, const AttentionProblem& problem) override;
 
  protected:
   // Adds a partial result of the same queries over other keys into (o, lse),
