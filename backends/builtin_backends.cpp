@@ -119,11 +119,14 @@ class CudaBackend final : public Backend, MetadataCapability, AttentionCapabilit
   };
   SmallSeqCapability* small_seq() override { return &small_seq_; }
   KvBufferCapability* kv_buffer() override { return &kv_buffer_; }
+  ContextParallelCapability* context_parallel() override { return &context_parallel_; }
 
  private:
   std::string device_;
   SmallSeq small_seq_;
   GpuKvBuffer kv_buffer_{gpu::KvDevice::cuda};
+  SimulatedContextParallel context_parallel_{static_cast<AttentionCapability&>(*this),
+                                             static_cast<MetadataCapability&>(*this)};
 };
 
 // The candidate kernels, beside the proven ones until a device run has judged them.
@@ -149,9 +152,12 @@ class CudaNextBackend final : public Backend, MetadataCapability, AttentionCapab
                                       const Buffers& out) override {
     return gpu::attention_cuda_next_into(problem, inputs, outputs_of(out));
   }
+  ContextParallelCapability* context_parallel() override { return &context_parallel_; }
 
  private:
   std::string device_;
+  SimulatedContextParallel context_parallel_{static_cast<AttentionCapability&>(*this),
+                                             static_cast<MetadataCapability&>(*this)};
 };
 
 }  // namespace

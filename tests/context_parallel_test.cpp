@@ -190,6 +190,23 @@ TEST(CpGenerators, DrawInsideTheDomain) {
   }
 }
 
+// A compiled stack (jit, torch.compile) compiles once per shape: on a size menu,
+// every draw whose layout has a length on the menu takes it.
+TEST(CpGenerators, ShapeStableDrawsKeepToTheMenu) {
+  CpOptions o;
+  o.domain.sizes = default_size_menu();
+  int on_menu = 0, drawn = 0;
+  for (const CpDraw& d : sample(cp_draw(o), 200)) {
+    ASSERT_FALSE(validate_cp(d.layout, d.problem));
+    ++drawn;
+    const auto why = outside_domain(o.domain, d.layout, d.problem);
+    on_menu += !why;
+    if (why) std::cout << "[ cp menu ] off: " << *why << "\n";
+  }
+  std::cout << "[ cp menu ] " << on_menu << " of " << drawn << " draws on the default size menu\n";
+  EXPECT_GE(on_menu * 10, drawn * 7);
+}
+
 // ------------------------------------------------------------------- the case op
 TEST(CpCase, RoundTripsAndEvaluates) {
   register_builtin_backends();

@@ -2,6 +2,7 @@
 #include "attn_oracle/properties/context_parallel_generators.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -21,16 +22,30 @@ std::vector<T> taken(const T (&all)[N], const std::vector<T>& listed) {
   return out;
 }
 
-std::vector<int64_t> drawable_cp_sizes(const InputDomain& d) {
-  return d.cp_sizes.empty() ? std::vector<int64_t>{2, 3, 4, 8, 1} : d.cp_sizes;
+// Whether some length on the size menu (any, without one) is a multiple of `unit`.
+bool menu_divisible(const InputDomain& d, int64_t unit) {
+  if (d.sizes.tokens.empty()) return true;
+  for (int64_t t : d.sizes.tokens)
+    if (t % unit == 0) return true;
+  return false;
 }
 
-// Long stripes only with cp = 2: a row is then 128 or 256 tokens.
+// Under a size menu, the sizes whose chunks of 2*cp some length on it holds.
+std::vector<int64_t> drawable_cp_sizes(const InputDomain& d) {
+  const std::vector<int64_t> all = d.cp_sizes.empty() ? std::vector<int64_t>{2, 3, 4, 8, 1} : d.cp_sizes;
+  std::vector<int64_t> out;
+  for (int64_t cp : all)
+    if (menu_divisible(d, 2 * cp)) out.push_back(cp);
+  return out.empty() ? all : out;
+}
+
+// Long stripes only with cp = 2: a row is then 128 or 256 tokens. Under a size
+// menu, the stripes some length on it holds whole rounds of.
 std::vector<int64_t> drawable_stripes(const InputDomain& d, int64_t cp) {
   std::vector<int64_t> all = d.cp_stripes.empty() ? std::vector<int64_t>{1, 2, 3, 64, 128} : d.cp_stripes;
   std::vector<int64_t> out;
   for (int64_t s : all)
-    if (s < 64 || cp <= 2) out.push_back(s);
+    if ((s < 64 || cp <= 2) && menu_divisible(d, cp * s)) out.push_back(s);
   return out.empty() ? all : out;
 }
 
@@ -107,10 +122,35 @@ DocDraw resolve(const DocKnob& knob, const std::vector<int64_t>& units, bool pad
   return {length, padding ? knob.pad : 0};
 }
 
+// Under a size menu, rows longer than its longest length the unit divides lose
+// documents from their end, and a last one too long is cut (a span stays a
+// multiple of the unit: the menu length is one).
+void trim_to_menu(int64_t unit, std::vector<std::vector<DocDraw>>& rows, std::vector<int64_t>& tails,
+                  const std::vector<int64_t>& token_menu) {
+  int64_t longest = 0;
+  for (int64_t m : token_menu)
+    if (m % unit == 0) longest = std::max(longest, m);
+  if (longest == 0) return;
+  for (size_t b = 0; b < rows.size(); ++b) {
+    auto length = [&] {
+      int64_t len = tails[b];
+      for (const DocDraw& d : rows[b]) len += d.length + d.pad_after;
+      return len;
+    };
+    while (length() > longest && rows[b].size() > 1) rows[b].pop_back();
+    if (length() <= longest) continue;
+    tails[b] = 0;
+    DocDraw& only = rows[b].front();
+    only.pad_after = std::min(only.pad_after, longest - 1);
+    only.length = longest - only.pad_after;
+  }
+}
+
 // Grows documents (or their padding) until every precondition of the layout holds:
-// spans of 2*cp under head_tail, then rows of one length, a multiple of the row unit.
+// spans of 2*cp under head_tail, then rows of one length, a multiple of the row
+// unit, and on the size menu when one is given (the smallest such length on it).
 void meet_preconditions(const CpLayout& l, std::vector<std::vector<DocDraw>>& rows, std::vector<int64_t>& tails,
-                        bool padding) {
+                        bool padding, const std::vector<int64_t>& token_menu) {
   const int64_t unit = row_unit(l);
   if (l.balance == CpBalance::head_tail)
     for (auto& row : rows)
@@ -119,6 +159,7 @@ void meet_preconditions(const CpLayout& l, std::vector<std::vector<DocDraw>>& ro
         (padding ? d.pad_after : d.length) += short_by;
       }
   if (l.balance == CpBalance::head_tail) std::fill(tails.begin(), tails.end(), 0);  // padding joins the last span
+  trim_to_menu(unit, rows, tails, token_menu);
   int64_t t = 0;
   for (size_t b = 0; b < rows.size(); ++b) {
     int64_t len = tails[b];
@@ -126,6 +167,10 @@ void meet_preconditions(const CpLayout& l, std::vector<std::vector<DocDraw>>& ro
     t = std::max(t, len);
   }
   t = (t + unit - 1) / unit * unit;
+  std::optional<int64_t> on_menu;
+  for (int64_t m : token_menu)
+    if (m >= t && m % unit == 0 && (!on_menu || m < *on_menu)) on_menu = m;
+  t = on_menu.value_or(t);
   for (size_t b = 0; b < rows.size(); ++b) {
     int64_t len = tails[b];
     for (const DocDraw& d : rows[b]) len += d.length + d.pad_after;
@@ -217,7 +262,7 @@ rc::Gen<LayoutKnob> layout_knob() {
 rc::Gen<ShapeKnob> shape_knob() {
   return rc::gen::build<ShapeKnob>(
       rc::gen::set(&ShapeKnob::kv_heads, uniform(1, 2)), rc::gen::set(&ShapeKnob::group, uniform(1, 2)),
-      rc::gen::set(&ShapeKnob::head_dim, uniform(0, 7)), rc::gen::set(&ShapeKnob::dtype, uniform(0, 2)),
+      rc::gen::set(&ShapeKnob::head_dim, shrinking_weighted<int64_t>({{4, uniform(0, 1)}, {1, rc::gen::just<int64_t>(2)}})), rc::gen::set(&ShapeKnob::dtype, uniform(0, 2)),
       rc::gen::set(&ShapeKnob::backward, rc::gen::arbitrary<bool>()),
       rc::gen::set(&ShapeKnob::seed, rc::gen::arbitrary<uint32_t>()));
 }
@@ -247,6 +292,14 @@ CpDraw draw_from_knobs(const CpOptions& o, const LayoutKnob& lk, const RowsKnob&
   l.strategy = pick(taken(kAllCpStrategies, dom.cp_strategies), lk.strategy);
   l.balance = pick(taken(kAllCpBalances, dom.cp_balances), lk.balance);
   l.cp = pick(drawable_cp_sizes(dom), lk.cp);
+  if (l.strategy == CpStrategy::all_to_all && !dom.sizes.heads.empty()) {  // a cp the menu's heads split
+    const auto splits = [&](int64_t cp) {
+      return std::any_of(dom.sizes.heads.begin(), dom.sizes.heads.end(),
+                         [cp](const auto& h) { return h.first % cp == 0 && h.second % cp == 0; });
+    };
+    for (int64_t cp : drawable_cp_sizes(dom))
+      if (!splits(l.cp) && splits(cp)) l.cp = cp;
+  }
   if (l.balance == CpBalance::striped) l.stripe = pick(drawable_stripes(dom, l.cp), lk.stripe);
   const MaskKind mask = pick(taken(kMaskOrder, dom.mask_kinds), lk.mask);
   const bool padding = allows_padding(mask) && !dom.no_padding;
@@ -259,11 +312,20 @@ CpDraw draw_from_knobs(const CpOptions& o, const LayoutKnob& lk, const RowsKnob&
   }
   std::vector<int64_t> tails(rows.size(), 0);
   for (size_t r = 0; padding && r < rows.size(); ++r) tails[r] = rk.tails[r];
-  meet_preconditions(l, rows, tails, padding);
+  if (!dom.sizes.rows.empty()) {  // as many rows as the menu's nearest size, the last one repeated
+    int64_t want = next_on_menu(dom.sizes.rows, static_cast<int64_t>(rows.size()));
+    if (std::find(dom.sizes.rows.begin(), dom.sizes.rows.end(), want) == dom.sizes.rows.end())
+      want = *std::max_element(dom.sizes.rows.begin(), dom.sizes.rows.end());
+    while (static_cast<int64_t>(rows.size()) < want) rows.push_back(rows.back()), tails.push_back(tails.back());
+    while (static_cast<int64_t>(rows.size()) > want) rows.pop_back(), tails.pop_back();
+  }
+  meet_preconditions(l, rows, tails, padding, dom.sizes.tokens);
   const PositionMode mode = dom.positions_from_zero ? PositionMode::from_zero : static_cast<PositionMode>(lk.positions);
   d.problem.batch = build(rows, tails, mode, lk.offsets_seed);
   d.problem.batch.mask = mask;
   d.problem.batch.max_segments += lk.spare;
+  if (!dom.sizes.max_segments.empty())
+    d.problem.batch.max_segments = next_on_menu(dom.sizes.max_segments, d.problem.batch.max_segments);
   if (o.windows && dom.windows && lk.window) {
     Window& w = d.problem.batch.window;
     w.left = lk.left;
@@ -276,7 +338,13 @@ CpDraw draw_from_knobs(const CpOptions& o, const LayoutKnob& lk, const RowsKnob&
   const int64_t per_rank = l.strategy == CpStrategy::all_to_all ? l.cp : 1;
   s.heads_kv = per_rank * (per_rank > 2 ? 1 : sk.kv_heads);
   s.heads_q = s.heads_kv * sk.group;
-  s.head_dim = pick(dom.head_dims.empty() ? std::vector<int64_t>{4, 8} : dom.head_dims, sk.head_dim);
+  for (const auto& [hq, hkv] : dom.sizes.heads)  // the first menu pair the strategy can split
+    if (hq % per_rank == 0 && hkv % per_rank == 0) {
+      s.heads_q = hq, s.heads_kv = hkv;
+      break;
+    }
+  // 64: the smallest head dim the CUDA kernels instantiate (their CP draws would all be declined without it).
+  s.head_dim = pick(dom.head_dims.empty() ? std::vector<int64_t>{4, 8, 64} : dom.head_dims, sk.head_dim);
   s.dtype = pick(drawable_dtypes(dom), sk.dtype);
   s.backward = o.backward && sk.backward;
   d.seed = sk.seed;
