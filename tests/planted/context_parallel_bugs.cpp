@@ -30,14 +30,19 @@
 namespace attn_oracle::planted {
 namespace {
 
+// The permutation of `instead` where a valid layout asks for one of `planted_for`.
+Expected<std::vector<int64_t>> permutation_instead(CpLayout l, const AttentionProblem& p,
+                                                   std::initializer_list<CpBalance> planted_for, CpBalance instead) {
+  if (!validate_cp(l, p) && std::find(planted_for.begin(), planted_for.end(), l.balance) != planted_for.end())
+    l.balance = instead;
+  return cp_permutation(l, p);
+}
+
 class HeadTailChunksCutOverTheRow final : public SimulatedContextParallel {
  public:
   using SimulatedContextParallel::SimulatedContextParallel;
   Expected<std::vector<int64_t>> permutation(const CpLayout& l, const AttentionProblem& p) override {
-    if (l.balance != CpBalance::head_tail || validate_cp(l, p)) return cp_permutation(l, p);
-    CpLayout row = l;
-    row.balance = CpBalance::dual_chunk_swap;
-    return cp_permutation(row, p);
+    return permutation_instead(l, p, {CpBalance::head_tail}, CpBalance::dual_chunk_swap);
   }
 };
 
@@ -135,11 +140,7 @@ class CausalTailOnOneRank final : public SimulatedContextParallel {
  public:
   using SimulatedContextParallel::SimulatedContextParallel;
   Expected<std::vector<int64_t>> permutation(const CpLayout& l, const AttentionProblem& p) override {
-    if (validate_cp(l, p) || (l.balance != CpBalance::head_tail && l.balance != CpBalance::dual_chunk_swap))
-      return cp_permutation(l, p);
-    CpLayout contiguous = l;
-    contiguous.balance = CpBalance::contiguous;
-    return cp_permutation(contiguous, p);
+    return permutation_instead(l, p, {CpBalance::head_tail, CpBalance::dual_chunk_swap}, CpBalance::contiguous);
   }
 };
 
