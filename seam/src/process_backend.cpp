@@ -39,6 +39,13 @@ class Worker {
     auto has = [&](const char* name) { return std::find(steps.begin(), steps.end(), name) != steps.end(); };
     return KvBufferSteps{has("write_slice"), has("attend"), has("stream")};
   }
+  // The hello's "context_parallel_ops" (checked by WorkerProcess): the optional
+  // context-parallel ops it answers; none when it has none.
+  bool serves_cp_op(std::string_view op) {
+    for (const json& o : process_.hello().value("context_parallel_ops", json::array()))
+      if (o == op) return true;
+    return false;
+  }
   bool flag(const char* key) { return process_.hello().value(key, false) == true; }
   // The hello's "outputs" (checked by WorkerProcess); all of them when it has none.
   ProducedOutputs outputs() {
@@ -283,11 +290,140 @@ class ProcessKvBuffer final : public KvBufferCapability {
   Worker& w_;
 };
 
+// Context parallelism (backend.hpp): the layout travels in the header as "cp",
+// the unsharded tensors [B, T, H, D] in row order; outputs come back rank-major.
+// An optional op the worker does not answer (its hello's context_parallel_ops)
+// is the seam's own: without validate_cp_layout the suite's validate_cp is the
+// worker's validation, and a layout it rejects answers its code without reaching
+// the worker; without cp_reorder the worker's permutation is applied; without
+// cp_balance_bound no balance is promised.
+class ProcessContextParallel final : public ContextParallelCapability {
+ public:
+  explicit ProcessContextParallel(Worker& w) : w_(w) {}
+  std::optional<std::string> unsupported(const CpLayout& l, const AttentionProblem& p) override {
+    Writer r;
+    put_request(r, l, p);
+    return w_.unsupported("context_parallel", r);
+  }
+  std::optional<Error> validate_layout(const CpLayout& l, const AttentionProblem& p) override {
+    if (!w_.serves_cp_op("validate_cp_layout")) return validate_cp(l, p);
+    Writer r;
+    put_request(r, l, p);
+    const Expected<Message> reply = w_.ask("validate_cp_layout", r);
+    return reply ? std::nullopt : std::optional<Error>(reply.error());
+  }
+  Expected<std::vector<int64_t>> permutation(const CpLayout& l, const AttentionProblem& p) override {
+    if (auto e = suite_validation(l, p)) return *e;
+    Writer r;
+    put_request(r, l, p);
+    return reply_as<std::vector<int64_t>>(w_, "cp_permutation", w_.ask("cp_permutation", r), [&](const Message& m) {
+      return wire::read_permutation(m, p.batch.q.segment_ids.shape);
+    });
+  }
+  Expected<std::vector<double>> reorder(const CpLayout& l, const AttentionProblem& p, const std::vector<double>& values,
+                                        int64_t width, bool inverse) override {
+    if (!w_.serves_cp_op("cp_reorder")) return ContextParallelCapability::reorder(l, p, values, width, inverse);
+    if (auto e = suite_validation(l, p)) return *e;
+    Writer r;
+    put_request(r, l, p);
+    r.header["width"] = width;
+    r.header["inverse"] = inverse;
+    const Shape& ids = p.batch.q.segment_ids.shape;
+    const bool fits = ids.size() == 2 && width > 0 && static_cast<int64_t>(values.size()) == ids[0] * ids[1] * width;
+    r.add("values", fits ? Shape{ids[0], ids[1], width} : Shape{static_cast<int64_t>(values.size())}, values);
+    return reply_as<std::vector<double>>(w_, "cp_reorder", w_.ask("cp_reorder", r), [&](const Message& m) {
+      std::vector<double> out = wire::floats(m, "values");
+      if (out.size() != values.size())
+        throw wire::ProtocolError("values holds " + std::to_string(out.size()) + " numbers where " +
+                                  std::to_string(values.size()) + " were sent");
+      return out;
+    });
+  }
+  Expected<Metadata> rank_metadata(const CpLayout& l, const AttentionProblem& p, int64_t rank, int64_t step) override {
+    if (auto e = suite_validation(l, p)) return *e;
+    Writer r;
+    put_request(r, l, p);
+    r.header["rank"] = rank;
+    r.header["step"] = step;
+    return reply_as<Metadata>(w_, "cp_rank_metadata", w_.ask("cp_rank_metadata", r), wire::read_metadata);
+  }
+  Expected<AttentionResult> rank_attention(const CpLayout& l, const AttentionProblem& p, const AttentionInputs& in,
+                                           int64_t rank, int64_t step) override {
+    if (auto e = suite_validation(l, p)) return *e;
+    Writer r;
+    put_request(r, l, p);
+    wire::put_inputs(r, p, in);
+    r.header["rank"] = rank;
+    r.header["step"] = step;
+    return reply_as<AttentionResult>(w_, "cp_rank_attention", w_.ask("cp_rank_attention", r), [&](const Message& m) {
+      AttentionResult out = wire::read_attention_result(m, /*backward=*/false, w_.outputs());
+      check_sizes(l, p, out, /*one_rank=*/true, w_.outputs().lse);
+      return out;
+    });
+  }
+  Expected<AttentionResult> cp_attention(const CpLayout& l, const AttentionProblem& p, const AttentionInputs& in) override {
+    if (auto e = suite_validation(l, p)) return *e;
+    Writer r;
+    put_request(r, l, p);
+    wire::put_inputs(r, p, in);
+    return reply_as<AttentionResult>(w_, "cp_attention", w_.ask("cp_attention", r), [&](const Message& m) {
+      AttentionResult out = wire::read_attention_result(m, p.shape.backward, w_.outputs());
+      check_sizes(l, p, out, /*one_rank=*/false, w_.outputs().lse);
+      return out;
+    });
+  }
+  std::optional<double> balance_bound(const CpLayout& l) override {
+    if (!w_.serves_cp_op("cp_balance_bound")) return std::nullopt;
+    Writer r;
+    r.header["cp"] = wire::cp_layout_json(l);
+    const Expected<Message> reply = w_.ask("cp_balance_bound", r);
+    if (!reply) return std::nullopt;  // an error or a decline promises nothing
+    return w_.read("cp_balance_bound", [&] { return wire::read_balance_bound(reply.value()); });
+  }
+  bool token_level_mask() const override { return token_level_mask_; }
+  bool token_level_mask_ = false;
+
+ private:
+  static void put_request(Writer& r, const CpLayout& l, const AttentionProblem& p) {
+    r.header["cp"] = wire::cp_layout_json(l);
+    wire::put_problem(r, p);
+  }
+  std::optional<Error> suite_validation(const CpLayout& l, const AttentionProblem& p) {
+    return w_.serves_cp_op("validate_cp_layout") ? std::nullopt : validate_cp(l, p);
+  }
+  // The suite un-permutes a run by index, so an array of another size than a
+  // valid layout gives is a malformed reply, not a read past its end. A rank's
+  // call (one_rank) holds T / cp tokens and every head, or under all_to_all
+  // every token and H / cp heads.
+  static void check_sizes(const CpLayout& l, const AttentionProblem& p, const AttentionResult& r, bool one_rank, bool lse) {
+    if (validate_cp(l, p)) return;  // no sizes follow from an invalid layout
+    const int64_t rows = p.batch.q.segment_ids.shape[0], t_len = p.batch.q.segment_ids.shape[1];
+    const bool heads_split = one_rank && l.strategy == CpStrategy::all_to_all;
+    const int64_t tokens = one_rank && !heads_split ? t_len / l.cp : t_len;
+    const int64_t hq = p.shape.heads_q / (heads_split ? l.cp : 1), hkv = p.shape.heads_kv / (heads_split ? l.cp : 1);
+    const int64_t d = p.shape.head_dim;
+    const std::string t = one_rank ? "L" : "T";
+    const auto expect = [](const char* name, size_t got, const Shape& shape, const std::string& dims) {
+      if (static_cast<int64_t>(got) != shape_product(shape))
+        throw wire::ProtocolError(std::string(name) + " holds " + std::to_string(got) + " values where " + dims + " = " +
+                                  shape_to_string(shape) + " holds " + std::to_string(shape_product(shape)));
+    };
+    expect("o", r.o.size(), {rows, tokens, hq, d}, "[B, " + t + ", Hq, D]");
+    if (lse) expect("lse", r.lse.size(), {rows, hq, tokens}, "[B, Hq, " + t + "]");
+    if (r.grads) {
+      expect("dq", r.grads->dq.size(), {rows, tokens, hq, d}, "[B, T, Hq, D]");
+      expect("dk", r.grads->dk.size(), {rows, tokens, hkv, d}, "[B, T, Hkv, D]");
+      expect("dv", r.grads->dv.size(), {rows, tokens, hkv, d}, "[B, T, Hkv, D]");
+    }
+  }
+  Worker& w_;
+};
+
 class ProcessBackend final : public Backend {
  public:
   explicit ProcessBackend(std::string command)
       : command_(std::move(command)), worker_(command_), metadata_(worker_), attention_(worker_), small_seq_(worker_),
-        sharding_(worker_), kv_buffer_(worker_) {}
+        sharding_(worker_), kv_buffer_(worker_), context_parallel_(worker_) {}
 
   std::string name() const override { return std::string(kProcessBackendPrefix) + command_; }
   std::string version() const override { return worker_.version(); }
@@ -304,6 +440,10 @@ class ProcessBackend final : public Backend {
     return worker_.serves("sharding") ? &sharding_ : nullptr;
   }
   KvBufferCapability* kv_buffer() override { return worker_.serves("kv_buffer") ? &kv_buffer_ : nullptr; }
+  ContextParallelCapability* context_parallel() override {
+    context_parallel_.token_level_mask_ = worker_.flag("token_level_mask");
+    return worker_.serves("context_parallel") ? &context_parallel_ : nullptr;
+  }
   ProducedOutputs outputs() const override { return worker_.outputs(); }
   InputDomain domain() const override { return worker_.domain(); }
   // A crash or a hang stays in the worker: the case fails and the worker restarts.
@@ -318,6 +458,7 @@ class ProcessBackend final : public Backend {
   ProcessSmallSeq small_seq_;
   ProcessSharding sharding_;
   ProcessKvBuffer kv_buffer_;
+  ProcessContextParallel context_parallel_;
 };
 
 }  // namespace

@@ -124,6 +124,15 @@ void WorkerProcess::start() {
       fail("the worker's hello has kv_buffer_steps " + steps.dump().substr(0, 200) +
                ": a list of the K/V buffer steps it serves, each \"write_slice\", \"attend\" or \"stream\"", false);
   }
+  if (h.contains("context_parallel_ops")) {
+    const nlohmann::json& ops = h["context_parallel_ops"];
+    const std::set<nlohmann::json> known = {"validate_cp_layout", "cp_reorder", "cp_balance_bound"};
+    if (!ops.is_array() || std::any_of(ops.begin(), ops.end(), [&](const nlohmann::json& o) { return !known.count(o); }))
+      fail("the worker's hello has context_parallel_ops " + ops.dump().substr(0, 200) +
+               ": a list of the optional context-parallel ops it answers, each \"validate_cp_layout\", \"cp_reorder\" "
+               "or \"cp_balance_bound\"",
+           false);
+  }
   if (h.contains("domain")) try {
       wire::read_domain(h["domain"]);
     } catch (const wire::ProtocolError& e) {

@@ -251,6 +251,29 @@ json kv_problem_json(const KvBufferProblem& p) {
   return {{"doc_lengths", p.doc_lengths}, {"micro_seq_tokens", p.micro_seq_tokens}, {"shape", shape_json(p.shape)}};
 }
 
+namespace {
+// `data` nested by `shape`; flat when the two disagree, so that nothing is lost.
+json nested(const Shape& shape, const std::vector<int64_t>& data) {
+  if (static_cast<size_t>(shape_product(shape)) != data.size() || shape.empty()) return json(data);
+  size_t at = 0;
+  const auto nest = [&](const auto& self, size_t dim) -> json {
+    json out = json::array();
+    for (int64_t i = 0; i < shape[dim]; ++i) out.push_back(dim + 1 == shape.size() ? json(data[at++]) : self(self, dim + 1));
+    return out;
+  };
+  return nest(nest, 0);
+}
+}  // namespace
+
+// The same spelling as cases/src/context_parallel_op.cpp's cp_layout_to_json,
+// which the seam cannot include.
+json cp_layout_json(const CpLayout& l) {
+  json j = {{"size", l.cp}, {"strategy", std::string(to_string(l.strategy))}, {"balance", std::string(to_string(l.balance))}};
+  if (l.balance == CpBalance::striped || l.stripe != 1) j["stripe"] = l.stripe;
+  if (!l.indices.data.empty() || l.balance == CpBalance::explicit_indices) j["indices"] = nested(l.indices.shape, l.indices.data);
+  return j;
+}
+
 Metadata read_metadata(const Message& m) {
   const Shape& shape = shape_of(m, "q_seqlens");
   if (shape.size() < 2) throw ProtocolError("q_seqlens must be [..., B, M]; the reply's has shape " + shape_to_string(shape));
@@ -300,6 +323,21 @@ MicroSequenceMetadata read_micro_sequence(const Message& m) {
   md.q_document = ints(m, "q_document"), md.q_position = ints(m, "q_position");
   md.kv_document = ints(m, "kv_document"), md.kv_position = ints(m, "kv_position");
   return md;
+}
+
+std::vector<int64_t> read_permutation(const Message& m, const Shape& ids_shape) {
+  const Shape& shape = shape_of(m, "permutation");
+  if (shape != ids_shape)
+    throw ProtocolError("permutation must be [B, T] = " + shape_to_string(ids_shape) +
+                        ", the shape of the segment ids; the reply's has shape " + shape_to_string(shape));
+  return ints(m, "permutation");
+}
+
+std::optional<double> read_balance_bound(const Message& m) {
+  const json& v = m.header.contains("bound") ? m.header["bound"] : json();
+  if (v.is_null()) return std::nullopt;
+  if (!v.is_number()) throw ProtocolError("the reply's bound is " + v.dump().substr(0, 100) + ": a number, or null for no promise");
+  return v.get<double>();
 }
 
 namespace {
@@ -396,11 +434,20 @@ InputDomain read_domain(const nlohmann::json& domain) {
       }
     } else if (key == "sizes") {
       d.sizes = read_size_menu(v);
+    } else if (key == "cp_strategies") {
+      d.cp_strategies = domain_names<CpStrategy>(key, v, cp_strategy_from_string, "cp strategies (all_gather, ring, all_to_all)");
+    } else if (key == "cp_balances") {
+      d.cp_balances = domain_names<CpBalance>(key, v, cp_balance_from_string,
+                                              "cp balances (contiguous, dual_chunk_swap, striped, head_tail, explicit_indices)");
+    } else if (key == "cp_sizes") {
+      d.cp_sizes = domain_sizes(key, v, 1);
+    } else if (key == "cp_stripes") {
+      d.cp_stripes = domain_sizes(key, v, 1);
     } else {
       throw ProtocolError("domain has the unknown key \"" + key +
                           "\" (known: self_attention_only, no_padding, positions_from_zero, one_sequence_a_row, "
                           "max_rows, extra_dims, positions_extra_dims, max_position, mask_kinds, windows, "
-                          "causal_windows_only, dtypes, head_dims, sizes)");
+                          "causal_windows_only, dtypes, head_dims, sizes, cp_strategies, cp_balances, cp_sizes, cp_stripes)");
     }
   }
   return d;

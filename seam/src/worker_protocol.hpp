@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attn_oracle/model/attention.hpp"
+#include "attn_oracle/model/context_parallel.hpp"
 #include "attn_oracle/seam/input_domain.hpp"
 #include "attn_oracle/model/kv_buffer.hpp"
 #include "attn_oracle/model/metadata.hpp"
@@ -99,12 +100,20 @@ void put_inputs(Writer& w, const AttentionProblem& problem, const AttentionInput
 nlohmann::json sharding_json(const Sharding& sharding);
 nlohmann::json sharded_shapes_json(const ShardedShapes& shapes);
 nlohmann::json kv_problem_json(const KvBufferProblem& problem);
+// A context-parallel layout as a case file's "cp" field spells it:
+// {"size", "strategy", "balance"}, "stripe" (striped, or any stripe but 1) and
+// "indices" nested by their shape (explicit_indices, or any given).
+nlohmann::json cp_layout_json(const CpLayout& layout);
 
 Metadata read_metadata(const Message& m);
 // An output the worker does not produce (its hello's "outputs") is not read.
 AttentionResult read_attention_result(const Message& m, bool backward, const ProducedOutputs& produced);
 SmallSeqResult read_small_seq_result(const Message& m, bool backward, const ProducedOutputs& produced);
 MicroSequenceMetadata read_micro_sequence(const Message& m);
+// The reply's "permutation": integers of exactly `ids_shape` ([B, T]).
+std::vector<int64_t> read_permutation(const Message& m, const Shape& ids_shape);
+// The reply's "bound": a number, or null for no promise.
+std::optional<double> read_balance_bound(const Message& m);
 
 // The hello's "domain" object (docs/protocol.md): every key optional, an
 // unknown key, mask kind or dtype, or a value of the wrong type is a
