@@ -11,7 +11,8 @@
 - :mod:`attn_oracle.stacks`: ready backends for the stacks people run
   (docs/stacks.md).
 - ``python -m attn_oracle check MODULE:CLASS``: the C++ property suite against a
-  Python backend (:mod:`attn_oracle.cli`); ``serve`` is the worker side.
+  Python backend (:mod:`attn_oracle.cli`); ``serve`` is the worker side, and
+  ``Layout`` the context-parallel layout its ``cp_*`` methods are given.
 - The pytest plugin (:mod:`attn_oracle.pytest_plugin`): one test per property.
 
 docs/python.md is the guide; errors carry the stable codes of docs/semantics.md.
@@ -28,7 +29,7 @@ _LAZY = {
     "Case": "cases", "read_case": "cases", "write_case": "cases", "iter_cases": "cases", "eval_case": "cases",
     "metadata_case": "cases", "attention_case": "cases",
     "judge": "tolerance", "Verdict": "tolerance", "TensorCheck": "tolerance",
-    "serve": "worker", "Domain": "domain",
+    "serve": "worker", "Layout": "worker", "Domain": "domain",
 }
 
 __all__ = ["AttnOracleError", "Unsupported", *_LAZY]

@@ -11,12 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Optional
 
-__all__ = ["Domain", "declared_domain", "MASK_KINDS", "DTYPES", "is_causal", "is_bottom_right", "mask_kind",
+__all__ = ["Domain", "declared_domain", "MASK_KINDS", "DTYPES", "CP_STRATEGIES", "CP_BALANCES", "is_causal", "is_bottom_right", "mask_kind",
            "TOP_LEFT_KINDS", "CAUSAL_KINDS", "FRAMEWORK_DTYPE_NAMES", "framework_dtypes"]
 
 # The mask kinds (docs/semantics.md section 2) and dtypes, by the names the protocol and case files use.
 MASK_KINDS = ("no_mask", "padding", "causal", "padding_causal", "causal_bottom_right", "padding_causal_bottom_right")
 DTYPES = ("fp32", "fp16", "bf16")
+# Context parallelism's strategies and load balancing (docs/semantics.md section 9.1).
+CP_STRATEGIES = ("all_gather", "ring", "all_to_all")
+CP_BALANCES = ("contiguous", "dual_chunk_swap", "striped", "head_tail", "explicit_indices")
 
 
 # What a kind's name says; the stack modules and adapters read kinds through these, never by spelling.
@@ -78,6 +81,9 @@ class Domain:
     compile once per shape), a dict of lists, each optional: ``tokens`` (T of a
     side), ``rows`` (B), ``max_segments`` (M), ``heads`` ([heads_q, heads_kv]
     pairs); the draws are grown onto it and an input off it is outside the domain.
+    cp_strategies, cp_balances: the context-parallel strategies and load
+    balancing taken (names as in CP_STRATEGIES and CP_BALANCES); cp_sizes: the
+    rank counts, cp_stripes: the stripe sizes (striped), integers >= 1; empty for all.
     """
 
     self_attention_only: bool = False
@@ -94,6 +100,10 @@ class Domain:
     dtypes: tuple = ()
     head_dims: tuple = ()
     sizes: Optional[dict] = None
+    cp_strategies: tuple = ()
+    cp_balances: tuple = ()
+    cp_sizes: tuple = ()
+    cp_stripes: tuple = ()
 
     def __post_init__(self):
         for key in ("self_attention_only", "no_padding", "positions_from_zero", "one_sequence_a_row", "extra_dims",
@@ -104,14 +114,17 @@ class Domain:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise TypeError(f"Domain.{key} is {value!r}: an integer >= 0 (0: no limit)")
-        for key, known in (("mask_kinds", MASK_KINDS), ("dtypes", DTYPES)):
+        for key, known in (("mask_kinds", MASK_KINDS), ("dtypes", DTYPES), ("cp_strategies", CP_STRATEGIES),
+                           ("cp_balances", CP_BALANCES)):
             names = getattr(self, key)
             if isinstance(names, str) or any(n not in known for n in names):
                 raise ValueError(f"Domain.{key} is {names!r}: a list among {', '.join(known)}")
             object.__setattr__(self, key, tuple(names))
-        if isinstance(self.head_dims, str) or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in self.head_dims):
-            raise TypeError(f"Domain.head_dims is {self.head_dims!r}: a list of integers >= 1")
-        object.__setattr__(self, "head_dims", tuple(self.head_dims))
+        for key in ("head_dims", "cp_sizes", "cp_stripes"):
+            values = getattr(self, key)
+            if isinstance(values, str) or any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in values):
+                raise TypeError(f"Domain.{key} is {values!r}: a list of integers >= 1")
+            object.__setattr__(self, key, tuple(values))
         if self.sizes is not None:
             object.__setattr__(self, "sizes", _size_menu(self.sizes))
 

@@ -24,6 +24,17 @@ kv_buffer   ``kv_micro_sequence(problem, i)``, and any of the steps
             ``kv_write_slice(problem, i, slice, buffer) -> buffer``,
             ``kv_attend(problem, i, micro, buffer, grad_buffer)``,
             ``kv_stream(problem, inputs)``; see docs/python.md
+context_    ``cp_permutation(layout, problem)``: int [B, T], the row token of
+parallel    each rank-major local slot; ``cp_rank_metadata(layout, problem,
+            rank, step)`` (as metadata, of that rank's kernel call);
+            ``cp_rank_attention(layout, problem, inputs, rank, step)``: o, lse
+            of the rank's queries at that step; ``cp_attention(layout,
+            problem, inputs)``: o, lse and the gradients, rank-major. Optional:
+            ``validate_cp_layout(layout, problem)`` (raise AttnOracleError;
+            without it the suite's validate_cp is used), ``cp_reorder(layout,
+            problem, values, width, inverse)`` (without it, the permutation is
+            applied) and ``cp_balance_bound(layout) -> float | None``. The
+            ``layout`` is a :class:`Layout`; see docs/python.md
 ==========  ================================================================
 
 A result is a dict or any object with those attributes (a dataclass). Arrays
@@ -52,7 +63,8 @@ of N draws judges about N instead of declining most of them. ``Domain(
 self_attention_only=True, no_padding=True, positions_from_zero=True,
 extra_dims=False, mask_kinds=("causal", "no_mask"), windows=False)`` is the
 packed path of transformers or Megatron-core; ``dtypes`` and ``head_dims``
-narrow the shapes; ``max_rows`` the batch. ``unsupported_<capability>`` stays
+narrow the shapes; ``max_rows`` the batch; ``cp_strategies``, ``cp_balances``,
+``cp_sizes`` and ``cp_stripes`` the context-parallel layouts. ``unsupported_<capability>`` stays
 for what a domain cannot say (a size limit). A property that needs what the
 domain excludes is skipped with the reason.
 
@@ -78,7 +90,7 @@ from . import _protocol
 from .domain import declared_domain
 from .errors import AttnOracleError, Unsupported
 
-__all__ = ["Batch", "Problem", "Inputs", "Sharding", "KvBufferProblem", "serve", "main"]
+__all__ = ["Batch", "Problem", "Inputs", "Sharding", "KvBufferProblem", "Layout", "serve", "main"]
 
 CAPABILITIES = {
     "metadata": ("metadata",),
@@ -86,10 +98,14 @@ CAPABILITIES = {
     "small_seq": ("small_seq",),
     "sharding": ("validate_sharding", "sharded_attention"),
     "kv_buffer": ("kv_micro_sequence",),
+    "context_parallel": ("cp_permutation", "cp_rank_metadata", "cp_rank_attention", "cp_attention"),
 }
 # The K/V buffer steps after kv_micro_sequence, each optional: a property that
 # calls one the backend lacks is skipped (docs/python.md, "The K/V buffer").
 KV_BUFFER_STEPS = {"write_slice": "kv_write_slice", "attend": "kv_attend", "stream": "kv_stream"}
+# The optional context-parallel ops: the suite's own stands in for one the
+# backend lacks (the hello's context_parallel_ops, docs/protocol.md).
+CONTEXT_PARALLEL_OPS = ("validate_cp_layout", "cp_reorder", "cp_balance_bound")
 
 
 @dataclass
@@ -162,6 +178,30 @@ class KvBufferProblem:
     backward: bool
 
 
+@dataclass
+class Layout:
+    """A context-parallel layout (docs/semantics.md section 9.1, model/context_parallel.hpp):
+    ``cp`` ranks, a ``strategy`` (all_gather, ring, all_to_all) and a ``balance``
+    (contiguous, dual_chunk_swap, striped, head_tail, explicit_indices); ``stripe``
+    tokens a stripe (striped), ``indices`` [B, T] the caller's permutation
+    (explicit_indices; None otherwise)."""
+
+    cp: int
+    strategy: str  # one of attn_oracle.domain.CP_STRATEGIES
+    balance: str  # one of attn_oracle.domain.CP_BALANCES
+    stripe: int = 1
+    indices: Optional[np.ndarray] = None
+
+    @property
+    def steps(self) -> int:
+        """The kernel calls a rank makes: cp ring steps, else 1."""
+        return self.cp if self.strategy == "ring" else 1
+
+    def source_rank(self, rank: int, step: int) -> int:
+        """The rank whose keys ``rank`` meets at ring ``step``: (rank - step) mod cp; ``rank`` itself otherwise."""
+        return (rank - step) % self.cp if self.strategy == "ring" else rank
+
+
 # ------------------------------------------------------------------ requests
 def _scale(value) -> Optional[float]:
     return None if value is None else float(value)  # "nan", "inf", "-inf" travel as strings
@@ -192,6 +232,12 @@ def _kv_problem(h: dict) -> KvBufferProblem:
     p, s = h["problem"], h["problem"]["shape"]
     return KvBufferProblem(np.asarray(p["doc_lengths"], dtype=np.int64), p["micro_seq_tokens"], s["heads_q"],
                            s["heads_kv"], s["head_dim"], _scale(s["scale"]), s["dtype"], s["backward"])
+
+
+def _layout(h: dict) -> Layout:
+    c = h["cp"]
+    indices = np.asarray(c["indices"], dtype=np.int64) if "indices" in c else None
+    return Layout(c["size"], c["strategy"], c["balance"], c.get("stripe", 1), indices)
 
 
 def _field(result: Any, name: str, required: bool = True):
@@ -247,11 +293,14 @@ def _outputs(backend, result: Any, first: tuple, backward: bool) -> dict:
 
 
 # ------------------------------------------------------------------ ops
-def _op_metadata(backend, h, a):
-    result = backend.metadata(_batch(h, a))
+def _metadata_reply(result) -> tuple[dict, dict]:
     optional = {name: np.asarray(value).reshape(-1) for name in OPTIONAL_METADATA_FIELDS
                 if (value := _field(result, name, required=False)) is not None}
     return {}, _fields(result, METADATA_FIELDS) | optional
+
+
+def _op_metadata(backend, h, a):
+    return _metadata_reply(backend.metadata(_batch(h, a)))
 
 
 def _op_attention(backend, h, a):
@@ -302,12 +351,51 @@ def _op_kv_stream(backend, h, a):
     return {}, _outputs(backend, backend.kv_stream(p, _inputs(a)), ("o", "lse"), p.backward)
 
 
+def _op_validate_cp_layout(backend, h, a):
+    backend.validate_cp_layout(_layout(h), _problem(h, a))
+    return {}, {}
+
+
+def _op_cp_permutation(backend, h, a):
+    # Sent as returned: the suite names a wrong shape, dtype or a token listed twice.
+    return {}, {"permutation": backend.cp_permutation(_layout(h), _problem(h, a))}
+
+
+def _op_cp_reorder(backend, h, a):
+    values = backend.cp_reorder(_layout(h), _problem(h, a), a["values"], h["width"], h["inverse"])
+    return {}, {"values": values}
+
+
+def _op_cp_rank_metadata(backend, h, a):
+    return _metadata_reply(backend.cp_rank_metadata(_layout(h), _problem(h, a), h["rank"], h["step"]))
+
+
+def _op_cp_rank_attention(backend, h, a):
+    result = backend.cp_rank_attention(_layout(h), _problem(h, a), _inputs(a), h["rank"], h["step"])
+    return {}, _outputs(backend, result, ("o", "lse"), False)  # a rank's forward, before any merge
+
+
+def _op_cp_attention(backend, h, a):
+    p = _problem(h, a)
+    return {}, _outputs(backend, backend.cp_attention(_layout(h), p, _inputs(a)), ("o", "lse"), p.backward)
+
+
+def _op_cp_balance_bound(backend, h, a):
+    bound = backend.cp_balance_bound(_layout(h))
+    if bound is not None:
+        bound = float(bound)
+        if not math.isfinite(bound):  # JSON has no number for it
+            raise ValueError(f"cp_balance_bound returned {bound}: a finite number, or None for no promise")
+    return {"bound": bound}, {}
+
+
 def _op_unsupported(backend, h, a):
     capability = h["capability"]
     hook = getattr(backend, "unsupported_" + capability)
     args = {"metadata": lambda: (_batch(h, a),), "attention": lambda: (_problem(h, a),),
             "small_seq": lambda: (_problem(h, a),), "sharding": lambda: (_sharding(h), h["shapes"]),
-            "kv_buffer": lambda: (_kv_problem(h),)}[capability]()
+            "kv_buffer": lambda: (_kv_problem(h),),
+            "context_parallel": lambda: (_layout(h), _problem(h, a))}[capability]()
     reason = hook(*args)
     if reason is not None:
         raise Unsupported(str(reason))
@@ -395,6 +483,8 @@ def hello(backend, notes=()) -> dict:
         "token_level_mask": bool(getattr(backend, "token_level_mask", False)),
         **({"lse_dtype": lse_dtype(backend)} if hasattr(backend, "lse_dtype") else {}),
         **({"kv_buffer_steps": steps} if "kv_buffer" in served else {}),
+        **({"context_parallel_ops": [op for op in CONTEXT_PARALLEL_OPS if callable(getattr(backend, op, None))]}
+           if "context_parallel" in served else {}),
         **({"domain": domain.to_hello()} if (domain := declared_domain(backend)) is not None else {}),
         **({"notes": list(notes)} if notes else {}),
     }
@@ -404,7 +494,8 @@ def answer(backend, header: dict, arrays: dict) -> tuple[dict, dict]:
     """The reply (header, arrays) to one request."""
     try:
         scalars, out = OPS[header["op"]](backend, header, arrays)
-        return {"ok": True, **scalars}, out
+        # Converted here, so that a result no wire dtype holds fails the case and not the worker.
+        return {"ok": True, **scalars}, {name: _protocol.wire_array(value) for name, value in out.items()}
     except Unsupported as e:
         return {"unsupported": e.reason}, {}
     except AttnOracleError as e:
