@@ -35,6 +35,18 @@
 #                             examples/planted_torch_kv_buffer_backend.py fails the three
 #                             metadata properties, each shrunk to two one-token documents,
 #                             and its printed replay line exits 3 with the same message
+#   context_parallel_example_passes
+#                             examples/numpy_context_parallel_backend.py: `eval` of
+#                             context_parallel cases prints the reference's permutation and
+#                             rank metadata, and `replay` passes them
+#   context_parallel_planted_fails
+#                             examples/planted_numpy_context_parallel_backend.py (its ring
+#                             turns the other way) fails the cp = 4 ring case on its step
+#                             metadata, and passes the cp = 2 one, where both ways are one
+#   context_parallel_broken_permutation
+#                             tests/workers/cp_worker.py's permutations of the wrong shape,
+#                             of floats and with a token twice: each a clear failure naming
+#                             what was wrong (eval and replay), never a crash
 # Prints "SKIP: ..." (the test's SKIP_REGULAR_EXPRESSION) without python3 + numpy.
 # Each case costs 2-6 s, mostly Python starting.
 #
@@ -136,6 +148,28 @@ set(kv_step_properties kv_buffer/streamingMatchesWholeSequence kv_buffer/inactiv
     kv_buffer/stepsMatchModel)
 
 set(example "${PYTHON} -m attn_oracle.worker examples")
+
+# A context_parallel case in WORK_DIR/NAME.case.json: two rows of 16 tokens
+# (row 0 a document of 8, one of 4 and 4 of padding; row 1 8 of padding and a
+# document of 8 from position 3) whose head_tail spans split for cp 2 and 4,
+# heads 2*cp / cp, backward. CP is the case's "cp" object.
+function(write_cp_case name mask cp heads_q heads_kv)
+  set(ids "[[1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1]]")
+  set(pos "[[0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0, 3, 4, 5, 6, 7, 8, 9, 10]]")
+  set(side "{\"segment_ids\": ${ids}, \"segment_pos\": ${pos}}")
+  file(WRITE ${WORK_DIR}/${name}.case.json
+       "{\"schema\": \"attn-oracle.case/2\", \"op\": \"context_parallel\", \"mask\": \"${mask}\", "
+       "\"window\": [-1, -1], \"max_segments\": 2, \"heads_q\": ${heads_q}, \"heads_kv\": ${heads_kv}, "
+       "\"head_dim\": 4, \"dtype\": \"fp32\", \"backward\": true, \"q\": ${side}, \"kv\": ${side}, "
+       "\"data\": {\"seed\": 3}, \"cp\": ${cp}}\n")
+endfunction()
+
+# `replay --backend exec:WORKER CASE`: exit `want` and `pattern` in its output.
+function(expect_replay worker case want pattern)
+  run(replay --backend "exec:${worker}" ${WORK_DIR}/${case}.case.json)
+  expect_rc(${want})
+  expect("${case} replayed" "${pattern}" "${out}${err}")
+endfunction()
 if(CASE STREQUAL "numpy_backend_passes")
   foreach(property metadata/matchesReference attention/matchesReference)
     check_worker("${example}.numpy_backend:Backend" ${property} 40)
@@ -307,6 +341,59 @@ elseif(CASE STREQUAL "torch_kv_buffer_planted_fails_and_replays")
     string(REPLACE ")" "\\)" quoted "${quoted}")
     expect("the same failure on replay" "FAIL\n[^\n]*\n +${property}: ${quoted}" "${replayed}")
   endforeach()
+elseif(CASE STREQUAL "context_parallel_example_passes")
+  file(MAKE_DIRECTORY ${WORK_DIR})
+  write_cp_case(ring_head_tail padding_causal "{\"size\": 4, \"strategy\": \"ring\", \"balance\": \"head_tail\"}" 8 4)
+  write_cp_case(all_gather_dual_chunk_swap padding_causal_bottom_right
+                "{\"size\": 2, \"strategy\": \"all_gather\", \"balance\": \"dual_chunk_swap\"}" 4 2)
+  write_cp_case(all_to_all_striped padding_causal
+                "{\"size\": 2, \"strategy\": \"all_to_all\", \"balance\": \"striped\", \"stripe\": 2}" 4 2)
+  write_cp_case(ring_explicit_indices padding "{\"size\": 2, \"strategy\": \"ring\", \"balance\": \"explicit_indices\", \"indices\": [[0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15], [0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15]]}" 4 2)
+  foreach(case ring_head_tail all_gather_dual_chunk_swap all_to_all_striped ring_explicit_indices)
+    run(eval --backend reference ${WORK_DIR}/${case}.case.json)
+    expect_rc(0)
+    set(reference "${out}")
+    run(eval --backend "exec:${example}.numpy_context_parallel_backend:Backend" ${WORK_DIR}/${case}.case.json)
+    expect_rc(0)
+    foreach(key permutation ranks)
+      string(JSON want GET "${reference}" ${key})
+      string(JSON got GET "${out}" ${key})
+      if(NOT got STREQUAL want)
+        message(FATAL_ERROR "${CASE}: ${case}: the example's ${key} is\n${got}\nthe reference's\n${want}")
+      endif()
+    endforeach()
+    expect_replay("${example}.numpy_context_parallel_backend:Backend" ${case} 0 "^PASS\n")
+  endforeach()
+elseif(CASE STREQUAL "context_parallel_planted_fails")
+  file(MAKE_DIRECTORY ${WORK_DIR})
+  write_cp_case(ring_4 padding_causal "{\"size\": 4, \"strategy\": \"ring\", \"balance\": \"contiguous\"}" 8 4)
+  write_cp_case(ring_2 padding_causal "{\"size\": 2, \"strategy\": \"ring\", \"balance\": \"contiguous\"}" 4 2)
+  set(planted "${example}.planted_numpy_context_parallel_backend:Backend")
+  # Rank 1 at step 1 meets rank 2's keys (tokens 8..11: document 2 of row 0) instead of rank 0's (tokens 0..3:
+  # the first half of document 1, which its queries attend).
+  expect_replay("${planted}" ring_4 3 "^FAIL\n[^\n]*\n +[^\n]*rank 1, step 1: [^\n]*")
+  expect_replay("${planted}" ring_2 0 "^PASS\n")
+elseif(CASE STREQUAL "context_parallel_broken_permutation")
+  file(MAKE_DIRECTORY ${WORK_DIR})
+  write_cp_case(ring padding_causal "{\"size\": 2, \"strategy\": \"ring\", \"balance\": \"dual_chunk_swap\"}" 4 2)
+  set(case ${WORK_DIR}/ring.case.json)
+  set(worker "${PYTHON} tests/workers/cp_worker.py")
+  set(malformed "the backend failed: the worker's reply to cp_permutation is malformed: ")
+  foreach(verb eval replay)
+    run(${verb} --backend "exec:${worker} FlatPermutation" ${case})
+    expect_rc(1)
+    expect("the shape, named" "${malformed}permutation must be \\[B, T\\] = \\[2, 16\\], the shape of the segment ids; the reply's has shape \\[32\\]" "${err}")
+    run(${verb} --backend "exec:${worker} FloatPermutation" ${case})
+    expect_rc(1)
+    expect("the dtype, named" "${malformed}array permutation holds f64, not integers" "${err}")
+  endforeach()
+  run(eval --backend "exec:${worker} NotAPermutation" ${case})
+  expect_rc(2)
+  expect("the slot, named" "\"code\": ?\"bad_metadata\", ?\"message\": ?\"the backend's permutation: row 0, slot 1: token 0 is listed already at slot 0\"" "${out}")
+  run(replay --backend "exec:${worker} NotAPermutation" ${case})
+  expect_rc(3)
+  expect("the slot, named" "permutation: row 0, rank 0, local slot 1: backend token 0, the layout's 1" "${out}")
+  expect("no run un-permuted" "the run cannot be put back in row order: row 0, slot 1: token 0 is listed already at slot 0" "${out}")
 else()
   message(FATAL_ERROR "unknown CASE ${CASE}")
 endif()

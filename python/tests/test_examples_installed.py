@@ -12,7 +12,8 @@ from support import FIXTURES, cli_eval
 
 # torch and jax are optional: their examples are only checked to ship.
 FRAMEWORK_FREE = ("numpy_backend", "planted_numpy_backend", "self_attention_backend", "flash_convention_backend",
-                  "planted_flash_convention_backend", "cudnn_convention_backend", "planted_cudnn_convention_backend")
+                  "planted_flash_convention_backend", "cudnn_convention_backend", "planted_cudnn_convention_backend",
+                  "numpy_context_parallel_backend", "planted_numpy_context_parallel_backend")
 
 
 def outside_the_repository(args, tmp_path):
