@@ -20,7 +20,8 @@ the all-gather one (each rank's queries against every key, dK/dV summed over the
 ranks). Outputs go back rank-major, slot j of rank r holding row token
 ``permutation[b, r*L + j]``.
 
-It has no ``validate_cp_layout``: the suite validates for it (attn_oracle's
+It promises exact balance where the layout gives it (``cp_balance_bound``), and
+has no ``validate_cp_layout``: the suite validates for it (attn_oracle's
 validate_cp), so every call here gets a layout the problem can run. ctest and
 python/tests/test_context_parallel_worker.py replay context_parallel cases on it;
 planted_numpy_context_parallel_backend.py breaks its ring.
@@ -123,6 +124,18 @@ class Backend(numpy_backend.Backend):
     def forward_only(self, call):
         p, *rest = call
         return (Problem(p.batch, p.heads_q, p.heads_kv, p.head_dim, p.scale, p.dtype, False), *rest)
+
+    def cp_balance_bound(self, layout, problem):
+        """Exact balance where the layout gives it: all_to_all (heads, not tokens, split); under a causal
+        kind without window or padding, head_tail (chunks r and 2*cp-1-r of a document hold as many
+        attended pairs as any other such pair) and dual_chunk_swap on rows of one document."""
+        b = problem.batch
+        if layout.strategy == "all_to_all":
+            return 1.0
+        if "causal" not in b.mask or tuple(b.window) != (-1, -1) or (b.q_segment_ids == 0).any():
+            return None
+        one_document = (b.q_segment_ids == b.q_segment_ids[:, :1]).all()
+        return 1.0 if layout.balance == "head_tail" or (layout.balance == "dual_chunk_swap" and one_document) else None
 
     def cp_rank_metadata(self, layout, problem, rank, step):
         call = self.rank_problem(layout, problem, self.cp_permutation(layout, problem), rank, step)

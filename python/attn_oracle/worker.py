@@ -33,7 +33,8 @@ parallel    each rank-major local slot; ``cp_rank_metadata(layout, problem,
             ``validate_cp_layout(layout, problem)`` (raise AttnOracleError;
             without it the suite's validate_cp is used), ``cp_reorder(layout,
             problem, values, width, inverse)`` (without it, the permutation is
-            applied) and ``cp_balance_bound(layout) -> float | None``. The
+            applied) and ``cp_balance_bound(layout, problem) -> float |
+            None``. The
             ``layout`` is a :class:`Layout`; see docs/python.md
 ==========  ================================================================
 
@@ -381,7 +382,7 @@ def _op_cp_attention(backend, h, a):
 
 
 def _op_cp_balance_bound(backend, h, a):
-    bound = backend.cp_balance_bound(_layout(h))
+    bound = backend.cp_balance_bound(_layout(h), _problem(h, a))
     if bound is not None:
         bound = float(bound)
         if not math.isfinite(bound):  # JSON has no number for it

@@ -372,10 +372,10 @@ class ProcessContextParallel final : public ContextParallelCapability {
       return out;
     });
   }
-  std::optional<double> balance_bound(const CpLayout& l) override {
+  std::optional<double> balance_bound(const CpLayout& l, const AttentionProblem& p) override {
     if (!w_.serves_cp_op("cp_balance_bound")) return std::nullopt;
     Writer r;
-    r.header["cp"] = wire::cp_layout_json(l);
+    put_request(r, l, p);
     const Expected<Message> reply = w_.ask("cp_balance_bound", r);
     if (!reply) return std::nullopt;  // an error or a decline promises nothing
     return w_.read("cp_balance_bound", [&] { return wire::read_balance_bound(reply.value()); });

@@ -46,7 +46,7 @@ class Hooks(Backend):
             out[:] = values[row, perm]
         return -out
 
-    def cp_balance_bound(self, layout):
+    def cp_balance_bound(self, layout, problem):
         return 1.5 if layout.strategy == "ring" else None
 
     def unsupported_context_parallel(self, layout, problem):
