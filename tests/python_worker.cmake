@@ -36,13 +36,16 @@
 #                             metadata properties, each shrunk to two one-token documents,
 #                             and its printed replay line exits 3 with the same message
 #   context_parallel_example_passes
-#                             examples/numpy_context_parallel_backend.py: `eval` of
-#                             context_parallel cases prints the reference's permutation and
-#                             rank metadata, and `replay` passes them
+#                             examples/numpy_context_parallel_backend.py passes every
+#                             context_parallel property; `eval` of context_parallel cases
+#                             prints the reference's permutation and rank metadata, and
+#                             `replay` passes them
 #   context_parallel_planted_fails
 #                             examples/planted_numpy_context_parallel_backend.py (its ring
-#                             turns the other way) fails the cp = 4 ring case on its step
-#                             metadata, and passes the cp = 2 one, where both ways are one
+#                             turns the other way) fails the step properties, rank metadata
+#                             and ring steps, and passes the run; it fails the cp = 4 ring
+#                             case on its step metadata, and passes the cp = 2 one, where
+#                             both ways are one
 #   context_parallel_broken_permutation
 #                             tests/workers/cp_worker.py's permutations of the wrong shape,
 #                             of floats and with a token twice: each a clear failure naming
@@ -342,7 +345,10 @@ elseif(CASE STREQUAL "torch_kv_buffer_planted_fails_and_replays")
     expect("the same failure on replay" "FAIL\n[^\n]*\n +${property}: ${quoted}" "${replayed}")
   endforeach()
 elseif(CASE STREQUAL "context_parallel_example_passes")
-  file(MAKE_DIRECTORY ${WORK_DIR})
+  check_worker("${example}.numpy_context_parallel_backend:Backend" context_parallel/ 50)
+  expect_rc(0)
+  expect("the hello" "numpy-context-parallel-example 1 \\(attn-oracle-worker/1\\)\\): metadata attention context_parallel\n" "${out}")
+  expect("every property, judged" "\n[1-9][0-9]* passed, 0 failed, 0 skipped" "${out}")
   write_cp_case(ring_head_tail padding_causal "{\"size\": 4, \"strategy\": \"ring\", \"balance\": \"head_tail\"}" 8 4)
   write_cp_case(all_gather_dual_chunk_swap padding_causal_bottom_right
                 "{\"size\": 2, \"strategy\": \"all_gather\", \"balance\": \"dual_chunk_swap\"}" 4 2)
@@ -369,6 +375,12 @@ elseif(CASE STREQUAL "context_parallel_planted_fails")
   write_cp_case(ring_4 padding_causal "{\"size\": 4, \"strategy\": \"ring\", \"balance\": \"contiguous\"}" 8 4)
   write_cp_case(ring_2 padding_causal "{\"size\": 2, \"strategy\": \"ring\", \"balance\": \"contiguous\"}" 4 2)
   set(planted "${example}.planted_numpy_context_parallel_backend:Backend")
+  check_worker("${planted}" context_parallel/ 100)
+  expect_rc(1)
+  foreach(property rankMetadataMatchesTheOracle ringStepsMergeToTheReference)
+    expect("a step failure" "FAILED +context_parallel/${property} on exec:[^\n]*\n +\\[1\\] wrong answer on ordinary inputs[^\n]*\n +rank [0-9]+, step [1-9]" "${out}")
+  endforeach()
+  expect("the merged run, right" "passed +context_parallel/runMatchesTheUnshardedReference on exec:" "${out}")
   # Rank 1 at step 1 meets rank 2's keys (tokens 8..11: document 2 of row 0) instead of rank 0's (tokens 0..3:
   # the first half of document 1, which its queries attend).
   expect_replay("${planted}" ring_4 3 "^FAIL\n[^\n]*\n +[^\n]*rank 1, step 1: [^\n]*")

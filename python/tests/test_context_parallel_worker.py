@@ -1,10 +1,11 @@
 """Context parallelism through the worker (docs/python.md, "Context parallelism"):
 what the hello says a backend serves, the Layout and Domain fields, the replies
-of the cp_* ops, and context_parallel cases evaluated and replayed through
-`python -m attn_oracle` on examples/numpy_context_parallel_backend.py (the
-reference's permutation and rank metadata exactly, its outputs to 1e-9), its
-planted twin (FAIL) and workers whose permutation is broken (a clear failure,
-never a crash). About 15 s."""
+of the cp_* ops, the context_parallel properties passing
+examples/numpy_context_parallel_backend.py through `python -m attn_oracle check`,
+and context_parallel cases evaluated and replayed on it (the reference's
+permutation and rank metadata exactly, its outputs to 1e-9), on its planted twin
+(FAIL) and on workers whose permutation is broken (a clear failure, never a
+crash). About 15 s."""
 
 import json
 import math
@@ -60,7 +61,7 @@ class Hooks(Example):
     def validate_cp_layout(self, layout, problem):
         pass
 
-    def cp_balance_bound(self, layout):
+    def cp_balance_bound(self, layout, problem):
         return 1.25
 
     def unsupported_context_parallel(self, layout, problem):
@@ -70,7 +71,7 @@ class Hooks(Example):
 def test_the_four_methods_serve_context_parallel_and_the_optional_ops_are_listed():
     greeting = worker.hello(Example())
     assert greeting["capabilities"] == ["metadata", "attention", "context_parallel"]
-    assert greeting["context_parallel_ops"] == [] and greeting["unsupported_hooks"] == []
+    assert greeting["context_parallel_ops"] == ["cp_balance_bound"] and greeting["unsupported_hooks"] == []
     greeting = worker.hello(Hooks())
     assert greeting["context_parallel_ops"] == ["validate_cp_layout", "cp_balance_bound"]
     assert greeting["unsupported_hooks"] == ["context_parallel"]
@@ -139,17 +140,16 @@ def test_rank_metadata_and_attention_are_the_rank_problems():
 @pytest.mark.parametrize("bound, want", [(None, None), (1.5, 1.5), (2, 2.0)])
 def test_a_balance_bound_is_a_number_or_none(bound, want):
     class Bound:
-        def cp_balance_bound(self, layout):
+        def cp_balance_bound(self, layout, problem):
             return bound
 
-    assert worker.answer(Bound(), {"op": "cp_balance_bound", "cp": {"size": 2, "strategy": "ring",
-                                                                     "balance": "contiguous"}}, {}) == (
-        {"ok": True, "bound": want}, {})
+    header = request("cp_balance_bound", {"size": 2, "strategy": "ring", "balance": "contiguous"})
+    assert worker.answer(Bound(), *header) == ({"ok": True, "bound": want}, {})
 
 
 def test_what_the_wire_cannot_carry_fails_the_case_and_the_worker_lives_on():
     class Unbounded:
-        def cp_balance_bound(self, layout):
+        def cp_balance_bound(self, layout, problem):
             return math.inf
 
     class Strings(Example):
@@ -157,7 +157,7 @@ def test_what_the_wire_cannot_carry_fails_the_case_and_the_worker_lives_on():
             return np.array([["a"] * 16] * 2, dtype=object)
 
     cp = {"size": 2, "strategy": "ring", "balance": "contiguous"}
-    reply, _ = worker.answer(Unbounded(), {"op": "cp_balance_bound", "cp": cp}, {})
+    reply, _ = worker.answer(Unbounded(), *request("cp_balance_bound", cp))
     assert reply["exception"]["type"] == "ValueError" and "a finite number" in reply["exception"]["message"]
     reply, _ = worker.answer(Strings(), *request("cp_permutation", cp))
     assert reply["exception"]["message"] == "cannot send an array of dtype object"
@@ -201,6 +201,14 @@ def test_the_example_evaluates_as_the_reference(tmp_path, cp, mask):
         g, w = (np.array(x[name], dtype=object) for x in (got, want))
         g, w = (np.where(a == "-inf", -np.inf, a).astype(float) for a in (g, w))
         assert np.allclose(g, w, atol=1e-9, rtol=0), name
+
+
+def test_check_passes_the_example_on_every_context_parallel_property(tmp_path):
+    done = python_m("check", EXAMPLE, "--filter", "context_parallel/", "--cases", "30", "--no-store", "--report",
+                    str(tmp_path / "report"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    verdicts = {r["property"]: r["verdict"] for r in json.loads((tmp_path / "report" / "conformance.json").read_text())["results"]}
+    assert "context_parallel/rankMetadataMatchesTheOracle" in verdicts and set(verdicts.values()) == {"passed"}, verdicts
 
 
 def test_replay_passes_the_example_and_fails_the_planted_ring_on_its_step_metadata(tmp_path):
