@@ -54,7 +54,7 @@ def test_non_finite_floats_cross_as_the_files_strings():
 def test_iter_cases_reads_every_fixture_sorted():
     cases = list(iter_cases(FIXTURES))
     assert [c.path for c in cases] == sorted(c.path for c in cases)
-    assert {c.op for c in cases} == {"metadata", "attention", "small_seq", "kv_buffer", "sharding"}
+    assert {c.op for c in cases} == {"metadata", "attention", "small_seq", "kv_buffer", "sharding", "context_parallel"}
     assert len(cases) == len(iter_case_paths(FIXTURES)) >= len(ALL_FIXTURES)
 
 
