@@ -65,6 +65,7 @@ void judge_permutation(const std::vector<int64_t>& got, const std::vector<int64_
 }
 
 void judge_rank_metadata(ContextParallelCapability& cap, const ContextParallelCase& c, Judgement& j) {
+  if (!cap.serves(CpOp::rank_metadata)) return j.note("rank metadata: not served by this backend");
   for (int64_t rank = 0; rank < c.layout.cp; ++rank)
     for (int64_t step = 0; step < cp_steps(c.layout); ++step) {
       const std::string where = "rank " + std::to_string(rank) + ", step " + std::to_string(step) + ": ";
@@ -110,15 +111,16 @@ class ContextParallelOp final : public TypedCaseOp<ContextParallelCase> {
     if (const std::string defect = permutation_defect(perm.value(), rows, t_len); !defect.empty())
       return Evaluation::of(Error{ErrorCode::bad_metadata, "the backend's permutation: " + defect});
     json ranks = json::array();
-    for (int64_t rank = 0; rank < c.layout.cp; ++rank) {
+    for (int64_t rank = 0; cap->serves(CpOp::rank_metadata) && rank < c.layout.cp; ++rank) {
       json steps = json::array();
       for (int64_t step = 0; step < cp_steps(c.layout); ++step)
         steps.push_back(metadata_or_error(cap->rank_metadata(c.layout, p, rank, step)));
       ranks.push_back(steps);
     }
+    json out = {{"permutation", case_json::nest({rows, t_len}, perm.value())}, {"ranks", ranks}};
+    if (!cap->serves(CpOp::run)) return Evaluation::of(out);
     const Expected<AttentionResult> run = cap->cp_attention(c.layout, p, inputs.value());
     if (!run) return Evaluation::of(run.error());
-    json out = {{"permutation", case_json::nest({rows, t_len}, perm.value())}, {"ranks", ranks}};
     out.update(attention_result_to_json(p, unpermute_result(run.value(), perm.value(), p)));
     return Evaluation::of(out);
   }
@@ -140,6 +142,7 @@ class ContextParallelOp final : public TypedCaseOp<ContextParallelCase> {
     judge_rank_metadata(*cap, c, j);
     if (const std::string defect = permutation_defect(perm.value(), rows, t_len); !defect.empty())
       return j.fail("the run cannot be put back in row order: " + defect), j;
+    if (!cap->serves(CpOp::run)) return j.note("the run: not served by this backend"), j;
     const AttentionInputs inputs = attention_inputs(c.call).value();
     const Expected<AttentionResult> run = cap->cp_attention(c.layout, p, inputs);
     const Expected<AttentionResult> want = ref::attention_dense_masked(p, inputs);

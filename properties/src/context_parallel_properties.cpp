@@ -254,7 +254,8 @@ Case draw_invalid(const DrawContext& context) {
 }
 
 // A layout whose preconditions fail is rejected with its code by validation, by
-// the rank metadata and by the run alike: a stack that assumes them silently fails.
+// the rank metadata and by the run alike (those the backend serves): a stack
+// that assumes them silently fails.
 void invalid_layouts_are_rejected_exactly(Backend& backend, const Case& c) {
   const CpCall call = call_of(c);
   require_context_parallel_takes(backend, call.layout, call.problem, /*layout_sizes=*/false);
@@ -273,10 +274,14 @@ void invalid_layouts_are_rejected_exactly(Backend& backend, const Case& c) {
   };
   ContextParallelCapability& cap = cap_of(backend);
   judge("validate_layout", cap.validate_layout(call.layout, call.problem));
-  const Expected<Metadata> md = cap.rank_metadata(call.layout, call.problem, 0, 0);
-  judge("rank_metadata", md ? std::nullopt : std::optional<Error>(md.error()));
-  const Expected<AttentionResult> run = cap.cp_attention(call.layout, call.problem, call.inputs);
-  judge("cp_attention", run ? std::nullopt : std::optional<Error>(run.error()));
+  if (cap.serves(CpOp::rank_metadata)) {
+    const Expected<Metadata> md = cap.rank_metadata(call.layout, call.problem, 0, 0);
+    judge("rank_metadata", md ? std::nullopt : std::optional<Error>(md.error()));
+  }
+  if (cap.serves(CpOp::run)) {
+    const Expected<AttentionResult> run = cap.cp_attention(call.layout, call.problem, call.inputs);
+    judge("cp_attention", run ? std::nullopt : std::optional<Error>(run.error()));
+  }
 }
 
 }  // namespace
@@ -291,15 +296,15 @@ std::vector<PropertyDef> context_parallel_properties() {
       {"context_parallel/rankMetadataMatchesTheOracle", c,
        "the metadata every rank hands its kernel at every step equals the oracle's, read off the explicit mask "
        "restricted to that rank's queries and the keys it meets",
-       draw_valid, rank_metadata_matches_the_oracle},
+       draw_valid, rank_metadata_matches_the_oracle, std::nullopt, {}, {}, {}, {CpOp::rank_metadata}},
       {"context_parallel/runMatchesTheUnshardedReference", c,
        "the whole run (o, lse and dq, dk, dv, dK/dV summed over the ranks), put back in row order, equals the "
        "unsharded float64 reference within tolerance",
-       draw_valid, run_matches_the_unsharded_reference},
+       draw_valid, run_matches_the_unsharded_reference, std::nullopt, {}, {}, {}, {CpOp::run}},
       {"context_parallel/ringStepsMergeToTheReference", c,
        "each rank's partial result at each step is its rank problem's, and a ring's steps merged by lse are the "
        "rank's queries against every key",
-       draw_valid, ring_steps_merge_to_the_reference, std::nullopt, {Output::lse}},
+       draw_valid, ring_steps_merge_to_the_reference, std::nullopt, {Output::lse}, {}, {}, {CpOp::rank_attention}},
       {"context_parallel/balanceWithinTheDeclaredBound", c,
        "every rank's attended pairs against the mean, reported per balance; within the bound the backend promises",
        draw_valid, balance_within_the_declared_bound},

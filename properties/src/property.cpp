@@ -26,6 +26,16 @@ std::optional<std::string> kv_steps_not_served(const PropertyDef& property, Back
          ", which this property calls";
 }
 
+// "backend B serves context_parallel without cp_attention, which this property calls".
+std::optional<std::string> cp_ops_not_served(const PropertyDef& property, Backend& backend) {
+  if (!backend.context_parallel()) return std::nullopt;
+  for (CpOp op : property.needs_cp_ops)
+    if (!backend.context_parallel()->serves(op))
+      return "backend " + backend.name() + " serves context_parallel without " + std::string(to_string(op)) +
+             ", which this property calls";
+  return std::nullopt;
+}
+
 // "over the memory budget (...)": how a draw past the budget is declined.
 std::string over_budget_reason(const Error& e) { return "over the memory budget (" + e.message + ")"; }
 
@@ -79,6 +89,7 @@ std::optional<std::string> skipped_before_drawing(const PropertyDef& property, c
   for (Output needed : property.needs_outputs)
     if (!backend.outputs().has(needed)) return "backend " + backend.name() + " does not produce " + std::string(to_string(needed));
   if (auto missing = kv_steps_not_served(property, backend)) return missing;
+  if (auto missing = cp_ops_not_served(property, backend)) return missing;
   if (property.excluded_by) {
     if (auto why = property.excluded_by(context.domain)) {
       const InputDomain &declared = context.declared, &drawn = context.domain;

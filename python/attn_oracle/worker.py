@@ -25,11 +25,12 @@ kv_buffer   ``kv_micro_sequence(problem, i)``, and any of the steps
             ``kv_attend(problem, i, micro, buffer, grad_buffer)``,
             ``kv_stream(problem, inputs)``; see docs/python.md
 context_    ``cp_permutation(layout, problem)``: int [B, T], the row token of
-parallel    each rank-major local slot; ``cp_rank_metadata(layout, problem,
-            rank, step)`` (as metadata, of that rank's kernel call);
+parallel    each rank-major local slot; and any of ``cp_rank_metadata(layout,
+            problem, rank, step)`` (as metadata, of that rank's kernel call);
             ``cp_rank_attention(layout, problem, inputs, rank, step)``: o, lse
             of the rank's queries at that step; ``cp_attention(layout,
-            problem, inputs)``: o, lse and the gradients, rank-major. Optional:
+            problem, inputs)``: o, lse and the gradients, rank-major (a
+            property that calls one the backend lacks is skipped). Optional:
             ``validate_cp_layout(layout, problem)`` (raise AttnOracleError;
             without it the suite's validate_cp is used), ``cp_reorder(layout,
             problem, values, width, inverse)`` (without it, the permutation is
@@ -99,14 +100,15 @@ CAPABILITIES = {
     "small_seq": ("small_seq",),
     "sharding": ("validate_sharding", "sharded_attention"),
     "kv_buffer": ("kv_micro_sequence",),
-    "context_parallel": ("cp_permutation", "cp_rank_metadata", "cp_rank_attention", "cp_attention"),
+    "context_parallel": ("cp_permutation",),
 }
 # The K/V buffer steps after kv_micro_sequence, each optional: a property that
 # calls one the backend lacks is skipped (docs/python.md, "The K/V buffer").
 KV_BUFFER_STEPS = {"write_slice": "kv_write_slice", "attend": "kv_attend", "stream": "kv_stream"}
 # The optional context-parallel ops: the suite's own stands in for one the
 # backend lacks (the hello's context_parallel_ops, docs/protocol.md).
-CONTEXT_PARALLEL_OPS = ("validate_cp_layout", "cp_reorder", "cp_balance_bound")
+CONTEXT_PARALLEL_OPS = ("cp_rank_metadata", "cp_rank_attention", "cp_attention", "validate_cp_layout", "cp_reorder",
+                        "cp_balance_bound")
 
 
 @dataclass

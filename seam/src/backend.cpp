@@ -81,6 +81,15 @@ std::vector<Capability> Backend::capabilities() {
   return out;
 }
 
+std::string_view to_string(CpOp op) {
+  switch (op) {
+    case CpOp::rank_metadata: return "rank_metadata";
+    case CpOp::rank_attention: return "rank_attention";
+    case CpOp::run: return "cp_attention";
+  }
+  return "?";
+}
+
 Expected<std::vector<double>> ContextParallelCapability::reorder(const CpLayout& layout, const AttentionProblem& problem,
                                                                  const std::vector<double>& values, int64_t width,
                                                                  bool inverse) {

@@ -305,6 +305,14 @@ class ProcessContextParallel final : public ContextParallelCapability {
     put_request(r, l, p);
     return w_.unsupported("context_parallel", r);
   }
+  bool serves(CpOp op) const override {
+    switch (op) {
+      case CpOp::rank_metadata: return w_.serves_cp_op("cp_rank_metadata");
+      case CpOp::rank_attention: return w_.serves_cp_op("cp_rank_attention");
+      case CpOp::run: return w_.serves_cp_op("cp_attention");
+    }
+    return false;
+  }
   std::optional<Error> validate_layout(const CpLayout& l, const AttentionProblem& p) override {
     if (!w_.serves_cp_op("validate_cp_layout")) return validate_cp(l, p);
     Writer r;

@@ -126,11 +126,12 @@ void WorkerProcess::start() {
   }
   if (h.contains("context_parallel_ops")) {
     const nlohmann::json& ops = h["context_parallel_ops"];
-    const std::set<nlohmann::json> known = {"validate_cp_layout", "cp_reorder", "cp_balance_bound"};
+    const std::set<nlohmann::json> known = {"cp_rank_metadata",   "cp_rank_attention", "cp_attention",
+                                            "validate_cp_layout", "cp_reorder",        "cp_balance_bound"};
     if (!ops.is_array() || std::any_of(ops.begin(), ops.end(), [&](const nlohmann::json& o) { return !known.count(o); }))
       fail("the worker's hello has context_parallel_ops " + ops.dump().substr(0, 200) +
-               ": a list of the optional context-parallel ops it answers, each \"validate_cp_layout\", \"cp_reorder\" "
-               "or \"cp_balance_bound\"",
+               ": a list of the optional context-parallel ops it answers, each \"cp_rank_metadata\", "
+               "\"cp_rank_attention\", \"cp_attention\", \"validate_cp_layout\", \"cp_reorder\" or \"cp_balance_bound\"",
            false);
   }
   if (h.contains("domain")) try {

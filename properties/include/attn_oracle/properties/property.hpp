@@ -52,6 +52,9 @@ struct PropertyDef {
   // The K/V buffer steps it calls (backend.hpp): skipped, with the reason, on a
   // backend that serves micro_sequence without them.
   std::vector<KvBufferStep> needs_kv_steps = {};
+  // The context-parallel calls it makes past the permutation (backend.hpp):
+  // skipped, with the reason, on a backend that does not serve one.
+  std::vector<CpOp> needs_cp_ops = {};
 };
 
 // Why `property` is skipped on the context's backend before any draw: a

@@ -112,9 +112,18 @@ class ShardingCapability {
 // outputs come back rank-major (rank r's local slots [r*L, (r+1)*L) of each
 // row, L = T / cp, in the backend's own permutation), so that un-permuting
 // them is the suite's job, with the permutation the backend reports.
+// The context-parallel calls past the permutation, each optional: a stack whose
+// kernels need a device is judged on its permutation and metadata first. A
+// property that calls one the backend does not serve is skipped with the reason.
+enum class CpOp { rank_metadata, rank_attention, run };
+std::string_view to_string(CpOp op);  // "rank_metadata", "rank_attention", "cp_attention"
+
 class ContextParallelCapability {
  public:
   virtual ~ContextParallelCapability() = default;
+  // Whether this backend serves `op` (all of them unless it says otherwise);
+  // one it does not serve answers `unsupported` if it is called anyway.
+  virtual bool serves(CpOp) const { return true; }
   // A reason to decline this layout and problem (valid or not), or nullopt.
   virtual std::optional<std::string> unsupported(const CpLayout&, const AttentionProblem&) { return std::nullopt; }
   // This backend's checks of the layout: nullopt when it runs it, else the code.
