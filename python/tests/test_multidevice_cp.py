@@ -40,7 +40,7 @@ def _torch_runner():
                                         "build/stacks/torch (scripts/stacks builds it)")
     from attn_oracle.multidevice import torch_gloo
 
-    return torch_gloo.Backend()
+    return torch_gloo.Backend(max_processes=sum(CP_SIZES))  # every group kept: no restarts between tests
 
 
 @pytest.fixture(scope="module", params=["jax", "torch"])
