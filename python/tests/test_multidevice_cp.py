@@ -40,7 +40,7 @@ def _torch_runner():
                                         "build/stacks/torch (scripts/stacks builds it)")
     from attn_oracle.multidevice import torch_gloo
 
-    return torch_gloo.Backend(max_processes=sum(CP_SIZES))  # every group kept: no restarts between tests
+    return torch_gloo.Backend(max_ranks=max(CP_SIZES), max_processes=sum(CP_SIZES))  # every group kept
 
 
 @pytest.fixture(scope="module", params=["jax", "torch"])
@@ -157,9 +157,22 @@ def test_scrambled_explicit_indices(runner):
 
 
 def _codes(runner, layout, p):
-    with pytest.raises(AttnOracleError) as raised:
-        runner.validate_cp_layout(layout, p)
-    return raised.value.code
+    """The code each entry point gives (validate_cp's, in its order; the suite asks all three)."""
+    codes = set()
+    for call in (lambda: runner.cp_permutation(layout, p), lambda: runner.cp_rank_metadata(layout, p, 0, 0),
+                 lambda: runner.cp_attention(layout, p, x_of(p))):
+        with pytest.raises(AttnOracleError) as raised:
+            call()
+        codes.add(raised.value.code)
+    assert len(codes) == 1, codes
+    return codes.pop()
+
+
+def x_of(p):
+    t, h, hk, d = p.batch.q_segment_ids.shape[1], p.heads_q, p.heads_kv, p.head_dim
+    b = len(p.batch.q_segment_ids)
+    return ref.SimpleNamespace(q=np.zeros((b, t, h, d)), k=np.zeros((b, t, hk, d)), v=np.zeros((b, t, hk, d)),
+                               do=np.zeros((b, t, h, d)))
 
 
 def test_layouts_and_problems_it_rejects(runner):

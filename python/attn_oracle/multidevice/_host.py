@@ -183,18 +183,6 @@ def take_rows(x: np.ndarray, perm: np.ndarray) -> np.ndarray:
     return np.take_along_axis(x, perm.reshape(perm.shape + (1,) * (x.ndim - 2)), axis=1)
 
 
-def reorder(layout, problem, values, width: int, inverse: bool) -> np.ndarray:
-    """cp_reorder: values [B, T, width] into the layout's rank-major order, or back (inverse)."""
-    validate(layout, problem)
-    perm = permutation(layout, np.asarray(problem.batch.q_segment_ids))
-    values = np.asarray(values, np.float64).reshape(perm.shape + (width,))
-    if not inverse:
-        return take_rows(values, perm)
-    out = np.empty_like(values)
-    np.put_along_axis(out, perm[..., None], values, axis=1)
-    return out
-
-
 # ------------------------------------------------------------------ inputs and outputs
 @dataclass
 class RankMajor:

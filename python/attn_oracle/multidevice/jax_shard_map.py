@@ -286,15 +286,11 @@ class Backend:
             raise Unsupported(reason)
         return _host.rank_major(layout, problem, inputs, with_tensors)
 
-    def validate_cp_layout(self, layout, problem):
-        _host.validate(layout, problem)
-
+    # No validate_cp_layout or cp_reorder: each would be the suite's own (the runners check a layout as
+    # validate_cp does, and reorder by the permutation), which stands in for a backend without them.
     def cp_permutation(self, layout, problem):
         _host.validate(layout, problem)
         return _host.permutation(layout, np.asarray(problem.batch.q_segment_ids))
-
-    def cp_reorder(self, layout, problem, values, width, inverse):
-        return _host.reorder(layout, problem, values, width, inverse)
 
     def cp_rank_metadata(self, layout, problem, rank, step):
         rm = self._checked(layout, problem, with_tensors=False)

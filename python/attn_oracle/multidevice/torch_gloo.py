@@ -7,9 +7,9 @@ v, ids and positions; each rank computes its local attention in torch (float32, 
 the backward), moving K/V by ``dist.all_gather``, an isend/irecv ring or
 ``dist.all_to_all_single`` over heads (_torch_rank.py), and sends its own tokens' answer back.
 
-A group is started once per cp and kept for the next calls (starting eight processes that
-import torch takes seconds); at most ``max_processes`` ranks live at once, the least recently
-used group is closed first. Each call has ``timeout_s`` (``ATTN_ORACLE_CP_TIMEOUT``, default 120 s):
+A group is started once per cp and kept for the next calls (starting four processes that
+import torch took 20 s on two busy cores); at most ``max_processes`` ranks live at once (by
+default every group of cp 1 to ``max_ranks``), the least recently used group is closed first. Each call has ``timeout_s`` (``ATTN_ORACLE_CP_TIMEOUT``, default 120 s):
 a rank that raises, dies or does not answer in time fails the call with :class:`RankFailed`
 or :class:`RankHung`, naming the rank and the step (and where each other rank waits), and the
 whole group is killed and reaped first, never left behind: a later call starts a new one.
@@ -46,6 +46,9 @@ COLLECTIVES = frozenset(("all_gather", "ring send/recv", "all_to_all", "returnin
                          "returning dk/dv (ring send/recv)"))
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("ATTN_ORACLE_CP_TIMEOUT", "120"))
+# A rank process holds about 580 MB (torch's CUDA build, measured on the CPU): cp up to 4 by default,
+# ten processes with every group kept; ATTN_ORACLE_CP_RANKS=8 takes cp up to 8.
+DEFAULT_RANKS = int(os.environ.get("ATTN_ORACLE_CP_RANKS", "4"))
 
 
 class RankFailed(RuntimeError):
@@ -194,9 +197,10 @@ class Backend:
     token_level_mask = True
     step_hook = None  # a picklable hook(rank, step) each rank calls as a step begins: tests plant faults here
 
-    def __init__(self, max_ranks: int = 8, max_processes: int = 16, timeout_s: float = DEFAULT_TIMEOUT_S,
+    def __init__(self, max_ranks: int = DEFAULT_RANKS, max_processes: int = 0, timeout_s: float = DEFAULT_TIMEOUT_S,
                  start_timeout_s: float = 300.0):
-        self.max_ranks, self.max_processes = max_ranks, max_processes
+        self.max_ranks = max_ranks
+        self.max_processes = max_processes or max_ranks * (max_ranks + 1) // 2  # default: every cp's group kept
         self.timeout_s, self.start_timeout_s = timeout_s, start_timeout_s
         self.domain = _host.domain(range(1, max_ranks + 1))
         self._groups: OrderedDict[int, _Group] = OrderedDict()
@@ -245,15 +249,11 @@ class Backend:
             raise Unsupported(reason)
         return _host.rank_major(layout, problem, inputs, with_tensors)
 
-    def validate_cp_layout(self, layout, problem):
-        _host.validate(layout, problem)
-
+    # No validate_cp_layout or cp_reorder: each would be the suite's own (the runners check a layout as
+    # validate_cp does, and reorder by the permutation), which stands in for a backend without them.
     def cp_permutation(self, layout, problem):
         _host.validate(layout, problem)
         return _host.permutation(layout, np.asarray(problem.batch.q_segment_ids))
-
-    def cp_reorder(self, layout, problem, values, width, inverse):
-        return _host.reorder(layout, problem, values, width, inverse)
 
     def _shared(self, layout, rm, steps):
         return {"strategy": layout.strategy, "steps": steps, "params": [int(v) for v in rm.params],
