@@ -94,8 +94,11 @@ class _Group:
         return [p.pid for p in self.procs]
 
     def call(self, op: str, per_rank: list, hook, timeout_s: float, what: str) -> list:
-        for conn, args in zip(self.conns, per_rank):
-            conn.send((op, args, hook))
+        for r, (conn, args) in enumerate(zip(self.conns, per_rank)):
+            try:
+                conn.send((op, args, hook))
+            except OSError:  # the rank is gone since the last call
+                self._failed(what, {r: ("died", self._exit_code(r), 0, "idle")}, set())
         return self._collect(what, time.monotonic() + timeout_s)
 
     def _collect(self, what: str, deadline: float) -> list:
