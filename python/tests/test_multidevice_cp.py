@@ -2,8 +2,9 @@
 problems and compared with cp_reference.py, a float64 NumPy reference written from the contract:
 cp 2, 3, 4 and 8, every strategy and balance, every mask kind, windows, backward; each rank's
 metadata and forward at each step; the permutation against the layout definitions; the error
-codes. Each runner's tests skip with the reason when its framework does not import: JAX runs in
-scripts/test's venv, torch only where it is installed (scripts/stacks' build/stacks/torch), and
+codes. Each runner's tests skip with the reason when its framework does not import: scripts/test
+runs them with JAX in build/python-venv-jax; torch's where it is installed (scripts/stacks'
+build/stacks/torch: build/stacks/torch/bin/python -m pytest python/tests/test_multidevice_*.py), and
 the torch runner's fault tests (a rank that hangs, one that raises) live in
 test_multidevice_torch_faults.py."""
 
@@ -18,6 +19,10 @@ import cp_reference as ref
 from attn_oracle.errors import AttnOracleError, Unsupported
 from attn_oracle.multidevice import _host
 
+# While collected: a module collected later may start JAX (test_stack_jax_cudnn asks for its backend), after
+# which XLA makes no more host devices.
+_host.ask_for_host_devices()
+
 CP_SIZES = (2, 3, 4, 8)
 STRATEGIES = _host.STRATEGIES
 BALANCES = _host.BALANCES
@@ -25,7 +30,7 @@ WINDOWS = ((-1, -1), (3, -1), (2, 1), (-1, 0))
 
 
 def _jax_runner():
-    pytest.importorskip("jax", reason="jax is not installed (scripts/test installs it into build/python-venv)")
+    pytest.importorskip("jax", reason="jax is not installed (scripts/test runs these in build/python-venv-jax)")
     from attn_oracle.multidevice import jax_shard_map
 
     backend = jax_shard_map.Backend()

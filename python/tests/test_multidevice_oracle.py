@@ -13,6 +13,10 @@ from support import run_cli
 
 from attn_oracle.multidevice import _host
 
+# While collected: a module collected later may start JAX (test_stack_jax_cudnn asks for its backend), after
+# which XLA makes no more host devices.
+_host.ask_for_host_devices()
+
 # (cp, strategy, balance, stripe, mask, window): every strategy and balance at least once.
 LAYOUTS = [
     (2, "all_gather", "contiguous", 1, "padding_causal", (-1, -1)),

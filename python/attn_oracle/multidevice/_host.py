@@ -10,12 +10,28 @@ here, and no compiled extension (the batch check uses it only when it imports).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, fields
 from typing import Any, Optional
 
 import numpy as np
 
 from ..errors import AttnOracleError, Unsupported
+
+HOST_DEVICES = 8  # the ranks XLA makes on a CPU when nobody said otherwise
+_DEVICE_FLAG = "--xla_force_host_platform_device_count"
+
+
+def ask_for_host_devices(count: int = HOST_DEVICES):
+    """Set XLA_FLAGS's host device count when unset, so that JAX on a CPU has `count` devices;
+    it counts only if JAX has not started its CPU backend yet. The note said, or None."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if _DEVICE_FLAG in flags:
+        return None
+    os.environ["XLA_FLAGS"] = f"{flags} {_DEVICE_FLAG}={count}".strip()
+    return (f"attn_oracle.multidevice: set XLA_FLAGS={_DEVICE_FLAG}={count} (host devices as ranks on a CPU; "
+            "set the flag yourself for another count)")
+
 
 STRATEGIES = ("all_gather", "ring", "all_to_all")
 BALANCES = ("contiguous", "dual_chunk_swap", "striped", "head_tail", "explicit_indices")

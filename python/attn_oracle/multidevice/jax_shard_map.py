@@ -32,25 +32,13 @@ accelerators it uses them as they are.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 
-_DEVICE_FLAG = "--xla_force_host_platform_device_count"
-HOST_DEVICES = 8
+from . import _host
 
-
-def _ask_for_host_devices():
-    flags = os.environ.get("XLA_FLAGS", "")
-    if _DEVICE_FLAG in flags:
-        return None
-    os.environ["XLA_FLAGS"] = f"{flags} {_DEVICE_FLAG}={HOST_DEVICES}".strip()
-    note = (f"attn_oracle.multidevice.jax_shard_map: set XLA_FLAGS={_DEVICE_FLAG}={HOST_DEVICES} "
-            "(host devices as ranks on a CPU; set the flag yourself for another count)")
-    print(note, file=sys.stderr)
-    return note
-
-
-NOTE = _ask_for_host_devices()
+NOTE = _host.ask_for_host_devices()  # before JAX starts its CPU backend
+if NOTE:
+    print(NOTE, file=sys.stderr)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -64,7 +52,6 @@ except AttributeError:  # jax before 0.6
     from jax.experimental.shard_map import shard_map as _shard_map
 
 from ..errors import Unsupported  # noqa: E402
-from . import _host  # noqa: E402
 
 AXIS = "cp"
 HIGHEST = jax.lax.Precision.HIGHEST  # fp32 matmuls in fp32 (a GPU's default would be TF32)
