@@ -366,7 +366,7 @@ def te_run(te, ids, pos, *, cp: int, strategy: str, reorder: str, stripe, mask: 
     then ``fused_attn``. Returns {(rank, step): what the kernel was handed}; TE's own exceptions pass."""
     attention, _ = te
     ids, pos = np.asarray(ids, np.int32), np.asarray(pos, np.int32)
-    key = (cp, strategy, reorder, stripe, mask, window, max_segments, ids.shape)
+    key = (id(attention), cp, strategy, reorder, stripe, mask, window, max_segments, ids.shape)
     mesh = _cpu_mesh(cp)
     if key not in _COMPILED:  # (the jitted run, what its trace saw of each kernel call)
         order = getattr(attention.ReorderStrategy, reorder)
