@@ -126,6 +126,14 @@ python/tests/test_stack_te_jax_cp.py), said by each class's domain so draws land
 - ``cp`` above this process's CPU devices (``jax_num_cpu_devices``, set to 8 on import
   unless JAX has started).
 
+Findings (docs/stacks.md): the all-gather path loses the offset of a run that continues the
+positions before it on a rank (``q_seqoffsets_for_striped_for_rank`` and
+``kv_seqoffsets_for_striped_for_rank`` break on positions alone, the length helpers on ids
+too): a bug, docs/findings/te-jax-2.20-cp-all-gather-run-offsets.md; on dual-chunk-swap
+blocks or longer stripes the ring's metadata is the contract's but the top-left mask cuDNN
+applies to each step's segments is not causal attention (TE documents Striped, stripe 1, for
+the THD ring; a limitation, not refused).
+
 Startup loads TE's files once; each new shape compiles TE's partitioned impl once (a
 few seconds on this machine), so checks run with ``--shape-stable``.
 """
