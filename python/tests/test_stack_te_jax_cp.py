@@ -74,9 +74,10 @@ def expected_rank_metadata(lay, p, rank, step):
     return md
 
 
-def random_batch(rng, rows, t, max_id=8, *, padding=True, id_gaps=True):
-    """Rows of documents at positions 0, 1, ...; with padding, some before a document (a row's
-    leading padding too) and after the last; ids with gaps."""
+def random_batch(rng, rows, t, max_id=8, *, padding=True, id_gaps=True, offsets=False):
+    """Rows of documents at positions 0, 1, ... (``offsets``: some starting further on, some in
+    steps of 2); with padding, some before a document (a row's leading padding too) and after
+    the last; ids with gaps."""
     ids, pos = np.zeros((rows, t), np.int64), np.zeros((rows, t), np.int64)
     for b in range(rows):
         at, doc = 0, 0
@@ -88,7 +89,8 @@ def random_batch(rng, rows, t, max_id=8, *, padding=True, id_gaps=True):
             doc += 1 + int(id_gaps and rng.random() < 0.25)
             last = doc + 2 > max_id  # no room for another id: this document runs to the row's end
             end = t if last else min(t, at + int(rng.integers(2, t // 2)))
-            ids[b, at:end], pos[b, at:end] = doc, np.arange(end - at)
+            start, step = (int(rng.integers(0, 4)), int(rng.integers(1, 3))) if offsets else (0, 1)
+            ids[b, at:end], pos[b, at:end] = doc, start + step * np.arange(end - at)
             at = end
             if last:
                 break
@@ -99,7 +101,7 @@ def te_merges_runs(lay, ids, pos):
     """Whether a rank holds a token of a document right after (in its local order) a token of
     padding or of another document whose position, as the module hands TE positions, is one less:
     where TE's all-gather helpers lose a run (test_finding_... below)."""
-    ids, te_pos = np.asarray(ids), te_jax_cp.te_positions(np.asarray(ids), np.asarray(pos))
+    ids, te_pos = np.asarray(ids), te_jax_cp.te_positions(np.asarray(ids))
     perm = expected_permutation(lay, ids.shape[1]).reshape(lay.cp, -1)
     return any(ids[b, cur] != 0 and ids[b, prev] != ids[b, cur] and te_pos[b, cur] == te_pos[b, prev] + 1
                for b in range(ids.shape[0]) for tokens in perm for prev, cur in zip(tokens[:-1], tokens[1:]))
@@ -130,10 +132,11 @@ def test_permutation_reorder_and_rank_metadata_are_the_contracts(backends, cls, 
     for cp, stripe in sizes:
         lay = layout(cp, strategy, balance, stripe)
         t = 24 if cp == 3 else 16
-        for mask, padding in (("padding_causal", True), ("causal", False), ("padding_causal_bottom_right", True)):
-            ids, pos = random_batch(rng, 2, t, padding=padding)
+        for mask, padding, offsets in (("padding_causal", True, False), ("causal", False, True),
+                                       ("padding_causal_bottom_right", True, True)):
+            ids, pos = random_batch(rng, 2, t, padding=padding, offsets=offsets)
             while cls is te_jax_cp.Striped and te_merges_runs(lay, ids, pos):  # the finding below, not here
-                ids, pos = random_batch(rng, 2, t, padding=padding)
+                ids, pos = random_batch(rng, 2, t, padding=padding, offsets=offsets)
             p = problem(ids, pos, mask=mask)
             assert backend.unsupported_context_parallel(lay, p) is None
             want = np.stack([expected_permutation(lay, t)] * 2)
@@ -173,7 +176,7 @@ def test_the_domains_say_what_each_class_takes():
 
     for cls, strategy, balance, _ in CLASSES:
         assert cls.cp_fields["cp_strategies"] == (strategy,) and cls.cp_fields["cp_balances"] == (balance,)
-        assert cls.domain.mask_kinds == CAUSAL_KINDS and cls.domain.positions_from_zero
+        assert cls.domain.mask_kinds == CAUSAL_KINDS and not cls.domain.positions_from_zero  # mapped
         assert cls.domain.self_attention_only and not cls.domain.extra_dims
     assert te_jax_cp.DualChunkSwap.cp_fields["cp_sizes"] == (2, 4, 8)
     assert te_jax_cp.StripedRing.cp_fields["cp_stripes"] == (1,)
@@ -292,7 +295,7 @@ def _rank_offsets(ids, pos, cp=2):
 def test_te_reads_padding_positions_so_the_module_numbers_them_as_te_does():
     ids = np.array([[1, 1, 1, 1, 1, 2, 2, 2, 0, 0, 3, 3, 3, 3, 3, 3]])
     raw = np.array([[0, 1, 2, 3, 4, 0, 1, 2, 0, 0, 0, 1, 2, 3, 4, 5]])  # our padding positions: anything
-    te_style = te_jax_cp.te_positions(ids, raw)
+    te_style = te_jax_cp.te_positions(ids)
     assert te_style[0, 8:10].tolist() == [3, 4]  # document 2's span goes on counting, as TE's example does
     # rank 1 holds tokens 1, 3, ..., 15; with padding at position 0, TE's q offsets lose the run of
     # token 11 (position 1 after a padding token at 0): six offsets for seven runs
@@ -314,15 +317,21 @@ def test_te_reads_id_k_as_the_kth_document_so_the_module_hands_it_ordinals():
     assert ordinal["kv_offsets"][:4].tolist() == [0, 0, 4, 4]
 
 
-def test_te_reads_a_documents_keys_off_its_positions():
-    """Declined: positions that do not start at 0 (the contract allows them). TE's key length is the
-    last position + 1, its start the position break: a document at positions 3.. reads keys past it."""
+def test_te_reads_a_documents_keys_off_its_positions_so_the_module_hands_it_offsets_from_0():
+    """TE's positions are the index inside each segment: its key count is the last position + 1 from
+    the document's first gathered token. Ours may start anywhere or skip; on the causal kinds a
+    document's mask is the order of its positions, so the module hands TE 0, 1, 2, ..."""
     ids = np.array([[1, 1, 1, 1, 2, 2, 2, 2]])
-    pos = np.array([[3, 4, 5, 6, 0, 1, 2, 3]])
+    pos = np.array([[3, 5, 6, 9, 0, 1, 2, 3]])  # document 1 from 3, with gaps: valid for the contract
     call = _rank_offsets(ids, pos)[0]
     assert np.diff(call["kv_cu_seqlens"])[0] == 4  # token 0 (position 3) is handed 4 keys: 3 before its document
+    assert te_jax_cp.te_positions(ids).tolist() == [[0, 1, 2, 3, 0, 1, 2, 3]]
+    lay, p = layout(2, "all_gather", "striped"), problem(ids, pos, mask="causal")
     backend = te_jax_cp.Striped()
-    assert "positions" in backend.unsupported_context_parallel(layout(2, "all_gather", "striped"), problem(ids, pos))
+    assert backend.unsupported_context_parallel(lay, p) is None
+    for rank in range(2):
+        assert_metadata_equal(backend.cp_rank_metadata(lay, p, rank, 0), expected_rank_metadata(lay, p, rank, 0),
+                              f"rank {rank}")
 
 
 def test_te_documents_a_dual_chunk_swap_order_its_code_does_not_produce():
@@ -416,7 +425,7 @@ def test_the_finding_script_fails_on_2_20_and_passes_with_the_fix(tmp_path, caps
     # and with the fix, a batch of the finding's kind reads as the contract on every rank
     ids, pos = np.array([[1, 2, 2, 2, 2, 2, 2, 2]]), np.array([[0, 0, 1, 2, 3, 4, 5, 6]])
     lay, p = layout(2, "all_gather", "striped"), problem(ids, pos, mask="causal")
-    calls = te_jax_cp.te_run(fixed[:2], te_jax_cp.te_ids(ids), te_jax_cp.te_positions(ids, pos), cp=2,
+    calls = te_jax_cp.te_run(fixed[:2], te_jax_cp.te_ids(ids), te_jax_cp.te_positions(ids), cp=2,
                              strategy="ALL_GATHER", reorder="Striped", stripe=1, max_segments=8)
     perm = expected_permutation(lay, 8)
     for rank in range(2):

@@ -67,14 +67,18 @@ Conventions mapped (input side):
   reads the gathered start of id k as the k-th position break of the gathered row
   (``kv_seqoffsets_for_striped_for_rank``: ``sca_row[si_row - 1]``). Ids go to TE as each
   row's document ordinals; the metadata is slotted by the batch's own ids.
-- Padding positions: TE reads them (the all-gather helpers split a rank's tokens into
-  runs where a position is not the previous one plus 1, padding included), and its
-  convention numbers each segment's tokens, padding after a document included, from 0
-  (from_segment_ids_and_pos' example ``[0, 1, 2, 3, 4]`` for ``[3, 3, 3, 0, 0]``; the test
-  generator's ``arange(segment_size)``). Our padding positions carry nothing
-  (docs/semantics.md section 1): each padding token goes to TE at its offset in its
-  span (the document before it with its padding, or a row's leading padding alone:
-  the head_tail spans), document tokens as they are.
+- Positions: TE's are "the position inside each segment" (from_segment_ids_and_pos), and it
+  reads them as such: a document's keys in the gathered row are its first token up to
+  the last position + 1 (``kv_seqlens_for_striped_for_rank``), and the all-gather helpers
+  split a rank's tokens into runs where a position is not the previous one plus 1, padding
+  included. Its convention numbers each segment's tokens, padding after a document
+  included, from 0 (from_segment_ids_and_pos' example ``[0, 1, 2, 3, 4]`` for
+  ``[3, 3, 3, 0, 0]``; its test generator's ``arange(segment_size)``). Ours may start
+  anywhere and skip (docs/semantics.md section 1), and padding positions carry nothing;
+  under the causal kinds a document's mask depends on the order of its positions only, and
+  the metadata never reads the window, so every token goes to TE at its offset in its span
+  (the document with the padding after it, or a row's leading padding alone: the head_tail
+  spans). Documents at 0, 1, 2, ... go as they are.
 - Window: causal kinds only, so the right side is moot; (-1, -1) and a negative left
   go to TE as ``window_size=None``, else ``(left, 0)``. TE's metadata never reads it
   (the all-gather helpers take none; the ring's descriptor uses it for its fast-path
@@ -120,8 +124,6 @@ python/tests/test_stack_te_jax_cp.py), said by each class's domain so draws land
 - StripedRing with a stripe over 1: fused_attn's docstring says the ring takes stripe 1
   only; TE runs it without a word, and the test shows why it is not offered: the
   ring's top-left kernel mask on striped runs is not causal attention;
-- positions not 0, 1, 2, ... in each document: TE reads a document's start and length
-  off its positions (kv length = last position + 1);
 - extra dims: context parallelism splits [B, T] rows (the suite's own rule too);
 - ``cp`` above this process's CPU devices (``jax_num_cpu_devices``, set to 8 on import
   unless JAX has started).
@@ -414,17 +416,17 @@ def te_ids(ids: np.ndarray) -> np.ndarray:
     return out
 
 
-def te_positions(ids: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """Document positions as they are; each padding token at its offset in its span (the document
-    before it with its padding, or a row's leading padding), as TE numbers a segment's tokens."""
-    out = np.array(pos, copy=True)
+def te_positions(ids: np.ndarray) -> np.ndarray:
+    """Every token at its offset in its span (a document with the padding after it, or a row's
+    leading padding), as TE numbers a segment's tokens: documents at 0, 1, 2, ..., their padding on."""
+    ids = np.asarray(ids)
+    out = np.zeros(ids.shape, np.int64)
     for b, row in enumerate(ids):
         start = 0  # the span's first token: a row's leading padding starts one at 0
         for t in range(len(row)):
             if row[t] != 0 and (t == 0 or row[t] != row[t - 1]):
                 start = t
-            if row[t] == 0:
-                out[b, t] = t - start
+            out[b, t] = t - start
     return out
 
 
@@ -531,17 +533,8 @@ class _ContextParallel:
         b = problem.batch
         if b.mask not in CAUSAL_KINDS:
             return _NOT_CAUSAL
-        ids, pos = np.asarray(b.q_segment_ids), np.asarray(b.q_segment_pos)
-        if ids.ndim != 2:
+        if np.asarray(b.q_segment_ids).ndim != 2:
             return "extra dims: context parallelism splits [B, T] rows"
-        for row_ids, row_pos in zip(ids, pos):
-            for t in range(len(row_ids)):
-                if row_ids[t] == 0:
-                    continue
-                want = row_pos[t - 1] + 1 if t and row_ids[t - 1] == row_ids[t] else 0
-                if row_pos[t] != want:
-                    return ("positions not 0, 1, 2, ... in each document: TE reads a document's start and length "
-                            "off its positions")
         if len(jax.devices("cpu")) < int(layout.cp):
             return f"cp = {layout.cp} needs as many CPU devices; this process has {len(jax.devices('cpu'))}"
         return None
@@ -583,11 +576,11 @@ class _ContextParallel:
         """{(rank, step): what TE handed the kernel}, TE's conventions applied to the batch."""
         self._declined(layout, problem)
         b = problem.batch
-        ids, pos = np.asarray(b.q_segment_ids), np.asarray(b.q_segment_pos)
+        ids = np.asarray(b.q_segment_ids)  # the positions TE is handed follow from the ids (te_positions)
         key = (int(layout.cp), self._stripe(layout), b.mask, tuple(b.window), int(b.max_segments),
-               ids.tobytes(), pos.tobytes(), ids.shape)
+               ids.tobytes(), ids.shape)
         if key not in self._runs:
-            self._runs = {key: te_run(self.te, te_ids(ids), te_positions(ids, pos), cp=int(layout.cp),
+            self._runs = {key: te_run(self.te, te_ids(ids), te_positions(ids), cp=int(layout.cp),
                                       strategy=self.te_strategy, reorder=self.reorder, stripe=self._stripe(layout),
                                       window=self._window(b), max_segments=int(b.max_segments))}
         return self._runs[key]
@@ -617,9 +610,9 @@ class _ContextParallel:
                   "each rank's metadata")
 
 
-# What every class takes besides its layout: TE's THD context parallelism is self-attention over [B, T]
-# rows, causal, with positions 0, 1, 2, ... in each document (module docstring).
-_TAKES = dict(self_attention_only=True, positions_from_zero=True, extra_dims=False, mask_kinds=CAUSAL_KINDS)
+# What every class takes besides its layout: TE's THD context parallelism is causal self-attention
+# over [B, T] rows (module docstring); positions of any kind are mapped.
+_TAKES = dict(self_attention_only=True, extra_dims=False, mask_kinds=CAUSAL_KINDS)
 
 
 class Striped(_ContextParallel):
