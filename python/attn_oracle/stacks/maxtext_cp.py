@@ -124,7 +124,9 @@ class _Reorder:
         if layout.balance not in f["cp_balances"] or layout.strategy not in f["cp_strategies"]:
             return f"{type(self).__name__} is MaxText's {f['cp_balances'][0]} reorder ({', '.join(f['cp_strategies'])})"
         if int(layout.cp) not in f["cp_sizes"]:
-            return f"cp = {layout.cp}: MaxText's dual-chunk-swap reorder raises 'cp_size={layout.cp} must be a multiple of 2'"
+            if f["cp_balances"] == ("dual_chunk_swap",) and int(layout.cp) % 2:
+                return f"cp = {layout.cp}: MaxText's dual-chunk-swap reorder raises 'cp_size={layout.cp} must be a multiple of 2'"
+            return f"cp = {layout.cp}: outside the sizes checked ({', '.join(map(str, f['cp_sizes']))})"
         if f.get("cp_stripes") and int(layout.stripe) not in f["cp_stripes"]:
             return f"stripe = {layout.stripe}: MaxText hands TE no stripe_size (TE's default, 1)"
         if np.asarray(problem.batch.q_segment_ids).ndim != 2:
