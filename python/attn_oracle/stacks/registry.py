@@ -37,8 +37,9 @@ STACKS: tuple[Stack, ...] = (
     # TransformerEngine 2.20's bottom-right metadata bug, run against its expected failures.
     Stack("te_jax", "TransformerEngine JAX", "jax", ("Backend",),
           check_args=("--shape-stable", "--xfails", "fixtures/xfails/te-jax-2.20.txt")),
-    # Context parallelism (the CP capability of the cp-protocol branch): TE's reorders and the per-rank
-    # metadata of its all-gather and ring paths, TE's partitioned impl compiled per shape; MaxText's reorders.
+    # Context parallelism: TE's reorders and the per-rank metadata of its all-gather and ring paths (TE's
+    # partitioned impl compiled per shape); MaxText's reorders. `check` drives them once the CP capability
+    # of branch cp-protocol is in; before, it refuses them ("the worker's hello announces no capability").
     Stack("te_jax_cp", "TransformerEngine JAX context parallelism", "jax", ("Striped", "StripedRing", "DualChunkSwap"),
           check_args=("--shape-stable",)),
     Stack("maxtext_cp", "MaxText context-parallel reorder", "jax",
