@@ -37,6 +37,13 @@ STACKS: tuple[Stack, ...] = (
     # TransformerEngine 2.20's bottom-right metadata bug, run against its expected failures.
     Stack("te_jax", "TransformerEngine JAX", "jax", ("Backend",),
           check_args=("--shape-stable", "--xfails", "fixtures/xfails/te-jax-2.20.txt")),
+    # Context parallelism: TE's reorders and the per-rank metadata of its all-gather and ring paths (TE's
+    # partitioned impl compiled per shape); MaxText's reorders. `check` drives them once the CP capability
+    # of branch cp-protocol is in; before, it refuses them ("the worker's hello announces no capability").
+    Stack("te_jax_cp", "TransformerEngine JAX context parallelism", "jax", ("Striped", "StripedRing", "DualChunkSwap"),
+          check_args=("--shape-stable",)),
+    Stack("maxtext_cp", "MaxText context-parallel reorder", "jax",
+          ("DualChunkSwap", "MaskDualChunkSwap", "GpuDualChunkSwap", "GpuStriped")),
     Stack("torch_flex", "PyTorch flex attention", "torch", ("Backend",)),
     Stack("hf_transformers", "Hugging Face transformers", "torch",
           ("PositionIdsMetadata", "UnpadMetadata", "CollatorMetadata"), check_args=UNVALIDATED),
