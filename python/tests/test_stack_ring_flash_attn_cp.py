@@ -1,0 +1,113 @@
+"""attn_oracle.stacks.ring_flash_attn_cp against the real ring-flash-attn (0.1.8 checked; skipped
+where it is absent): its llama3 per-rank cu_seqlens against the CP contract's rank metadata
+(cp_contract.py), its lse merge against the contract's merge, and each decline shown against the
+package. Seconds."""
+
+import pytest
+
+pytest.importorskip("torch", reason="torch is not installed: scripts/stacks makes the torch venv")
+try:
+    from attn_oracle.stacks import ring_flash_attn_cp
+except ImportError as e:  # StackUnavailable: the package is absent
+    pytest.skip(f"ring-flash-attn does not import: {e}", allow_module_level=True)
+
+import numpy as np  # noqa: E402
+
+import cp_contract as cc  # noqa: E402
+from attn_oracle.domain import MASK_KINDS  # noqa: E402
+from attn_oracle.errors import Unsupported  # noqa: E402
+
+ROW = [[1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 3, 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 6]]  # 24 tokens, 6 documents
+
+
+@pytest.mark.parametrize("cp", [1, 2, 3, 4])
+def test_the_readme_split_is_the_contiguous_permutation(cp):
+    prob, lay = cc.problem(ROW), cc.layout(cp, balance="contiguous")
+    assert np.array_equal(ring_flash_attn_cp.Llama3().cp_permutation(lay, prob), cc.permutation(lay, prob))
+
+
+@pytest.mark.parametrize("mask", [k for k in MASK_KINDS])
+@pytest.mark.parametrize("cp", [1, 2, 3, 4])
+def test_prepare_cu_seqlens_gives_each_ranks_metadata(cp, mask):
+    prob, lay = cc.problem(ROW, mask=mask), cc.layout(cp, balance="contiguous")
+    for rank in range(cp):
+        got = ring_flash_attn_cp.Llama3().cp_rank_metadata(lay, prob, rank, 0)
+        want = cc.rank_metadata(lay, prob, rank)
+        cc.assert_metadata_equal(got, want, f"cp {cp} rank {rank} {mask}")
+        lengths = lambda cu: np.diff(cu).max(initial=0)  # noqa: E731
+        assert got["max_seqlen_q"] == lengths(want["cu_seqlens_q"])
+        assert got["max_seqlen_kv"] == lengths(want["cu_seqlens_kv"])
+
+
+def test_a_document_boundary_on_the_ranks_edge():
+    prob, lay = cc.problem([[1] * 6 + [2] * 6], mask="causal"), cc.layout(2)
+    for rank in range(2):
+        cc.assert_metadata_equal(ring_flash_attn_cp.Llama3().cp_rank_metadata(lay, prob, rank, 0),
+                                 cc.rank_metadata(lay, prob, rank), f"rank {rank}")
+
+
+def merge_by_lse(o_a, lse_a, o_b, lse_b):
+    """The contract's merge (reference/context_parallel.hpp), written here."""
+    lse = np.logaddexp(lse_a, lse_b)
+    safe = np.where(np.isneginf(lse), 0.0, lse)
+    w = lambda l: np.where(np.isneginf(l), 0.0, np.exp(l - safe)).transpose(0, 2, 1)[..., None]  # noqa: E731
+    return o_a * w(lse_a) + o_b * w(lse_b), lse
+
+
+def test_update_out_and_lse_merges_as_the_contract():
+    rng = np.random.default_rng(0)
+    o_a, o_b = rng.uniform(-1, 1, (2, 2, 5, 3, 4))
+    lse_a, lse_b = rng.uniform(-2, 2, (2, 2, 3, 5))
+    lse_a[0, 1, 2] = -np.inf  # one part attends nothing of this query
+    o_a[0, 2, 1] = 0.0
+    got_o, got_lse = ring_flash_attn_cp.Llama3().cp_merge(o_a, lse_a, o_b, lse_b)
+    want_o, want_lse = merge_by_lse(o_a, lse_a, o_b, lse_b)
+    assert np.allclose(got_o, want_o, atol=1e-6) and np.allclose(got_lse, want_lse, atol=1e-6)
+
+
+def test_a_query_neither_part_attends_is_nan_in_the_package_and_mapped():
+    import torch
+    from ring_flash_attn.utils import update_out_and_lse
+
+    out, lse = update_out_and_lse(None, None, torch.zeros(1, 1, 2), torch.full((1, 1), -np.inf))
+    out, lse = update_out_and_lse(out, lse, torch.zeros(1, 1, 2), torch.full((1, 1), -np.inf))
+    assert torch.isnan(out).all()  # sigmoid(-inf - -inf): the package's answer, no documented one
+    o, merged = ring_flash_attn_cp.Llama3().cp_merge(np.zeros((1, 1, 1, 2)), np.full((1, 1, 1), -np.inf),
+                                                     np.zeros((1, 1, 1, 2)), np.full((1, 1, 1), -np.inf))
+    assert np.array_equal(o, np.zeros((1, 1, 1, 2))) and np.isneginf(merged).all()
+
+
+# ---- declines and domain, shown against the package
+
+
+def test_the_package_does_not_import_without_flash_attn_so_attention_is_declined():
+    import subprocess
+    import sys
+
+    try:
+        import flash_attn  # noqa: F401
+        pytest.skip("flash-attn imports here")
+    except ImportError:
+        pass
+    done = subprocess.run([sys.executable, "-c", "import ring_flash_attn"], capture_output=True, text=True)
+    assert done.returncode != 0 and "No module named 'flash_attn'" in done.stderr, done.stderr
+    from ring_flash_attn import llama3_flash_attn_varlen  # the module's import: the kernels stood in, raising
+
+    with pytest.raises(RuntimeError, match="CUDA GPU"):
+        llama3_flash_attn_varlen._flash_attn_varlen_forward()
+    prob, lay = cc.problem(ROW), cc.layout(2)
+    for call in (lambda b: b.cp_attention(lay, prob, None), lambda b: b.cp_rank_attention(lay, prob, None, 0, 0)):
+        with pytest.raises(Unsupported, match="flash-attn"):
+            call(ring_flash_attn_cp.Llama3())
+
+
+def test_the_stand_in_is_not_left_in_sys_modules():
+    import sys
+
+    assert "flash_attn" not in sys.modules or hasattr(sys.modules["flash_attn"], "__file__")
+
+
+def test_the_domain_is_one_row_without_padding_or_window():
+    d = ring_flash_attn_cp.Llama3.domain
+    assert d.max_rows == 1 and d.no_padding and not d.windows
+    assert d.cp["cp_strategies"] == ("all_gather",) and d.cp["cp_balances"] == ("contiguous",)
