@@ -65,16 +65,32 @@ def test_update_out_and_lse_merges_as_the_contract():
     assert np.allclose(got_o, want_o, atol=1e-6) and np.allclose(got_lse, want_lse, atol=1e-6)
 
 
-def test_a_query_neither_part_attends_is_nan_in_the_package_and_mapped():
+@pytest.mark.parametrize("running, block, package_lse", [(-np.inf, 0.5, "nan"), (0.5, -np.inf, 0.5),
+                                                           (-np.inf, -np.inf, "nan")])
+def test_a_part_that_attends_nothing_is_merged_by_the_package_as_shown_and_mapped(running, block, package_lse):
     import torch
+
     from ring_flash_attn.utils import update_out_and_lse
 
-    out, lse = update_out_and_lse(None, None, torch.zeros(1, 1, 2), torch.full((1, 1), -np.inf))
-    out, lse = update_out_and_lse(out, lse, torch.zeros(1, 1, 2), torch.full((1, 1), -np.inf))
-    assert torch.isnan(out).all()  # sigmoid(-inf - -inf): the package's answer, no documented one
-    o, merged = ring_flash_attn_cp.Llama3().cp_merge(np.zeros((1, 1, 1, 2)), np.full((1, 1, 1), -np.inf),
-                                                     np.zeros((1, 1, 1, 2)), np.full((1, 1, 1), -np.inf))
-    assert np.array_equal(o, np.zeros((1, 1, 1, 2))) and np.isneginf(merged).all()
+    o_run, o_block = (0.0 if np.isinf(running) else 1.0), (0.0 if np.isinf(block) else 2.0)
+    out, lse = update_out_and_lse(None, None, torch.full((1, 1, 1), o_run), torch.tensor([[running]]))
+    out, lse = update_out_and_lse(out, lse, torch.full((1, 1, 1), o_block), torch.tensor([[block]]))
+    assert np.isnan(lse.item()) if package_lse == "nan" else lse.item() == package_lse  # the package's answer
+    o, merged = ring_flash_attn_cp.Llama3().cp_merge(np.full((1, 1, 1, 1), o_run), np.full((1, 1, 1), running),
+                                                     np.full((1, 1, 1, 1), o_block), np.full((1, 1, 1), block))
+    want_o, want_lse = merge_by_lse(np.full((1, 1, 1, 1), o_run), np.full((1, 1, 1), running),
+                                    np.full((1, 1, 1, 1), o_block), np.full((1, 1, 1), block))
+    assert np.array_equal(o, want_o) and np.array_equal(merged, want_lse)
+
+
+def test_fa2s_plus_inf_for_a_query_without_keys_would_drop_the_next_block():
+    import torch
+
+    from ring_flash_attn.utils import update_out_and_lse
+
+    out, lse = update_out_and_lse(None, None, torch.zeros(1, 1, 1), torch.tensor([[np.inf]]))
+    out, lse = update_out_and_lse(out, lse, torch.full((1, 1, 1), 2.0), torch.tensor([[0.5]]))
+    assert out.item() == 0.0 and lse.item() == np.inf
 
 
 # ---- declines and domain, shown against the package
@@ -99,6 +115,19 @@ def test_the_package_does_not_import_without_flash_attn_so_attention_is_declined
     for call in (lambda b: b.cp_attention(lay, prob, None), lambda b: b.cp_rank_attention(lay, prob, None, 0, 0)):
         with pytest.raises(Unsupported, match="flash-attn"):
             call(ring_flash_attn_cp.Llama3())
+
+
+def test_its_init_imports_a_name_transformers_5_removed_so_the_two_files_are_loaded_alone():
+    import importlib.util
+    from pathlib import Path
+
+    import transformers.modeling_flash_attention_utils as fa_utils
+
+    adapter = Path(importlib.util.find_spec("ring_flash_attn").submodule_search_locations[0]) / "adapters" / "hf_adapter.py"
+    assert "is_flash_attn_greater_or_equal_2_10" in adapter.read_text()
+    if hasattr(fa_utils, "is_flash_attn_greater_or_equal_2_10"):
+        pytest.skip("this transformers still has is_flash_attn_greater_or_equal_2_10")
+    assert ring_flash_attn_cp.LOADED_AS and "loaded alone" in ring_flash_attn_cp.LOADED_AS[0]
 
 
 def test_the_stand_in_is_not_left_in_sys_modules():

@@ -58,12 +58,15 @@ is absent too, ``flash_attn.flash_attn_interface`` is stood in for that import b
 raise the reason above (and removed from ``sys.modules`` right after, so only those modules hold
 it). ``LOADED_AS`` says which way it went.
 
-Disagreement (a convention; no documentation of the package says what a merge of two parts that
-attend nothing gives): ``update_out_and_lse`` of two parts with lse = -inf gives NaN (its
-``sigmoid(block_lse - lse)`` of -inf - -inf); the contract keeps o = 0, lse = -inf. FA2 writes
-+inf for a query with no key, and the package only merges parts of attended blocks, so it is not
-met inside the package; ``cp_merge`` maps it: a query that neither part attends gets o = 0,
-lse = -inf.
+Disagreement (a convention; no documentation of the package says how a part that attends nothing
+merges): ``update_out_and_lse`` with a running part of lse = -inf and a block of finite lse gives
+the block's o but lse NaN (``lse - logsigmoid(lse - block_lse)`` is -inf - -inf), and two parts of
+lse = -inf give o and lse NaN; with FA2's own +inf for a query without keys, a running +inf keeps
+o = 0, lse = +inf and drops the block. The contract merges a part that attends nothing as nothing.
+Inside the package no such part is merged (each ring's step 0 is the diagonal block, where a query
+attends itself, and its later blocks are whole chunks of the query's document); ``cp_merge`` maps
+the -inf cases: the other part's lse where the running one attends nothing, o = 0 and lse = -inf
+where neither does (the finite cases are the package's answer as it is).
 """
 
 from __future__ import annotations
@@ -189,10 +192,12 @@ class Llama3:
         out, merged = update_out_and_lse(out, merged, flat_o(o_part), flat_lse(lse_part))
         out = out.double().numpy().reshape(rows, tokens, heads, d)
         merged = merged.double().numpy()[..., 0].reshape(rows, tokens, heads).transpose(0, 2, 1)
-        # Neither part attends the query: the contract's o = 0, lse = -inf where the package gives NaN.
-        nothing = np.isneginf(np.asarray(lse)) & np.isneginf(np.asarray(lse_part))
-        merged = np.where(nothing, -np.inf, merged)
-        out = np.where(nothing.transpose(0, 2, 1)[..., None], 0.0, out)
+        # A running part that attends nothing (lse -inf): the package's lse is NaN (its o is right), the
+        # contract's is the other part's; neither part: the contract's o = 0, lse = -inf.
+        first, second = np.isneginf(np.asarray(lse)), np.isneginf(np.asarray(lse_part))
+        merged = np.where(first & ~second, np.asarray(lse_part), merged)
+        merged = np.where(first & second, -np.inf, merged)
+        out = np.where((first & second).transpose(0, 2, 1)[..., None], 0.0, out)
         return out, merged
 
     def cp_rank_attention(self, layout, problem, inputs, rank, step):
