@@ -138,3 +138,13 @@ def test_the_domains_name_what_each_class_takes():
     assert megatron_cp.Backend.domain.cp["cp_balances"] == ("head_tail",)
     assert set(megatron_cp.Backend.domain.mask_kinds) == set(CAUSAL_KINDS) and not megatron_cp.Backend.domain.no_padding
     assert megatron_cp.PerSequence.domain.cp["cp_balances"] == ("dual_chunk_swap",)
+
+
+def test_the_planted_twin_that_keeps_the_padding_keys_is_caught():
+    import planted_cp_stacks
+
+    prob, lay = cc.problem(PADDED, mask="padding_causal"), cc.layout(2, balance="head_tail")
+    with pytest.raises(AssertionError, match="kv"):
+        for rank in range(2):
+            cc.assert_metadata_equal(planted_cp_stacks.MegatronBackend().cp_rank_metadata(lay, prob, rank, 0),
+                                     cc.rank_metadata(lay, prob, rank))

@@ -140,3 +140,12 @@ def test_the_domain_is_one_row_without_padding_or_window():
     d = ring_flash_attn_cp.Llama3.domain
     assert d.max_rows == 1 and d.no_padding and not d.windows
     assert d.cp["cp_strategies"] == ("all_gather",) and d.cp["cp_balances"] == ("contiguous",)
+
+
+def test_the_planted_twin_that_forgets_local_k_slice_is_caught():
+    import planted_cp_stacks
+
+    prob, lay = cc.problem(ROW), cc.layout(3)
+    with pytest.raises(AssertionError, match="kv"):
+        cc.assert_metadata_equal(planted_cp_stacks.RingLlama3().cp_rank_metadata(lay, prob, 1, 0),
+                                 cc.rank_metadata(lay, prob, 1))

@@ -167,6 +167,10 @@ class Backend(_HeadTail):
                     "valid CP rank and cp_size > 1\")")
         return None
 
+    def document_keys(self, kv_real: np.ndarray, start: int, length: int) -> int:
+        """A segment's keys cut to its document's tokens (the actual cu_seqlens): how many of them."""
+        return int(kv_real[start:start + length].sum())
+
     def cp_rank_metadata(self, layout, problem, rank, step):
         reason = self.unsupported_context_parallel(layout, problem)
         if reason:
@@ -189,7 +193,7 @@ class Backend(_HeadTail):
                 n_q = int(q_real[cu_q[i]:cu_q[i + 1]].sum())
                 if n_q:
                     q_parts.append((cu_q[i], n_q))
-                    kv_parts.append((starts[i], int(kv_real[starts[i]:starts[i] + lengths[i]].sum())))
+                    kv_parts.append((starts[i], self.document_keys(kv_real, starts[i], lengths[i])))
             if q_parts:  # a span with no document token (leading padding) has no entry
                 q_spans.append(union_span(q_parts))
                 kv_spans.append(union_span(kv_parts))

@@ -166,13 +166,17 @@ class Llama3:
         index = torch.arange(ids.shape[1]).expand(ids.shape)
         return torch.cat(torch.chunk(index, int(layout.cp), dim=1), dim=1).numpy().astype(np.int64)
 
+    def key_starts(self, cu_k: np.ndarray, k_slice: slice) -> np.ndarray:
+        """Each sequence's first key in the gathered K/V (the row): cu_seqlens_k counts from local_k_slice's start."""
+        return k_slice.start + cu_k[:-1]
+
     def cp_rank_metadata(self, layout, problem, rank, step):
         ids, _ = rows_of(problem)
         cu_q, cu_k, max_q, max_k, k_slice = prepare_cu_seqlens(ids[0], is_causal(problem.batch.mask), int(rank),
                                                                int(layout.cp))
         cu_q, cu_k = cu_q.numpy().astype(np.int64), cu_k.numpy().astype(np.int64)
         q_spans = packing.spans_from_cu_seqlens(cu_q)
-        kv_spans = packing.spans_from_cu_seqlens(cu_k, k_slice.start + cu_k[:-1])
+        kv_spans = packing.spans_from_cu_seqlens(cu_k, self.key_starts(cu_k, k_slice))
         batch = rank_batch(layout, problem, self.cp_permutation(layout, problem), int(rank), int(step))
         md = packing.metadata_from_spans(batch, q_spans, kv_spans)
         out = {k: md[k] for k in ("q_seqlens", "kv_seqlens", "q_offsets", "kv_offsets")}

@@ -238,6 +238,8 @@ class _Pool:
     def _collect(self, what: str) -> list:
         deadline, replies, failures = time.monotonic() + _timeout(), [None] * self.cp, []
         for rank, conn in enumerate(self.conns):
+            if failures:  # a rank failed: the others may wait for it in a collective, a few seconds more
+                deadline = min(deadline, time.monotonic() + 5.0)
             try:
                 ready = conn.poll(max(0.0, deadline - time.monotonic()))
                 reply = conn.recv() if ready else None
@@ -308,13 +310,13 @@ class Backend:
                        cp_balances=("contiguous", "dual_chunk_swap", "head_tail", "explicit_indices"),
                        cp_sizes=(1, 2, 3, 4), self_attention_only=True, extra_dims=False)
 
-    def unsupported_context_parallel(self, layout, problem):
-        ids, _ = rows_of(problem)
-        if ids.size == 0:
+    def unsupported_attention_run(self, problem):
+        """Why the ranks would not run this problem (the permutation and reorder take any batch)."""
+        if np.asarray(problem.batch.q_segment_ids).size == 0:
             return "a batch of no tokens: flex_attention raises IndexError (a max over the empty key axis)"
-        if getattr(problem, "backward", False):
+        if problem.backward:
             return NO_BACKWARD
-        if getattr(problem, "dtype", "fp32") not in TORCH_DTYPES:
+        if problem.dtype not in TORCH_DTYPES:
             return f"dtype {problem.dtype}"
         return None
 
@@ -329,7 +331,7 @@ class Backend:
         raise Unsupported(NO_METADATA)
 
     def _ranks(self, layout, problem, inputs) -> list:
-        decline(self.unsupported_context_parallel(layout, problem))
+        decline(self.unsupported_attention_run(problem))
         ids, pos = rows_of(problem)
         b = problem.batch
         task = {"ids": ids, "pos": np.ascontiguousarray(pos), "mask": b.mask, "window": tuple(int(w) for w in b.window),
