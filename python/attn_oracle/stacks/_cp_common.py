@@ -17,8 +17,8 @@ import numpy as np
 
 from ..domain import Domain, is_bottom_right
 
-__all__ = ["STRATEGIES", "BALANCES", "cp_domain", "head_tail_spans", "rank_tokens", "rank_batch", "cp_steps",
-           "source_rank", "check_layout_names", "rows_of", "union_span"]
+__all__ = ["STRATEGIES", "BALANCES", "cp_domain", "head_tail_spans", "rank_tokens", "rank_batch", "source_rank",
+           "rows_of", "union_span"]
 
 STRATEGIES = ("all_gather", "ring", "all_to_all")
 BALANCES = ("contiguous", "dual_chunk_swap", "striped", "head_tail", "explicit_indices")
@@ -39,15 +39,6 @@ def cp_domain(*, cp_strategies=(), cp_balances=(), cp_sizes=(), cp_stripes=(), *
     made = Domain(**domain, **{k: v for k, v in cp.items() if k in known})
     object.__setattr__(made, "cp", cp)  # frozen dataclass: the CP fields ride along as an attribute
     return made
-
-
-def check_layout_names(layout: Any) -> None:
-    if layout.strategy not in STRATEGIES or layout.balance not in BALANCES:
-        raise ValueError(f"layout {layout.strategy!r} / {layout.balance!r}: strategies {STRATEGIES}, balances {BALANCES}")
-
-
-def cp_steps(layout: Any) -> int:
-    return int(layout.cp) if layout.strategy == "ring" else 1
 
 
 def source_rank(layout: Any, rank: int, step: int) -> int:

@@ -54,9 +54,10 @@ Conventions mapped (each in the code where it is mapped):
   row order); a query's is ``b * L + j`` in local order.
 
 Domains: ``Backend`` takes the causal kinds only (the DSA layout has no mask argument: its key
-ranges are causal prefixes, what the indexer is for), cp of 2 and more, strategy all_gather (DSA's ``get_cp_positions_from_layout`` raises
-NotImplementedError for any other ``cp_comm_type``). Every class: self-attention on [B, T] rows,
-no extra dims.
+ranges are causal prefixes, what the indexer is for), cp of 2 to 4, strategy all_gather (DSA's
+``get_cp_positions_from_layout`` raises NotImplementedError for any other ``cp_comm_type``);
+``PerSequence`` dual_chunk_swap, cp 1 to 4, any mask. Every class: self-attention on [B, T]
+rows, no extra dims.
 
 Declined, each shown by python/tests/test_stack_megatron_cp.py against the real library: cp = 1
 for ``Backend``'s rank metadata (``build_packed_cp_indexer_layout`` raises RuntimeError "requires a

@@ -14,8 +14,9 @@ What runs is torch's own CP path for flex attention, as its tests drive it:
 - ``cp_permutation`` / ``cp_reorder``: that balancer's ``_generate_indices(restore=False)`` (the
   permutation, rank-major, which the base class's "Sharding contract" states) and
   ``_generate_indices(restore=inverse)`` gathered along the tokens;
-- ``cp_attention`` / ``cp_rank_attention``: ``cp`` rank processes (gloo over 127.0.0.1, started by
-  this module, kept for the next call) each build the global ``BlockMask`` with
+- ``cp_attention`` / ``cp_rank_attention``: ``cp`` rank processes (``python -c`` subprocesses
+  started by this module, connected back to it over 127.0.0.1 and joined in a gloo group, kept
+  for the next call) each build the global ``BlockMask`` with
   ``create_block_mask`` over the mask_mod of ``attn_oracle.stacks.torch_flex`` (document term,
   causal top-left or bottom-right, window), shard q, k, v and the mask with
   ``_context_parallel_shard(mesh, [q, k, v, block_mask], [2, 2, 2, 0], load_balancer)`` (which
@@ -137,9 +138,19 @@ def block_size(local: int) -> int:
 # ---- the rank processes
 
 
+def _rank_process() -> None:
+    """``python -c`` entry of a rank process: connect back to the module, then serve (_rank_main)."""
+    from multiprocessing.connection import Client
+
+    rank, cp, port = (int(os.environ[f"ATTN_ORACLE_TORCH_CP_{k}"]) for k in ("RANK", "SIZE", "PORT"))
+    conn = Client(("127.0.0.1", int(os.environ["ATTN_ORACLE_TORCH_CP_PARENT"])),
+                  authkey=bytes.fromhex(os.environ["ATTN_ORACLE_TORCH_CP_KEY"]))
+    conn.send(("rank", rank))
+    _rank_main(rank, cp, port, conn, os.environ.get("ATTN_ORACLE_TORCH_CP_COMPILE") == "1")
+
+
 def _rank_main(rank: int, cp: int, port: int, conn, compile_masks: bool) -> None:
-    """One CP rank: join the gloo group, then answer tasks until the pipe closes or says None."""
-    os.dup2(2, 1)  # nothing of ours on the worker's stdout
+    """One CP rank: join the gloo group, then answer tasks until the connection closes or says None."""
     torch.set_num_threads(1)
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -217,23 +228,54 @@ def _free_port() -> int:
 
 
 class _Pool:
-    """``cp`` rank processes in one gloo group, started by the module and kept between calls."""
+    """``cp`` rank processes in one gloo group, started by the module and kept between calls.
+
+    Plain ``python -c`` subprocesses that connect back over 127.0.0.1 (not multiprocessing's
+    spawn, which re-imports the caller's main script in each child)."""
 
     def __init__(self, cp: int):
-        import multiprocessing as mp
+        import subprocess
+        from multiprocessing.connection import Listener
+        from pathlib import Path
 
-        ctx = mp.get_context("spawn")  # a fresh interpreter: no fork of the worker's threads or torch state
-        self.cp, self.conns, self.procs = cp, [], []
-        port, compile_masks = _free_port(), os.environ.get("ATTN_ORACLE_TORCH_CP_COMPILE") == "1"
-        for rank in range(cp):
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_rank_main, args=(rank, cp, port, child, compile_masks), daemon=True,
-                               name=f"attn-oracle-torch-cp-rank{rank}")
-            proc.start()
-            child.close()
-            self.conns.append(parent)
-            self.procs.append(proc)
+        import attn_oracle
+
+        key = os.urandom(16)
+        listener = Listener(("127.0.0.1", 0), authkey=key)
+        root = str(Path(attn_oracle.__file__).resolve().parents[1])  # where this attn_oracle is imported from
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+               "ATTN_ORACLE_TORCH_CP_SIZE": str(cp), "ATTN_ORACLE_TORCH_CP_PORT": str(_free_port()),
+               "ATTN_ORACLE_TORCH_CP_PARENT": str(listener.address[1]), "ATTN_ORACLE_TORCH_CP_KEY": key.hex()}
+        self.cp, self.conns = cp, [None] * cp
+        self.procs = [subprocess.Popen([sys.executable, "-c", "from attn_oracle.stacks.torch_cp import _rank_process; "
+                                        "_rank_process()"], env={**env, "ATTN_ORACLE_TORCH_CP_RANK": str(rank)},
+                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # stderr: the worker's log
+                      for rank in range(cp)]
+        try:
+            self._accept(listener)
+        finally:
+            listener.close()
         self._collect("starting the gloo group")
+
+    def _accept(self, listener) -> None:
+        """Each rank's connection, by the rank it names, within the timeout (a thread: accept blocks)."""
+        import threading
+
+        def accept():
+            for _ in range(self.cp):
+                conn = listener.accept()
+                self.conns[conn.recv()[1]] = conn
+
+        thread = threading.Thread(target=accept, daemon=True, name="attn-oracle-torch-cp-accept")
+        thread.start()
+        thread.join(_timeout())
+        if thread.is_alive() or None in self.conns:
+            missing = [r for r, c in enumerate(self.conns) if c is None]
+            failures = [f"rank {r} " + (f"died (exit code {self.procs[r].poll()})" if self.procs[r].poll() is not None
+                                        else f"did not connect in {_timeout():g} s") for r in missing]
+            self.close()
+            raise RankFailure(f"torch CP ({self.cp} ranks, starting): " + "; ".join(failures) +
+                              " (every rank process was torn down)")
 
     def _collect(self, what: str) -> list:
         deadline, replies, failures = time.monotonic() + _timeout(), [None] * self.cp, []
@@ -246,8 +288,8 @@ class _Pool:
             except (EOFError, OSError):
                 reply, ready = None, True
             if reply is None:
-                proc = self.procs[rank]
-                failures.append(f"rank {rank} died (exit code {proc.exitcode})" if ready or not proc.is_alive()
+                code = self.procs[rank].poll()
+                failures.append(f"rank {rank} died (exit code {code})" if ready or code is not None
                                 else f"rank {rank} hung: no answer in {_timeout():g} s")
             elif reply[0] == "error":
                 failures.append(f"rank {rank} raised:\n{reply[1]}")
@@ -264,24 +306,30 @@ class _Pool:
             conn.send(task)
         return self._collect("a forward")
 
+    def alive(self) -> list:
+        return [p.poll() is None for p in self.procs]
+
     def close(self) -> None:
+        """Ask each rank to stop, then terminate and kill, each process by its own id."""
         for conn in self.conns:
             try:
-                conn.send(None)
+                if conn is not None:
+                    conn.send(None)
             except (OSError, ValueError):
                 pass
-        for proc in self.procs:
-            proc.join(2)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(2)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(2)
+        for stop in (None, "terminate", "kill"):
+            for proc in self.procs:
+                if proc.poll() is None and stop:
+                    getattr(proc, stop)()
+            deadline = time.monotonic() + 2.0
+            while any(p.poll() is None for p in self.procs) and time.monotonic() < deadline:
+                time.sleep(0.05)
         for conn in self.conns:
-            conn.close()
-        _POOLS.pop(self.cp, None) if _POOLS.get(self.cp) is self else None
-        self.conns, self.procs = [], []
+            if conn is not None:
+                conn.close()
+        if _POOLS.get(self.cp) is self:
+            del _POOLS[self.cp]
+        self.conns = []
 
 
 _POOLS: dict[int, _Pool] = {}
