@@ -89,3 +89,27 @@ def assert_metadata_equal(got, want, where=""):
     for name, value in want.items():
         assert np.array_equal(np.asarray(got[name]), value), f"{where} {name}: got {np.asarray(got[name]).tolist()}, " \
                                                              f"expected {value.tolist()}"
+
+
+def random_spans_rows(rng, rows, cp, spans=4, padding=True):
+    """Rows whose head_tail spans are multiples of 2*cp: documents (ids 1, 2, ...) with random
+    padding after them and sometimes leading padding; rows end in padding to one length. Without
+    padding, one row."""
+    assert padding or rows == 1
+    unit, out = 2 * cp, []
+    for _ in range(rows):
+        row = [0] * unit * int(rng.integers(0, 2)) if padding else []
+        for doc in range(1, spans + 1):
+            n = unit * int(rng.integers(1, 4))
+            real = int(rng.integers(1, n + 1)) if padding else n
+            row += [doc] * real + [0] * (n - real)
+        out.append(row)
+    t = max(len(r) for r in out)
+    return [r + [0] * (t - len(r)) for r in out]
+
+
+def random_documents_row(rng, t, documents):
+    """One row of t tokens in `documents` runs (ids 1, 2, ...), no padding."""
+    cuts = sorted(rng.choice(np.arange(1, t), size=documents - 1, replace=False).tolist()) if documents > 1 else []
+    bounds = [0, *cuts, t]
+    return [[d + 1 for d in range(documents) for _ in range(bounds[d + 1] - bounds[d])]]

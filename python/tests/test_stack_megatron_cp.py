@@ -148,3 +148,16 @@ def test_the_planted_twin_that_keeps_the_padding_keys_is_caught():
         for rank in range(2):
             cc.assert_metadata_equal(planted_cp_stacks.MegatronBackend().cp_rank_metadata(lay, prob, rank, 0),
                                      cc.rank_metadata(lay, prob, rank))
+
+
+@pytest.mark.parametrize("cp", [2, 3, 4])
+def test_random_padded_batches_match_the_contract(cp):
+    rng = np.random.default_rng(cp)
+    for draw in range(12):
+        ids = cc.random_spans_rows(rng, int(rng.integers(1, 4)), cp, spans=int(rng.integers(1, 4)))
+        prob = cc.problem(ids, mask=str(rng.choice(["padding_causal", "padding_causal_bottom_right"])))
+        lay = cc.layout(cp, balance="head_tail")
+        assert np.array_equal(megatron_cp.Backend().cp_permutation(lay, prob), cc.permutation(lay, prob)), ids
+        for rank in range(cp):
+            cc.assert_metadata_equal(megatron_cp.Backend().cp_rank_metadata(lay, prob, rank, 0),
+                                     cc.rank_metadata(lay, prob, rank), f"{ids} rank {rank}")

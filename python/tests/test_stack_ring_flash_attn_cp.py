@@ -149,3 +149,15 @@ def test_the_planted_twin_that_forgets_local_k_slice_is_caught():
     with pytest.raises(AssertionError, match="kv"):
         cc.assert_metadata_equal(planted_cp_stacks.RingLlama3().cp_rank_metadata(lay, prob, 1, 0),
                                  cc.rank_metadata(lay, prob, 1))
+
+
+@pytest.mark.parametrize("cp", [1, 2, 3, 4])
+def test_random_rows_match_the_contract(cp):
+    rng = np.random.default_rng(cp)
+    for draw in range(15):
+        t = cp * int(rng.integers(1, 9))
+        ids = cc.random_documents_row(rng, t, int(rng.integers(1, min(t, 6) + 1)))
+        prob, lay = cc.problem(ids, mask=str(rng.choice(MASK_KINDS))), cc.layout(cp)
+        for rank in range(cp):
+            cc.assert_metadata_equal(ring_flash_attn_cp.Llama3().cp_rank_metadata(lay, prob, rank, 0),
+                                     cc.rank_metadata(lay, prob, rank), f"{ids} rank {rank}")

@@ -160,3 +160,33 @@ def test_the_planted_twin_that_takes_the_restore_indices_is_caught():
     prob = cc.problem(PADDED, mask="padding")
     for lay in layouts(2, PADDED)[1:3]:  # dual_chunk_swap, head_tail
         assert not np.array_equal(planted_cp_stacks.TorchCp().cp_permutation(lay, prob), cc.permutation(lay, prob))
+
+
+@pytest.mark.parametrize("cp", [1, 2, 3, 4])
+def test_random_padded_batches_hold_the_contracts_permutation(cp):
+    rng = np.random.default_rng(cp)
+    for draw in range(10):
+        ids = cc.random_spans_rows(rng, int(rng.integers(1, 4)), cp, spans=int(rng.integers(1, 4)))
+        prob = cc.problem(ids, mask="padding")
+        for lay in layouts(cp, ids):
+            assert np.array_equal(torch_cp.Backend().cp_permutation(lay, prob), cc.permutation(lay, prob)), (ids, lay)
+
+
+def test_random_forwards_at_cp_3_match_the_oracle():
+    from attn_oracle.domain import MASK_KINDS
+
+    rng = np.random.default_rng(3)
+    for draw in range(4):
+        ids = cc.random_spans_rows(rng, int(rng.integers(1, 3)), 3, spans=int(rng.integers(1, 3)))
+        kind = str(rng.choice([k for k in MASK_KINDS if k.startswith("padding")]))
+        window = tuple(int(w) for w in rng.choice([-1, 0, 2], size=2))
+        prob = cc.problem(ids, mask=kind, window=window, heads=(2, 1), d=8)
+        x = inputs_for(prob, draw)
+        want = reference(prob, x)
+        lay = layouts(3, ids)[int(rng.integers(0, 4))]
+        got = torch_cp.Backend().cp_attention(lay, prob, x)
+        perm = cc.permutation(lay, prob)
+        lse = np.take_along_axis(want.lse, perm[:, None, :], 2)
+        assert np.allclose(got["o"], np.take_along_axis(want.o, perm[:, :, None, None], 1), atol=1e-5), (ids, kind, window)
+        assert np.array_equal(np.isneginf(got["lse"]), np.isneginf(lse)), (ids, kind, window)
+        assert np.allclose(got["lse"][np.isfinite(lse)], lse[np.isfinite(lse)], atol=1e-5), (ids, kind, window)
