@@ -161,3 +161,49 @@ def test_random_rows_match_the_contract(cp):
         for rank in range(cp):
             cc.assert_metadata_equal(ring_flash_attn_cp.Llama3().cp_rank_metadata(lay, prob, rank, 0),
                                      cc.rank_metadata(lay, prob, rank), f"{ids} rank {rank}")
+
+
+# ---- Zigzag: the ring's kernel calls, step by step
+
+
+@pytest.mark.parametrize("cp", [1, 2, 3, 4])
+def test_zigzag_holds_the_head_tail_permutation_and_each_steps_metadata(cp):
+    from attn_oracle.domain import CAUSAL_KINDS
+
+    rng = np.random.default_rng(10 + cp)
+    for draw in range(6):
+        ids = cc.random_spans_rows(rng, 1, cp, spans=int(rng.integers(1, 5)), padding=False)
+        prob = cc.problem(ids, mask=str(rng.choice(CAUSAL_KINDS)))
+        lay = cc.layout(cp, strategy="ring", balance="head_tail")
+        assert np.array_equal(ring_flash_attn_cp.Zigzag().cp_permutation(lay, prob), cc.permutation(lay, prob)), ids
+        for rank in range(cp):
+            for step in range(cp):
+                cc.assert_metadata_equal(ring_flash_attn_cp.Zigzag().cp_rank_metadata(lay, prob, rank, step),
+                                         cc.rank_metadata(lay, prob, rank, step), f"{ids} rank {rank} step {step}")
+
+
+def test_zigzag_runs_one_kernel_call_a_step_causal_at_step_0_only():
+    calls = ring_flash_attn_cp.zigzag_kernel_calls(np.array([1] * 8 + [2] * 16), 4, 2)
+    assert [c["causal"] for c in calls] == [True, False, False, False]
+    assert [len(c["q"]) for c in calls] == [6, 6, 6, 3]  # steps 1, 2 <= rank: every query; step 3: the back halves
+    assert [len(c["k"]) for c in calls] == [6, 3, 3, 6]
+
+
+def test_zigzag_refuses_a_mask_without_the_causal_term_so_the_domain_is_the_causal_kinds():
+    import torch
+
+    from ring_flash_attn import zigzag_ring_flash_attn_varlen as zz
+
+    cu = torch.tensor([0, 4], dtype=torch.int32)
+    with pytest.raises(AssertionError, match="meaningless for causal=False"):
+        zz.zigzag_ring_flash_attn_varlen_forward(None, torch.zeros(4, 1, 1), torch.zeros(4, 1, 1), torch.zeros(4, 1, 1),
+                                                 cu, 4, slice(None, 2), slice(2, None), 1.0, causal=False)
+    assert all("causal" in k for k in ring_flash_attn_cp.Zigzag.domain.mask_kinds)
+
+
+def test_zigzag_attention_is_declined():
+    prob, lay = cc.problem([[1] * 4]), cc.layout(2, strategy="ring", balance="head_tail")
+    with pytest.raises(Unsupported, match="flash-attn"):
+        ring_flash_attn_cp.Zigzag().cp_attention(lay, prob, None)
+    with pytest.raises(Unsupported, match="flash-attn"):
+        ring_flash_attn_cp.Zigzag().cp_rank_attention(lay, prob, None, 0, 0)

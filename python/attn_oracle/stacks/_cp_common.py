@@ -10,6 +10,8 @@ protocol lands). No stack is imported here.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from dataclasses import fields
 from typing import Any, Iterable
 
@@ -18,7 +20,7 @@ import numpy as np
 from ..domain import Domain, is_bottom_right
 
 __all__ = ["STRATEGIES", "BALANCES", "cp_domain", "head_tail_spans", "rank_tokens", "rank_batch", "source_rank",
-           "rows_of", "union_span"]
+           "rows_of", "union_span", "fake_process_group"]
 
 STRATEGIES = ("all_gather", "ring", "all_to_all")
 BALANCES = ("contiguous", "dual_chunk_swap", "striped", "head_tail", "explicit_indices")
@@ -105,3 +107,24 @@ def union_span(spans: Iterable[tuple[int, int]]) -> tuple[int, int]:
     spans = [(int(a), int(n)) for a, n in spans]
     start = min(a for a, _ in spans)
     return start, max(a + n for a, n in spans) - start
+
+
+_FAKE_PG_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def fake_process_group(rank: int, world_size: int):
+    """torch's fake default process group (``torch.testing._internal.distributed.fake_pg``): the
+    ``get_rank`` / ``get_world_size`` of rank ``rank`` of ``world_size``, no data moved; for stack
+    code that asks them of torch.distributed while the module computes one rank's share."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    with _FAKE_PG_LOCK:
+        if dist.is_initialized():
+            raise RuntimeError("a default process group exists already; the fake one would replace it")
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+        try:
+            yield
+        finally:
+            dist.destroy_process_group()

@@ -70,15 +70,14 @@ function for it, and its one caller of the THD split, ``tex``, is None here).
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 from attn_oracle import packing
 from attn_oracle.domain import CAUSAL_KINDS
 from attn_oracle.errors import Unsupported
 from attn_oracle.stacks import installed_version, require
-from attn_oracle.stacks._cp_common import cp_domain, head_tail_spans, rank_batch, rows_of, union_span
+from attn_oracle.stacks._cp_common import (cp_domain, fake_process_group, head_tail_spans, rank_batch, rows_of,
+                                           union_span)
 
 _mcore = require("Megatron-core", "megatron.core", "megatron-core", checked=("0.19",))
 import torch  # noqa: E402
@@ -204,25 +203,13 @@ class Backend(_HeadTail):
                                    "cu_seqlens_kv", "ragged_offsets_q", "ragged_offsets_kv")}
 
 
-_FAKE_PG_LOCK = threading.Lock()
-
-
 def per_sequence_rank(values: torch.Tensor, cp: int, rank: int) -> torch.Tensor:
     """``get_batch_on_this_cp_rank(..., use_per_sequence_balancing=True)`` on ``values`` [B, T] as
     rank ``rank`` of ``cp`` (a fake process group: rank and size, no data moved)."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    with _FAKE_PG_LOCK:
-        if dist.is_initialized():
-            raise RuntimeError("a default process group exists already; the fake one would replace it")
-        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=cp)
-        try:
-            batch = {"position_ids": values.clone(), "cu_seqlens": None}
-            return _mutils.get_batch_on_this_cp_rank(batch, is_hybrid_cp=False,
-                                                     use_per_sequence_balancing=True)["position_ids"]
-        finally:
-            dist.destroy_process_group()
+    with fake_process_group(rank, cp):
+        batch = {"position_ids": values.clone(), "cu_seqlens": None}
+        return _mutils.get_batch_on_this_cp_rank(batch, is_hybrid_cp=False,
+                                                 use_per_sequence_balancing=True)["position_ids"]
 
 
 class PerSequence:

@@ -47,7 +47,7 @@ STACKS: tuple[Stack, ...] = (
     # (branch cp-protocol); each method is also tested directly by python/tests/test_stack_*_cp.py.
     Stack("megatron_cp", "Megatron-core context parallelism (THD)", "torch", ("Backend", "PerSequence")),
     Stack("torch_cp", "PyTorch context parallelism (flex attention, gloo ranks)", "torch", ("Backend",)),
-    Stack("ring_flash_attn_cp", "ring-flash-attn (llama3 varlen CP)", "torch", ("Llama3",)),
+    Stack("ring_flash_attn_cp", "ring-flash-attn (llama3 and zigzag varlen CP)", "torch", ("Llama3", "Zigzag")),
     # GPU targets (scripts/stacks --device; docs/stacks.md, "On a GPU").
     Stack("torch_varlen", "PyTorch varlen attention (FlashAttention-2)", "torch", ("Backend",), gpu=True),
     Stack("xformers_attention", "xformers memory_efficient_attention", "torch", ("Flash",), gpu=True),

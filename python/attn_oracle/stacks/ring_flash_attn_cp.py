@@ -1,7 +1,8 @@
-"""ring-flash-attn (PyPI ``ring-flash-attn`` 0.1.8): the per-rank ``cu_seqlens`` of its llama3
-(all-gather) varlen context parallelism, and its lse merge.
+"""ring-flash-attn (PyPI ``ring-flash-attn`` 0.1.8): the per-rank and per-step ``cu_seqlens`` of its
+llama3 (all-gather) and zigzag (ring) varlen context parallelism, and its lse merge.
 
-``python -m attn_oracle check attn_oracle.stacks.ring_flash_attn_cp:Llama3`` (once the CP protocol lands)
+``python -m attn_oracle check attn_oracle.stacks.ring_flash_attn_cp:Llama3`` (and ``:Zigzag``;
+once the CP protocol lands)
 
 Every ring / zigzag / llama3 function of the package runs flash-attn's CUDA kernels
 (``flash_attn.flash_attn_interface._flash_attn_varlen_forward`` and friends); what is plain
@@ -12,13 +13,30 @@ torch is the preparation around them:
   ``cu_seqlens_k`` and ``local_k_slice`` (the keys its queries need, out of the all-gathered K/V),
   ``max_seqlen_q/k`` (what ``llama3_flash_attn_varlen_func`` and the Hugging Face adapter's
   ``update_ring_flash_attn_params`` hand the kernel);
+- ``zigzag_ring_flash_attn_varlen_func``'s ring loop: which queries and keys each step's kernel
+  call gets (``get_half_index`` of the local ``cu_seqlens``: every query against the source's
+  front halves while the source rank is below this one, the back halves of the queries against
+  every key after) and with which ``cu_seqlens`` (the local ones, or ``cu_seqlens // 2``);
 - ``ring_flash_attn.utils.update_out_and_lse``: the merge of two partial results by their lse
   (what every ring function does between steps).
 
-``Llama3``: ``cp_permutation`` is the split the README prescribes (``torch.chunk(input_ids,
-world_size, dim=1)[rank]``: rank r holds tokens [r*L, (r+1)*L), the contract's ``contiguous``);
+``Llama3`` (all_gather, contiguous): ``cp_permutation`` is the split the README prescribes
+(``torch.chunk(input_ids, world_size, dim=1)[rank]``: rank r holds tokens [r*L, (r+1)*L));
 ``cp_rank_metadata`` calls ``llama3_flash_attn_prepare_cu_seqlens(cu_seqlens, causal, rank, cp)``
 with ``causal`` the mask kind's causal term; ``cp_merge`` calls ``update_out_and_lse``.
+
+``Zigzag`` (ring, head_tail): ``cp_permutation`` is the split of the package's own tests
+(``test/test_zigzag_ring_flash_attn_varlen_func.py``'s ``extract_local``: each document chunked
+in 2*cp, rank r taking chunks r and 2*cp-1-r; the package has no function for it);
+``cp_rank_metadata`` runs ``zigzag_ring_flash_attn_varlen_func`` itself on rank ``rank``'s local
+slot numbers, with the local ``cu_seqlens`` those tests pass (``cu_seqlens // world_size``),
+``causal=True``, and records each step's kernel call: flash-attn's kernel is stood in by a
+recorder and the ring's transport by ``_LoopbackComm`` (a ``RingComm`` whose send_recv returns
+what it sends: each rank's keys are its local slot numbers, the same numbers on every rank, so
+what arrives is what rank ``(rank - step) mod cp`` sends; ``RingComm`` receives from rank - 1),
+under torch's fake process group for the rank and size. Step s's call is rank ``rank``'s
+problem at step s: its queries' and keys' local slots give the spans, its ``cu_seqlens_q/k``
+their lengths.
 
 Conventions mapped:
 
@@ -37,14 +55,16 @@ Conventions mapped:
   takes a block's lse as FA returns it, [H, tokens]; the module moves the contract's
   ``o [rows, tokens, heads, d]``, ``lse [rows, heads, tokens]`` in and out of those shapes.
 
-Domain of ``Llama3``: cp_strategies all_gather, cp_balances contiguous, one row, no padding, every
+Domain of ``Llama3``: cp_strategies all_gather, cp_balances contiguous, cp 1 to 4, one row, no padding, every
 mask kind (the bottom-right kinds equal the top-left ones on self-attention, and the rank
 problem writes them top-left), no window (the README's "Known Limitations": "window_size is
 not supported"), positions any (the package reads none; the causal term on self-attention
-follows token order).
+follows token order). ``Zigzag``: ring, head_tail, cp 1 to 4, one row, no padding, no window, the
+causal kinds (``zigzag_ring_flash_attn_varlen_forward`` asserts "zigzag ring is meaningless for
+causal=False").
 
 Declined (each shown by python/tests/test_stack_ring_flash_attn_cp.py against the package):
-``cp_attention`` and ``cp_rank_attention``: the kernels are flash-attn's, which needs a CUDA GPU
+``cp_attention`` and ``cp_rank_attention`` of both classes: the kernels are flash-attn's, which needs a CUDA GPU
 (``import flash_attn`` fails here).
 
 Importing it. The package's ``__init__`` imports every kernel module (each imports flash-attn) and
@@ -79,14 +99,16 @@ import types
 import numpy as np
 
 from attn_oracle import packing
-from attn_oracle.domain import is_causal
+from attn_oracle.domain import CAUSAL_KINDS, is_causal
 from attn_oracle.errors import Unsupported
 from attn_oracle.stacks import StackUnavailable, check_version, installed_version, require
-from attn_oracle.stacks._cp_common import cp_domain, rank_batch, rows_of
+import threading
+
+from attn_oracle.stacks._cp_common import cp_domain, fake_process_group, rank_batch, rows_of
 
 torch = require("ring-flash-attn", "torch", "torch", checked=("2.15",))
 
-__all__ = ["Llama3", "NO_KERNELS", "load", "prepare_cu_seqlens"]
+__all__ = ["Llama3", "Zigzag", "NO_KERNELS", "load", "prepare_cu_seqlens", "zigzag_kernel_calls"]
 
 VERSION = installed_version("ring-flash-attn")
 NO_KERNELS = ("ring-flash-attn's attention is flash-attn's CUDA varlen kernels (flash_attn.flash_attn_interface."
@@ -98,7 +120,7 @@ def _kernel_standin(*args, **kwargs):
 
 
 def load():
-    """ring-flash-attn's ``utils`` and ``llama3_flash_attn_varlen`` modules: the package as it is where
+    """ring-flash-attn's ``utils``, ``llama3_flash_attn_varlen`` and ``zigzag_ring_flash_attn_varlen`` modules: the package as it is where
     it imports; else those two files run as submodules of a package object whose ``__init__`` is
     not run, with flash-attn's kernels stood in by functions that raise where flash-attn is absent
     (see the module's docstring)."""
@@ -131,6 +153,7 @@ def load():
     try:
         utils = importlib.import_module("ring_flash_attn.utils")
         llama3 = importlib.import_module("ring_flash_attn.llama3_flash_attn_varlen")
+        zigzag = importlib.import_module("ring_flash_attn.zigzag_ring_flash_attn_varlen")
     finally:
         if standin:
             for name, module in saved.items():
@@ -138,11 +161,11 @@ def load():
                     sys.modules.pop(name, None)
                 else:
                     sys.modules[name] = module
-    return package, utils, llama3
+    return package, utils, llama3, zigzag
 
 
 LOADED_AS: list = []  # why the package was not imported whole, if it was not
-_package, _utils, _llama3 = load()
+_package, _utils, _llama3, _zigzag = load()
 update_out_and_lse = _utils.update_out_and_lse
 
 
@@ -203,6 +226,97 @@ class Llama3:
         merged = np.where(first & second, -np.inf, merged)
         out = np.where((first & second).transpose(0, 2, 1)[..., None], 0.0, out)
         return out, merged
+
+    def cp_rank_attention(self, layout, problem, inputs, rank, step):
+        raise Unsupported(NO_KERNELS)
+
+    def cp_attention(self, layout, problem, inputs):
+        raise Unsupported(NO_KERNELS)
+
+
+_ZIGZAG_LOCK = threading.Lock()
+
+
+class _LoopbackComm(_utils.RingComm):
+    """RingComm (its rank and size from the process group) whose send_recv hands back what it sends:
+    every rank's keys here are its local slot numbers, the same on each rank, so what arrives at
+    step s is what rank (rank - s) mod cp would send (RingComm receives from rank - 1)."""
+
+    def send_recv(self, to_send, recv_tensor=None):
+        return to_send.clone()
+
+    def commit(self):
+        pass
+
+    def wait(self):
+        pass
+
+
+def zigzag_kernel_calls(ids_row: np.ndarray, cp: int, rank: int) -> list[dict]:
+    """Every kernel call ``zigzag_ring_flash_attn_varlen_func`` makes on rank ``rank``, step by step:
+    the local slots of its queries and of its keys, ``cu_seqlens_q`` / ``cu_seqlens_k`` and
+    ``causal``. The package runs as it is, with the local cu_seqlens its tests pass
+    (``cu_seqlens // world_size``); only the kernel (a recorder) and the ring's transport
+    (_LoopbackComm) are stood in, under a fake process group of ``cp`` ranks."""
+    cut = np.flatnonzero(np.diff(ids_row)) + 1
+    cu = torch.tensor([0, *cut.tolist(), len(ids_row)], dtype=torch.int32)
+    local_cu = cu // cp
+    slots = torch.arange(len(ids_row) // cp, dtype=torch.float32).reshape(-1, 1, 1)  # [L, heads 1, dim 1]
+    calls = []
+
+    def kernel(**kw):
+        calls.append({"q": kw["q"][:, 0, 0].long().numpy(), "k": kw["k"][:, 0, 0].long().numpy(),
+                      "cu_seqlens_q": kw["cu_seqlens_q"].numpy().astype(np.int64),
+                      "cu_seqlens_k": kw["cu_seqlens_k"].numpy().astype(np.int64), "causal": bool(kw["causal"])})
+        n = kw["q"].shape[0]
+        return torch.zeros_like(kw["q"]), torch.zeros(kw["q"].shape[1], n, dtype=torch.float32), None, None
+
+    with _ZIGZAG_LOCK, fake_process_group(rank, cp):
+        saved = _zigzag._flash_attn_varlen_forward, _zigzag.RingComm
+        _zigzag._flash_attn_varlen_forward, _zigzag.RingComm = kernel, _LoopbackComm
+        try:
+            _zigzag.zigzag_ring_flash_attn_varlen_func(slots, slots, slots, local_cu,
+                                                       int((local_cu[1:] - local_cu[:-1]).max()), causal=True)
+        finally:
+            _zigzag._flash_attn_varlen_forward, _zigzag.RingComm = saved
+    return calls
+
+
+class Zigzag:
+    """zigzag_ring_flash_attn_varlen_func's ring: each document in 2*cp chunks, rank r holding chunks
+    r and 2*cp-1-r; the kernel call of each ring step, recorded."""
+
+    name, version = "ring-flash-attn-zigzag-varlen", VERSION
+    domain = cp_domain(cp_strategies=("ring",), cp_balances=("head_tail",), cp_sizes=(1, 2, 3, 4),
+                       self_attention_only=True, no_padding=True, max_rows=1, extra_dims=False, windows=False,
+                       mask_kinds=CAUSAL_KINDS)
+
+    def cp_permutation(self, layout, problem):
+        """The package's tests' split (``extract_local``): each document's tokens chunked in 2*cp,
+        rank r taking chunks r and 2*cp-1-r, documents in order; ranks one after the other."""
+        ids, _ = rows_of(problem)
+        cp, row = int(layout.cp), ids[0]
+        cut = np.flatnonzero(np.diff(row)) + 1
+        bounds = [0, *cut.tolist(), len(row)]
+        ranks = [[] for _ in range(cp)]
+        for a, b in zip(bounds, bounds[1:]):
+            chunks = torch.arange(a, b).chunk(2 * cp)
+            for r in range(cp):
+                ranks[r] += [chunks[r], chunks[2 * cp - 1 - r]]
+        return torch.cat([torch.cat(parts) for parts in ranks]).numpy().astype(np.int64)[None]
+
+    def cp_rank_metadata(self, layout, problem, rank, step):
+        ids, _ = rows_of(problem)
+        call = zigzag_kernel_calls(ids[0], int(layout.cp), int(rank))[int(step)]
+        # Sequence j of the call: its queries' local slots from q[cu_q[j]], its keys' from k[cu_k[j]]
+        # (the source rank's local order, the contract's ring kv side).
+        spans = {side: [(int(call[side][cu[j]]) if cu[j] < len(call[side]) else 0, int(cu[j + 1] - cu[j]))
+                        for j in range(len(cu) - 1)]
+                 for side, cu in (("q", call["cu_seqlens_q"]), ("k", call["cu_seqlens_k"]))}
+        batch = rank_batch(layout, problem, self.cp_permutation(layout, problem), int(rank), int(step))
+        md = packing.metadata_from_spans(batch, spans["q"], spans["k"])
+        return {k: md[k] for k in ("q_seqlens", "kv_seqlens", "q_offsets", "kv_offsets", "cu_seqlens_q",
+                                   "cu_seqlens_kv", "ragged_offsets_q", "ragged_offsets_kv")}
 
     def cp_rank_attention(self, layout, problem, inputs, rank, step):
         raise Unsupported(NO_KERNELS)
