@@ -113,3 +113,13 @@ def random_documents_row(rng, t, documents):
     cuts = sorted(rng.choice(np.arange(1, t), size=documents - 1, replace=False).tolist()) if documents > 1 else []
     bounds = [0, *cuts, t]
     return [[d + 1 for d in range(documents) for _ in range(bounds[d + 1] - bounds[d])]]
+
+
+def random_explicit_indices(rng, rows, t, cp):
+    """A valid explicit_indices permutation: each token to a random rank (L each), a rank's tokens in
+    row order (the contract's precondition)."""
+    local, out = t // cp, []
+    for _ in range(rows):
+        ranks = rng.permutation(np.repeat(np.arange(cp), local))
+        out.append(np.concatenate([np.flatnonzero(ranks == r) for r in range(cp)]))
+    return np.stack(out)

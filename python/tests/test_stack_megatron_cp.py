@@ -64,9 +64,10 @@ def test_the_indexer_layout_holds_two_segments_a_document_the_back_keys_holding_
     assert seg.segment_key_starts.tolist() == [0, 0, 8, 8]
 
 
-@pytest.mark.parametrize("cp", [1, 2, 3, 4])
+@pytest.mark.parametrize("cp", [1, 2, 3, 4, 8])
 def test_per_sequence_holds_the_dual_chunk_swap_permutation(cp):
-    prob = cc.problem([[1] * 12 + [2] * 12, [1] * 4 + [2] * 20]) if cp == 3 else cc.problem(NO_PADDING)
+    prob = {3: cc.problem([[1] * 12 + [2] * 12, [1] * 4 + [2] * 20]),
+            8: cc.problem([[1] * 16 + [2] * 16, [1] * 32])}.get(cp, cc.problem(NO_PADDING))
     lay = cc.layout(cp, balance="dual_chunk_swap")
     assert np.array_equal(megatron_cp.PerSequence().cp_permutation(lay, prob), cc.permutation(lay, prob))
 
@@ -150,7 +151,7 @@ def test_the_planted_twin_that_keeps_the_padding_keys_is_caught():
                                      cc.rank_metadata(lay, prob, rank))
 
 
-@pytest.mark.parametrize("cp", [2, 3, 4])
+@pytest.mark.parametrize("cp", [2, 3, 4, 8])
 def test_random_padded_batches_match_the_contract(cp):
     rng = np.random.default_rng(cp)
     for draw in range(12):
@@ -161,3 +162,24 @@ def test_random_padded_batches_match_the_contract(cp):
         for rank in range(cp):
             cc.assert_metadata_equal(megatron_cp.Backend().cp_rank_metadata(lay, prob, rank, 0),
                                      cc.rank_metadata(lay, prob, rank), f"{ids} rank {rank}")
+
+
+# ---- invalid layouts: Megatron's own refusals, as the contract's codes
+
+
+def test_megatrons_guards_give_the_contracts_codes():
+    from attn_oracle.errors import AttnOracleError
+
+    bad_document = cc.problem([[1] * 6 + [2] * 2], mask="causal")  # a document of 6 at cp 2 (2*cp = 4)
+    lay = cc.layout(2, balance="head_tail")
+    with pytest.raises(AttnOracleError) as e:
+        megatron_cp.Backend().validate_cp_layout(lay, bad_document)
+    assert e.value.code == "cp_document_not_divisible" and "divisible by" in e.value.message
+    with pytest.raises(AttnOracleError, match="cp_document_not_divisible"):
+        megatron_cp.Backend().cp_rank_metadata(lay, bad_document, 0, 0)
+    with pytest.raises(AttnOracleError) as e:
+        megatron_cp.PerSequence().validate_cp_layout(cc.layout(2, balance="dual_chunk_swap"), cc.problem([[1] * 6]))
+    assert e.value.code == "cp_not_divisible"
+    assert megatron_cp.Backend().validate_cp_layout(lay, cc.problem(NO_PADDING)) is None
+    with pytest.raises(Unsupported, match="no rank"):
+        megatron_cp.Backend().validate_cp_layout(cc.layout(0, balance="head_tail"), cc.problem(NO_PADDING))

@@ -6,9 +6,11 @@ package. Seconds."""
 import pytest
 
 pytest.importorskip("torch", reason="torch is not installed: scripts/stacks makes the torch venv")
+from attn_oracle.stacks import StackUnavailable  # noqa: E402
+
 try:
     from attn_oracle.stacks import ring_flash_attn_cp
-except ImportError as e:  # StackUnavailable: the package is absent
+except StackUnavailable as e:  # the package is absent
     pytest.skip(f"ring-flash-attn does not import: {e}", allow_module_level=True)
 
 import numpy as np  # noqa: E402
@@ -151,7 +153,7 @@ def test_the_planted_twin_that_forgets_local_k_slice_is_caught():
                                  cc.rank_metadata(lay, prob, 1))
 
 
-@pytest.mark.parametrize("cp", [1, 2, 3, 4])
+@pytest.mark.parametrize("cp", [1, 2, 3, 4, 8])
 def test_random_rows_match_the_contract(cp):
     rng = np.random.default_rng(cp)
     for draw in range(15):
@@ -166,7 +168,7 @@ def test_random_rows_match_the_contract(cp):
 # ---- Zigzag: the ring's kernel calls, step by step
 
 
-@pytest.mark.parametrize("cp", [1, 2, 3, 4])
+@pytest.mark.parametrize("cp", [1, 2, 3, 4, 8])
 def test_zigzag_holds_the_head_tail_permutation_and_each_steps_metadata(cp):
     from attn_oracle.domain import CAUSAL_KINDS
 
@@ -207,3 +209,24 @@ def test_zigzag_attention_is_declined():
         ring_flash_attn_cp.Zigzag().cp_attention(lay, prob, None)
     with pytest.raises(Unsupported, match="flash-attn"):
         ring_flash_attn_cp.Zigzag().cp_rank_attention(lay, prob, None, 0, 0)
+
+
+# ---- invalid layouts
+
+
+def test_llama3s_assertion_gives_cp_not_divisible():
+    from attn_oracle.errors import AttnOracleError
+
+    with pytest.raises(AttnOracleError) as e:
+        ring_flash_attn_cp.Llama3().validate_cp_layout(cc.layout(2), cc.problem([[1] * 5]))
+    assert e.value.code == "cp_not_divisible"
+    with pytest.raises(AttnOracleError, match="cp_not_divisible"):
+        ring_flash_attn_cp.Llama3().cp_rank_metadata(cc.layout(2), cc.problem([[1] * 5]), 0, 0)
+
+
+def test_zigzag_checks_nothing_and_divides_a_document_off_2cp_silently():
+    ids = np.array([1] * 6 + [2] * 2)  # a document of 6 at cp 2: the contract's cp_document_not_divisible
+    lay = cc.layout(2, strategy="ring", balance="head_tail")
+    assert ring_flash_attn_cp.Zigzag().validate_cp_layout(lay, cc.problem([ids.tolist()])) is None
+    calls = ring_flash_attn_cp.zigzag_kernel_calls(ids, 2, 0)  # runs: cu_seqlens // 2 = [0, 3, 4]
+    assert calls[0]["cu_seqlens_q"].tolist() == [0, 3, 4]

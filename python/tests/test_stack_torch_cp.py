@@ -26,7 +26,7 @@ def layouts(cp, ids):
     rng = np.random.default_rng(cp)
     return [cc.layout(cp, balance="contiguous"), cc.layout(cp, balance="dual_chunk_swap"),
             cc.layout(cp, balance="head_tail"),
-            cc.layout(cp, balance="explicit_indices", indices=np.stack([rng.permutation(t) for _ in ids]))]
+            cc.layout(cp, balance="explicit_indices", indices=cc.random_explicit_indices(rng, len(ids), t, cp))]
 
 
 @pytest.mark.parametrize("cp", [1, 2, 4])
@@ -162,7 +162,7 @@ def test_the_planted_twin_that_takes_the_restore_indices_is_caught():
         assert not np.array_equal(planted_cp_stacks.TorchCp().cp_permutation(lay, prob), cc.permutation(lay, prob))
 
 
-@pytest.mark.parametrize("cp", [1, 2, 3, 4])
+@pytest.mark.parametrize("cp", [1, 2, 3, 4, 8])
 def test_random_padded_batches_hold_the_contracts_permutation(cp):
     rng = np.random.default_rng(cp)
     for draw in range(10):
@@ -190,3 +190,38 @@ def test_random_forwards_at_cp_3_match_the_oracle():
         assert np.allclose(got["o"], np.take_along_axis(want.o, perm[:, :, None, None], 1), atol=1e-5), (ids, kind, window)
         assert np.array_equal(np.isneginf(got["lse"]), np.isneginf(lse)), (ids, kind, window)
         assert np.allclose(got["lse"][np.isfinite(lse)], lse[np.isfinite(lse)], atol=1e-5), (ids, kind, window)
+
+
+# ---- invalid layouts: torch's own refusals, as the contract's codes
+
+
+@pytest.mark.parametrize("balance, ids, code", [
+    ("dual_chunk_swap", [[1] * 6], "cp_not_divisible"),              # T = 6, 2*cp = 4: the balancer asserts
+    ("head_tail", [[1] * 6 + [2] * 2], "cp_document_not_divisible"),  # a document of 6
+    ("contiguous", [[1] * 5], "cp_not_divisible"),                     # _create_cp_block_mask's NotImplementedError
+])
+def test_torchs_checks_give_the_contracts_codes(balance, ids, code):
+    from attn_oracle.errors import AttnOracleError
+
+    with pytest.raises(AttnOracleError) as e:
+        torch_cp.Backend().validate_cp_layout(cc.layout(2, balance=balance), cc.problem(ids))
+    assert e.value.code == code, e.value
+
+
+def test_torch_checks_no_explicit_indices_so_a_repeated_index_is_accepted():
+    prob = cc.problem([[1, 1, 1, 1]])
+    lay = cc.layout(2, balance="explicit_indices", indices=np.array([[0, 0, 2, 3]]))  # token 0 twice, token 1 never
+    assert torch_cp.Backend().validate_cp_layout(lay, prob) is None
+    assert torch_cp.Backend().cp_permutation(lay, prob).tolist() == [[0, 0, 2, 3]]
+
+
+def test_a_forward_at_cp_8_matches_the_oracle():
+    ids = [[1] * 16 + [2] * 32 + [0] * 16]
+    prob = cc.problem(ids, mask="padding_causal", heads=(2, 2), d=4)
+    x = inputs_for(prob)
+    want = reference(prob, x)
+    lay = cc.layout(8, balance="head_tail")
+    got = torch_cp.Backend().cp_attention(lay, prob, x)
+    perm = cc.permutation(lay, prob)
+    assert np.allclose(got["o"], np.take_along_axis(want.o, perm[:, :, None, None], 1), atol=1e-5)
+    torch_cp._POOLS[8].close()  # eight rank processes: not kept for the other tests

@@ -54,10 +54,17 @@ Conventions mapped (each in the code where it is mapped):
   row order); a query's is ``b * L + j`` in local order.
 
 Domains: ``Backend`` takes the causal kinds only (the DSA layout has no mask argument: its key
-ranges are causal prefixes, what the indexer is for), cp of 2 to 4, strategy all_gather (DSA's
+ranges are causal prefixes, what the indexer is for), cp 2, 3, 4 and 8, strategy all_gather (DSA's
 ``get_cp_positions_from_layout`` raises NotImplementedError for any other ``cp_comm_type``);
-``PerSequence`` dual_chunk_swap, cp 1 to 4, any mask. Every class: self-attention on [B, T]
+``PerSequence`` dual_chunk_swap, cp 1, 2, 3, 4 and 8, any mask. Every class: self-attention on [B, T]
 rows, no extra dims.
+
+Invalid layouts (``validate_cp_layout``, and ``Backend``'s rank metadata, which checks first):
+Megatron's own refusals mapped to the contract's codes: DSA's host-side guard raises ValueError
+for a padded sequence not a multiple of 2*cp (``cp_document_not_divisible``; it checks the
+sequences, so a row not a multiple of cp is named by one of its sequences too, where the contract
+names the row first: ``cp_not_divisible``); the per-sequence split's ``view`` raises RuntimeError
+for a row not a multiple of 2*cp (``cp_not_divisible``). cp < 1 leaves no rank to ask: declined.
 
 Declined, each shown by python/tests/test_stack_megatron_cp.py against the real library: cp = 1
 for ``Backend``'s rank metadata (``build_packed_cp_indexer_layout`` raises RuntimeError "requires a
@@ -74,7 +81,7 @@ import numpy as np
 
 from attn_oracle import packing
 from attn_oracle.domain import CAUSAL_KINDS
-from attn_oracle.errors import Unsupported
+from attn_oracle.errors import AttnOracleError, Unsupported
 from attn_oracle.stacks import installed_version, require
 from attn_oracle.stacks._cp_common import (cp_domain, fake_process_group, head_tail_spans, rank_batch, rows_of,
                                            union_span)
@@ -85,7 +92,7 @@ from megatron.core import utils as _mutils  # noqa: E402
 from megatron.core.packed_seq_params import PackedSeqParams  # noqa: E402
 from megatron.core.transformer.experimental_attention_variant import dsa_layout  # noqa: E402
 
-__all__ = ["Backend", "PerSequence", "thd_cu_seqlens_padded", "rank_positions", "indexer_layout"]
+__all__ = ["Backend", "PerSequence", "no_ranks", "thd_cu_seqlens_padded", "rank_positions", "indexer_layout"]
 
 VERSION = installed_version("megatron-core")
 NO_CP_ATTENTION = ("Megatron-core's CP attention is TransformerEngine's (AttnFuncWithCPAndKVP2P and its all-gather "
@@ -135,10 +142,25 @@ def indexer_layout(ids: np.ndarray, cp: int, rank: int):
     return dsa_layout.build_packed_cp_indexer_layout(cu_q, cu_kv, cp_size=cp, cp_rank=rank, key_size=ids.size)
 
 
+def no_ranks(layout) -> None:
+    """cp < 1 leaves no rank to ask (Megatron's functions read cp <= 1 as no split at all)."""
+    if int(layout.cp) < 1:
+        raise Unsupported(f"cp = {layout.cp}: no rank to run")
+
+
 class _HeadTail:
     """head_tail's permutation through Megatron's THD split."""
 
     version = VERSION
+
+    def validate_cp_layout(self, layout, problem):
+        """Megatron's own check: DSA's host-side guard raises ValueError for a padded sequence whose
+        length is not a multiple of 2*cp (it checks the sequences, not the row)."""
+        no_ranks(layout)
+        try:
+            self.cp_permutation(layout, problem)
+        except ValueError as e:
+            raise AttnOracleError("cp_document_not_divisible", f"Megatron-core: {e}") from None
 
     def cp_permutation(self, layout, problem):
         ids, _ = rows_of(problem)
@@ -158,7 +180,7 @@ class Backend(_HeadTail):
     """head_tail under all-gather CP: the split, and each rank's kernel segments mapped to its metadata."""
 
     name = "megatron-core-cp-thd"
-    domain = cp_domain(cp_strategies=("all_gather",), cp_balances=("head_tail",), cp_sizes=(2, 3, 4),
+    domain = cp_domain(cp_strategies=("all_gather",), cp_balances=("head_tail",), cp_sizes=(2, 3, 4, 8),
                        self_attention_only=True, extra_dims=False, mask_kinds=CAUSAL_KINDS)
 
     def unsupported_context_parallel(self, layout, problem):
@@ -172,6 +194,7 @@ class Backend(_HeadTail):
         return int(kv_real[start:start + length].sum())
 
     def cp_rank_metadata(self, layout, problem, rank, step):
+        self.validate_cp_layout(layout, problem)
         reason = self.unsupported_context_parallel(layout, problem)
         if reason:
             raise Unsupported(reason)
@@ -217,8 +240,17 @@ class PerSequence:
     ``use_per_sequence_balancing``), and the Mamba layer's redo / undo of it."""
 
     name, version = "megatron-core-cp-per-sequence", VERSION
-    domain = cp_domain(cp_balances=("dual_chunk_swap",), cp_sizes=(1, 2, 3, 4), self_attention_only=True,
+    domain = cp_domain(cp_balances=("dual_chunk_swap",), cp_sizes=(1, 2, 3, 4, 8), self_attention_only=True,
                        extra_dims=False)
+
+    def validate_cp_layout(self, layout, problem):
+        """Megatron's own check: the per-sequence split views each row as 2*cp chunks, a RuntimeError
+        for a row whose length is not a multiple of 2*cp."""
+        no_ranks(layout)
+        try:
+            self.cp_permutation(layout, problem)
+        except RuntimeError as e:
+            raise AttnOracleError("cp_not_divisible", f"Megatron-core: {e}") from None
 
     def cp_permutation(self, layout, problem):
         ids, _ = rows_of(problem)

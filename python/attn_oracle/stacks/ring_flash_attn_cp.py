@@ -55,13 +55,19 @@ Conventions mapped:
   takes a block's lse as FA returns it, [H, tokens]; the module moves the contract's
   ``o [rows, tokens, heads, d]``, ``lse [rows, heads, tokens]`` in and out of those shapes.
 
-Domain of ``Llama3``: cp_strategies all_gather, cp_balances contiguous, cp 1 to 4, one row, no padding, every
+Domain of ``Llama3``: cp_strategies all_gather, cp_balances contiguous, cp 1, 2, 3, 4 and 8, one row, no padding, every
 mask kind (the bottom-right kinds equal the top-left ones on self-attention, and the rank
 problem writes them top-left), no window (the README's "Known Limitations": "window_size is
 not supported"), positions any (the package reads none; the causal term on self-attention
-follows token order). ``Zigzag``: ring, head_tail, cp 1 to 4, one row, no padding, no window, the
+follows token order). ``Zigzag``: ring, head_tail, cp 1, 2, 3, 4 and 8, one row, no padding, no window, the
 causal kinds (``zigzag_ring_flash_attn_varlen_forward`` asserts "zigzag ring is meaningless for
 causal=False").
+
+Invalid layouts (``validate_cp_layout``; the rank metadata checks first): ``Llama3`` gives the
+package's assertion that the stream is a multiple of world_size as ``cp_not_divisible``; ``Zigzag``
+accepts what the package accepts, which checks nothing (a document not a multiple of 2*cp is
+divided silently: the contract's ``cp_document_not_divisible`` is not given, a limitation
+``context_parallel/invalidLayoutsAreRejectedExactly`` reports). cp < 1 leaves no rank: declined.
 
 Declined (each shown by python/tests/test_stack_ring_flash_attn_cp.py against the package):
 ``cp_attention`` and ``cp_rank_attention`` of both classes: the kernels are flash-attn's, which needs a CUDA GPU
@@ -100,7 +106,7 @@ import numpy as np
 
 from attn_oracle import packing
 from attn_oracle.domain import CAUSAL_KINDS, is_causal
-from attn_oracle.errors import Unsupported
+from attn_oracle.errors import AttnOracleError, Unsupported
 from attn_oracle.stacks import StackUnavailable, check_version, installed_version, require
 import threading
 
@@ -180,8 +186,20 @@ class Llama3:
     """llama3_flash_attn_varlen_func's context parallelism: a contiguous split, the K/V all-gathered."""
 
     name, version = "ring-flash-attn-llama3", VERSION
-    domain = cp_domain(cp_strategies=("all_gather",), cp_balances=("contiguous",), cp_sizes=(1, 2, 3, 4),
+    domain = cp_domain(cp_strategies=("all_gather",), cp_balances=("contiguous",), cp_sizes=(1, 2, 3, 4, 8),
                        self_attention_only=True, no_padding=True, max_rows=1, extra_dims=False, windows=False)
+
+    def validate_cp_layout(self, layout, problem):
+        """The package's own check: ``llama3_flash_attn_prepare_cu_seqlens`` asserts that the stream's
+        length is a multiple of world_size (``cp_not_divisible``); cp < 1: no rank to ask (declined)."""
+        if int(layout.cp) < 1:
+            raise Unsupported(f"cp = {layout.cp}: no rank to run")
+        ids, _ = rows_of(problem)
+        try:
+            prepare_cu_seqlens(ids[0], True, 0, int(layout.cp))
+        except AssertionError:
+            raise AttnOracleError("cp_not_divisible", f"ring-flash-attn: llama3_flash_attn_prepare_cu_seqlens asserts "
+                                  f"total_length % world_size == 0 (T = {ids.shape[1]}, cp = {layout.cp})") from None
 
     def cp_permutation(self, layout, problem):
         """The README's split, ``torch.chunk(x, world_size, dim=1)[rank]``, rank after rank."""
@@ -194,6 +212,7 @@ class Llama3:
         return k_slice.start + cu_k[:-1]
 
     def cp_rank_metadata(self, layout, problem, rank, step):
+        self.validate_cp_layout(layout, problem)
         ids, _ = rows_of(problem)
         cu_q, cu_k, max_q, max_k, k_slice = prepare_cu_seqlens(ids[0], is_causal(problem.batch.mask), int(rank),
                                                                int(layout.cp))
@@ -287,9 +306,16 @@ class Zigzag:
     r and 2*cp-1-r; the kernel call of each ring step, recorded."""
 
     name, version = "ring-flash-attn-zigzag-varlen", VERSION
-    domain = cp_domain(cp_strategies=("ring",), cp_balances=("head_tail",), cp_sizes=(1, 2, 3, 4),
+    domain = cp_domain(cp_strategies=("ring",), cp_balances=("head_tail",), cp_sizes=(1, 2, 3, 4, 8),
                        self_attention_only=True, no_padding=True, max_rows=1, extra_dims=False, windows=False,
                        mask_kinds=CAUSAL_KINDS)
+
+    def validate_cp_layout(self, layout, problem):
+        """The package checks nothing of the layout (its tests assert cu_seqlens % (2 * world_size) == 0
+        before they call it; the function divides the cu_seqlens it is given): accepted, as it does.
+        cp < 1: no rank to ask (declined)."""
+        if int(layout.cp) < 1:
+            raise Unsupported(f"cp = {layout.cp}: no rank to run")
 
     def cp_permutation(self, layout, problem):
         """The package's tests' split (``extract_local``): each document's tokens chunked in 2*cp,

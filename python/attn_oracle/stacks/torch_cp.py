@@ -44,14 +44,20 @@ Domain: cp_strategies all_gather (flex CP all-gathers K/V; ``set_rotate_method``
 CP doesn't support alltoall yet", and torch's ring path is SDPA's, which takes no document mask);
 cp_balances contiguous, dual_chunk_swap, head_tail, explicit_indices (no striped balancer;
 ``_PTRRLoadBalancer`` chooses its own block order from the BlockMask's processing times, which no
-contract balance names); cp_sizes 1 to 4; every mask kind, window, padding and position that
-``torch_flex`` takes; self-attention on [B, T] rows.
+contract balance names); cp_sizes 1, 2, 3, 4 and 8 (the sizes the CP generators draw); every
+mask kind, window, padding and position that ``torch_flex`` takes; self-attention on [B, T] rows.
 
 Declined, each shown by python/tests/test_stack_torch_cp.py against torch: backward on a CPU
 (``NotImplementedError: FlexAttention does not support backward on CPU``; ``outputs = ("lse",)``
 there, so the suite asks for forwards only); ``cp_rank_metadata`` (flex takes a BlockMask, no
 cu_seqlens); what ``torch_flex`` declines (an invalid batch, a side of no tokens, positions 2^62
 apart).
+
+Invalid layouts: ``validate_cp_layout`` (and the run, which checks first) gives torch's own
+refusals as the contract's codes: the head-tail balancers' AssertionError (``cp_not_divisible``
+for the row, ``cp_document_not_divisible`` for a span) and ``_create_cp_block_mask``'s
+NotImplementedError (``cp_not_divisible``). torch does not check explicit indices (a duplicate
+is gathered twice): accepted, as torch does.
 
 Failures: a rank that raises sends back its traceback and the call raises RuntimeError with it;
 a rank that does not answer within ``ATTN_ORACLE_TORCH_CP_TIMEOUT`` seconds (default 120) is
@@ -73,7 +79,7 @@ from datetime import timedelta
 
 import numpy as np
 
-from attn_oracle.errors import Unsupported
+from attn_oracle.errors import AttnOracleError, Unsupported
 from attn_oracle.stacks import decline, require
 from attn_oracle.stacks._cp_common import cp_domain, head_tail_spans, rows_of
 
@@ -354,7 +360,7 @@ class Backend:
     outputs = ("lse",)  # flex has no backward on a CPU
     domain = cp_domain(cp_strategies=("all_gather",),
                        cp_balances=("contiguous", "dual_chunk_swap", "head_tail", "explicit_indices"),
-                       cp_sizes=(1, 2, 3, 4), self_attention_only=True, extra_dims=False)
+                       cp_sizes=(1, 2, 3, 4, 8), self_attention_only=True, extra_dims=False)
 
     def unsupported_attention_run(self, problem):
         """Why the ranks would not run this problem (the permutation and reorder take any batch)."""
@@ -365,6 +371,37 @@ class Backend:
         if problem.dtype not in TORCH_DTYPES:
             return f"dtype {problem.dtype}"
         return None
+
+    def validate_cp_layout(self, layout, problem):
+        """torch's own checks, mapped to the contract's codes: the head-tail balancers' bare
+        AssertionError (the row, or a span, not a multiple of 2*cp) and ``_create_cp_block_mask``'s
+        NotImplementedError (T not a multiple of cp times the query block, asked with the block
+        the module uses). torch checks no explicit indices (gathered as they are) and no cp < 1
+        (no rank to ask: declined)."""
+        if int(layout.cp) < 1:
+            raise Unsupported(f"cp = {layout.cp}: no rank to run")
+        ids, _ = rows_of(problem)
+        b, t = ids.shape
+        cp = int(layout.cp)
+        try:
+            lb = load_balancer(layout, problem)
+            if lb is not None:
+                lb._generate_indices()
+        except AssertionError:
+            code = "cp_document_not_divisible" if layout.balance == "head_tail" else "cp_not_divisible"
+            balancer = "_PerDocumentHeadTailLoadBalancer" if layout.balance == "head_tail" else "_HeadTailLoadBalancer"
+            raise AttnOracleError(code, f"torch's {balancer} raises AssertionError (T = {t}, cp = {cp})") from None
+        if t % cp:
+            from torch.distributed.tensor.experimental._context_parallel._attention import _create_cp_block_mask
+
+            class _Size:  # what _create_cp_block_mask reads before its divisibility check
+                def size(self):
+                    return cp
+
+            try:
+                _create_cp_block_mask(lambda *i: True, b, 1, t, t, (block_size(max(t // cp, 1)),) * 2, _Size())
+            except NotImplementedError as e:
+                raise AttnOracleError("cp_not_divisible", f"torch: {e}") from None
 
     def cp_permutation(self, layout, problem):
         return _indices(layout, problem, restore=False)
@@ -377,6 +414,7 @@ class Backend:
         raise Unsupported(NO_METADATA)
 
     def _ranks(self, layout, problem, inputs) -> list:
+        self.validate_cp_layout(layout, problem)
         decline(self.unsupported_attention_run(problem))
         ids, pos = rows_of(problem)
         b = problem.batch
