@@ -181,5 +181,7 @@ def test_megatrons_guards_give_the_contracts_codes():
         megatron_cp.PerSequence().validate_cp_layout(cc.layout(2, balance="dual_chunk_swap"), cc.problem([[1] * 6]))
     assert e.value.code == "cp_not_divisible"
     assert megatron_cp.Backend().validate_cp_layout(lay, cc.problem(NO_PADDING)) is None
-    with pytest.raises(Unsupported, match="no rank"):
+    with pytest.raises(AttnOracleError, match="cp_bad_layout"):
         megatron_cp.Backend().validate_cp_layout(cc.layout(0, balance="head_tail"), cc.problem(NO_PADDING))
+    with pytest.raises(AttnOracleError, match="cp_document_not_divisible"):  # the code first, then the decline
+        megatron_cp.Backend().cp_attention(lay, bad_document, None)

@@ -20,7 +20,8 @@ import numpy as np
 from ..domain import Domain, is_bottom_right
 
 __all__ = ["STRATEGIES", "BALANCES", "cp_domain", "head_tail_spans", "rank_tokens", "rank_batch", "source_rank",
-           "rows_of", "union_span", "fake_process_group"]
+           "rows_of", "union_span", "fake_process_group",
+           "check_layout_alone"]
 
 STRATEGIES = ("all_gather", "ring", "all_to_all")
 BALANCES = ("contiguous", "dual_chunk_swap", "striped", "head_tail", "explicit_indices")
@@ -128,3 +129,20 @@ def fake_process_group(rank: int, world_size: int):
             yield
         finally:
             dist.destroy_process_group()
+
+
+def check_layout_alone(layout) -> None:
+    """The contract's first precondition (cp_bad_layout), on the layout the module is asked to run,
+    before any library call: at least one rank, a stripe of at least one token, indices only for
+    explicit_indices. What the module is asked, not what it hands the library."""
+    from ..errors import AttnOracleError
+
+    cp = int(layout.cp)
+    if cp < 1:
+        raise AttnOracleError("cp_bad_layout", f"cp = {cp}: a layout needs at least one rank")
+    if layout.balance == "striped" and int(getattr(layout, "stripe", 1)) < 1:
+        raise AttnOracleError("cp_bad_layout", f"stripe = {layout.stripe}: a stripe holds at least one token")
+    indices = getattr(layout, "indices", None)
+    if layout.balance != "explicit_indices" and indices is not None and np.size(indices) > 0:
+        raise AttnOracleError("cp_bad_layout", f"indices given to the {layout.balance} balance: only explicit_indices "
+                                               "takes them")

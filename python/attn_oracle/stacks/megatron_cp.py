@@ -56,15 +56,19 @@ Conventions mapped (each in the code where it is mapped):
 Domains: ``Backend`` takes the causal kinds only (the DSA layout has no mask argument: its key
 ranges are causal prefixes, what the indexer is for), cp 2, 3, 4 and 8, strategy all_gather (DSA's
 ``get_cp_positions_from_layout`` raises NotImplementedError for any other ``cp_comm_type``);
-``PerSequence`` dual_chunk_swap, cp 1, 2, 3, 4 and 8, any mask. Every class: self-attention on [B, T]
+``PerSequence`` dual_chunk_swap, cp 1, 2, 3, 4 and 8, any mask, strategies all_gather and ring
+(all_to_all's precondition, heads a multiple of cp, is TE's check, in CUDA). Every class: self-attention on [B, T]
 rows, no extra dims.
 
 Invalid layouts (``validate_cp_layout``, and ``Backend``'s rank metadata, which checks first):
 Megatron's own refusals mapped to the contract's codes: DSA's host-side guard raises ValueError
 for a padded sequence not a multiple of 2*cp (``cp_document_not_divisible``; it checks the
-sequences, so a row not a multiple of cp is named by one of its sequences too, where the contract
-names the row first: ``cp_not_divisible``); the per-sequence split's ``view`` raises RuntimeError
-for a row not a multiple of 2*cp (``cp_not_divisible``). cp < 1 leaves no rank to ask: declined.
+sequences only, so a row not a multiple of cp is refused by one of its sequences, where the
+contract names the row first: mapped to ``cp_not_divisible`` when the row is off cp); the
+per-sequence split's ``view`` raises RuntimeError
+for a row not a multiple of 2*cp (``cp_not_divisible``). A malformed layout (cp < 1, indices
+for another balance) is ``cp_bad_layout`` before any call. The declining methods check first, so
+that an invalid layout gets its code from each.
 
 Declined, each shown by python/tests/test_stack_megatron_cp.py against the real library: cp = 1
 for ``Backend``'s rank metadata (``build_packed_cp_indexer_layout`` raises RuntimeError "requires a
@@ -83,8 +87,8 @@ from attn_oracle import packing
 from attn_oracle.domain import CAUSAL_KINDS
 from attn_oracle.errors import AttnOracleError, Unsupported
 from attn_oracle.stacks import installed_version, require
-from attn_oracle.stacks._cp_common import (cp_domain, fake_process_group, head_tail_spans, rank_batch, rows_of,
-                                           union_span)
+from attn_oracle.stacks._cp_common import (check_layout_alone, cp_domain, fake_process_group, head_tail_spans,
+                                           rank_batch, rows_of, union_span)
 
 _mcore = require("Megatron-core", "megatron.core", "megatron-core", checked=("0.19",))
 import torch  # noqa: E402
@@ -92,7 +96,7 @@ from megatron.core import utils as _mutils  # noqa: E402
 from megatron.core.packed_seq_params import PackedSeqParams  # noqa: E402
 from megatron.core.transformer.experimental_attention_variant import dsa_layout  # noqa: E402
 
-__all__ = ["Backend", "PerSequence", "no_ranks", "thd_cu_seqlens_padded", "rank_positions", "indexer_layout"]
+__all__ = ["Backend", "PerSequence", "thd_cu_seqlens_padded", "rank_positions", "indexer_layout"]
 
 VERSION = installed_version("megatron-core")
 NO_CP_ATTENTION = ("Megatron-core's CP attention is TransformerEngine's (AttnFuncWithCPAndKVP2P and its all-gather "
@@ -142,12 +146,6 @@ def indexer_layout(ids: np.ndarray, cp: int, rank: int):
     return dsa_layout.build_packed_cp_indexer_layout(cu_q, cu_kv, cp_size=cp, cp_rank=rank, key_size=ids.size)
 
 
-def no_ranks(layout) -> None:
-    """cp < 1 leaves no rank to ask (Megatron's functions read cp <= 1 as no split at all)."""
-    if int(layout.cp) < 1:
-        raise Unsupported(f"cp = {layout.cp}: no rank to run")
-
-
 class _HeadTail:
     """head_tail's permutation through Megatron's THD split."""
 
@@ -155,12 +153,16 @@ class _HeadTail:
 
     def validate_cp_layout(self, layout, problem):
         """Megatron's own check: DSA's host-side guard raises ValueError for a padded sequence whose
-        length is not a multiple of 2*cp (it checks the sequences, not the row)."""
-        no_ranks(layout)
+        length is not a multiple of 2*cp. It checks the sequences only; the sequences tile the row,
+        so a row off cp always has one off 2*cp, which it names where the contract names the row
+        first: that refusal is cp_not_divisible when the row is off cp (a convention mapped)."""
+        check_layout_alone(layout)
         try:
             self.cp_permutation(layout, problem)
         except ValueError as e:
-            raise AttnOracleError("cp_document_not_divisible", f"Megatron-core: {e}") from None
+            row_off = rows_of(problem)[0].shape[1] % int(layout.cp) != 0
+            raise AttnOracleError("cp_not_divisible" if row_off else "cp_document_not_divisible",
+                                  f"Megatron-core: {e}") from None
 
     def cp_permutation(self, layout, problem):
         ids, _ = rows_of(problem)
@@ -170,9 +172,11 @@ class _HeadTail:
                         b, t)
 
     def cp_rank_attention(self, layout, problem, inputs, rank, step):
+        self.validate_cp_layout(layout, problem)  # an invalid layout's code first, as Megatron's split gives it
         raise Unsupported(NO_CP_ATTENTION)
 
     def cp_attention(self, layout, problem, inputs):
+        self.validate_cp_layout(layout, problem)
         raise Unsupported(NO_CP_ATTENTION)
 
 
@@ -184,6 +188,10 @@ class Backend(_HeadTail):
                        self_attention_only=True, extra_dims=False, mask_kinds=CAUSAL_KINDS)
 
     def unsupported_context_parallel(self, layout, problem):
+        try:
+            self.validate_cp_layout(layout, problem)
+        except AttnOracleError:
+            return None  # an invalid layout: each method gives its code (the split's refusal) first
         if int(layout.cp) < 2:
             return ("cp = 1: build_packed_cp_indexer_layout raises RuntimeError (\"packed CP indexer layout requires a "
                     "valid CP rank and cp_size > 1\")")
@@ -240,13 +248,14 @@ class PerSequence:
     ``use_per_sequence_balancing``), and the Mamba layer's redo / undo of it."""
 
     name, version = "megatron-core-cp-per-sequence", VERSION
-    domain = cp_domain(cp_balances=("dual_chunk_swap",), cp_sizes=(1, 2, 3, 4, 8), self_attention_only=True,
-                       extra_dims=False)
+    # all_to_all's precondition (heads a multiple of cp) is checked by TE's CUDA attention, not here.
+    domain = cp_domain(cp_strategies=("all_gather", "ring"), cp_balances=("dual_chunk_swap",), cp_sizes=(1, 2, 3, 4, 8),
+                       self_attention_only=True, extra_dims=False)
 
     def validate_cp_layout(self, layout, problem):
         """Megatron's own check: the per-sequence split views each row as 2*cp chunks, a RuntimeError
         for a row whose length is not a multiple of 2*cp."""
-        no_ranks(layout)
+        check_layout_alone(layout)
         try:
             self.cp_permutation(layout, problem)
         except RuntimeError as e:
@@ -269,10 +278,13 @@ class PerSequence:
         return fn(seq_first, int(layout.cp)).numpy().transpose(1, 0, 2)
 
     def cp_rank_metadata(self, layout, problem, rank, step):
+        self.validate_cp_layout(layout, problem)
         raise Unsupported(NO_PER_SEQUENCE_METADATA)
 
     def cp_rank_attention(self, layout, problem, inputs, rank, step):
+        self.validate_cp_layout(layout, problem)  # an invalid layout's code first, as Megatron's split gives it
         raise Unsupported(NO_CP_ATTENTION)
 
     def cp_attention(self, layout, problem, inputs):
+        self.validate_cp_layout(layout, problem)
         raise Unsupported(NO_CP_ATTENTION)

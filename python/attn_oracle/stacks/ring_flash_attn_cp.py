@@ -67,7 +67,9 @@ Invalid layouts (``validate_cp_layout``; the rank metadata checks first): ``Llam
 package's assertion that the stream is a multiple of world_size as ``cp_not_divisible``; ``Zigzag``
 accepts what the package accepts, which checks nothing (a document not a multiple of 2*cp is
 divided silently: the contract's ``cp_document_not_divisible`` is not given, a limitation
-``context_parallel/invalidLayoutsAreRejectedExactly`` reports). cp < 1 leaves no rank: declined.
+``context_parallel/invalidLayoutsAreRejectedExactly`` reports). A malformed layout (cp < 1,
+indices for another balance) is ``cp_bad_layout`` before any call; the declining methods check
+first, so that an invalid layout gets its code from each.
 
 Declined (each shown by python/tests/test_stack_ring_flash_attn_cp.py against the package):
 ``cp_attention`` and ``cp_rank_attention`` of both classes: the kernels are flash-attn's, which needs a CUDA GPU
@@ -110,7 +112,7 @@ from attn_oracle.errors import AttnOracleError, Unsupported
 from attn_oracle.stacks import StackUnavailable, check_version, installed_version, require
 import threading
 
-from attn_oracle.stacks._cp_common import cp_domain, fake_process_group, rank_batch, rows_of
+from attn_oracle.stacks._cp_common import check_layout_alone, cp_domain, fake_process_group, rank_batch, rows_of
 
 torch = require("ring-flash-attn", "torch", "torch", checked=("2.15",))
 
@@ -191,9 +193,8 @@ class Llama3:
 
     def validate_cp_layout(self, layout, problem):
         """The package's own check: ``llama3_flash_attn_prepare_cu_seqlens`` asserts that the stream's
-        length is a multiple of world_size (``cp_not_divisible``); cp < 1: no rank to ask (declined)."""
-        if int(layout.cp) < 1:
-            raise Unsupported(f"cp = {layout.cp}: no rank to run")
+        length is a multiple of world_size (``cp_not_divisible``); a malformed layout is cp_bad_layout."""
+        check_layout_alone(layout)
         ids, _ = rows_of(problem)
         try:
             prepare_cu_seqlens(ids[0], True, 0, int(layout.cp))
@@ -247,9 +248,11 @@ class Llama3:
         return out, merged
 
     def cp_rank_attention(self, layout, problem, inputs, rank, step):
+        self.validate_cp_layout(layout, problem)  # an invalid layout's code first, as the package gives it
         raise Unsupported(NO_KERNELS)
 
     def cp_attention(self, layout, problem, inputs):
+        self.validate_cp_layout(layout, problem)
         raise Unsupported(NO_KERNELS)
 
 
@@ -312,10 +315,9 @@ class Zigzag:
 
     def validate_cp_layout(self, layout, problem):
         """The package checks nothing of the layout (its tests assert cu_seqlens % (2 * world_size) == 0
-        before they call it; the function divides the cu_seqlens it is given): accepted, as it does.
-        cp < 1: no rank to ask (declined)."""
-        if int(layout.cp) < 1:
-            raise Unsupported(f"cp = {layout.cp}: no rank to run")
+        before they call it; the function divides the cu_seqlens it is given): accepted, as it does;
+        a malformed layout (cp < 1, indices for another balance) is cp_bad_layout."""
+        check_layout_alone(layout)
 
     def cp_permutation(self, layout, problem):
         """The package's tests' split (``extract_local``): each document's tokens chunked in 2*cp,
@@ -332,6 +334,7 @@ class Zigzag:
         return torch.cat([torch.cat(parts) for parts in ranks]).numpy().astype(np.int64)[None]
 
     def cp_rank_metadata(self, layout, problem, rank, step):
+        self.validate_cp_layout(layout, problem)
         ids, _ = rows_of(problem)
         call = zigzag_kernel_calls(ids[0], int(layout.cp), int(rank))[int(step)]
         # Sequence j of the call: its queries' local slots from q[cu_q[j]], its keys' from k[cu_k[j]]
@@ -345,7 +348,9 @@ class Zigzag:
                                    "cu_seqlens_kv", "ragged_offsets_q", "ragged_offsets_kv")}
 
     def cp_rank_attention(self, layout, problem, inputs, rank, step):
+        self.validate_cp_layout(layout, problem)  # an invalid layout's code first, as the package gives it
         raise Unsupported(NO_KERNELS)
 
     def cp_attention(self, layout, problem, inputs):
+        self.validate_cp_layout(layout, problem)
         raise Unsupported(NO_KERNELS)

@@ -81,7 +81,7 @@ import numpy as np
 
 from attn_oracle.errors import AttnOracleError, Unsupported
 from attn_oracle.stacks import decline, require
-from attn_oracle.stacks._cp_common import cp_domain, head_tail_spans, rows_of
+from attn_oracle.stacks._cp_common import check_layout_alone, cp_domain, head_tail_spans, rows_of
 
 torch = require("PyTorch context parallelism", "torch", "torch", checked=("2.15",))
 _cp = require("PyTorch context parallelism", "torch.distributed.tensor.experimental._context_parallel", "torch",
@@ -376,10 +376,9 @@ class Backend:
         """torch's own checks, mapped to the contract's codes: the head-tail balancers' bare
         AssertionError (the row, or a span, not a multiple of 2*cp) and ``_create_cp_block_mask``'s
         NotImplementedError (T not a multiple of cp times the query block, asked with the block
-        the module uses). torch checks no explicit indices (gathered as they are) and no cp < 1
-        (no rank to ask: declined)."""
-        if int(layout.cp) < 1:
-            raise Unsupported(f"cp = {layout.cp}: no rank to run")
+        the module uses). torch checks no explicit indices (gathered as they are); a malformed
+        layout (cp < 1, indices for another balance) is cp_bad_layout before any call."""
+        check_layout_alone(layout)
         ids, _ = rows_of(problem)
         b, t = ids.shape
         cp = int(layout.cp)
@@ -411,6 +410,7 @@ class Backend:
         return np.take_along_axis(np.asarray(values), index[..., None], axis=1)
 
     def cp_rank_metadata(self, layout, problem, rank, step):
+        self.validate_cp_layout(layout, problem)  # an invalid layout's code first, as torch gives it
         raise Unsupported(NO_METADATA)
 
     def _ranks(self, layout, problem, inputs) -> list:
