@@ -181,6 +181,17 @@ def test_megatrons_guards_give_the_contracts_codes():
         megatron_cp.PerSequence().validate_cp_layout(cc.layout(2, balance="dual_chunk_swap"), cc.problem([[1] * 6]))
     assert e.value.code == "cp_not_divisible"
     assert megatron_cp.Backend().validate_cp_layout(lay, cc.problem(NO_PADDING)) is None
+    # A row off cp: Megatron's guard names a sequence (it checks sequences only), mapped to the row's code.
+    with pytest.raises(AttnOracleError) as e:
+        megatron_cp.Backend().validate_cp_layout(lay, cc.problem([[1, 1, 1]]))
+    assert e.value.code == "cp_not_divisible" and "per-sequence padded lengths" in e.value.message
+    # The cp = 1 decline (the indexer layout's refusal) does not hide a layout's code: cp = 0 gets cp_bad_layout.
+    assert megatron_cp.Backend().unsupported_context_parallel(cc.layout(0, balance="head_tail"), cc.problem([[1] * 4]))\
+        is None
+    with pytest.raises(AttnOracleError, match="cp_bad_layout"):
+        megatron_cp.Backend().cp_rank_metadata(cc.layout(0, balance="head_tail"), cc.problem([[1] * 4]), 0, 0)
+    # cp = 1 splits nothing: Megatron's split takes a document off 2*cp there without a word (cp <= 1 is no split).
+    assert megatron_cp.Backend().validate_cp_layout(cc.layout(1, balance="head_tail"), cc.problem([[1] * 3])) is None
     with pytest.raises(AttnOracleError, match="cp_bad_layout"):
         megatron_cp.Backend().validate_cp_layout(cc.layout(0, balance="head_tail"), cc.problem(NO_PADDING))
     with pytest.raises(AttnOracleError, match="cp_document_not_divisible"):  # the code first, then the decline

@@ -199,6 +199,7 @@ def test_random_forwards_at_cp_3_match_the_oracle():
     ("dual_chunk_swap", [[1] * 6], "cp_not_divisible"),              # T = 6, 2*cp = 4: the balancer asserts
     ("head_tail", [[1] * 6 + [2] * 2], "cp_document_not_divisible"),  # a document of 6
     ("contiguous", [[1] * 5], "cp_not_divisible"),                     # _create_cp_block_mask's NotImplementedError
+    ("head_tail", [[1] * 8 + [2] * 3], "cp_not_divisible"),            # the balancer names a span, the row is off cp
 ])
 def test_torchs_checks_give_the_contracts_codes(balance, ids, code):
     from attn_oracle.errors import AttnOracleError

@@ -47,7 +47,9 @@ STACKS: tuple[Stack, ...] = (
     # properties once the Python worker serves the capability (branch cp-protocol); each method is
     # also tested directly by python/tests/test_stack_*_cp.py.
     Stack("megatron_cp", "Megatron-core context parallelism (THD)", "torch", ("Backend", "PerSequence")),
-    Stack("torch_cp", "PyTorch context parallelism (flex attention, gloo ranks)", "torch", ("Backend",)),
+    # torch checks no explicit indices (a limitation): run against that expected failure.
+    Stack("torch_cp", "PyTorch context parallelism (flex attention, gloo ranks)", "torch", ("Backend",),
+          check_args=("--xfails", "fixtures/xfails/torch-2.15-cp-explicit-indices.txt")),
     Stack("ring_flash_attn_cp", "ring-flash-attn (llama3 varlen CP)", "torch", ("Llama3",)),
     # The zigzag ring checks no layout (a limitation): run against that expected failure.
     Stack("ring_flash_attn_cp", "ring-flash-attn (zigzag varlen CP)", "torch", ("Zigzag",),
