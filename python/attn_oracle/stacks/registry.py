@@ -50,6 +50,17 @@ STACKS: tuple[Stack, ...] = (
     # Its SDPA path: torch's CPU fp16 GQA backward is over budget on one draw, run against that.
     Stack("hf_transformers", "Hugging Face transformers (SDPA)", "torch", ("SdpaAttention",),
           check_args=("--xfails", "fixtures/xfails/hf-transformers-5.24-sdpa-cpu.txt")),
+    # Context parallelism (docs/stacks.md, "Context parallelism"): judged by the context_parallel/
+    # properties once the Python worker serves the capability (branch cp-protocol); each method is
+    # also tested directly by python/tests/test_stack_*_cp.py.
+    Stack("megatron_cp", "Megatron-core context parallelism (THD)", "torch", ("Backend", "PerSequence")),
+    # torch checks no explicit indices (a limitation): run against that expected failure.
+    Stack("torch_cp", "PyTorch context parallelism (flex attention, gloo ranks)", "torch", ("Backend",),
+          check_args=("--xfails", "fixtures/xfails/torch-2.15-cp-explicit-indices.txt")),
+    Stack("ring_flash_attn_cp", "ring-flash-attn (llama3 varlen CP)", "torch", ("Llama3",)),
+    # The zigzag ring checks no layout (a limitation): run against that expected failure.
+    Stack("ring_flash_attn_cp", "ring-flash-attn (zigzag varlen CP)", "torch", ("Zigzag",),
+          check_args=("--xfails", "fixtures/xfails/ring-flash-attn-0.1.8-zigzag.txt")),
     # GPU targets (scripts/stacks --device; docs/stacks.md, "On a GPU").
     Stack("torch_varlen", "PyTorch varlen attention (FlashAttention-2)", "torch", ("Backend",), gpu=True),
     Stack("xformers_attention", "xformers memory_efficient_attention", "torch", ("Flash",), gpu=True),
