@@ -17,6 +17,8 @@
 #include "attn_oracle/properties/context_parallel_generators.hpp"
 #include "attn_oracle/properties/property.hpp"
 #include "attn_oracle/reference/context_parallel.hpp"
+#include "attn_oracle/reference/metadata.hpp"
+#include "attn_oracle/seam/context_parallel.hpp"
 #include "attn_oracle/runner/property_runner.hpp"
 
 namespace attn_oracle {
@@ -248,6 +250,44 @@ TEST(CpSimulation, KernelBackendsDeclineWindows) {
 }
 
 // ------------------------------------------------------------------- properties
+// A backend that serves the permutation and metadata but not the run (a stack whose
+// kernels need a device): the properties that call the run are skipped with the reason.
+class MetadataOnly final : public Backend, MetadataCapability, AttentionCapability {
+ public:
+  std::string name() const override { return "metadata-only"; }
+  MetadataCapability* metadata() override { return this; }
+  Expected<Metadata> metadata(const PackedBatch& batch) override { return ref::metadata(batch); }
+  AttentionCapability* attention() override { return this; }
+  Expected<AttentionResult> attention(const AttentionProblem&, const AttentionInputs&) override {
+    ADD_FAILURE() << "a property called attention on a backend that serves no run";
+    return Error{ErrorCode::unsupported, "no run"};
+  }
+  bool token_level_mask() const override { return true; }
+  ContextParallelCapability* context_parallel() override { return &cp_; }
+
+ private:
+  class Simulation final : public SimulatedContextParallel {
+   public:
+    using SimulatedContextParallel::SimulatedContextParallel;
+    bool serves(CpOp op) const override { return op == CpOp::rank_metadata; }
+  };
+  Simulation cp_{static_cast<AttentionCapability&>(*this), static_cast<MetadataCapability&>(*this)};
+};
+
+TEST(CpProperties, ThoseCallingAnOpTheBackendDoesNotServeAreSkippedWithTheReason) {
+  MetadataOnly backend;
+  for (const PropertyDef& p : context_parallel_properties()) {
+    const PropertyOutcome o = run_property(p, backend, default_run_settings());
+    const bool calls_attention = !p.needs_cp_ops.empty() && p.needs_cp_ops.front() != CpOp::rank_metadata;
+    if (!calls_attention) {
+      EXPECT_EQ(o.status, PropertyOutcome::Status::passed) << p.id << ": " << o.message;
+      continue;
+    }
+    EXPECT_EQ(o.status, PropertyOutcome::Status::skipped) << p.id;
+    EXPECT_NE(o.message.find("serves context_parallel without"), std::string::npos) << o.message;
+  }
+}
+
 TEST(CpProperties, PassOnTheReferenceAndCpuBackends) {
   register_builtin_backends();
   for (const std::string name : {"reference", "cpu"}) {

@@ -68,19 +68,28 @@ class Hooks(Example):
         return None
 
 
-def test_the_four_methods_serve_context_parallel_and_the_optional_ops_are_listed():
+def test_the_permutation_serves_context_parallel_and_the_optional_ops_are_listed():
     greeting = worker.hello(Example())
     assert greeting["capabilities"] == ["metadata", "attention", "context_parallel"]
-    assert greeting["context_parallel_ops"] == ["cp_balance_bound"] and greeting["unsupported_hooks"] == []
+    assert greeting["context_parallel_ops"] == ["cp_rank_metadata", "cp_rank_attention", "cp_attention",
+                                                "cp_balance_bound"]
+    assert greeting["unsupported_hooks"] == []
     greeting = worker.hello(Hooks())
-    assert greeting["context_parallel_ops"] == ["validate_cp_layout", "cp_balance_bound"]
+    assert greeting["context_parallel_ops"] == ["cp_rank_metadata", "cp_rank_attention", "cp_attention",
+                                                "validate_cp_layout", "cp_balance_bound"]
     assert greeting["unsupported_hooks"] == ["context_parallel"]
 
-    class ThreeOfFour:
-        cp_permutation = cp_rank_metadata = cp_rank_attention = Example.cp_permutation
+    class PermutationOnly:  # a stack whose kernels need a device: judged on its permutation
+        cp_permutation = Example.cp_permutation
 
-    assert "context_parallel" not in worker.hello(ThreeOfFour())["capabilities"]
-    assert "context_parallel_ops" not in worker.hello(ThreeOfFour())
+    greeting = worker.hello(PermutationOnly())
+    assert greeting["capabilities"] == ["context_parallel"] and greeting["context_parallel_ops"] == []
+
+    class NoPermutation:
+        cp_rank_metadata = cp_rank_attention = cp_attention = Example.cp_permutation
+
+    assert "context_parallel" not in worker.hello(NoPermutation())["capabilities"]
+    assert "context_parallel_ops" not in worker.hello(NoPermutation())
 
 
 def test_the_domain_takes_the_cp_fields_and_refuses_bad_ones_by_name():
