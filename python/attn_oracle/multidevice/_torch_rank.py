@@ -148,7 +148,8 @@ def _tokens_for_heads(me, x, phase="all_to_all"):
 
 def rank_problems(me, a, with_tensors=True):
     """Each step's (q, k, v, q_ids, q_pos, kv_ids, kv_pos) of this rank (context_parallel.hpp's
-    cp_rank_problem), K/V moved by collectives; for all_to_all also the gathered token numbers."""
+    cp_rank_problem), K/V moved by collectives: the gathered row in row order; at ring step s, the
+    keys of rank r - s, s hops away; all_to_all, the whole row for this rank's heads."""
     q, k, v, ids, pos, tok = (a[n] for n in ("q", "k", "v", "ids", "pos", "tok"))
     strategy = a["strategy"]
     if strategy == "ring":
