@@ -119,15 +119,15 @@ def test_flex_has_no_backward_on_the_cpu_so_backward_is_declined():
     assert torch_cp.Backend.outputs == ("lse",)
 
 
-def test_flex_cp_takes_no_cu_seqlens_so_rank_metadata_is_declined():
+def test_flex_cp_takes_no_cu_seqlens_so_rank_metadata_is_not_served():
     import inspect
 
     from torch.nn.attention.flex_attention import flex_attention
 
     assert "block_mask" in inspect.signature(flex_attention).parameters
     assert not any("seqlen" in p for p in inspect.signature(flex_attention).parameters)
-    with pytest.raises(Unsupported, match="BlockMask"):
-        torch_cp.Backend().cp_rank_metadata(cc.layout(2), cc.problem([[1, 1, 1, 1]]), 0, 0)
+    assert not hasattr(torch_cp.Backend, "cp_rank_metadata")
+    assert callable(torch_cp.Backend.cp_attention) and callable(torch_cp.Backend.cp_rank_attention)
 
 
 def test_the_cp_block_mask_needs_t_a_multiple_of_cp_times_its_block():
@@ -143,7 +143,7 @@ def test_the_cp_block_mask_needs_t_a_multiple_of_cp_times_its_block():
 
 
 def test_there_is_no_striped_balancer_and_ptrr_picks_its_own_order():
-    assert "striped" not in torch_cp.Backend.domain.cp["cp_balances"]
+    assert "striped" not in torch_cp.Backend.domain.cp_balances
     with pytest.raises(Unsupported, match="striped"):
         torch_cp.load_balancer(cc.layout(2, balance="striped", stripe=1), cc.problem([[1, 1, 1, 1]]))
 

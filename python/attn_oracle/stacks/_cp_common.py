@@ -4,15 +4,14 @@ the spans a head_tail layout splits, and a rank's problem written as an ordinary
 The contract is model/include/attn_oracle/model/context_parallel.hpp (the permutation, the rank
 problem) and reference/include/attn_oracle/reference/context_parallel.hpp (the rank metadata:
 docs/semantics.md section 3 on the rank problem). A layout is any object with ``cp``,
-``strategy``, ``balance``, ``stripe`` and ``indices`` (attn_oracle.worker.Layout once the CP
-protocol lands). No stack is imported here.
+``strategy``, ``balance``, ``stripe`` and ``indices`` (attn_oracle.worker.Layout). No stack is
+imported here.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from dataclasses import fields
 from typing import Any, Iterable
 
 import numpy as np
@@ -25,23 +24,16 @@ __all__ = ["STRATEGIES", "BALANCES", "cp_domain", "head_tail_spans", "rank_token
 
 STRATEGIES = ("all_gather", "ring", "all_to_all")
 BALANCES = ("contiguous", "dual_chunk_swap", "striped", "head_tail", "explicit_indices")
-CP_DOMAIN_FIELDS = ("cp_strategies", "cp_balances", "cp_sizes", "cp_stripes")
 
 
 def cp_domain(*, cp_strategies=(), cp_balances=(), cp_sizes=(), cp_stripes=(), **domain) -> Domain:
-    """A Domain with its CP fields. Until the CP protocol gives Domain those fields, the Domain
-    carries the rest and the CP fields are kept on ``Domain.cp`` (read by the tests and the docs),
-    so a module imports on either side of that change."""
-    cp = {"cp_strategies": tuple(cp_strategies), "cp_balances": tuple(cp_balances), "cp_sizes": tuple(cp_sizes),
-          "cp_stripes": tuple(cp_stripes)}
-    for name in cp["cp_strategies"]:
+    """A Domain with its context-parallel fields (``Domain.cp_strategies`` etc.), the names checked."""
+    for name in cp_strategies:
         assert name in STRATEGIES, name
-    for name in cp["cp_balances"]:
+    for name in cp_balances:
         assert name in BALANCES, name
-    known = {f.name for f in fields(Domain)}
-    made = Domain(**domain, **{k: v for k, v in cp.items() if k in known})
-    object.__setattr__(made, "cp", cp)  # frozen dataclass: the CP fields ride along as an attribute
-    return made
+    return Domain(**domain, cp_strategies=tuple(cp_strategies), cp_balances=tuple(cp_balances),
+                  cp_sizes=tuple(cp_sizes), cp_stripes=tuple(cp_stripes))
 
 
 def source_rank(layout: Any, rank: int, step: int) -> int:

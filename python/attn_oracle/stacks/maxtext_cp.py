@@ -29,8 +29,10 @@ forward function, or the inverse where MaxText has one, on an int32 index tensor
 values' shape [B, T, W], the float64 values then taken at those indices: exact, where
 JAX without x64 would hold them in float32). MaxText builds no per-rank THD metadata of its
 own (its GPU context parallelism is TransformerEngine's: attn_oracle.stacks.te_jax_cp;
-on TPU, Splash masks), so ``cp_rank_metadata``, ``cp_rank_attention`` and ``cp_attention``
-decline, naming that.
+on TPU, Splash masks). Not served: ``cp_rank_metadata``, ``cp_rank_attention`` and
+``cp_attention`` (MaxText reorders the batch only: its per-rank kernels are TransformerEngine's on
+GPU and Splash masks on TPU); the classes do not define them, and the suite skips the properties
+that call them, with that reason.
 
 Conventions: none to map (MaxText's order is the contract's: dual_chunk_swap rank r
 holds chunks r and 2*cp-1-r of 2*cp, striped stripe i on rank i mod cp, within a rank in
@@ -54,7 +56,6 @@ agrees with the contract.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import sys
 from contextlib import contextmanager
@@ -63,7 +64,7 @@ import numpy as np
 
 from . import require
 from ..errors import AttnOracleError, Unsupported
-from attn_oracle import Domain
+from ._cp_common import cp_domain
 
 maxtext = require("MaxText", "maxtext.utils.max_utils", "maxtext", checked=("0.2.5",))
 import jax.numpy as jnp  # noqa: E402
@@ -73,12 +74,6 @@ __all__ = ["DualChunkSwap", "MaskDualChunkSwap", "GpuDualChunkSwap", "GpuStriped
 # MaxText's words (and TE's, on its GPU path) for a row that does not split into the chunks or stripes
 NOT_DIVISIBLE = ("is not a multiple of", "is multiple of cp_size*stripe_size")
 KEY = "inputs_segmentation"  # one of the batch keys MaxText reorders (max_utils._reorder_keys)
-
-
-def _cp_domain(**fields) -> Domain:
-    """A Domain with the context-parallel fields where this release of attn_oracle has them."""
-    known = {f.name for f in dataclasses.fields(Domain)}
-    return Domain(**{k: v for k, v in fields.items() if k in known})
 
 
 @contextmanager
@@ -108,7 +103,6 @@ class _Reorder:
     strategy_name = ""  # MaxText's ReorderStrategy member
     hardware = "cpu"
     balance = ""
-    cp_fields: dict = {}
 
     def __init__(self):
         from . import installed_version
@@ -120,14 +114,14 @@ class _Reorder:
         self.strategy = getattr(ReorderStrategy, self.strategy_name) if self.strategy_name else None
 
     def unsupported_context_parallel(self, layout, problem):
-        f = self.cp_fields
-        if layout.balance not in f["cp_balances"] or layout.strategy not in f["cp_strategies"]:
-            return f"{type(self).__name__} is MaxText's {f['cp_balances'][0]} reorder ({', '.join(f['cp_strategies'])})"
-        if int(layout.cp) not in f["cp_sizes"]:
-            if f["cp_balances"] == ("dual_chunk_swap",) and int(layout.cp) % 2:
+        d = self.domain
+        if layout.balance not in d.cp_balances or layout.strategy not in d.cp_strategies:
+            return f"{type(self).__name__} is MaxText's {d.cp_balances[0]} reorder ({', '.join(d.cp_strategies)})"
+        if int(layout.cp) not in d.cp_sizes:
+            if d.cp_balances == ("dual_chunk_swap",) and int(layout.cp) % 2:
                 return f"cp = {layout.cp}: MaxText's dual-chunk-swap reorder raises 'cp_size={layout.cp} must be a multiple of 2'"
-            return f"cp = {layout.cp}: outside the sizes checked ({', '.join(map(str, f['cp_sizes']))})"
-        if f.get("cp_stripes") and int(layout.stripe) not in f["cp_stripes"]:
+            return f"cp = {layout.cp}: outside the sizes checked ({', '.join(map(str, d.cp_sizes))})"
+        if d.cp_stripes and int(layout.stripe) not in d.cp_stripes:
             return f"stripe = {layout.stripe}: MaxText hands TE no stripe_size (TE's default, 1)"
         if np.asarray(problem.batch.q_segment_ids).ndim != 2:
             return "extra dims: context parallelism splits [B, T] rows"
@@ -159,18 +153,6 @@ class _Reorder:
         rows, t = np.asarray(problem.batch.q_segment_ids).shape
         return self._call(self._forward, layout, np.broadcast_to(np.arange(t), (rows, t))).astype(np.int64)
 
-    def cp_rank_metadata(self, layout, problem, rank, step):
-        raise Unsupported(_NO_METADATA)
-
-    def cp_rank_attention(self, layout, problem, inputs, rank, step):
-        raise Unsupported(_NO_METADATA)
-
-    def cp_attention(self, layout, problem, inputs):
-        raise Unsupported(_NO_METADATA)
-
-
-_NO_METADATA = ("MaxText reorders the batch only: its per-rank kernels are TransformerEngine's on GPU "
-                "(attn_oracle.stacks.te_jax_cp) and Splash masks on TPU")
 
 
 def _exact(values, shape, index_fn):
@@ -190,8 +172,7 @@ class DualChunkSwap(_Reorder):
 
     name = "maxtext-cp-dual-chunk-swap"
     strategy_name, hardware, balance = "DUAL_CHUNK_SWAP", "cpu", "dual_chunk_swap"
-    cp_fields = dict(cp_strategies=_STRATEGIES, cp_balances=("dual_chunk_swap",), cp_sizes=(2, 4, 8))
-    domain = _cp_domain(**_SELF_ROWS, **cp_fields)
+    domain = cp_domain(**_SELF_ROWS, cp_strategies=_STRATEGIES, cp_balances=("dual_chunk_swap",), cp_sizes=(2, 4, 8))
 
     def cp_reorder(self, layout, problem, values, width, inverse):
         self._declined(layout, problem)
@@ -210,8 +191,7 @@ class MaskDualChunkSwap(_Reorder):
 
     name = "maxtext-cp-mask-dual-chunk-swap"
     hardware, balance = "numpy", "dual_chunk_swap"
-    cp_fields = dict(cp_strategies=_STRATEGIES, cp_balances=("dual_chunk_swap",), cp_sizes=(2, 4, 8))
-    domain = _cp_domain(**_SELF_ROWS, **cp_fields)
+    domain = cp_domain(**_SELF_ROWS, cp_strategies=_STRATEGIES, cp_balances=("dual_chunk_swap",), cp_sizes=(2, 4, 8))
 
     def _forward(self, layout, x):
         # as attention_op._load_balanced_q_sequence: one [T] arange, seq dim 0; each row the same
@@ -225,8 +205,7 @@ class GpuDualChunkSwap(_Reorder):
 
     name = "maxtext-cp-gpu-dual-chunk-swap"
     strategy_name, hardware, balance = "DUAL_CHUNK_SWAP", "gpu", "dual_chunk_swap"
-    cp_fields = dict(cp_strategies=_STRATEGIES, cp_balances=("dual_chunk_swap",), cp_sizes=(2, 4, 8))
-    domain = _cp_domain(**_SELF_ROWS, **cp_fields)
+    domain = cp_domain(**_SELF_ROWS, cp_strategies=_STRATEGIES, cp_balances=("dual_chunk_swap",), cp_sizes=(2, 4, 8))
 
 
 class GpuStriped(_Reorder):
@@ -236,5 +215,5 @@ class GpuStriped(_Reorder):
     strategy_name, hardware, balance = "STRIPED", "gpu", "striped"
     # MaxText packs with CP on GPU only as the load-balanced ring (attention_op.cudnn_flash_attention);
     # the reorder itself does not depend on the strategy
-    cp_fields = dict(cp_strategies=_STRATEGIES, cp_balances=("striped",), cp_sizes=(2, 3, 4, 8), cp_stripes=(1,))
-    domain = _cp_domain(**_SELF_ROWS, **cp_fields)
+    domain = cp_domain(**_SELF_ROWS, cp_strategies=_STRATEGIES, cp_balances=("striped",), cp_sizes=(2, 3, 4, 8),
+                       cp_stripes=(1,))

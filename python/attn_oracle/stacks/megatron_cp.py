@@ -1,7 +1,7 @@
 """Megatron-core's context parallelism over packed (THD) sequences: how it splits a packed batch
 over the CP ranks, and the per-rank ``cu_seqlens`` its all-gather CP attention hands a kernel.
 
-``python -m attn_oracle check attn_oracle.stacks.megatron_cp:Backend`` (once the CP protocol lands)
+``python -m attn_oracle check attn_oracle.stacks.megatron_cp:Backend``
 
 Megatron-core 0.19.2 splits a THD batch in ``megatron.core.utils.get_batch_on_this_cp_rank``:
 with ``cu_seqlens`` it takes the per-document path, which calls TransformerEngine's CUDA
@@ -67,16 +67,20 @@ sequences only, so a row not a multiple of cp is refused by one of its sequences
 contract names the row first: mapped to ``cp_not_divisible`` when the row is off cp); the
 per-sequence split's ``view`` raises RuntimeError
 for a row not a multiple of 2*cp (``cp_not_divisible``). A malformed layout (cp < 1, indices
-for another balance) is ``cp_bad_layout`` before any call. The declining methods check first, so
-that an invalid layout gets its code from each.
+for another balance) is ``cp_bad_layout`` before any call. ``Backend``'s rank metadata checks
+first, so that an invalid layout gets its code from it too.
 
-Declined, each shown by python/tests/test_stack_megatron_cp.py against the real library: cp = 1
-for ``Backend``'s rank metadata (``build_packed_cp_indexer_layout`` raises RuntimeError "requires a
-valid CP rank and cp_size > 1"); ``cp_attention`` and ``cp_rank_attention`` (Megatron's CP
-attention is TransformerEngine's CUDA ``AttnFuncWithCPAndKVP2P`` / all-gather, which needs TE on a
-GPU; ``tex`` is None here); ``PerSequence``'s ``cp_rank_metadata`` (on that path Megatron hands
-TE the whole row's ``cu_seqlens``, and the per-rank split is TE's CUDA code: the package has no
-function for it, and its one caller of the THD split, ``tex``, is None here).
+Declined, shown by python/tests/test_stack_megatron_cp.py against the real library: cp = 1 for
+``Backend``'s rank metadata (``build_packed_cp_indexer_layout`` raises RuntimeError "requires a
+valid CP rank and cp_size > 1").
+
+Not served (the classes do not define the method; the suite skips the properties that call it,
+with the reason), each shown by the tests against the library: ``cp_attention`` and
+``cp_rank_attention`` (Megatron's CP attention is TransformerEngine's CUDA
+``AttnFuncWithCPAndKVP2P`` / all-gather, which needs TE on a GPU; ``tex`` is None here);
+``PerSequence``'s ``cp_rank_metadata`` (on that path Megatron hands TE the whole row's
+``cu_seqlens``, and the per-rank split is TE's CUDA code: the package has no function for it, and
+its one caller of the THD split, ``tex``, is None here).
 """
 
 from __future__ import annotations
@@ -99,11 +103,6 @@ from megatron.core.transformer.experimental_attention_variant import dsa_layout 
 __all__ = ["Backend", "PerSequence", "thd_cu_seqlens_padded", "rank_positions", "indexer_layout"]
 
 VERSION = installed_version("megatron-core")
-NO_CP_ATTENTION = ("Megatron-core's CP attention is TransformerEngine's (AttnFuncWithCPAndKVP2P and its all-gather "
-                   "twin), CUDA kernels: transformer_engine_torch does not import here (megatron.core.utils.tex is "
-                   "None)")
-NO_PER_SEQUENCE_METADATA = ("the per-sequence path hands TransformerEngine the whole row's cu_seqlens; the per-rank "
-                            "split of them is TE's CUDA attention (megatron.core.utils.tex is None here)")
 
 
 def thd_cu_seqlens_padded(ids: np.ndarray) -> torch.Tensor:
@@ -170,14 +169,6 @@ class _HeadTail:
         cu = thd_cu_seqlens_padded(ids)
         return _per_row([rank_positions(cu, int(layout.cp), r, b * t // int(layout.cp)) for r in range(int(layout.cp))],
                         b, t)
-
-    def cp_rank_attention(self, layout, problem, inputs, rank, step):
-        self.validate_cp_layout(layout, problem)  # an invalid layout's code first, as Megatron's split gives it
-        raise Unsupported(NO_CP_ATTENTION)
-
-    def cp_attention(self, layout, problem, inputs):
-        self.validate_cp_layout(layout, problem)
-        raise Unsupported(NO_CP_ATTENTION)
 
 
 class Backend(_HeadTail):
@@ -276,15 +267,3 @@ class PerSequence:
         seq_first = torch.from_numpy(np.ascontiguousarray(np.asarray(values).transpose(1, 0, 2)))
         fn = _undo_attention_load_balancing if inverse else _redo_attention_load_balancing
         return fn(seq_first, int(layout.cp)).numpy().transpose(1, 0, 2)
-
-    def cp_rank_metadata(self, layout, problem, rank, step):
-        self.validate_cp_layout(layout, problem)
-        raise Unsupported(NO_PER_SEQUENCE_METADATA)
-
-    def cp_rank_attention(self, layout, problem, inputs, rank, step):
-        self.validate_cp_layout(layout, problem)  # an invalid layout's code first, as Megatron's split gives it
-        raise Unsupported(NO_CP_ATTENTION)
-
-    def cp_attention(self, layout, problem, inputs):
-        self.validate_cp_layout(layout, problem)
-        raise Unsupported(NO_CP_ATTENTION)

@@ -1,8 +1,7 @@
 """ring-flash-attn (PyPI ``ring-flash-attn`` 0.1.8): the per-rank and per-step ``cu_seqlens`` of its
 llama3 (all-gather) and zigzag (ring) varlen context parallelism, and its lse merge.
 
-``python -m attn_oracle check attn_oracle.stacks.ring_flash_attn_cp:Llama3`` (and ``:Zigzag``;
-once the CP protocol lands)
+``python -m attn_oracle check attn_oracle.stacks.ring_flash_attn_cp:Llama3`` (and ``:Zigzag``)
 
 Every ring / zigzag / llama3 function of the package runs flash-attn's CUDA kernels
 (``flash_attn.flash_attn_interface._flash_attn_varlen_forward`` and friends); what is plain
@@ -68,12 +67,12 @@ package's assertion that the stream is a multiple of world_size as ``cp_not_divi
 accepts what the package accepts, which checks nothing (a document not a multiple of 2*cp is
 divided silently: the contract's ``cp_document_not_divisible`` is not given, a limitation
 ``context_parallel/invalidLayoutsAreRejectedExactly`` reports). A malformed layout (cp < 1,
-indices for another balance) is ``cp_bad_layout`` before any call; the declining methods check
-first, so that an invalid layout gets its code from each.
+indices for another balance) is ``cp_bad_layout`` before any call.
 
-Declined (each shown by python/tests/test_stack_ring_flash_attn_cp.py against the package):
-``cp_attention`` and ``cp_rank_attention`` of both classes: the kernels are flash-attn's, which needs a CUDA GPU
-(``import flash_attn`` fails here).
+Not served (shown by python/tests/test_stack_ring_flash_attn_cp.py against the package):
+``cp_attention`` and ``cp_rank_attention`` of both classes: the kernels are flash-attn's, which
+needs a CUDA GPU (``import flash_attn`` fails here). The classes do not define them, and the suite
+skips the properties that call them, with that reason.
 
 Importing it. The package's ``__init__`` imports every kernel module (each imports flash-attn) and
 its Hugging Face adapter, which imports ``is_flash_attn_greater_or_equal_2_10`` from
@@ -108,7 +107,7 @@ import numpy as np
 
 from attn_oracle import packing
 from attn_oracle.domain import CAUSAL_KINDS, is_causal
-from attn_oracle.errors import AttnOracleError, Unsupported
+from attn_oracle.errors import AttnOracleError
 from attn_oracle.stacks import StackUnavailable, check_version, installed_version, require
 import threading
 
@@ -247,14 +246,6 @@ class Llama3:
         out = np.where((first & second).transpose(0, 2, 1)[..., None], 0.0, out)
         return out, merged
 
-    def cp_rank_attention(self, layout, problem, inputs, rank, step):
-        self.validate_cp_layout(layout, problem)  # an invalid layout's code first, as the package gives it
-        raise Unsupported(NO_KERNELS)
-
-    def cp_attention(self, layout, problem, inputs):
-        self.validate_cp_layout(layout, problem)
-        raise Unsupported(NO_KERNELS)
-
 
 _ZIGZAG_LOCK = threading.Lock()
 
@@ -346,11 +337,3 @@ class Zigzag:
         md = packing.metadata_from_spans(batch, spans["q"], spans["k"])
         return {k: md[k] for k in ("q_seqlens", "kv_seqlens", "q_offsets", "kv_offsets", "cu_seqlens_q",
                                    "cu_seqlens_kv", "ragged_offsets_q", "ragged_offsets_kv")}
-
-    def cp_rank_attention(self, layout, problem, inputs, rank, step):
-        self.validate_cp_layout(layout, problem)  # an invalid layout's code first, as the package gives it
-        raise Unsupported(NO_KERNELS)
-
-    def cp_attention(self, layout, problem, inputs):
-        self.validate_cp_layout(layout, problem)
-        raise Unsupported(NO_KERNELS)

@@ -19,8 +19,9 @@ rank's seqlens and offsets (all-gather: ``q_seqlens_for_striped_for_rank``,
 and the kv block of that step) and ``FusedAttnFwdPrimitive.impl`` compacts them into
 the cu_seqlens and ragged offsets it binds to cuDNN's kernel. That bind is replaced by
 a stub that records, per rank (``lax.axis_index``) and ring step, what it was handed,
-and returns zeros. The fused kernel itself (transformer-engine-jax's cuDNN custom call)
-needs CUDA: ``cp_rank_attention`` and ``cp_attention`` decline.
+and returns zeros. Not served: ``cp_rank_attention`` and ``cp_attention`` (TE's fused attention
+is cuDNN's kernel, transformer-engine-jax's custom call, CUDA only); the classes do not define
+them, and the suite skips the properties that call them, with that reason.
 
 Loading: always a private copy of TE's files (``transformer_engine/jax/attention.py``,
 ``sharding.py``, ``cpp_extensions/attention.py``, the pure-Python wheel's), with
@@ -157,7 +158,7 @@ import numpy as np
 from . import StackUnavailable, installed_version
 from .te_jax import ENV, _Names, _installed_attention, _native_stub, _version_gate
 from ..errors import AttnOracleError, Unsupported
-from attn_oracle import Domain
+from ._cp_common import cp_domain
 from attn_oracle.domain import CAUSAL_KINDS
 
 import jax  # noqa: E402 - te_jax's require() imported it (a missing JAX is its one-line message)
@@ -490,12 +491,6 @@ def _te():
     return _TE
 
 
-def _cp_domain(**fields) -> Domain:
-    """A Domain with the context-parallel fields where this release of attn_oracle has them."""
-    known = {f.name for f in dataclasses.fields(Domain)}
-    return Domain(**{k: v for k, v in fields.items() if k in known})
-
-
 _NOT_CAUSAL = ("TE's THD context parallelism takes PADDING_CAUSAL_MASK only (_FusedAttnCPWithAllGatherHelper and "
                "_FusedAttnCPWithP2PHelper.check_supported raise for any other mask)")
 
@@ -506,8 +501,7 @@ class _ContextParallel:
     reorder: str = ""  # TE's ReorderStrategy member
     te_strategy: str = ""  # TE's CPStrategy member
     strategy: str = ""  # ours: all_gather or ring
-    balance: str = ""  # ours: striped or dual_chunk_swap
-    cp_fields: dict = {}  # the domain's context-parallel fields (every class: one strategy, one balance)
+    balance: str = ""  # ours: striped or dual_chunk_swap (the domain's cp fields: one strategy, one balance)
 
     def __init__(self):
         attention, cpp, self.where = _te()
@@ -523,7 +517,7 @@ class _ContextParallel:
         if layout.strategy != self.strategy or layout.balance != self.balance:
             return (f"{type(self).__name__} runs TE's {self.reorder} reorder with {self.te_strategy}; "
                     f"{layout.balance} with {layout.strategy} is another class of this module or not TE's")
-        sizes, stripes = self.cp_fields["cp_sizes"], self.cp_fields.get("cp_stripes", ())
+        sizes, stripes = self.domain.cp_sizes, self.domain.cp_stripes
         if int(layout.cp) not in sizes:
             return (f"cp = {layout.cp}: reorder_causal_dual_chunk_swap raises for an odd cp ('must be a multiple of 2')"
                     if self.balance == "dual_chunk_swap" else f"cp = {layout.cp} is outside {sizes}")
@@ -599,16 +593,6 @@ class _ContextParallel:
         q_ids = np.take_along_axis(ids, perm[:, rank * local:(rank + 1) * local], axis=1)
         return metadata_from_call(calls[(int(rank), int(step))], q_ids, int(problem.batch.max_segments))
 
-    def cp_rank_attention(self, layout, problem, inputs, rank, step):
-        raise Unsupported(self._no_kernel)
-
-    def cp_attention(self, layout, problem, inputs):
-        raise Unsupported(self._no_kernel)
-
-    _no_kernel = ("TE's fused attention is cuDNN's kernel (transformer-engine-jax's custom call, CUDA only): "
-                  "the module runs TE's Python up to that call and serves the permutation, the reorder and "
-                  "each rank's metadata")
-
 
 # What every class takes besides its layout: TE's THD context parallelism is causal self-attention
 # over [B, T] rows (module docstring); positions of any kind are mapped.
@@ -620,9 +604,8 @@ class Striped(_ContextParallel):
 
     name = "transformer-engine-jax-cp-striped-all-gather"
     reorder, te_strategy, strategy, balance = "Striped", "ALL_GATHER", "all_gather", "striped"
-    # every stripe the suite draws (empty: all)
-    cp_fields = dict(cp_strategies=("all_gather",), cp_balances=("striped",), cp_sizes=(2, 3, 4, 8), cp_stripes=())
-    domain = _cp_domain(**_TAKES, **cp_fields)
+    # every stripe the suite draws (cp_stripes empty: all)
+    domain = cp_domain(**_TAKES, cp_strategies=("all_gather",), cp_balances=("striped",), cp_sizes=(2, 3, 4, 8))
 
 
 class StripedRing(_ContextParallel):
@@ -630,8 +613,8 @@ class StripedRing(_ContextParallel):
 
     name = "transformer-engine-jax-cp-striped-ring"
     reorder, te_strategy, strategy, balance = "Striped", "RING", "ring", "striped"
-    cp_fields = dict(cp_strategies=("ring",), cp_balances=("striped",), cp_sizes=(2, 3, 4, 8), cp_stripes=(1,))
-    domain = _cp_domain(**_TAKES, **cp_fields)
+    domain = cp_domain(**_TAKES, cp_strategies=("ring",), cp_balances=("striped",), cp_sizes=(2, 3, 4, 8),
+                       cp_stripes=(1,))
 
 
 class DualChunkSwap(_ContextParallel):
@@ -639,5 +622,4 @@ class DualChunkSwap(_ContextParallel):
 
     name = "transformer-engine-jax-cp-dual-chunk-swap-ring"
     reorder, te_strategy, strategy, balance = "DualChunkSwap", "RING", "ring", "dual_chunk_swap"
-    cp_fields = dict(cp_strategies=("ring",), cp_balances=("dual_chunk_swap",), cp_sizes=(2, 4, 8))
-    domain = _cp_domain(**_TAKES, **cp_fields)
+    domain = cp_domain(**_TAKES, cp_strategies=("ring",), cp_balances=("dual_chunk_swap",), cp_sizes=(2, 4, 8))

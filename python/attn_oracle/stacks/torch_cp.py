@@ -1,7 +1,7 @@
 """PyTorch context parallelism for flex attention (``torch.distributed.tensor.experimental``,
 torch 2.15): its load balancers' reorder, and the forward of real CP ranks on a CPU (gloo).
 
-``python -m attn_oracle check attn_oracle.stacks.torch_cp:Backend`` (once the CP protocol lands)
+``python -m attn_oracle check attn_oracle.stacks.torch_cp:Backend``
 
 What runs is torch's own CP path for flex attention, as its tests drive it:
 
@@ -49,9 +49,12 @@ mask kind, window, padding and position that ``torch_flex`` takes; self-attentio
 
 Declined, each shown by python/tests/test_stack_torch_cp.py against torch: backward on a CPU
 (``NotImplementedError: FlexAttention does not support backward on CPU``; ``outputs = ("lse",)``
-there, so the suite asks for forwards only); ``cp_rank_metadata`` (flex takes a BlockMask, no
-cu_seqlens); what ``torch_flex`` declines (an invalid batch, a side of no tokens, positions 2^62
-apart).
+there, so the suite asks for forwards only); what ``torch_flex`` declines (an invalid batch, a
+side of no tokens, positions 2^62 apart).
+
+Not served: ``cp_rank_metadata`` (flex takes a BlockMask, no cu_seqlens: torch's CP hands its kernel
+no packed metadata); ``Backend`` does not define it, and the suite skips the properties that call it,
+with that reason.
 
 Invalid layouts: ``validate_cp_layout`` (and the run, which checks first) gives torch's own
 refusals as the contract's codes: the head-tail balancers' AssertionError (``cp_not_divisible``
@@ -95,7 +98,6 @@ __all__ = ["Backend", "load_balancer", "RankFailure", "close_pools"]
 
 NO_BACKWARD = ("backward on a CPU: flex_attention raises NotImplementedError (\"FlexAttention does not support "
                "backward on CPU\"); the CP backward (flex_cp_allgather_backward's reduce-scatter) needs a CUDA device")
-NO_METADATA = "flex attention takes a BlockMask, no cu_seqlens: torch's CP hands its kernel no packed metadata"
 
 
 class RankFailure(RuntimeError):
@@ -412,10 +414,6 @@ class Backend:
     def cp_reorder(self, layout, problem, values, width, inverse):
         index = _indices(layout, problem, restore=bool(inverse))
         return np.take_along_axis(np.asarray(values), index[..., None], axis=1)
-
-    def cp_rank_metadata(self, layout, problem, rank, step):
-        self.validate_cp_layout(layout, problem)  # an invalid layout's code first, as torch gives it
-        raise Unsupported(NO_METADATA)
 
     def _ranks(self, layout, problem, inputs) -> list:
         self.validate_cp_layout(layout, problem)
