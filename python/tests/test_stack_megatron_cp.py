@@ -198,5 +198,4 @@ def test_megatrons_guards_give_the_contracts_codes():
     assert megatron_cp.Backend().validate_cp_layout(cc.layout(1, balance="head_tail"), cc.problem([[1] * 3])) is None
     with pytest.raises(AttnOracleError, match="cp_bad_layout"):
         megatron_cp.Backend().validate_cp_layout(cc.layout(0, balance="head_tail"), cc.problem(NO_PADDING))
-    with pytest.raises(AttnOracleError, match="cp_document_not_divisible"):  # the code first, then the decline
-        megatron_cp.Backend().cp_attention(lay, bad_document, None)
+    assert not hasattr(megatron_cp.Backend, "cp_attention")  # not served: the suite skips that property
