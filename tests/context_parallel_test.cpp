@@ -180,6 +180,17 @@ TEST(CpGenerators, InvalidDrawsGiveExactlyTheirCode) {
   EXPECT_EQ(codes.size(), 6u);
 }
 
+// A stack that takes self-attention only is given the other broken preconditions, not
+// cross-attention, which its domain declines.
+TEST(CpGenerators, InvalidDrawsStayInsideASelfAttentionDomain) {
+  CpOptions o;
+  o.domain.self_attention_only = true;
+  for (const InvalidCpDraw& d : sample(invalid_cp_draw(o), 200)) {
+    EXPECT_NE(d.expected, ErrorCode::cp_not_self_attention);
+    EXPECT_FALSE(outside_domain(o.domain, d.draw.problem)) << *outside_domain(o.domain, d.draw.problem);
+  }
+}
+
 TEST(CpGenerators, DrawInsideTheDomain) {
   CpOptions o;
   o.domain.cp_balances = {CpBalance::head_tail};

@@ -434,10 +434,11 @@ InvalidCpDraw broken(CpDraw d, Break what, int64_t variant) {
 }  // namespace
 
 rc::Gen<InvalidCpDraw> invalid_cp_draw(const CpOptions& o) {
-  // Each break inside the domain's strategies and balances; cp of 2 and more,
-  // so that a row of T - 1 tokens splits unevenly.
+  // Each break inside the domain's strategies, balances and self-attention; cp of
+  // 2 and more, so that a row of T - 1 tokens splits unevenly.
   const InputDomain& dom = o.domain;
-  std::vector<Break> breaks = {Break::row_length, Break::layout, Break::self_attention};
+  std::vector<Break> breaks = {Break::row_length, Break::layout};
+  if (!dom.self_attention_only) breaks.push_back(Break::self_attention);
   if (dom.takes_cp_strategy(CpStrategy::all_to_all)) breaks.push_back(Break::heads);
   if (dom.takes_cp_balance(CpBalance::head_tail)) breaks.push_back(Break::span);
   if (dom.takes_cp_balance(CpBalance::explicit_indices)) breaks.push_back(Break::permutation);

@@ -114,6 +114,8 @@ class _Reorder:
         self.strategy = getattr(ReorderStrategy, self.strategy_name) if self.strategy_name else None
 
     def unsupported_context_parallel(self, layout, problem):
+        if int(layout.cp) < 1 or int(layout.stripe) < 1:
+            return None  # a malformed layout: the suite's validation gives it cp_bad_layout, as it must
         d = self.domain
         if layout.balance not in d.cp_balances or layout.strategy not in d.cp_strategies:
             return f"{type(self).__name__} is MaxText's {d.cp_balances[0]} reorder ({', '.join(d.cp_strategies)})"

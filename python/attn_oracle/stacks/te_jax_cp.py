@@ -514,6 +514,8 @@ class _ContextParallel:
         return int(layout.stripe) if self.balance == "striped" else None
 
     def unsupported_context_parallel(self, layout, problem):
+        if int(layout.cp) < 1 or int(layout.stripe) < 1:
+            return None  # a malformed layout: the suite's validation gives it cp_bad_layout, as it must
         if layout.strategy != self.strategy or layout.balance != self.balance:
             return (f"{type(self).__name__} runs TE's {self.reorder} reorder with {self.te_strategy}; "
                     f"{layout.balance} with {layout.strategy} is another class of this module or not TE's")
