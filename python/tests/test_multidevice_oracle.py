@@ -91,8 +91,8 @@ def runner(request):
         from attn_oracle.multidevice import jax_shard_map
 
         backend = jax_shard_map.Backend()
-        if backend.ranks < 4:
-            pytest.skip(f"JAX has {backend.ranks} devices: it started before jax_shard_map set XLA_FLAGS")
+        if backend.max_ranks < 4:
+            pytest.skip(f"JAX has {backend.max_ranks} devices: it started before jax_shard_map set XLA_FLAGS")
         yield backend
     else:
         from attn_oracle.multidevice import torch_gloo

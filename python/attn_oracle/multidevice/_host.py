@@ -298,3 +298,27 @@ def domain(cp_sizes, dtypes=("fp32", "fp16", "bf16")):
                               "cp_sizes": tuple(cp_sizes), "cp_stripes": ()}
     known = {f.name for f in fields(Domain)}
     return Domain(**{k: v for k, v in wanted.items() if k in known})
+
+
+class HostSide:
+    """What both runners do on the host before their ranks run: the layout's checks, the
+    permutation and the rank-major cut. ``max_ranks``: the most ranks the runner can start.
+
+    No validate_cp_layout or cp_reorder: each would be the suite's own (the runners check a
+    layout as validate_cp does, and reorder by the permutation), which stands in for a backend
+    without them."""
+
+    max_ranks = 1
+
+    def unsupported_context_parallel(self, layout, problem):
+        return unsupported(layout, problem, self.max_ranks)
+
+    def _checked(self, layout, problem, inputs=None, with_tensors=True):
+        if reason := self.unsupported_context_parallel(layout, problem):
+            raise Unsupported(reason)
+        return rank_major(layout, problem, inputs, with_tensors)
+
+    def cp_permutation(self, layout, problem):
+        validate(layout, problem)
+        return permutation(layout, np.asarray(problem.batch.q_segment_ids))
+

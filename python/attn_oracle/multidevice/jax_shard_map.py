@@ -254,7 +254,7 @@ def _out(x) -> np.ndarray:
     return np.asarray(x)
 
 
-class Backend:
+class Backend(_host.HostSide):
     """The context_parallel capability on JAX devices (module docstring)."""
 
     name = "jax-shard_map"
@@ -262,22 +262,8 @@ class Backend:
     token_level_mask = True  # every rank's mask comes from ids and positions, on any input
 
     def __init__(self):
-        self.ranks = len(rank_devices())
-        self.domain = _host.domain(range(1, self.ranks + 1))
-
-    def unsupported_context_parallel(self, layout, problem):
-        return _host.unsupported(layout, problem, self.ranks)
-
-    def _checked(self, layout, problem, inputs=None, with_tensors=True):
-        if reason := self.unsupported_context_parallel(layout, problem):
-            raise Unsupported(reason)
-        return _host.rank_major(layout, problem, inputs, with_tensors)
-
-    # No validate_cp_layout or cp_reorder: each would be the suite's own (the runners check a layout as
-    # validate_cp does, and reorder by the permutation), which stands in for a backend without them.
-    def cp_permutation(self, layout, problem):
-        _host.validate(layout, problem)
-        return _host.permutation(layout, np.asarray(problem.batch.q_segment_ids))
+        self.max_ranks = len(rank_devices())
+        self.domain = _host.domain(range(1, self.max_ranks + 1))
 
     def cp_rank_metadata(self, layout, problem, rank, step):
         rm = self._checked(layout, problem, with_tensors=False)

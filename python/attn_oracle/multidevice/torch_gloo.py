@@ -192,7 +192,7 @@ class _Group:
         self.conns = []
 
 
-class Backend:
+class Backend(_host.HostSide):
     """The context_parallel capability on a gloo group of local processes (module docstring)."""
 
     name = "torch-gloo"
@@ -243,20 +243,6 @@ class Backend:
         local = rm.ids.shape[1] // cp
         return [{n: np.ascontiguousarray(getattr(rm, n)[:, r * local:(r + 1) * local]) for n in names}
                 for r in range(cp)]
-
-    def unsupported_context_parallel(self, layout, problem):
-        return _host.unsupported(layout, problem, self.max_ranks)
-
-    def _checked(self, layout, problem, inputs=None, with_tensors=True):
-        if reason := self.unsupported_context_parallel(layout, problem):
-            raise Unsupported(reason)
-        return _host.rank_major(layout, problem, inputs, with_tensors)
-
-    # No validate_cp_layout or cp_reorder: each would be the suite's own (the runners check a layout as
-    # validate_cp does, and reorder by the permutation), which stands in for a backend without them.
-    def cp_permutation(self, layout, problem):
-        _host.validate(layout, problem)
-        return _host.permutation(layout, np.asarray(problem.batch.q_segment_ids))
 
     def _shared(self, layout, rm, steps):
         return {"strategy": layout.strategy, "steps": steps, "params": [int(v) for v in rm.params],
