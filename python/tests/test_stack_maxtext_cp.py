@@ -18,6 +18,7 @@ if importlib.util.find_spec("maxtext") is None:
 
 from attn_oracle.stacks import maxtext_cp  # noqa: E402
 from attn_oracle.errors import AttnOracleError  # noqa: E402
+import cp_contract  # noqa: E402
 
 
 def layout(cp, strategy, balance, stripe=1):
@@ -33,16 +34,9 @@ def problem(rows, t):
 
 
 def expected_permutation(lay, t):
-    """model/context_parallel.hpp: every rank's tokens, rank-major, each rank in row order."""
-    owner = np.empty(t, np.int64)
-    if lay.balance == "dual_chunk_swap":
-        chunk = t // (2 * lay.cp)
-        for r in range(lay.cp):
-            for c in (r, 2 * lay.cp - 1 - r):
-                owner[c * chunk:(c + 1) * chunk] = r
-    else:
-        owner[:] = (np.arange(t) // lay.stripe) % lay.cp
-    return np.concatenate([np.flatnonzero(owner == r) for r in range(lay.cp)])
+    """model/context_parallel.hpp's permutation of a row of t tokens (cp_contract.py's ranks): every
+    rank's tokens, rank-major, each rank in row order."""
+    return np.argsort(cp_contract.token_rank(lay, np.ones(t, np.int64)), kind="stable")
 
 
 CLASSES = [

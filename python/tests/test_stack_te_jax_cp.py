@@ -24,6 +24,7 @@ from attn_oracle.stacks import te_jax_cp  # noqa: E402 - sets jax_num_cpu_device
 
 import attn_oracle  # noqa: E402
 from attn_oracle.errors import AttnOracleError  # noqa: E402
+import cp_contract  # noqa: E402
 from support import REPO  # noqa: E402
 
 
@@ -40,16 +41,9 @@ def problem(ids, pos, mask="padding_causal", max_segments=8, window=(-1, -1)):
 
 
 def expected_permutation(lay, t):
-    """model/context_parallel.hpp: every rank's tokens, rank-major, each rank in row order."""
-    owner = np.empty(t, np.int64)
-    if lay.balance == "dual_chunk_swap":
-        chunk = t // (2 * lay.cp)
-        for r in range(lay.cp):
-            for c in (r, 2 * lay.cp - 1 - r):
-                owner[c * chunk:(c + 1) * chunk] = r
-    elif lay.balance == "striped":
-        owner[:] = (np.arange(t) // lay.stripe) % lay.cp
-    return np.concatenate([np.flatnonzero(owner == r) for r in range(lay.cp)])
+    """model/context_parallel.hpp's permutation of a row of t tokens (cp_contract.py's ranks): every
+    rank's tokens, rank-major, each rank in row order."""
+    return np.argsort(cp_contract.token_rank(lay, np.ones(t, np.int64)), kind="stable")
 
 
 def expected_rank_metadata(lay, p, rank, step):
