@@ -193,21 +193,11 @@ json cp_layout_to_json(const CpLayout& l) {
   return j;
 }
 
-std::vector<double> unpermute_tokens(const std::vector<double>& values, const std::vector<int64_t>& perm,
-                                    int64_t t_len, int64_t width) {
-  std::vector<double> out(values.size(), 0.0);
-  for (size_t s = 0; s < perm.size(); ++s) {
-    const size_t row_start = s / t_len * t_len;
-    std::copy_n(values.begin() + s * width, width, out.begin() + (row_start + perm[s]) * width);
-  }
-  return out;
-}
-
 AttentionResult unpermute_result(const AttentionResult& r, const std::vector<int64_t>& perm, const AttentionProblem& p) {
   const int64_t t_len = p.batch.q.segment_ids.shape.back(), rows = static_cast<int64_t>(perm.size()) / t_len;
   const int64_t qw = p.shape.heads_q * p.shape.head_dim, kw = p.shape.heads_kv * p.shape.head_dim;
   AttentionResult out;
-  out.o = unpermute_tokens(r.o, perm, t_len, qw);
+  out.o = cp_reorder_tokens(r.o, perm, t_len, qw, /*inverse=*/true);
   if (!r.lse.empty()) {  // [B, Hq, T]: the token axis is last
     out.lse.resize(r.lse.size());
     for (int64_t b = 0; b < rows; ++b)
@@ -216,9 +206,9 @@ AttentionResult unpermute_result(const AttentionResult& r, const std::vector<int
           out.lse[(b * p.shape.heads_q + h) * t_len + perm[b * t_len + s]] = r.lse[(b * p.shape.heads_q + h) * t_len + s];
   }
   if (r.grads)
-    out.grads = AttentionGradients{unpermute_tokens(r.grads->dq, perm, t_len, qw),
-                                   unpermute_tokens(r.grads->dk, perm, t_len, kw),
-                                   unpermute_tokens(r.grads->dv, perm, t_len, kw)};
+    out.grads = AttentionGradients{cp_reorder_tokens(r.grads->dq, perm, t_len, qw, true),
+                                   cp_reorder_tokens(r.grads->dk, perm, t_len, kw, true),
+                                   cp_reorder_tokens(r.grads->dv, perm, t_len, kw, true)};
   return out;
 }
 

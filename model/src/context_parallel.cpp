@@ -2,6 +2,7 @@
 // chunk (context_parallel.hpp).
 #include "attn_oracle/model/context_parallel.hpp"
 
+#include <algorithm>
 #include <array>
 #include <string>
 
@@ -166,6 +167,17 @@ std::vector<double> gather(const std::vector<double>& values, int64_t t_len, int
 }
 
 }  // namespace
+
+std::vector<double> cp_reorder_tokens(const std::vector<double>& values, const std::vector<int64_t>& perm,
+                                      int64_t t_len, int64_t width, bool inverse) {
+  std::vector<double> out(values.size(), 0.0);
+  for (size_t slot = 0; slot < perm.size(); ++slot) {
+    const size_t token = slot / t_len * t_len + perm[slot];
+    const size_t from = inverse ? slot : token, to = inverse ? token : slot;
+    std::copy_n(values.begin() + from * width, width, out.begin() + to * width);
+  }
+  return out;
+}
 
 CpRankProblem cp_rank_problem(const CpLayout& l, const AttentionProblem& p, const std::vector<int64_t>& perm,
                               int64_t rank, int64_t step) {

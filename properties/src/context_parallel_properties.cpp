@@ -84,20 +84,12 @@ CpOptions options_of(const DrawContext& context) {
 Case draw_valid(const DrawContext& context) { return cp_case(*cp_draw(options_of(context))); }
 
 // ------------------------------------------------------------------- (a) the permutation
-// `values` [B, T, width] put in the oracle's rank-major order.
-std::vector<double> permuted(const std::vector<double>& values, const std::vector<int64_t>& perm, int64_t t, int64_t width) {
-  std::vector<double> out(values.size());
-  for (size_t s = 0; s < perm.size(); ++s)
-    std::copy_n(values.begin() + (s / t * t + perm[s]) * width, width, out.begin() + s * width);
-  return out;
-}
-
 void check_reorder(Backend& backend, const CpCall& call, const std::vector<int64_t>& want_perm, const std::string& name,
                    const std::vector<double>& values, int64_t width) {
   ContextParallelCapability& cap = cap_of(backend);
   const Expected<std::vector<double>> there = cap.reorder(call.layout, call.problem, values, width, false);
   if (!there) fail_with("reorder of " + name + ": ", there.error());
-  const std::vector<double> want = permuted(values, want_perm, call.tokens, width);
+  const std::vector<double> want = cp_reorder_tokens(values, want_perm, call.tokens, width, /*inverse=*/false);
   if (there->size() != want.size()) fail_case("reorder of " + name + ": " + str(there->size()) + " values, " + str(want.size()) + " due");
   for (size_t i = 0; i < want.size(); ++i)
     if (std::bit_cast<uint64_t>(there.value()[i]) != std::bit_cast<uint64_t>(want[i])) {

@@ -12,11 +12,6 @@
 namespace attn_oracle::ref {
 namespace {
 
-// The rank a layout gives token t of a row, and its order key within that rank.
-struct Placement {
-  int64_t rank = 0, order = 0;
-};
-
 // The chunk of 2*cp a token at offset `i` of a span of `n` tokens falls in, and
 // the rank that chunk belongs to (chunks c and 2*cp-1-c to rank c).
 int64_t head_tail_rank(int64_t i, int64_t n, int64_t cp) {
@@ -36,18 +31,19 @@ std::pair<int64_t, int64_t> span_of(const int64_t* ids, int64_t t_len, int64_t t
   return {a, b - a};
 }
 
-Placement place(const CpLayout& l, const int64_t* ids, int64_t t_len, int64_t t) {
+// The rank a layout gives token t of a row.
+int64_t rank_of(const CpLayout& l, const int64_t* ids, int64_t t_len, int64_t t) {
   switch (l.balance) {
-    case CpBalance::contiguous: return {t / (t_len / l.cp), t};
-    case CpBalance::dual_chunk_swap: return {head_tail_rank(t, t_len, l.cp), t};
-    case CpBalance::striped: return {(t / l.stripe) % l.cp, t};
+    case CpBalance::contiguous: return t / (t_len / l.cp);
+    case CpBalance::dual_chunk_swap: return head_tail_rank(t, t_len, l.cp);
+    case CpBalance::striped: return (t / l.stripe) % l.cp;
     case CpBalance::head_tail: {
       const auto [start, n] = span_of(ids, t_len, t);
-      return {head_tail_rank(t - start, n, l.cp), t};
+      return head_tail_rank(t - start, n, l.cp);
     }
     case CpBalance::explicit_indices: break;
   }
-  return {};
+  return 0;
 }
 
 }  // namespace
@@ -59,13 +55,11 @@ Expected<std::vector<int64_t>> cp_permutation(const CpLayout& l, const Attention
   std::vector<int64_t> perm(rows * t_len);
   for (int64_t b = 0; b < rows; ++b) {
     const int64_t* ids = p.batch.q.segment_ids.data.data() + b * t_len;
-    std::vector<Placement> placed(t_len);
-    for (int64_t t = 0; t < t_len; ++t) placed[t] = place(l, ids, t_len, t);
+    std::vector<int64_t> rank(t_len);
+    for (int64_t t = 0; t < t_len; ++t) rank[t] = rank_of(l, ids, t_len, t);
     int64_t* row = perm.data() + b * t_len;
-    std::iota(row, row + t_len, 0);
-    std::stable_sort(row, row + t_len, [&](int64_t x, int64_t y) {
-      return std::pair(placed[x].rank, placed[x].order) < std::pair(placed[y].rank, placed[y].order);
-    });
+    std::iota(row, row + t_len, 0);  // a stable sort by rank keeps row order within a rank
+    std::stable_sort(row, row + t_len, [&](int64_t x, int64_t y) { return rank[x] < rank[y]; });
   }
   return perm;
 }

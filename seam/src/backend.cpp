@@ -99,14 +99,7 @@ Expected<std::vector<double>> ContextParallelCapability::reorder(const CpLayout&
   if (width < 1 || static_cast<int64_t>(values.size()) != static_cast<int64_t>(perm->size()) * width)
     return Error{ErrorCode::bad_tensor_shape, std::to_string(values.size()) + " values are not [B, T = " +
                                                   std::to_string(t_len) + ", " + std::to_string(width) + "]"};
-  std::vector<double> out(values.size());
-  for (size_t slot = 0; slot < perm->size(); ++slot) {
-    const size_t row_start = slot / t_len * t_len;
-    const size_t token = row_start + perm.value()[slot];
-    const size_t from = inverse ? slot : token, to = inverse ? token : slot;
-    std::copy_n(values.begin() + from * width, width, out.begin() + to * width);
-  }
-  return out;
+  return cp_reorder_tokens(values, perm.value(), t_len, width, inverse);
 }
 
 // ------------------------------------------------------------------- guard-banded buffers

@@ -304,7 +304,6 @@ Expected<AttentionResult> SimulatedContextParallel::cp_attention(const CpLayout&
     }
     const Expected<CpRankProblem> rp = rank_problem(gathered, problem, rank, 0);
     if (!rp) return rp.error();
-    if (layout.strategy == CpStrategy::ring && !backward) continue;
     const Expected<AttentionResult> r = call(rp.value(), cp_rank_inputs(rp.value(), problem, inputs));
     if (!r) return r.error();
     place(rp.value(), r.value(), layout.strategy != CpStrategy::ring, backward);

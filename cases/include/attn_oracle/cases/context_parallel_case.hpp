@@ -33,10 +33,6 @@ struct ContextParallelCase {
 Expected<CpLayout> cp_layout_from_json(const nlohmann::json& cp);
 nlohmann::json cp_layout_to_json(const CpLayout& layout);
 
-// `values` [B, T, width] rank-major (slot s of a row holds row token perm[s])
-// put back in row order.
-std::vector<double> unpermute_tokens(const std::vector<double>& values, const std::vector<int64_t>& permutation,
-                                    int64_t row_tokens, int64_t width);
 // A rank-major result (o, dq [B, T, Hq, D]; lse [B, Hq, T]; dk, dv [B, T, Hkv, D])
 // in row order.
 AttentionResult unpermute_result(const AttentionResult& result, const std::vector<int64_t>& permutation,

@@ -87,6 +87,12 @@ Expected<std::vector<int64_t>> cp_permutation(const CpLayout& layout, const Atte
 // The tokens of one row a rank holds: T / cp.
 int64_t cp_local_tokens(const CpLayout& layout, int64_t row_tokens);
 
+// `values` [B, T, width] put into the rank-major order of `permutation` ([B, T]:
+// slot s of a row holds row token permutation[s]), or, `inverse`, back into row
+// order. Sizes are the caller's to check.
+std::vector<double> cp_reorder_tokens(const std::vector<double>& values, const std::vector<int64_t>& permutation,
+                                      int64_t row_tokens, int64_t width, bool inverse);
+
 // What rank `rank` computes at `step` under a token split `permutation`
 // ([B, T], rank-major), written as an ordinary packed problem (docs/semantics.md
 // section 9.1):
