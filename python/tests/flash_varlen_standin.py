@@ -16,6 +16,8 @@ the reference:
 - GQA: query head h reads key head ``h // (H / H_k)``;
 - a query with no visible key: o = 0, lse = +inf;
 - lse is float32, ``[H, total_q]``; o is in the input dtype, computed in float64;
+- the backward reads the ``out`` and ``lse`` it is given (a block of a larger attention, as a
+  ring's backward passes them, gets that attention's probabilities);
 - q, k and v must have a unit stride on their last dimension, empty ones too
   (FA2's input check: "Input tensor must have contiguous last dimension").
 """
@@ -82,17 +84,20 @@ def _attend(q, k, v, cum_q, cum_k, max_k, is_causal, scale, left, right):
     return o, lse
 
 
-def _gradients(do, q, k, v, cum_q, cum_k, max_k, is_causal, scale, left, right):
-    """float64 dq, dk, dv of the same attention, by its closed form (kernels run below autograd)."""
+def _gradients(do, q, k, v, out, lse, cum_q, cum_k, max_k, is_causal, scale, left, right):
+    """float64 dq, dk, dv by the closed form from the ``out`` and ``lse`` the caller passes, as FA2's
+    backward reads them: a block of a larger attention (a ring step) gets that attention's
+    probabilities exp(s - lse) and its rows' sum(do * out), not its own softmax."""
     groups = q.shape[1] // k.shape[1]
     kr, vr = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(kr), torch.zeros_like(vr)
     for qs, ks, seen in _sequences(cum_q, cum_k, max_k, is_causal, left, right):
-        p, _ = _probabilities(q[qs], kr[ks], seen, scale)
-        o = torch.einsum("hij,jhd->ihd", p, vr[ks])
+        row_lse = lse[:, qs].unsqueeze(-1)  # [H, lq, 1]; +inf where the query sees nothing
+        scores = torch.einsum("ihd,jhd->hij", q[qs], kr[ks]) * scale
+        p = torch.where(seen & torch.isfinite(row_lse), torch.exp(scores - torch.where(torch.isinf(row_lse), 0.0, row_lse)), 0.0)
         dv[ks] += torch.einsum("hij,ihd->jhd", p, do[qs])
         dp = torch.einsum("ihd,jhd->hij", do[qs], vr[ks])
-        ds = p * (dp - (do[qs] * o).sum(-1).transpose(0, 1).unsqueeze(-1))
+        ds = p * (dp - (do[qs] * out[qs]).sum(-1).transpose(0, 1).unsqueeze(-1))
         dq[qs] = torch.einsum("hij,jhd->ihd", ds, kr[ks]) * scale
         dk[ks] += torch.einsum("hij,ihd->jhd", ds, q[qs]) * scale
     fold = lambda g: g.reshape(g.shape[0], k.shape[1], groups, g.shape[2]).sum(2)  # noqa: E731
@@ -124,7 +129,7 @@ def forward(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is
 
 def backward(grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal,
              rng_state, unused, *, scale=None, window_size_left=None, window_size_right=None):
-    f64 = [t.detach().to(torch.float64) for t in (grad_out, query, key, value)]
+    f64 = [t.detach().to(torch.float64) for t in (grad_out, query, key, value, out, logsumexp)]
     scale = query.shape[-1] ** -0.5 if scale is None else scale
     grads = _gradients(*f64, cum_seq_q.tolist(), cum_seq_k.tolist(), max_k, is_causal, scale,
                        window_size_left, window_size_right)

@@ -16,6 +16,8 @@ except StackUnavailable as e:  # the package is absent
 import numpy as np  # noqa: E402
 
 import cp_contract as cc  # noqa: E402
+from stack_checks import check, counterexample, failed  # noqa: E402
+from attn_oracle import oracle  # noqa: E402
 from attn_oracle.domain import MASK_KINDS  # noqa: E402
 
 ROW = [[1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 3, 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 6]]  # 24 tokens, 6 documents
@@ -112,8 +114,6 @@ def test_the_package_does_not_import_without_flash_attn_so_attention_is_declined
 
     with pytest.raises(RuntimeError, match="CUDA GPU"):
         llama3_flash_attn_varlen._flash_attn_varlen_forward()
-    for cls in (ring_flash_attn_cp.Llama3, ring_flash_attn_cp.Zigzag):  # not served: the suite skips them
-        assert not hasattr(cls, "cp_attention") and not hasattr(cls, "cp_rank_attention"), cls.__name__
 
 
 def test_its_init_imports_a_name_transformers_5_removed_so_the_two_files_are_loaded_alone():
@@ -200,11 +200,9 @@ def test_zigzag_refuses_a_mask_without_the_causal_term_so_the_domain_is_the_caus
     assert all("causal" in k for k in ring_flash_attn_cp.Zigzag.domain.mask_kinds)
 
 
-def test_zigzag_attention_is_not_served_and_its_kernel_needs_flash_attn():
+def test_zigzag_calls_flash_attns_kernel_which_is_stood_in_where_flash_attn_is_absent():
     from ring_flash_attn import zigzag_ring_flash_attn_varlen as zz
 
-    assert not hasattr(ring_flash_attn_cp.Zigzag, "cp_attention")
-    assert not hasattr(ring_flash_attn_cp.Zigzag, "cp_rank_attention")
     try:
         import flash_attn  # noqa: F401
         pytest.skip("flash-attn imports here")
@@ -212,6 +210,51 @@ def test_zigzag_attention_is_not_served_and_its_kernel_needs_flash_attn():
         pass
     with pytest.raises(RuntimeError, match="CUDA GPU"):  # the kernel the package calls: flash-attn's, stood in
         zz._flash_attn_varlen_forward()
+
+
+# ---- the ranks run whole, on threads (torch's FA2 kernel; on a CPU, flash_varlen_standin.py's)
+
+
+@pytest.mark.parametrize("target", ["Llama3", "Zigzag"])
+def test_check_judges_every_run_and_ring_step_forward_and_backward_on_the_standin(tmp_path, target):
+    done, results = check(tmp_path, f"standin_ring_flash_attn:{target}", "--filter", "context_parallel/r",
+                          "--cases", "40")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for prop in ("context_parallel/runMatchesTheUnshardedReference", "context_parallel/ringStepsMergeToTheReference"):
+        assert results[prop]["verdict"] == "passed" and results[prop]["draws"]["judged"] == 40, results[prop]
+
+
+def test_the_planted_ring_turned_backwards_is_caught_and_shrunk_small(tmp_path):
+    done, results = check(tmp_path, "standin_ring_flash_attn:ZigzagRingTurnedBackwards", "--filter",
+                          "context_parallel/r", "--cases", "40")
+    assert failed(results) == {"context_parallel/runMatchesTheUnshardedReference",
+                               "context_parallel/ringStepsMergeToTheReference"}, done.stdout
+    case = counterexample(done, "context_parallel/ringStepsMergeToTheReference")
+    assert len(case["q"]["segment_ids"][0]) <= 8 and case["cp"]["size"] <= 3, case
+
+
+def test_in_fp32_the_packages_backward_adds_its_own_buffer_so_the_domain_is_fa2s_half_types():
+    """Outside FA2's dtypes, not a bug: ``dq = dq_buffer.to(torch.float32)`` is the buffer itself in fp32,
+    which step 1's kernel call overwrites before ``dq += dq_buffer`` adds it again."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    import standin_ring_flash_attn as standin
+
+    rng = np.random.default_rng(0)
+    lay = cc.layout(2, "ring", "head_tail")
+    x = SimpleNamespace(**{n: rng.standard_normal((1, 4, 1, 4)) for n in ("q", "k", "v", "do")})
+    ids, pos = np.ones((1, 4), np.int64), np.arange(4)[None]
+    got = {}
+    for dtype in ("fp16", "fp32"):
+        want = oracle.attention(x.q, x.k, x.v, do=x.do, q_segment_ids=ids, q_segment_pos=pos, mask="causal",
+                                max_segments=1, dtype=dtype)
+        prob = dataclasses.replace(cc.problem(ids, backward=True, heads=(1, 1)), dtype=dtype)
+        out = standin.Zigzag()._run(lay, prob, x)  # cp_attention, whichever import registered the kernel first
+        row_order = np.argsort(standin.Zigzag().cp_permutation(lay, prob)[0])
+        got[dtype] = np.abs(out["dq"][:, row_order] - want.dq).max()
+    assert got["fp16"] < 1e-2 and got["fp32"] > 1e-2, got
+    assert set(ring_flash_attn_cp.Zigzag.domain.dtypes) == {"fp16", "bf16"}
 
 
 # ---- invalid layouts

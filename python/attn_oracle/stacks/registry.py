@@ -62,6 +62,13 @@ STACKS: tuple[Stack, ...] = (
     Stack("ring_flash_attn_cp", "ring-flash-attn (zigzag varlen CP)", "torch", ("Zigzag",),
           check_args=("--xfails", "fixtures/xfails/ring-flash-attn-0.1.8-zigzag.txt")),
     # GPU targets (scripts/stacks --device; docs/stacks.md, "On a GPU").
+    # ring-flash-attn's CP whole on one GPU: every rank a thread calling torch's FA2 kernels with the
+    # package's own per-rank cu_seqlens, its ring / all-gather between threads, its own lse merge.
+    Stack("ring_flash_attn_cp", "ring-flash-attn (llama3 varlen CP, FA2 on one GPU)", "torch", ("Llama3",),
+          check_args=("--filter", "context_parallel/"), gpu=True),
+    Stack("ring_flash_attn_cp", "ring-flash-attn (zigzag varlen CP, FA2 on one GPU)", "torch", ("Zigzag",),
+          check_args=("--filter", "context_parallel/", "--xfails", "fixtures/xfails/ring-flash-attn-0.1.8-zigzag.txt"),
+          gpu=True),
     Stack("torch_varlen", "PyTorch varlen attention (FlashAttention-2)", "torch", ("Backend",), gpu=True),
     Stack("xformers_attention", "xformers memory_efficient_attention", "torch", ("Flash",), gpu=True),
     # cutlassF-pt in fp32 with GQA and a causal bias: wrong o on a few draws, not yet isolated, run against it.

@@ -69,10 +69,23 @@ divided silently: the contract's ``cp_document_not_divisible`` is not given, a l
 ``context_parallel/invalidLayoutsAreRejectedExactly`` reports). A malformed layout (cp < 1,
 indices for another balance) is ``cp_bad_layout`` before any call.
 
-Not served (shown by python/tests/test_stack_ring_flash_attn_cp.py against the package):
-``cp_attention`` and ``cp_rank_attention`` of both classes: the kernels are flash-attn's, which
-needs a CUDA GPU (``import flash_attn`` fails here). The classes do not define them, and the suite
-skips the properties that call them, with that reason.
+Attention (``cp_attention``, ``cp_rank_attention``): the package's own CP code runs whole on one
+device, every rank a thread (:mod:`attn_oracle.multidevice.threads`): each calls
+``llama3_flash_attn_varlen_func`` (heads_k_stride 1) or ``zigzag_ring_flash_attn_varlen_func`` on its
+shard, with the package's ``AllGatherComm`` / ``RingComm`` / ``dist.reduce_scatter_tensor`` carried
+between the threads (``_ThreadAllGather``, ``_ThreadRingComm``, ``_ThreadDist``), so its own
+``update_out_and_lse`` merges the ring's blocks; with backward, the package's
+``llama3_flash_attn_varlen_backward`` / ``zigzag_ring_flash_attn_varlen_backward`` run on the forward's
+out and lse, as its autograd Functions call them (called directly: a CUDA autograd backward runs on
+one device thread, where a rank waiting for another would deadlock). A ring step's partial
+(``cp_rank_attention``) is that step's forward kernel call as the ring made it. The kernels
+(:func:`kernels`): flash-attn's where it imports; else torch's own FlashAttention-2
+(``aten::_flash_attention_forward`` / ``_backward``, flash-attn's signature over them:
+stacks/_flash_varlen.py), which torch builds for CUDA; without a CUDA device (and without a CPU
+kernel registered, as python/tests/flash_varlen_standin.py does for the tests) the two calls are
+not defined and the suite skips the properties that call them (``NO_KERNELS``). Domain: FA2's fp16
+and bf16, head dims 8 to 256 (in fp32, which FA2 never takes, the zigzag backward's
+``dq = dq_buffer.to(torch.float32)`` is the buffer itself, and the next kernel call overwrites it).
 
 Importing it. The package's ``__init__`` imports every kernel module (each imports flash-attn) and
 its Hugging Face adapter, which imports ``is_flash_attn_greater_or_equal_2_10`` from
@@ -98,28 +111,35 @@ where neither does (the finite cases are the package's answer as it is).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import hashlib
 import importlib
 import importlib.util
+import pickle
 import sys
+import threading
 import types
 
 import numpy as np
 
 from attn_oracle import packing
-from attn_oracle.domain import CAUSAL_KINDS, is_causal
-from attn_oracle.errors import AttnOracleError
+from attn_oracle.domain import CAUSAL_KINDS, framework_dtypes, is_causal
+from attn_oracle.errors import AttnOracleError, Unsupported
+from attn_oracle.multidevice import threads
 from attn_oracle.stacks import StackUnavailable, check_version, installed_version, require
-import threading
 
 from attn_oracle.stacks._cp_common import check_layout_alone, cp_domain, fake_process_group, rank_batch, rows_of
 
 torch = require("ring-flash-attn", "torch", "torch", checked=("2.15",))
+from attn_oracle.stacks import _flash_varlen  # noqa: E402 - imports torch, which require() checked
 
-__all__ = ["Llama3", "Zigzag", "NO_KERNELS", "load", "prepare_cu_seqlens", "zigzag_kernel_calls"]
+__all__ = ["Llama3", "Zigzag", "NO_KERNELS", "kernels", "load", "prepare_cu_seqlens", "zigzag_kernel_calls"]
 
 VERSION = installed_version("ring-flash-attn")
 NO_KERNELS = ("ring-flash-attn's attention is flash-attn's CUDA varlen kernels (flash_attn.flash_attn_interface."
-              "_flash_attn_varlen_forward), which need a CUDA GPU; flash_attn does not import here")
+              "_flash_attn_varlen_forward), which need a CUDA GPU; flash_attn does not import here, and torch's own "
+              "FlashAttention-2, which stands in for it, has no kernel without a CUDA device")
 
 
 def _kernel_standin(*args, **kwargs):
@@ -176,6 +196,152 @@ _package, _utils, _llama3, _zigzag = load()
 update_out_and_lse = _utils.update_out_and_lse
 
 
+def kernels():
+    """What runs flash-attn's two varlen entry points in ``cp_attention``: (name, device, forward,
+    backward); forward None where they are flash-attn's own (nothing swapped), name None where
+    no kernel runs here. Asked at each run (a test registers a CPU kernel after importing this)."""
+    if "flash_attn.flash_attn_interface" in getattr(_zigzag._flash_attn_varlen_forward, "__module__", ""):
+        return "flash-attn", "cuda", None, None
+    for device in ("cuda", "cpu"):  # a CPU kernel only where one was registered (the tests' stand-in)
+        if _flash_varlen.has_kernel(device):
+            return f"torch's FlashAttention-2 (aten::_flash_attention_forward / _backward, {device})", device, \
+                *_flash_varlen.torch_flash()
+    return None, None, None, None
+
+
+# FA2's inputs, which the package's code assumes (fp32 never reaches FA2: in it, the backward's
+# ``dq = dq_buffer.to(torch.float32)`` is the buffer itself, which the next step's kernel overwrites).
+KERNEL_DOMAIN = {"dtypes": ("fp16", "bf16"), "head_dims": (8, 16, 32, 64, 128, 256)}
+
+
+class _RankGroup:
+    """The ``process_group`` a rank's call is given: its rank, the world and the thread hub; the
+    package's comms are built from it (one channel each, numbered alike on every rank)."""
+
+    def __init__(self, rank: int, hub: threads.Hub):
+        self.rank, self.world, self.hub, self._channels = rank, hub.world, hub, 0
+
+    def channel(self, kind: str) -> str:
+        self._channels += 1
+        return f"{kind}{self._channels}"
+
+
+class _ThreadRingComm:
+    """RingComm's interface (send_recv, commit, wait, send_recv_kv) between rank threads: what
+    rank r sends arrives at rank r + 1, as RingComm's isend / irecv pair does."""
+
+    def __init__(self, group: _RankGroup):
+        self._group, self._channel = group, group.channel("ring")
+        self.rank, self.world_size = group.rank, group.world
+        self.send_rank, self.recv_rank = (self.rank + 1) % self.world_size, (self.rank - 1) % self.world_size
+        self._calls, self._pending = 0, []
+
+    def send_recv(self, to_send, recv_tensor=None):
+        res = torch.empty_like(to_send) if recv_tensor is None else recv_tensor
+        self._group.hub.post((self._channel, self._calls, self.send_rank), to_send)
+        self._pending.append((res, (self._channel, self._calls, self.rank)))
+        self._calls += 1
+        return res
+
+    def commit(self):
+        pass
+
+    def wait(self):
+        for res, key in self._pending:
+            res.copy_(self._group.hub.read(key, self.rank))
+        self._pending = []
+
+    def send_recv_kv(self, k, v, k_buffer=None, v_buffer=None):
+        next_k, next_v = self.send_recv(k, k_buffer), self.send_recv(v, v_buffer)
+        self.commit()
+        return next_k, next_v
+
+
+class _ThreadAllGather:
+    """AllGatherComm's interface (all_gather into a buffer, wait) between rank threads."""
+
+    def __init__(self, group: _RankGroup):
+        self._group, self._pending = group, []
+
+    def all_gather(self, output_tensor, input_tensor):
+        channel = self._group.channel("all_gather")
+        self._group.hub.post((channel, self._group.rank), input_tensor)
+        self._pending.append((output_tensor, channel))
+
+    def wait(self):
+        for output, channel in self._pending:
+            parts = [self._group.hub.read((channel, r), self._group.rank) for r in range(self._group.world)]
+            output.copy_(torch.cat(parts, dim=0))
+        self._pending = []
+
+
+class _ThreadDist:
+    """The two torch.distributed calls llama3_flash_attn_varlen makes, between rank threads."""
+
+    @staticmethod
+    def get_world_size(group):
+        return group.world
+
+    @staticmethod
+    def reduce_scatter_tensor(output, input, group=None):  # noqa: A002 - torch's parameter name
+        output.copy_(group.hub.reduce_scatter(group.rank, group.channel("reduce_scatter"), input,
+                                              lambda value, world: value.chunk(world, dim=0)))
+
+
+_RUN_LOCK = threading.Lock()
+_RANK = threading.local()  # the rank a thread runs, for the recorder
+
+
+@contextlib.contextmanager
+def _on_threads(module, record=None, **swaps):
+    """The package module's globals swapped for a run on rank threads: the kernels (unless
+    flash-attn's own are there) and the given transport."""
+    name, _, forward, backward = kernels()
+    if name is None:
+        raise Unsupported(NO_KERNELS)
+    if forward is not None:
+        swaps |= {"_flash_attn_varlen_forward": forward, "_flash_attn_varlen_backward": backward}
+    if record is not None:  # each forward kernel call's (cu_seqlens_q, out, lse), by the calling rank
+        forward = swaps.get("_flash_attn_varlen_forward", module._flash_attn_varlen_forward)
+
+        def recorded(**kw):
+            result = forward(**kw)
+            # Copies: the package merges into the first block's out in place.
+            record.setdefault(_RANK.value, []).append((kw["cu_seqlens_q"], result[0].clone(), result[1].clone()))
+            return result
+
+        # The package calls the kernel by keyword; with no defaults to read off (get_default_args),
+        # it passes what it sets and the kernel's own defaults hold for the rest.
+        swaps["_flash_attn_varlen_forward"] = recorded
+    with _RUN_LOCK:
+        saved = {name: getattr(module, name) for name in swaps}
+        for name, value in swaps.items():
+            setattr(module, name, value)
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                setattr(module, name, value)
+
+
+def _rank_tensors(problem, inputs, tokens: np.ndarray) -> dict:
+    """q, k, v (and do) of one row's ``tokens`` [L], as [L, heads, d] tensors of the problem's dtype
+    on the kernels' device."""
+    dtype, device = framework_dtypes(torch)[problem.dtype], kernels()[1]
+    names = ("q", "k", "v") + (("do",) if problem.backward else ())
+    return {n: torch.tensor(np.asarray(getattr(inputs, n))[0, tokens], dtype=dtype, device=device) for n in names}
+
+
+def _rank_major(parts: list, problem) -> dict:
+    """Each rank's {o [L, H, D], lse [H, L], dq, dk, dv} as the contract's rank-major outputs."""
+    cat = lambda name, axis: np.concatenate([p[name].double().cpu().numpy() for p in parts], axis=axis)[None]  # noqa: E731
+    lse = cat("lse", 1)
+    out = {"o": cat("o", 0), "lse": np.where(np.isposinf(lse), -np.inf, lse)}  # FA2's +inf: no key
+    if problem.backward:
+        out |= {name: cat(name, 0) for name in ("dq", "dk", "dv")}
+    return out
+
+
 def prepare_cu_seqlens(ids_row: np.ndarray, causal: bool, rank: int, cp: int):
     """``llama3_flash_attn_prepare_cu_seqlens`` on the ``cu_seqlens`` [S+1] int32 of one packed row."""
     cut = np.flatnonzero(np.diff(ids_row)) + 1
@@ -188,7 +354,8 @@ class Llama3:
 
     name, version = "ring-flash-attn-llama3", VERSION
     domain = cp_domain(cp_strategies=("all_gather",), cp_balances=("contiguous",), cp_sizes=(1, 2, 3, 4, 8),
-                       self_attention_only=True, no_padding=True, max_rows=1, extra_dims=False, windows=False)
+                       self_attention_only=True, no_padding=True, max_rows=1, extra_dims=False, windows=False,
+                       **KERNEL_DOMAIN)
 
     def validate_cp_layout(self, layout, problem):
         """The package's own check: ``llama3_flash_attn_prepare_cu_seqlens`` asserts that the stream's
@@ -227,6 +394,39 @@ class Llama3:
                       "ragged_offsets_kv": md["ragged_offsets_kv"], "max_seqlen_q": int(max_q),
                       "max_seqlen_kv": int(max_k)}
 
+    def cp_attention(self, layout, problem, inputs):
+        """Every rank's ``llama3_flash_attn_varlen_func`` (heads_k_stride 1, its AllGatherComm and
+        reduce-scatter between rank threads) and, with backward, the package's
+        ``llama3_flash_attn_varlen_backward`` on the forward's out and lse; rank-major."""
+        self.validate_cp_layout(layout, problem)
+        ids, _ = rows_of(problem)
+        cp, causal, perm = int(layout.cp), is_causal(problem.batch.mask), self.cp_permutation(layout, problem)
+        local = ids.shape[1] // cp
+
+        def rank_run(rank, hub):
+            group, x = _RankGroup(rank, hub), _rank_tensors(problem, inputs, perm[0, rank * local:(rank + 1) * local])
+            cu_q, cu_k, max_q, max_k, k_slice = prepare_cu_seqlens(ids[0], causal, rank, cp)
+            cu_q, cu_k = cu_q.to(kernels()[1]), cu_k.to(kernels()[1])
+            args = (cu_q, cu_k, max_q, max_k, 1, k_slice)
+            o, lse, _ = _llama3.llama3_flash_attn_varlen_func(
+                x["q"], x["k"], x["v"], *args, softmax_scale=problem.effective_scale, causal=causal,
+                return_attn_probs=True, group=group)
+            part = {"o": o, "lse": lse}
+            if problem.backward:
+                part |= dict(zip(("dq", "dk", "dv"), _llama3.llama3_flash_attn_varlen_backward(
+                    group, x["do"], x["q"], x["k"], x["v"], o, lse, *args, problem.effective_scale, causal=causal)))
+            return part
+
+        with _on_threads(_llama3, Comm=_ThreadAllGather, dist=_ThreadDist):
+            return _rank_major(threads.run_ranks(cp, rank_run), problem)
+
+    def cp_rank_attention(self, layout, problem, inputs, rank, step):
+        """All-gather has one step: the rank's share of :meth:`cp_attention`'s forward."""
+        whole = self.cp_attention(layout, dataclasses.replace(problem, backward=False), inputs)
+        local = whole["o"].shape[1] // int(layout.cp)
+        return {"o": whole["o"][:, rank * local:(rank + 1) * local],
+                "lse": whole["lse"][:, :, rank * local:(rank + 1) * local]}
+
     def cp_merge(self, o, lse, o_part, lse_part):
         """Two partial results of the same queries over disjoint keys merged by ``update_out_and_lse``:
         o [rows, tokens, heads, d], lse [rows, heads, tokens] (the contract's merge_by_lse)."""
@@ -245,9 +445,6 @@ class Llama3:
         merged = np.where(first & second, -np.inf, merged)
         out = np.where((first & second).transpose(0, 2, 1)[..., None], 0.0, out)
         return out, merged
-
-
-_ZIGZAG_LOCK = threading.Lock()
 
 
 class _LoopbackComm(_utils.RingComm):
@@ -284,7 +481,7 @@ def zigzag_kernel_calls(ids_row: np.ndarray, cp: int, rank: int) -> list[dict]:
         n = kw["q"].shape[0]
         return torch.zeros_like(kw["q"]), torch.zeros(kw["q"].shape[1], n, dtype=torch.float32), None, None
 
-    with _ZIGZAG_LOCK, fake_process_group(rank, cp):
+    with _RUN_LOCK, fake_process_group(rank, cp):
         saved = _zigzag._flash_attn_varlen_forward, _zigzag.RingComm
         _zigzag._flash_attn_varlen_forward, _zigzag.RingComm = kernel, _LoopbackComm
         try:
@@ -302,7 +499,7 @@ class Zigzag:
     name, version = "ring-flash-attn-zigzag-varlen", VERSION
     domain = cp_domain(cp_strategies=("ring",), cp_balances=("head_tail",), cp_sizes=(1, 2, 3, 4, 8),
                        self_attention_only=True, no_padding=True, max_rows=1, extra_dims=False, windows=False,
-                       mask_kinds=CAUSAL_KINDS)
+                       mask_kinds=CAUSAL_KINDS, **KERNEL_DOMAIN)
 
     def validate_cp_layout(self, layout, problem):
         """The package checks nothing of the layout (its tests assert cu_seqlens % (2 * world_size) == 0
@@ -337,3 +534,65 @@ class Zigzag:
         md = packing.metadata_from_spans(batch, spans["q"], spans["k"])
         return {k: md[k] for k in ("q_seqlens", "kv_seqlens", "q_offsets", "kv_offsets", "cu_seqlens_q",
                                    "cu_seqlens_kv", "ragged_offsets_q", "ragged_offsets_kv")}
+
+    def _run(self, layout, problem, inputs, record=None) -> dict:
+        """Every rank's ``zigzag_ring_flash_attn_varlen_func`` (its RingComm between rank threads) and,
+        with backward, the package's ``zigzag_ring_flash_attn_varlen_backward`` on the forward's out
+        and lse, as its autograd Function calls it; rank-major."""
+        self.validate_cp_layout(layout, problem)
+        ids, _ = rows_of(problem)
+        cp, perm = int(layout.cp), self.cp_permutation(layout, problem)
+        local = ids.shape[1] // cp
+        cut = np.flatnonzero(np.diff(ids[0])) + 1
+        local_cu = torch.tensor([0, *cut.tolist(), ids.shape[1]], dtype=torch.int32, device=kernels()[1] or "cpu") // cp
+        max_seqlen = int((local_cu[1:] - local_cu[:-1]).max())
+
+        def rank_run(rank, hub):
+            _RANK.value = rank
+            group, x = _RankGroup(rank, hub), _rank_tensors(problem, inputs, perm[0, rank * local:(rank + 1) * local])
+            o, lse, _ = _zigzag.zigzag_ring_flash_attn_varlen_func(
+                x["q"], x["k"], x["v"], local_cu, max_seqlen, softmax_scale=problem.effective_scale, causal=True,
+                return_attn_probs=True, group=group)
+            part = {"o": o, "lse": lse}
+            if problem.backward:
+                halves = [_zigzag.get_half_index(local_cu, front=front) for front in (True, False)]
+                part |= dict(zip(("dq", "dk", "dv"), _zigzag.zigzag_ring_flash_attn_varlen_backward(
+                    group, x["do"], x["q"], x["k"], x["v"], o, lse, local_cu, max_seqlen, *halves,
+                    softmax_scale=problem.effective_scale, causal=True)))
+            return part
+
+        with _on_threads(_zigzag, record=record, RingComm=self.ring_comm):
+            return _rank_major(threads.run_ranks(cp, rank_run), problem)
+
+    ring_comm = _ThreadRingComm  # the ring's transport between rank threads (a planted twin turns it)
+
+    def cp_attention(self, layout, problem, inputs):
+        return self._run(layout, problem, inputs)
+
+    def cp_rank_attention(self, layout, problem, inputs, rank, step):
+        """Step ``step``'s kernel call on rank ``rank`` in the forward ring: its queries (every local
+        query, or the back halves once the source rank is above this one) against the block it got;
+        the queries the call leaves out attend nothing at that step (o 0, lse -inf)."""
+        # The property asks every (rank, step) of one draw in turn: one forward run records them all.
+        key = hashlib.sha1(pickle.dumps((vars(layout), rows_of(problem), problem.dtype, problem.scale,
+                                         np.asarray(inputs.q), np.asarray(inputs.k), np.asarray(inputs.v)))).digest()
+        if getattr(self, "_recorded", (None,))[0] != key:
+            record: dict = {}
+            self._run(layout, dataclasses.replace(problem, backward=False), inputs, record)
+            self._recorded = (key, record)
+        cu, o, lse = self._recorded[1][int(rank)][int(step)]
+        if lse.dim() == 3:  # the padded lse [sequences, heads, max] of older kernels
+            lse = _utils.flatten_varlen_lse(lse, cu_seqlens=cu)
+        local = np.shape(inputs.q)[1] // int(layout.cp)
+        rows = torch.arange(local, device=lse.device)
+        if o.shape[0] != local:
+            rows = rows[_zigzag.get_half_index(cu * 2, front=False)]
+        out = torch.zeros((local, *o.shape[1:]), dtype=torch.float64, device=lse.device)
+        full = torch.full((lse.shape[0], local), -np.inf, dtype=torch.float64, device=lse.device)
+        out[rows], full[:, rows] = o.double(), lse.double()
+        return _rank_major([{"o": out, "lse": full}], dataclasses.replace(problem, backward=False))
+
+
+if kernels()[0] is None:  # no kernel runs here: not served, and the suite skips those properties (NO_KERNELS)
+    for _cls in (Llama3, Zigzag):
+        del _cls.cp_attention, _cls.cp_rank_attention
