@@ -4,7 +4,7 @@
 // baseline; not used by the suite.
 //
 //  - Dense masked: every broadcast row against its explicit [Tq, Tkv] mask of
-//    section 3 (ids and positions, window included), in matrix form over the
+//    docs/semantics.md#2-the-attention-mask (ids and positions, window included), in matrix form over the
 //    whole row: S = scale Q K^T, P = masked softmax(S), O = P V; backward from
 //    the stored P. Memory: ScoreMemory::dense_row.
 //  - Per document: every compacted document of the metadata (cu_seqlens,
