@@ -1,4 +1,4 @@
-// attention_case.cpp: the `attention` and `small_seq` ops (attention_case.hpp):
+// attention_op.cpp: the `attention` and `small_seq` ops (attention_case.hpp):
 // their shared fields (batch, shape, data seed or tensors), evaluation on the
 // attention / small-seq capability, judgement by the tolerance rule against
 // the float64 references, and coverage.

@@ -1,4 +1,4 @@
-// sharding_case.cpp: the `sharding` op (sharding_case.hpp): mesh, specs, then
+// sharding_op.cpp: the `sharding` op (sharding_case.hpp): mesh, specs, then
 // shapes (validation only) or the attention fields (a sharded run); evaluation
 // on a sharding capability; judgement (codes and messages exactly, a run by the
 // tolerance rule against the unsharded float64 reference) and coverage.

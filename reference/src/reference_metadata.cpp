@@ -1,5 +1,5 @@
 // reference_metadata.cpp: explicit masks (docs/semantics.md#2-the-attention-mask) and the metadata
-// read off them (docs/semantics.md#3-metadata). See reference_metadata.hpp for the contract.
+// read off them (docs/semantics.md#3-metadata). See attn_oracle/reference/metadata.hpp for the contract.
 #include "attn_oracle/reference/metadata.hpp"
 
 #include <algorithm>

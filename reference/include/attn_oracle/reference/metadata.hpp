@@ -1,4 +1,4 @@
-// reference_metadata.hpp: ground truth for docs/semantics.md#2-the-attention-mask and
+// metadata.hpp: ground truth for docs/semantics.md#2-the-attention-mask and
 // docs/semantics.md#3-metadata.
 //
 // Builds the explicit [Tq, Tkv] boolean mask of each broadcast row from ids and
