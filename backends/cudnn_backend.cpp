@@ -1,8 +1,8 @@
-// cudnn_backend.cpp: the `cudnn` backend's attention capability (docs/semantics.md section 5)
-// on cuDNN SDPA: metadata through the production CUDA path (its errors pass through
-// unchanged), then the same head and tensor checks as the `cuda` backend, a Plan
-// (bshd when every row is one document at its start, thd with ragged offsets
-// otherwise), the band of cudnn_band.hpp, and cudnn_sdpa.hpp on the device.
+// cudnn_backend.cpp: the `cudnn` backend's attention capability
+// (docs/semantics.md#5-attention-outputs-and-gradients) on cuDNN SDPA: metadata through the
+// production CUDA path (its errors pass through unchanged), then the same head and tensor checks as
+// the `cuda` backend, a Plan (bshd when every row is one document at its start, thd with ragged
+// offsets otherwise), the band of cudnn_band.hpp, and cudnn_sdpa.hpp on the device.
 //
 // unsupported() is honest and complete: it computes the plan (metadata twin, on the
 // host), applies cudnn_support.hpp's limits for this cuDNN version and compute

@@ -1,7 +1,8 @@
 // cudnn_backend.hpp: the `cudnn` backend (cuDNN SDPA through the cuDNN frontend,
-// docs/semantics.md section 11), registered by register_builtin_backends only when this build
-// has it (ATTN_ORACLE_CUDNN, cmake/AttnOracleCudnn.cmake) and a CUDA device is
-// present. Without either, cudnn_backend_unavailable.cpp says why.
+// docs/semantics.md#11-where-each-concept-lives-in-the-code), registered by
+// register_builtin_backends only when this build has it (ATTN_ORACLE_CUDNN,
+// cmake/AttnOracleCudnn.cmake) and a CUDA device is present. Without either,
+// cudnn_backend_unavailable.cpp says why.
 #pragma once
 
 #include <string>

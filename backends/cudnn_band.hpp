@@ -1,16 +1,18 @@
-// cudnn_band.hpp: the mask kinds and window of docs/semantics.md section 2, as the kernels'
-// index rule applies them to trimmed runs (section 4), turned into cuDNN SDPA's
+// cudnn_band.hpp: the mask kinds and window of docs/semantics.md#2-the-attention-mask, as the
+// kernels' index rule applies them to trimmed runs
+// (docs/semantics.md#the-kernels-index-rule-and-representability), turned into cuDNN SDPA's
 // diagonal band: an alignment and optional left / right bounds.
 //
 // cuDNN's band, for query row r and key column c of one sequence, with
 // shift = (s_kv - s_q) when the diagonal is bottom-right aligned and 0 when top-left:
 //   right bound R keeps  c <= r + shift + R      (inclusive, like our window's `right`)
 //   left bound L keeps   c >  r + shift - L      (EXCLUSIVE: L keys up to the diagonal)
-// Our window (docs/semantics.md section 2) keeps pos_kv >= pos_q - left, the boundary included, so a left
-// window of `left` is cuDNN's left bound left + 1 (left = 0 keeps the diagonal alone,
-// left bound 1; cuDNN rejects left bounds <= 0).
+// Our window (docs/semantics.md#2-the-attention-mask) keeps pos_kv >= pos_q - left, the boundary
+// included, so a left window of `left` is cuDNN's left bound left + 1 (left = 0 keeps the diagonal
+// alone, left bound 1; cuDNN rejects left bounds <= 0).
 // Causal kinds are right bound 0 on their alignment; a window's right side under a
-// causal kind is already implied (top-left) or ignored (bottom-right, docs/semantics.md section 2).
+// causal kind is already implied (top-left) or ignored (bottom-right,
+// docs/semantics.md#2-the-attention-mask).
 //
 // Checked on the CPU by tests/cudnn_backend_rules_test.cpp: cudnn_band_keeps equals
 // gpu::index_allowed for every mask kind, window and (row, column) of small runs.

@@ -1,5 +1,5 @@
 // cudnn_plan.hpp: how one attention problem is laid out for cuDNN SDPA, computed
-// on the host from the production metadata (docs/semantics.md section 3) without touching
+// on the host from the production metadata (docs/semantics.md#3-metadata) without touching
 // cuDNN, so that it is tested on the CPU (tests/cudnn_backend_rules_test.cpp).
 //
 // The seam's tensors are [R, T, H, D] = THD [R*T, H, D] with gaps. Two layouts:
@@ -11,8 +11,9 @@
 //    documents (padding, trimmed tokens) are never read or written. s_max is
 //    rounded up to a multiple of 64 so that problems of similar lengths share a graph.
 // Either way cuDNN writes only the tokens of documents: the caller zero-fills o
-// and the gradients first and sets lse = -inf for every other token (docs/semantics.md section 5).
-// Stats (cuDNN's natural-log LSE) are packed [S, Hq, s_max, 1] in both layouts.
+// and the gradients first and sets lse = -inf for every other token
+// (docs/semantics.md#5-attention-outputs-and-gradients). Stats (cuDNN's natural-log LSE) are packed
+// [S, Hq, s_max, 1] in both layouts.
 #pragma once
 
 #include <cstdint>

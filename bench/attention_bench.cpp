@@ -1,5 +1,5 @@
-// attention_bench.cpp: the float64 references (docs/semantics.md section 5) on the CPU,
-// against the scalar loops they replaced, and the CUDA kernels' throughput when a
+// attention_bench.cpp: the float64 references (docs/semantics.md#5-attention-outputs-and-gradients)
+// on the CPU, against the scalar loops they replaced, and the CUDA kernels' throughput when a
 // device is present.
 //
 //   BM_PerDocument/T        ref::attention_per_document: query tiles of each

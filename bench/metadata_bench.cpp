@@ -1,4 +1,4 @@
-// metadata_bench.cpp: what the O(T) metadata algorithm (docs/semantics.md section 3) buys over
+// metadata_bench.cpp: what the O(T) metadata algorithm (docs/semantics.md#3-metadata) buys over
 // the explicit-mask reference, measured with Google Benchmark.
 //
 //   BM_MetadataTwin/T      gpu::metadata_twin: the kernels' row functions in a CPU loop,

@@ -1,5 +1,5 @@
-// small_seq_bench.cpp: the small-sequence CPU twin (docs/semantics.md section 8) against the
-// general fused-attention twin on the same problem, and the small-seq CUDA kernel's
+// small_seq_bench.cpp: the small-sequence CPU twin (docs/semantics.md#8-small-sequence-problems)
+// against the general fused-attention twin on the same problem, and the small-seq CUDA kernel's
 // bandwidth when a device is present.
 //
 //   BM_SmallSeqTwin        gpu::small_seq_twin: one warp-shaped item per

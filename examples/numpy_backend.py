@@ -1,8 +1,8 @@
 """A NumPy backend for attn-oracle: metadata and attention forward + backward.
 
 Served with ``python3 -m attn_oracle.worker examples.numpy_backend:Backend``
-(docs/protocol.md). Metadata is read off each row's token-level mask (docs/semantics.md
-sections 2-3); attention runs per document in float64 under that mask, so the
+(docs/protocol.md). Metadata is read off each row's token-level mask
+(docs/semantics.md#2-the-attention-mask and docs/semantics.md#3-metadata); attention runs per document in float64 under that mask, so the
 backend says ``token_level_mask = True`` and is judged on every input. It does
 not validate: an invalid batch is declined, never judged. ctest runs `check` on
 it (python_worker.numpy_backend_passes); planted_numpy_backend.py breaks it.
@@ -51,7 +51,7 @@ class Backend:
             raise Unsupported("not a valid batch (this example does not validate)")
         return extra, ids[0].shape[-2], flat
 
-    def attends(self, kind, qi, qp, ki, kp):  # docs/semantics.md section 2 without the window, one row
+    def attends(self, kind, qi, qp, ki, kp):  # docs/semantics.md#2-the-attention-mask without the window, one row
         n = max(qi.max(initial=0), ki.max(initial=0)) + 1
         shift = np.bincount(qi, minlength=n)[qi][:, None] - np.bincount(ki, minlength=n)[ki][None, :]
         same = (qi[:, None] == ki[None, :]) & (qi[:, None] != 0)
@@ -91,7 +91,7 @@ class Backend:
         for r in range(rows):
             a = self.attends(b.mask, qi[r], qp[r], ki[r], kp[r])
             for side, ids, valid in (("q", qi[r], a.any(1)), ("kv", ki[r], a.any(0))):
-                run = np.where(valid, ids, -1)  # a document's valid tokens are one run (docs/semantics.md section 3)
+                run = np.where(valid, ids, -1)  # a document's valid tokens are one run (docs/semantics.md#3-metadata)
                 starts = np.flatnonzero(valid & (run != previous(run[None])[0]))
                 docs = ids[starts]
                 lengths = np.bincount(ids[valid], minlength=m + 1)[docs]

@@ -1,4 +1,4 @@
-"""A NumPy backend that serves context parallelism itself (docs/semantics.md section 9.1).
+"""A NumPy backend that serves context parallelism itself (docs/semantics.md#91-context-parallelism).
 
 Served with ``python3 -m attn_oracle.worker examples.numpy_context_parallel_backend:Backend``.
 It builds its own permutation for every balance, writes each rank's kernel call as

@@ -43,7 +43,7 @@ IntArray draw_ids(ByteReader& in, const Shape& shape, int64_t max_segments) {
 }
 
 IntArray draw_positions(ByteReader& in, const Shape& ids_shape) {
-  // A trailing suffix of the ids' shape (what docs/semantics.md section 1 allows), now and then not.
+  // A trailing suffix of the ids' shape (what docs/semantics.md#1-inputs allows), now and then not.
   size_t rank = ids_shape.size();
   switch (in.byte() % 4) {
     case 1: rank = 2; break;

@@ -112,8 +112,8 @@ TEST(AttentionTwin, QueryHeadReadsKvHeadHOverGroup) {
 }
 
 TEST(AttentionTwin, EmptiedQueriesAreZeroWithMinusInfLse) {
-  // Bottom-right, q 4 against kv 2: q0, q1 see nothing (docs/semantics.md section 10, example ex8). And
-  // no_mask with window (0, 0), q 4 against kv 2: q2, q3 lie past every key.
+  // Bottom-right, q 4 against kv 2: q0, q1 see nothing (docs/semantics.md#10-worked-examples,
+  // example ex8). And no_mask with window (0, 0), q 4 against kv 2: q2, q3 lie past every key.
   for (const auto& [mask, window] : {std::pair{MaskKind::causal_bottom_right, Window{}},
                                      std::pair{MaskKind::no_mask, Window{0, 0}}}) {
     const auto p = problem(batch({{1, 1, 1, 1}}, {{1, 1}}, mask, 1, window), 2, 1, 3, true, Dtype::bf16);

@@ -1,8 +1,8 @@
 // bad_inputs_test.cpp: the bad-input corpus (fixtures/bad_inputs). Each file is
 // one way a user can hand the tool a broken case (malformed JSON, wrong types,
 // ragged arrays, integers outside int64, non-finite numbers, sizes over the
-// memory budget, every code of docs/semantics.md section 1, unsupported combinations), and
-// manifest.json pins what `attn-oracle eval` must answer: exit 2 and nothing on
+// memory budget, every code of docs/semantics.md#input-validation-in-precedence-order, unsupported
+// combinations), and manifest.json pins what `attn-oracle eval` must answer: exit 2 and nothing on
 // stdout but {"error": {"code", "message"}}, with the expected code and a message
 // naming the field or value. A crash, a hang, a partial result or a different
 // code fails the test.

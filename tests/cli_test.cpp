@@ -83,7 +83,7 @@ TEST(Cli, EvalPrintsAttentionJson) {
   ASSERT_EQ(r.status, 0) << r.out;
   const json j = json::parse(r.out);
   EXPECT_EQ(j["o"][0].size(), 4u);                  // [B][Tq][Hq][D]
-  EXPECT_EQ(j["lse"][0][0][0], "-inf");  // q0 attends nothing (docs/semantics.md section 10, ex8)
+  EXPECT_EQ(j["lse"][0][0][0], "-inf");  // q0 attends nothing (docs/semantics.md#10-worked-examples, ex8)
   EXPECT_EQ(j["o"][0][1][0], json::parse("[0.0, 0.0]"));
 }
 

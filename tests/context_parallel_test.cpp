@@ -1,4 +1,4 @@
-// context_parallel_test.cpp: context parallelism (docs/semantics.md section 9.1):
+// context_parallel_test.cpp: context parallelism (docs/semantics.md#91-context-parallelism):
 // the layouts' permutations by hand, the validator's codes and precedence, the
 // oracle's rank metadata by hand, the generators (valid draws validate, invalid
 // ones give their code, the bug classes are met), the case op, and the

@@ -44,7 +44,7 @@ TEST(CudnnBand, LeftWindowIsOneMoreThanDesignsAndCausalIsRightBoundZero) {
   EXPECT_FALSE(w.bottom_right);
   const cudnn::Band br = cudnn::band_for(MaskKind::causal_bottom_right, Window{2, 7});
   EXPECT_TRUE(br.bottom_right);
-  EXPECT_EQ(br.right_bound, 0);  // the window's right side is ignored (docs/semantics.md section 2)
+  EXPECT_EQ(br.right_bound, 0);  // the window's right side is ignored (docs/semantics.md#2-the-attention-mask)
   EXPECT_EQ(br.left_bound, 3);
   const cudnn::Band none = cudnn::band_for(MaskKind::no_mask, Window{});
   EXPECT_FALSE(none.left_bound.has_value());

@@ -1,4 +1,4 @@
-// kv_buffer_test.cpp: the shared K/V buffer (docs/semantics.md section 3) outside RapidCheck:
+// kv_buffer_test.cpp: the shared K/V buffer (docs/semantics.md#3-metadata) outside RapidCheck:
 // hand-computed canonical metadata, the twin's preprocessing against the
 // reference's on every micro-sequence of a grid, the error codes (reference and
 // twin alike), streaming == whole sequence, and the first_document_begin = 7

@@ -70,7 +70,8 @@ TEST(MetadataTwin, ErrorNamesSideRowTokenAndValues) {
 }
 
 TEST(MetadataTwin, TrimsBottomRightByBinarySearch) {
-  // docs/semantics.md section 10, example ex8: q 4 tokens against kv 2, bottom-right: q tokens 2, 3 survive.
+  // docs/semantics.md#10-worked-examples, example ex8: q 4 tokens against kv 2, bottom-right: q
+  // tokens 2, 3 survive.
   auto md = gpu::metadata_twin(one_row({1, 1, 1, 1}, {1, 1}, MaskKind::causal_bottom_right, 1));
   ASSERT_TRUE(md.ok());
   EXPECT_EQ(md->q_seqlens, std::vector<int64_t>({2}));

@@ -277,7 +277,7 @@ TEST(ReferenceAttention, GqaReadsKvHeadHOverGroup) {
 }
 
 TEST(ReferenceAttention, BottomRightWithLongerQueryLeavesFirstQueriesEmpty) {
-  // docs/semantics.md section 10 example 8: q0 and q1 attend nothing.
+  // docs/semantics.md#10-worked-examples example 8: q0 and q1 attend nothing.
   const auto p = problem(batch({{1, 1, 1, 1}}, {{1, 1}}, MaskKind::causal_bottom_right, 1), 1,
                          1, 2, true);
   const AttentionInputs in = generate_inputs(p, 8);

@@ -290,7 +290,7 @@ TEST(BlockedReference, LongDocumentsGiveTheSameBitsOnEveryThreadCount) {
 // The explicit mask, stored as runs of keys
 // ---------------------------------------------------------------------------
 
-// The rule of docs/semantics.md section 3 spelled again, pair by pair: the same
+// The rule of docs/semantics.md#2-the-attention-mask spelled again, pair by pair: the same
 // id (not padding), the causal or bottom-right term on positions and the
 // tokens of that id on each side, then the window.
 std::vector<char> mask_by_every_pair(const PackedBatch& b, const BatchLayout& l, int64_t row) {

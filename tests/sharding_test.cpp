@@ -1,4 +1,4 @@
-// sharding_test.cpp: docs/semantics.md section 9 piece by piece: the PartitionSpec printer,
+// sharding_test.cpp: docs/semantics.md#9-sharding piece by piece: the PartitionSpec printer,
 // every validator code and their precedence, the pinned message of the design
 // fixture, the generators (valid draws validate, invalid draws give their code),
 // the simulation (no device runs on an invalid call, bottom-right kinds with a

@@ -1,5 +1,5 @@
 // small_seq_twin_test.cpp: the CPU twin of the small-sequence kernels
-// (gpu/src/small_seq_twin.cpp, docs/semantics.md section 8) on handmade batches.
+// (gpu/src/small_seq_twin.cpp, docs/semantics.md#8-small-sequence-problems) on handmade batches.
 //
 //  - Hand case: one key copies V, P = [1, 0, ...].
 //  - Twin vs the float64 references within the tolerance rule on two rows of

@@ -5,7 +5,7 @@
 // document by document, each with its *band*: the keys b that query a of its
 // run may attend, a + offset - left <= b <= a + offset + right clipped to
 // [0, lkv), a negative side unbounded. With positions contiguous inside a
-// document every mask kind of docs/semantics.md section 2 is such a band:
+// document every mask kind of docs/semantics.md#2-the-attention-mask is such a band:
 //   top-left kinds and no_mask / padding: offset = pos_q0 - pos_kv0
 //   bottom-right kinds:                   offset = (Lkv - Lq) + pos_q0 - pos_kv0
 //   causal kinds: right = 0 (their right side is implied or ignored).
@@ -15,7 +15,7 @@
 // never guessed. Positions that are not contiguous make no band and are refused,
 // unless the mask is all pairs (no causal term, no window).
 //
-// Trimmed runs are the document's valid tokens (docs/semantics.md section 3, window
+// Trimmed runs are the document's valid tokens (docs/semantics.md#3-metadata, window
 // ignored): a prefix of its queries and a suffix of its keys dropped under a
 // causal term. What a kernel call carries (cu_seqlens, ragged offsets); the
 // dropped tokens attend nothing and nobody attends them, so leaving them out of

@@ -87,7 +87,8 @@ Expected<ThdParams> to_thd(const PackedBatch& batch) {
     const int64_t lq = d.trimmed_q_len(), lkv = d.kv_kept;
     if (lq == 0) continue;
     if (auto e = unpinned_window(batch.mask, p.window_size, doc, lq, lkv)) return *e;
-    // TE's index rule on the trimmed runs: our kernels' rule (docs/semantics.md section 3).
+    // TE's index rule on the trimmed runs: our kernels' rule
+    // (docs/semantics.md#the-kernels-index-rule-and-representability).
     const Band theirs{is_bottom_right(batch.mask) ? detail::Wide(lkv) - lq : 0, batch.window.left,
                       is_causal(batch.mask) ? 0 : batch.window.right};
     if (auto diff = detail::first_band_difference(d.trimmed_band(), theirs, lq, lkv, "TE's " + p.attn_mask_type))

@@ -1,6 +1,6 @@
 // attention_fields.hpp (internal): the fields attention, small_seq and running
 // sharding cases share (attention_case.hpp): the batch, the shape, and the data
-// seed or explicit tensors. Implemented in attention_case.cpp.
+// seed or explicit tensors. Implemented in attention_op.cpp.
 #pragma once
 
 #include <set>

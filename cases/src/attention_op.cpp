@@ -1,4 +1,4 @@
-// attention_case.cpp: the `attention` and `small_seq` ops (attention_case.hpp):
+// attention_op.cpp: the `attention` and `small_seq` ops (attention_case.hpp):
 // their shared fields (batch, shape, data seed or tensors), evaluation on the
 // attention / small-seq capability, judgement by the tolerance rule against
 // the float64 references, and coverage.
@@ -124,7 +124,7 @@ class AttentionOp final : public TypedCaseOp<AttentionCase> {
     const Expected<AttentionInputs> inputs = attention_inputs(c);
     if (!inputs) return Evaluation::of(inputs.error());
     // unsupported() may assume a valid problem; an invalid one goes straight to
-    // attention(), which must reject it with the code of docs/semantics.md section 1.
+    // attention(), which must reject it with the code of docs/semantics.md#4-error-codes.
     if (validate_attention(c.problem, &inputs.value()))
       if (auto reason = cap->unsupported(c.problem)) return Evaluation::declined_because(declined(backend, *reason));
     const Expected<AttentionResult> r = cap->attention(c.problem, inputs.value());
@@ -147,7 +147,7 @@ class AttentionOp final : public TypedCaseOp<AttentionCase> {
     if (p.shape.backward && !backend.outputs().gradients) return j.skip(declined(backend, "it produces no gradients")), j;
     if (!cap->token_level_mask())
       if (const auto r = ref::representability(p.batch); !r.representable)
-        return j.skip("not representable (docs/semantics.md section 2: this backend applies the index rule): " +
+        return j.skip("not representable (docs/semantics.md#the-kernels-index-rule-and-representability: this backend applies the index rule): " +
                       r.first_difference), j;
     const Expected<AttentionResult> got = cap->attention(p, inputs.value());
     const Expected<AttentionResult> want = ref::attention_dense_masked(p, inputs.value());

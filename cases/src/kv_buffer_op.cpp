@@ -1,4 +1,4 @@
-// kv_buffer_case.cpp: the `kv_buffer` op (kv_buffer_case.hpp): its fields, its
+// kv_buffer_op.cpp: the `kv_buffer` op (kv_buffer_case.hpp): its fields, its
 // evaluation on a K/V buffer capability (every micro-sequence's metadata, then
 // the stream), its judgement (metadata exactly, the stream by the tolerance rule
 // against the whole-sequence oracle) and its coverage. Reading never throws out

@@ -1,4 +1,4 @@
-// metadata_case.cpp: the `metadata` op (metadata_case.hpp): its fields, its
+// metadata_op.cpp: the `metadata` op (metadata_case.hpp): its fields, its
 // evaluation on a backend's metadata capability, its judgement (every integer
 // and the error code exactly, against ref::metadata) and its coverage.
 // Tested by tests/case_file_test.cpp, tests/fixtures_test.cpp and tests/cli_test.cpp.

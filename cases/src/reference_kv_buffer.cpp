@@ -1,5 +1,5 @@
-// reference_kv_buffer.cpp: the reference backend's K/V buffer capability (docs/semantics.md
-// section 3): the float64 steps of kv_buffer.hpp behind the seam. Its stream is
+// reference_kv_buffer.cpp: the reference backend's K/V buffer capability
+// (docs/semantics.md#3-metadata): the float64 steps of kv_buffer.hpp behind the seam. Its stream is
 // the reference's own micro-sequence streaming, so the properties that compare a
 // stream with the whole-sequence oracle check the reference against itself too.
 #include "attn_oracle/cases/reference_backend.hpp"

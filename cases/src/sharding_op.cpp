@@ -1,4 +1,4 @@
-// sharding_case.cpp: the `sharding` op (sharding_case.hpp): mesh, specs, then
+// sharding_op.cpp: the `sharding` op (sharding_case.hpp): mesh, specs, then
 // shapes (validation only) or the attention fields (a sharded run); evaluation
 // on a sharding capability; judgement (codes and messages exactly, a run by the
 // tolerance rule against the unsharded float64 reference) and coverage.
@@ -133,7 +133,7 @@ std::optional<std::string> unrepresentable_device(const AttentionProblem& proble
   if (!pieces) return std::nullopt;
   for (const AttentionProblem& piece : pieces.value())
     if (const auto r = ref::representability(piece.batch); !r.representable)
-      return "a device's problem is not representable (docs/semantics.md section 3): " + r.first_difference;
+      return "a device's problem is not representable (docs/semantics.md#the-kernels-index-rule-and-representability): " + r.first_difference;
   return std::nullopt;
 }
 
@@ -142,7 +142,7 @@ class ShardingOp final : public TypedCaseOp<ShardingCase> {
   std::string_view name() const override { return "sharding"; }
   Capability capability() const override { return Capability::sharding; }
   double expected_tolerance() const override { return 1e-12; }
-  bool pins_error_messages() const override { return true; }  // docs/semantics.md section 9 pins them
+  bool pins_error_messages() const override { return true; }  // docs/semantics.md#9-sharding pins them
 
   CasePayload read(const json& j) const override {
     ShardingCase c;
@@ -192,7 +192,7 @@ class ShardingOp final : public TypedCaseOp<ShardingCase> {
     std::unique_ptr<Backend> reference = make_reference_backend();
     const auto want = evaluate_call(*reference->sharding(), c);
     if (!got && !want && got.error().code == want.error().code && got.error().message != want.error().message)
-      return j.fail("error message (docs/semantics.md section 9 pins it): backend \"" + got.error().message + "\", reference \"" +
+      return j.fail("error message (docs/semantics.md#9-sharding pins it): backend \"" + got.error().message + "\", reference \"" +
                     want.error().message + "\""), j;
     if (judge_errors(got, want, j)) return j;
     if (!run) return j.note("both accept the sharding"), j;

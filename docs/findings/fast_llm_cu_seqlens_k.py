@@ -79,7 +79,7 @@ doc_lengths = [1, 1]
 micro_seq_tokens = 1
 heads_q, heads_kv, head_dim = 1, 1, 8
 dtype, backward = 'fp32', True
-# The reference's metadata of each micro-sequence (docs/semantics.md section 3), compared exactly.
+# The reference's metadata of each micro-sequence (docs/semantics.md#3-metadata), compared exactly.
 expected = [
     {'first_document_begin': np.array(0), 'cu_seqlens_q': np.array([0, 1]), 'cu_seqlens_k': np.array([0, 1]), 'q_document': np.array([1]), 'q_position': np.array([0]), 'kv_document': np.array([1]), 'kv_position': np.array([0])},
     {'first_document_begin': np.array(1), 'cu_seqlens_q': np.array([0, 1]), 'cu_seqlens_k': np.array([0, 1]), 'q_document': np.array([1]), 'q_position': np.array([0]), 'kv_document': np.array([1]), 'kv_position': np.array([0])},

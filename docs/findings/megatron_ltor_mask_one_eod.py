@@ -114,7 +114,8 @@ got = {**sdpa_under_mask(attention_mask, q, k, v, scale, do), "attention_mask": 
 
 # Floats: max |got - expected| must stay within k * e + eps, where expected is the float64
 # reference, e the error of a naive run in the same precision and eps the dtype's floor
-# (docs/semantics.md section 6; k = 2 for o and lse, 3 for gradients), computed when this was written.
+# (docs/semantics.md#6-tolerance; k = 2 for o and lse, 3 for gradients), computed when this was
+# written.
 budgets = {"o": 1e-05, "lse": 1.004188791535853e-05}
 expected = {
     'o': np.array([[[[-0.7873066067695618]], [[-0.3453484773635864]]]]),

@@ -54,7 +54,7 @@ max_segments = 1
 
 got = te_seqlens_and_offsets(attention, *(jnp.asarray(a, jnp.int32) for a in (q_ids, kv_ids, q_pos, kv_pos)), attention.AttnMaskType.PADDING_CAUSAL_BOTTOM_RIGHT_MASK, None if window == (-1, -1) else window, max_segments)
 
-# The reference's answer (docs/semantics.md section 3), compared exactly.
+# The reference's answer (docs/semantics.md#3-metadata), compared exactly.
 expected = {
     'kv_offsets': np.array([[0, -1]]),
     'kv_seqlens': np.array([[1]]),

@@ -81,7 +81,8 @@ got = nested_sdpa(q, k, v, q_ids, kv_ids, mask, scale, dtype)
 
 # Floats: max |got - expected| must stay within k * e + eps, where expected is the float64
 # reference, e the error of a naive run in the same precision and eps the dtype's floor
-# (docs/semantics.md section 6; k = 2 for o and lse, 3 for gradients), computed when this was written.
+# (docs/semantics.md#6-tolerance; k = 2 for o and lse, 3 for gradients), computed when this was
+# written.
 budgets = {"o": 0.001}
 expected = {
     'o': np.array([[[[0.73046875, 0.1513671875, -0.174072265625, -0.49365234375, 0.27294921875, 0.86181640625, 0.88623046875, -0.56640625]], [[0.73046875, 0.1513671875, -0.174072265625, -0.49365234375, 0.27294921875, 0.86181640625, 0.88623046875, -0.56640625]]]]),

@@ -1,6 +1,7 @@
-// attention_twin.cpp: the CPU twin of the fused varlen attention kernels (docs/semantics.md
-// section 5). The kernels' per-tile and per-row functions (attention/*.hpp) run in
-// loops over documents, heads and tiles instead of across CUDA blocks:
+// attention_twin.cpp: the CPU twin of the fused varlen attention kernels
+// (docs/semantics.md#5-attention-outputs-and-gradients). The kernels' per-tile and per-row
+// functions (attention/*.hpp) run in loops over documents, heads and tiles instead of across CUDA
+// blocks:
 //  - forward, the tensor-core kernels' schedule (flash_tile.hpp), per (document,
 //    query head, q tile of kBlockM rows): over the kBlockN-key tiles of
 //    kv_tile_range, S = Q K^T in fp32 taken to base 2 (score_log2), masked by

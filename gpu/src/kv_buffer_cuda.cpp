@@ -1,5 +1,5 @@
-// kv_buffer_cuda.cpp: the `cuda` backend's K/V buffer primitives (docs/semantics.md
-// section 3): the seam's doubles to fp32 device buffers and back around the
+// kv_buffer_cuda.cpp: the `cuda` backend's K/V buffer primitives
+// (docs/semantics.md#3-metadata): the seam's doubles to fp32 device buffers and back around the
 // kernels of kv_buffer_kernels.cu; the driver (kv_buffer_stream.cpp) runs the
 // fused attention on them with attention_cuda. `unsupported` for what the
 // attention kernels lack (fp32 storage, head dims other than 64 / 128 / 256).

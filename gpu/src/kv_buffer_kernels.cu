@@ -1,4 +1,4 @@
-// kv_buffer_kernels.cu: the shared K/V buffer kernels (docs/semantics.md section 3) on the
+// kv_buffer_kernels.cu: the shared K/V buffer kernels (docs/semantics.md#3-metadata) on the
 // rows of kv_buffer/kv_buffer_rows.hpp, one thread per item; the CPU twin
 // (kv_buffer_twin.cpp) runs the same rows in loops. Plain C++17 includes only.
 #include <cuda_runtime.h>

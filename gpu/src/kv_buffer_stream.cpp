@@ -1,4 +1,4 @@
-// kv_buffer_stream.cpp: the shared K/V buffer driver (docs/semantics.md section 3), one for
+// kv_buffer_stream.cpp: the shared K/V buffer driver (docs/semantics.md#3-metadata), one for
 // the CPU twin and the CUDA kernels: checks, the micro-sequence's plan, the fused
 // varlen attention on the narrowed view, and the gradient accumulation. See
 // gpu/kv_buffer.hpp for the steps.

@@ -1,5 +1,5 @@
-// kv_buffer_twin.cpp: the CPU twin of the shared K/V buffer kernels (docs/semantics.md
-// section 3): the rows of kv_buffer/kv_buffer_rows.hpp in loops where the
+// kv_buffer_twin.cpp: the CPU twin of the shared K/V buffer kernels
+// (docs/semantics.md#3-metadata): the rows of kv_buffer/kv_buffer_rows.hpp in loops where the
 // kernels of kv_buffer_kernels.cu run one thread per item. The token -> document
 // table is one pass over the documents (O(N)); a micro-sequence's plan is then
 // O(end - fdb + documents). Integer results are identical to the kernels'.

@@ -1,6 +1,6 @@
 // prepare_batch.cpp: host side of the production metadata path: the whole-input
-// checks of docs/semantics.md section 1 (written here again, independent of the reference
-// validator that judges it) and the strides that address the batch in place.
+// checks of docs/semantics.md#input-validation-in-precedence-order (written here again, independent
+// of the reference validator that judges it) and the strides that address the batch in place.
 #include <algorithm>
 #include <cstdint>
 #include <tuple>

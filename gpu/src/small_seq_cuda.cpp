@@ -1,6 +1,6 @@
-// small_seq_cuda.cpp: the `cuda` backend's small-seq entry points (docs/semantics.md
-// section 8): validation and the document list through plan_small_seq (the
-// twin's, so error codes and order are the same by construction), then
+// small_seq_cuda.cpp: the `cuda` backend's small-seq entry points
+// (docs/semantics.md#8-small-sequence-problems): validation and the document list through
+// plan_small_seq (the twin's, so error codes and order are the same by construction), then
 // `unsupported` for what the kernels lack (fp32, head dims other than 64..512 in
 // steps of 64, more than kSmallSeqMaxGroup query heads per kv head), the seam's
 // double tensors converted to fp16 / bf16 bit patterns, the kernels of

@@ -1,6 +1,6 @@
-// small_seq_kernels.cu: the small-sequence attention kernels (docs/semantics.md section 8):
-// one query token per document, 1..16 keys, fp16 / bf16 storage, fp32 accumulation,
-// head dims 64..512 in steps of 64, GQA / MQA.
+// small_seq_kernels.cu: the small-sequence attention kernels
+// (docs/semantics.md#8-small-sequence-problems): one query token per document, 1..16 keys, fp16 /
+// bf16 storage, fp32 accumulation, head dims 64..512 in steps of 64, GQA / MQA.
 //
 // One warp per (document, kv head), four warps a block. A warp handles the group's
 // Hq / Hkv query heads in order, so every kv token has exactly one owner and dK / dV

@@ -24,7 +24,8 @@ int64_t run_end(const RowRef& r, int64_t begin) {
 }
 
 // The documents of one broadcast row, appended to the plan. Ids of a valid row
-// increase along each side (section 2), so one merge pass pairs q runs with kv runs.
+// increase along each side (docs/semantics.md#1-inputs), so one merge pass pairs q runs with kv
+// runs.
 std::optional<Error> add_row_documents(const MetadataParams& mp, int64_t row, SmallSeqPlan& plan) {
   const RowRef q = row_ref(mp, mp.q, row), kv = row_ref(mp, mp.kv, row);
   for (int64_t t = 0; t < kv.len; ++t) plan.kv_pos[row * kv.len + t] = kv.pos[t];
@@ -58,7 +59,8 @@ std::optional<Error> add_row_documents(const MetadataParams& mp, int64_t row, Sm
 }  // namespace
 
 Expected<SmallSeqPlan> plan_small_seq(const AttentionProblem& problem, const AttentionInputs& inputs) {
-  // The batch errors of docs/semantics.md section 1, from the production metadata path.
+  // The batch errors of docs/semantics.md#input-validation-in-precedence-order, from the production
+  // metadata path.
   if (auto md = metadata_twin(problem.batch); !md) return md.error();
   const AttentionShape& s = problem.shape;
   if (auto e = check_heads(s)) return *e;

@@ -1,8 +1,8 @@
-// small_seq_twin.cpp: the CPU twin of the small-sequence kernels (docs/semantics.md
-// section 8). The kernels' per-lane steps (small_seq/small_seq_rows.hpp) run in
-// loops: over (document, kv head) items as the kernels' warps, over the group's
-// query heads, and over the kLanes lanes of a warp, each lane holding its column
-// slots of a head_dim row. The lane sums go through the same xor butterfly as the
+// small_seq_twin.cpp: the CPU twin of the small-sequence kernels
+// (docs/semantics.md#8-small-sequence-problems). The kernels' per-lane steps
+// (small_seq/small_seq_rows.hpp) run in loops: over (document, kv head) items as the kernels'
+// warps, over the group's query heads, and over the kLanes lanes of a warp, each lane holding its
+// column slots of a head_dim row. The lane sums go through the same xor butterfly as the
 // device's shuffles (warp_sum below), so the twin adds in the kernel's order.
 //  - forward per query head: dots of q with the document's keys (fp32),
 //    masked_scores, softmax_slots -> P (fp32, stored), o = sum_j round(P_j) v_j

@@ -20,7 +20,8 @@ constexpr const char* kLayouts[] = {"B=1", "B>1", "extra dims", "Tq!=Tkv", "wind
 struct Cell {
   std::set<std::string> properties, layouts, dtypes;
 };
-// (op in table order, mask kinds in the order of docs/semantics.md section 2 then other rows, row) -> what was seen
+// (op in table order, mask kinds in the order of docs/semantics.md#2-the-attention-mask then other
+// rows, row) -> what was seen
 using Tally = std::map<std::tuple<size_t, int, std::string>, Cell>;
 
 int row_rank(const std::string& row) {

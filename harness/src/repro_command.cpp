@@ -82,7 +82,7 @@ std::string metadata_body(Backend& reference, const MetadataCase& m) {
                     batch_code(m.batch, "batch") + "  const auto got = backend->metadata()->metadata(batch);\n";
   const Expected<Metadata> want = reference.metadata()->metadata(m.batch);
   if (!want) return out + expect_error(want.error());
-  out += "  ASSERT_TRUE(got) << got.error().message;\n  // The reference's metadata (docs/semantics.md section 3): every field exactly.\n";
+  out += "  ASSERT_TRUE(got) << got.error().message;\n  // The reference's metadata (docs/semantics.md#3-metadata): every field exactly.\n";
   const Metadata& w = want.value();
   for (auto [name, v] : {std::pair{"q_seqlens", &w.q_seqlens}, {"kv_seqlens", &w.kv_seqlens}, {"q_offsets", &w.q_offsets},
                          {"kv_offsets", &w.kv_offsets}, {"cu_seqlens_q", &w.cu_seqlens_q}, {"cu_seqlens_kv", &w.cu_seqlens_kv},
@@ -97,7 +97,7 @@ std::string float_checks(const std::vector<ToleranceCheck>& checks, const std::v
   std::string out =
       "  // Floats: max |got - expected| must stay within the budget k * e + eps, where expected is the float64\n"
       "  // reference, e the error of a naive run in the same precision (its floor) and eps the dtype's\n"
-      "  // (docs/semantics.md section 6; k = 2 for o and lse, 3 for gradients), computed when this was written.\n";
+      "  // (docs/semantics.md#6-tolerance; k = 2 for o and lse, 3 for gradients), computed when this was written.\n";
   for (const auto& [name, values] : want) {
     double budget = tolerance_floor(Dtype::fp32);
     for (const ToleranceCheck& c : checks)
@@ -143,7 +143,7 @@ std::string kv_buffer_body(const KvBufferCase& kv) {
   std::string out = "  ASSERT_NE(backend->kv_buffer(), nullptr);\n  attn_oracle::KvBufferProblem problem;\n  problem.doc_lengths = " +
                     ints(p.doc_lengths) + ";\n  problem.micro_seq_tokens = " + std::to_string(p.micro_seq_tokens) + ";\n" +
                     shape_code(p.shape, "problem.shape") +
-                    "  // The reference's metadata of each micro-sequence (docs/semantics.md section 3), exactly.\n";
+                    "  // The reference's metadata of each micro-sequence (docs/semantics.md#3-metadata), exactly.\n";
   int64_t n = 0;
   for (int64_t l : p.doc_lengths) n += l;
   for (int64_t i = 0; p.micro_seq_tokens > 0 && i * p.micro_seq_tokens < n; ++i) {

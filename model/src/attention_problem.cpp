@@ -1,7 +1,8 @@
-// attention_problem.cpp: the attention problem's bookkeeping (docs/semantics.md section 5):
-// dtype names and exact rounding into fp16 / bf16 / fp32, the effective scale,
-// tensor sizes over broadcast rows, validation (bad_heads, bad_tensor_shape), and
-// the documented deterministic data generator of `data: {"seed": N}` case files.
+// attention_problem.cpp: the attention problem's bookkeeping
+// (docs/semantics.md#5-attention-outputs-and-gradients): dtype names and exact rounding into fp16 /
+// bf16 / fp32, the effective scale, tensor sizes over broadcast rows, validation (bad_heads,
+// bad_tensor_shape), and the documented deterministic data generator of `data: {"seed": N}` case
+// files.
 //
 // Easy to get wrong:
 //  - Rounding goes straight from double to the target type. Going through float

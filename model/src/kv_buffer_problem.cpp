@@ -1,4 +1,4 @@
-// kv_buffer_problem.cpp: the shared K/V buffer problem of docs/semantics.md section 3 as
+// kv_buffer_problem.cpp: the shared K/V buffer problem of docs/semantics.md#3-metadata as
 // data: validation (codes in the order kv_buffer.hpp gives), micro-sequence
 // ranges, the whole-sequence problem, the seeded inputs and the slice / buffer
 // layouts. The float64 references live in reference/src/kv_buffer.cpp.

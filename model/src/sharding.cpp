@@ -1,5 +1,5 @@
 // sharding.cpp: mesh bookkeeping, the PartitionSpec printer and the validator of
-// docs/semantics.md section 9 (precedence in sharding.hpp). Messages name the spec, the
+// docs/semantics.md#9-sharding (precedence in sharding.hpp). Messages name the spec, the
 // dim, the axis and the sizes involved.
 #include "attn_oracle/model/sharding.hpp"
 

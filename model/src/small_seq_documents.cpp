@@ -1,7 +1,7 @@
-// small_seq_documents.cpp: the small-sequence problem of docs/semantics.md section 8 as
-// data: every q run of every broadcast row checked as a document (one query
-// token, 1..16 keys) and listed in row-major order. Validation order: batch,
-// heads, then documents in order (query count, then key count of each), then
+// small_seq_documents.cpp: the small-sequence problem of
+// docs/semantics.md#8-small-sequence-problems as data: every q run of every broadcast row checked
+// as a document (one query token, 1..16 keys) and listed in row-major order. Validation order:
+// batch, heads, then documents in order (query count, then key count of each), then
 // tensor sizes, so a shape error in q cannot hide a small-seq violation.
 // Tested by tests/small_seq_reference_test.cpp (every error path).
 #include <string>

@@ -1,4 +1,4 @@
-// validate.cpp: docs/semantics.md section 1 checks, in precedence order.
+// validate.cpp: docs/semantics.md#input-validation-in-precedence-order checks, in precedence order.
 #include "attn_oracle/model/validate.hpp"
 
 #include <cstdint>
@@ -72,7 +72,8 @@ Shape extra_of(const PackedSide& s) {
   return Shape(s.segment_ids.shape.begin(), s.segment_ids.shape.end() - 2);
 }
 
-// One side of one row, docs/semantics.md section 1 per-row codes in precedence order.
+// One side of one row, docs/semantics.md#input-validation-in-precedence-order per-row codes in
+// precedence order.
 std::optional<Error> check_row(const RowView& row, MaskKind mask, int64_t max_segments,
                                const std::string& where) {
   auto fail = [&](ErrorCode code, int64_t t, const std::string& what) {

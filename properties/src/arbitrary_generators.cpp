@@ -1,6 +1,6 @@
 // arbitrary_generators.cpp: small unstructured batches for the precedence of
-// error codes (docs/semantics.md section 1). Ids in -1..4, positions near the token index,
-// M in 0..4, extra dims that may or may not broadcast, positions either full
+// error codes (docs/semantics.md#input-validation-in-precedence-order). Ids in -1..4, positions
+// near the token index, M in 0..4, extra dims that may or may not broadcast, positions either full
 // shape or a [B, T] suffix. About a third of the draws are valid. Inside a
 // domain's shape fields (input_domain.hpp), positions from 0 where it asks.
 #include "attn_oracle/properties/generators.hpp"

@@ -1,5 +1,5 @@
-// attention_properties.cpp: the properties of docs/semantics.md section 5, written once
-// against the attention capability. Floats are judged by the tolerance rule
+// attention_properties.cpp: the properties of docs/semantics.md#5-attention-outputs-and-gradients,
+// written once against the attention capability. Floats are judged by the tolerance rule
 // (tolerance.hpp): error against the float64 reference <= k x the error of a
 // same-precision naive computation + eps. The metamorphic ones (permutation,
 // GQA, causal window) compare a backend with itself on a transformed problem,
@@ -69,9 +69,10 @@ Drawn supported_case(Backend& backend, const Case& c) {
 }
 
 // Kernels see each document as trimmed runs and apply the index rule, which is
-// the token-level mask exactly on representable inputs (docs/semantics.md section 3); the
-// others are the representability diagnostic's business, not a kernel bug. A
-// backend that computes the token-level mask (the reference) is held to every input.
+// the token-level mask exactly on representable inputs
+// (docs/semantics.md#the-kernels-index-rule-and-representability); the others are the
+// representability diagnostic's business, not a kernel bug. A backend that computes the token-level
+// mask (the reference) is held to every input.
 void decline_unrepresentable(Backend& backend, const AttentionProblem& p) {
   if (backend.attention()->token_level_mask()) return;
   if (const auto r = ref::representability(p.batch); !r.representable) decline_case("not representable: " + r.first_difference);
@@ -327,8 +328,8 @@ Case draw_windowed(const DrawContext& context) {
 // A window (left, 0) on a padding (no_mask) input is top-left causal by
 // positions: it equals padding_causal (causal) with window (left, -1). Left is
 // the drawn one, so mostly -1: the plain causal mask. Both problems must be
-// representable (docs/semantics.md section 3: kernels realise the token-level mask only
-// there; matchesReference is where the rest is judged).
+// representable (docs/semantics.md#the-kernels-index-rule-and-representability: kernels realise the
+// token-level mask only there; matchesReference is where the rest is judged).
 void causal_window_equals_top_left_causal(Backend& backend, const Case& c) {
   const Drawn d = supported_case(backend, c);
   const AttentionProblem& windowed = d.problem;

@@ -1,6 +1,6 @@
-// context_parallel_properties.cpp: the properties of docs/semantics.md section
-// 9.1, written once against the context-parallel capability. Each has a
-// planted-bug backend in tests/planted/context_parallel_bugs.cpp that it must
+// context_parallel_properties.cpp: the properties of
+// docs/semantics.md#91-context-parallelism, written once against the context-parallel capability.
+// Each has a planted-bug backend in tests/planted/context_parallel_bugs.cpp that it must
 // catch (tests/planted_bugs_test.cpp). The oracle is
 // reference/context_parallel.hpp: the permutation derived token by token, every
 // rank problem's metadata read off its explicit mask, the lse merge in float64;

@@ -1,7 +1,7 @@
-// invalid_generators.cpp: batches with exactly one violation of docs/semantics.md section 1,
-// tagged with the code the validator must give. Each injection is placed so that
-// no code of higher precedence applies (for example a too-large id goes on the
-// last token of a row, where it cannot split a document into two runs).
+// invalid_generators.cpp: batches with exactly one violation of
+// docs/semantics.md#input-validation-in-precedence-order, tagged with the code the validator must
+// give. Each injection is placed so that no code of higher precedence applies (for example a
+// too-large id goes on the last token of a row, where it cannot split a document into two runs).
 #include <algorithm>
 #include <optional>
 

@@ -1,6 +1,6 @@
-// kv_buffer_properties.cpp: the properties of docs/semantics.md section 3, written once
+// kv_buffer_properties.cpp: the properties of docs/semantics.md#3-metadata, written once
 // against the K/V buffer capability. Floats are judged by the tolerance rule of
-// docs/semantics.md section 5 against the whole-sequence float64 oracle; metadata and the
+// docs/semantics.md#6-tolerance against the whole-sequence float64 oracle; metadata and the
 // inactive prefix exactly (bitwise for the prefix). Each property has a planted
 // bug in tests/planted/kv_buffer_bugs.cpp that it must catch
 // (tests/kv_buffer_planted_test.cpp).

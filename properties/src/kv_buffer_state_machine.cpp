@@ -1,5 +1,5 @@
 // kv_buffer_state_machine.cpp: the shared K/V buffer as a RapidCheck state
-// machine (docs/semantics.md section 3). The model is what a training step knows: which
+// machine (docs/semantics.md#3-metadata). The model is what a training step knows: which
 // slices are written (and so the exact buffer contents), how many micro-sequences
 // have run forward, and how far the backward has come. Commands:
 //  - WriteSlice(i): any micro-sequence, in any order, rewrites allowed; the
@@ -11,7 +11,7 @@
 //  - Backward: after every forward (a no-op before), the next micro-sequence in reverse; dq of its
 //    tokens against the oracle, grad_buffer[0, fdb) unchanged bit for bit, and
 //    after the last one the whole gradient buffer against the oracle's dK, dV.
-// Floats use the tolerance rule of docs/semantics.md section 5 with the whole-sequence
+// Floats use the tolerance rule of docs/semantics.md#6-tolerance with the whole-sequence
 // naive budget, restricted to the rows compared.
 //
 // The property's draw records the command sequence ("WriteSlice(2)", "Attend",

@@ -1,4 +1,4 @@
-// metadata_properties.cpp: the properties of docs/semantics.md section 3, written once
+// metadata_properties.cpp: the properties of docs/semantics.md#3-metadata, written once
 // against the metadata capability and run on every backend. Integers are compared
 // exactly. Each property is a draw (a metadata case, plus the side and padding a
 // metamorphic property adds, recorded in the case) and a check on the case, so

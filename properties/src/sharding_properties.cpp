@@ -1,4 +1,4 @@
-// sharding_properties.cpp: the properties of docs/semantics.md section 9, written once
+// sharding_properties.cpp: the properties of docs/semantics.md#9-sharding, written once
 // against the sharding capability. Each has a planted-bug backend in
 // tests/planted/sharding_bugs.cpp that it must catch (tests/sharding_planted_test.cpp).
 //
@@ -7,9 +7,9 @@
 //
 // Representability: a backend whose devices run kernels (token_level_mask() is
 // false) realises the token-level mask only on representable per-device
-// problems (docs/semantics.md section 3), and a context-parallel query chunk that starts inside a
-// causal document or under a window is not one. Such a draw is moved to the
-// nearest problem every device can represent: the same call with the `padding`
+// problems (docs/semantics.md#the-kernels-index-rule-and-representability), and a context-parallel
+// query chunk that starts inside a causal document or under a window is not one. Such a draw is
+// moved to the nearest problem every device can represent: the same call with the `padding`
 // kind and no window (all pairs of a document, positions play no part). The
 // reference keeps every kind, so the position-based kinds are covered under
 // context parallelism there; bottom-right kinds never meet a sharded sequence
@@ -114,7 +114,7 @@ Case draw_invalid(const DrawContext&) {
 // Any invalid triple is rejected, by validation and by the run alike, with the
 // code of the independent rules (independent_rules.hpp), which the model's
 // validator must give too, naming what they name, and the model's exact message
-// (for Q/K/V specs that differ, the message of docs/semantics.md section 9); no result is
+// (for Q/K/V specs that differ, the message of docs/semantics.md#9-sharding); no result is
 // computed.
 void invalid_triples_are_rejected_exactly(Backend& backend, const Case& c) {
   ShardingCapability& cap = *backend.sharding();
@@ -129,7 +129,7 @@ void invalid_triples_are_rejected_exactly(Backend& backend, const Case& c) {
   const std::optional<Error> want = reference_calls().validate_sharding(d.draw.sharding, shapes);
   if (want->code == ErrorCode::sharding_spec_mismatch)
     require(want->message == spec_mismatch_message(d.draw.sharding.q, d.draw.sharding.k, d.draw.sharding.v),
-            "the reference's message is not docs/semantics.md section 9's: " + want->message);
+            "the reference's message is not docs/semantics.md#9-sharding's: " + want->message);
   auto judge = [&](const std::string& who, const std::optional<Error>& got) {
     if (!got) fail_case(who + " accepted an invalid call that must give " + describe(*want));
     if (got->code != want->code || got->message != want->message)

@@ -1,5 +1,5 @@
-// small_seq_generators.cpp: generators of small-seq problems (docs/semantics.md section 8),
-// valid and invalid. See generators.hpp.
+// small_seq_generators.cpp: generators of small-seq problems
+// (docs/semantics.md#8-small-sequence-problems), valid and invalid. See generators.hpp.
 //
 // Like packed_batch, a problem is drawn as a spec (rows of documents, each one
 // query and its key count, gaps, where the query sits) and built by

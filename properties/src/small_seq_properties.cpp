@@ -1,5 +1,5 @@
-// small_seq_properties.cpp: the properties of docs/semantics.md section 8, written once
-// against the small-seq capability. Floats are judged by the tolerance rule
+// small_seq_properties.cpp: the properties of docs/semantics.md#8-small-sequence-problems, written
+// once against the small-seq capability. Floats are judged by the tolerance rule
 // (small_seq_checks.hpp): o and P like outputs (k = 2), gradients k = 3, against
 // the float64 ref::small_seq; error codes exactly. matchesGeneralAttention puts
 // the same backend's general attention against its small-seq path, within twice
@@ -81,9 +81,9 @@ void matches_reference(Backend& backend, const Case& c) {
 
 // The small-seq path and the same backend's general fused attention agree on o
 // and the gradients. Kernels realise the token-level mask only on representable
-// inputs (docs/semantics.md section 3), so the others are declined; decode-like documents
-// under top-left causal never are (the query is past its keys), which is why the
-// generator also puts queries at position 0.
+// inputs (docs/semantics.md#the-kernels-index-rule-and-representability), so the others are
+// declined; decode-like documents under top-left causal never are (the query is past its keys),
+// which is why the generator also puts queries at position 0.
 void matches_general_attention(Backend& backend, const Case& c) {
   const Drawn d = supported_case(backend, c);
   require_attention_takes(backend, d.problem);

@@ -14,10 +14,11 @@ from typing import Optional
 __all__ = ["Domain", "declared_domain", "MASK_KINDS", "DTYPES", "CP_STRATEGIES", "CP_BALANCES", "is_causal", "is_bottom_right", "mask_kind",
            "TOP_LEFT_KINDS", "CAUSAL_KINDS", "FRAMEWORK_DTYPE_NAMES", "framework_dtypes"]
 
-# The mask kinds (docs/semantics.md section 2) and dtypes, by the names the protocol and case files use.
+# The mask kinds (docs/semantics.md#2-the-attention-mask) and dtypes, by the names the protocol and
+# case files use.
 MASK_KINDS = ("no_mask", "padding", "causal", "padding_causal", "causal_bottom_right", "padding_causal_bottom_right")
 DTYPES = ("fp32", "fp16", "bf16")
-# Context parallelism's strategies and load balancing (docs/semantics.md section 9.1).
+# Context parallelism's strategies and load balancing (docs/semantics.md#91-context-parallelism).
 CP_STRATEGIES = ("all_gather", "ring", "all_to_all")
 CP_BALANCES = ("contiguous", "dual_chunk_swap", "striped", "head_tail", "explicit_indices")
 

@@ -35,7 +35,7 @@ from .domain import DTYPES, FRAMEWORK_DTYPE_NAMES, MASK_KINDS  # their one home
 
 @dataclass(frozen=True)
 class Metadata:
-    """The metadata of docs/semantics.md section 3, read off the explicit mask.
+    """The metadata of docs/semantics.md#3-metadata, read off the explicit mask.
 
     ``*_seqlens`` are ``[..., B, M]`` (slot k: valid tokens of document k+1),
     ``*_offsets`` ``[..., B, M+1]`` (row-local first valid token of each
@@ -247,7 +247,7 @@ def explicit_mask(
     window: Sequence[int] = (-1, -1),
     with_window: bool = True,
 ) -> np.ndarray:
-    """The boolean attention mask ``[..., B, Tq, Tkv]`` of docs/semantics.md section 2 for every row.
+    """The boolean attention mask ``[..., B, Tq, Tkv]`` of docs/semantics.md#2-the-attention-mask for every row.
 
     ``allowed[..., b, i, j]`` says whether query token i attends key token j:
     same document (id != 0), the causal or bottom-right term of the mask kind,
@@ -270,7 +270,7 @@ def representability(
 ) -> tuple[bool, str]:
     """Whether kernels that see only the trimmed runs of each document (and
     apply the mask by index) compute the token-level mask of this batch
-    (docs/semantics.md section 2); when not, the second item names the first document and
+    (docs/semantics.md#2-the-attention-mask); when not, the second item names the first document and
     token pair that differs."""
     args = _batch_args(q_segment_ids, q_segment_pos, kv_segment_ids, kv_segment_pos, mask, window, max_segments)
     return _core.representability(*args)

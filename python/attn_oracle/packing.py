@@ -46,7 +46,7 @@ class Rows:
 
 @dataclass(frozen=True)
 class Document:
-    """One document's valid tokens on each side of its row (docs/semantics.md section 3)."""
+    """One document's valid tokens on each side of its row (docs/semantics.md#3-metadata)."""
 
     row: int  # flat row of [R, T]
     segment: int  # its segment id

@@ -241,7 +241,7 @@ def python_script(c: Case, target: str, *, origin: str = "", differs: str = "", 
     out += [s + "\n\n" for s in setup if "\n" in s]
     if c.op == "kv_buffer":
         out += _kv_lines(c) + [s for s in setup if "\n" not in s]
-        out += ["# The reference's metadata of each micro-sequence (docs/semantics.md section 3), compared exactly.",
+        out += ["# The reference's metadata of each micro-sequence (docs/semantics.md#3-metadata), compared exactly.",
                 "expected = ["]
         out += [f"    {{{', '.join(f'{fields.get(k, k)!r}: {_literal(v)}' for k, v in m.items())}}}," for m in _kv_expected(c)]
         out += ["]", "differs = []", "for i, want in enumerate(expected):", f"    got = {call}",
@@ -261,10 +261,10 @@ def python_script(c: Case, target: str, *, origin: str = "", differs: str = "", 
         if budgets:
             out += ["# Floats: max |got - expected| must stay within k * e + eps, where expected is the float64",
                     "# reference, e the error of a naive run in the same precision and eps the dtype's floor",
-                    "# (docs/semantics.md section 6; k = 2 for o and lse, 3 for gradients), computed when this was written.",
+                    "# (docs/semantics.md#6-tolerance; k = 2 for o and lse, 3 for gradients), computed when this was written.",
                     f"budgets = {json.dumps(budgets)}"]
         else:
-            out.append("# The reference's answer (docs/semantics.md section 3), compared exactly.")
+            out.append("# The reference's answer (docs/semantics.md#3-metadata), compared exactly.")
         out.append("expected = {")
         out += [f"    {k!r}: {_literal(v)}," for k, v in want.items()]
         out += [f"    {k!r}: {_literal(v)},  # in the stack's terms" for k, v in (stack.expected if stack else {}).items()]

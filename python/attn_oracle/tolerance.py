@@ -1,6 +1,6 @@
 """The tolerance judge: is a backend's output within the rule for this case?
 
-The rule (docs/semantics.md section 6; the C++ of reference/src/tolerance.cpp):
+The rule (docs/semantics.md#6-tolerance; the C++ of reference/src/tolerance.cpp):
 a float tensor passes when
 
     max |backend - ref64| <= k * max |naive - ref64| + eps

@@ -50,7 +50,7 @@ before it draws and runs a case; raise ``AttnOracleError(code, message)`` for an
 input the backend rejects (codes as in docs/semantics.md). Any other exception
 fails the case with its traceback; the worker goes on. Optional attributes:
 ``name``, ``version`` (shown in reports), ``token_level_mask = True`` for a
-backend that computes the mask of docs/semantics.md section 2 on any input, as a reference does,
+backend that computes the mask of docs/semantics.md#2-the-attention-mask on any input, as a reference does,
 and ``outputs``: the optional outputs it produces, among ``"lse"``,
 ``"gradients"`` and ``"small_seq_p"`` (default: all). A backend with
 ``outputs = ("gradients",)`` returns no lse; properties judge what it produces
@@ -113,7 +113,7 @@ CONTEXT_PARALLEL_OPS = ("cp_rank_metadata", "cp_rank_attention", "cp_attention",
 
 @dataclass
 class Batch:
-    """A packed batch (docs/semantics.md section 1). Ids [..., B, T]; positions a trailing suffix of that shape."""
+    """A packed batch (docs/semantics.md#1-inputs). Ids [..., B, T]; positions a trailing suffix of that shape."""
 
     q_segment_ids: np.ndarray
     q_segment_pos: np.ndarray
@@ -169,7 +169,7 @@ class Sharding:
 
 @dataclass
 class KvBufferProblem:
-    """The shared K/V buffer (docs/semantics.md section 3): document lengths, micro-sequence size m, heads, head_dim, dtype, scale, backward."""
+    """The shared K/V buffer (docs/semantics.md#3-metadata): document lengths, micro-sequence size m, heads, head_dim, dtype, scale, backward."""
 
     doc_lengths: np.ndarray
     micro_seq_tokens: int
@@ -183,7 +183,7 @@ class KvBufferProblem:
 
 @dataclass
 class Layout:
-    """A context-parallel layout (docs/semantics.md section 9.1, model/context_parallel.hpp):
+    """A context-parallel layout (docs/semantics.md#91-context-parallelism, model/context_parallel.hpp):
     ``cp`` ranks, a ``strategy`` (all_gather, ring, all_to_all) and a ``balance``
     (contiguous, dual_chunk_swap, striped, head_tail, explicit_indices); ``stripe``
     tokens a stripe (striped), ``indices`` [B, T] the caller's permutation

@@ -49,7 +49,7 @@ nb::object numpy_array(std::vector<T> data, const Shape& shape) {
 // A NumPy bool array from 0 / 1 bytes.
 nb::object numpy_bool_array(std::vector<char> data, const Shape& shape);
 
-// The packed batch of docs/semantics.md section 1 from the arrays and the mask spec;
+// The packed batch of docs/semantics.md#1-inputs from the arrays and the mask spec;
 // an unknown mask name is bad_mask.
 PackedBatch packed_batch(const IntIn& q_ids, const IntIn& q_pos, const IntIn& kv_ids, const IntIn& kv_pos,
                          const std::string& mask, std::pair<int64_t, int64_t> window, int64_t max_segments);

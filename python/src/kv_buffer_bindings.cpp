@@ -1,5 +1,5 @@
-// kv_buffer_bindings.cpp: the float64 oracle of the shared K/V buffer (docs/semantics.md
-// section 3, reference/kv_buffer.hpp) on NumPy arrays: each micro-sequence's
+// kv_buffer_bindings.cpp: the float64 oracle of the shared K/V buffer
+// (docs/semantics.md#3-metadata, reference/kv_buffer.hpp) on NumPy arrays: each micro-sequence's
 // canonical metadata, and the streamed outputs and gradients (which equal
 // whole-sequence per-document causal attention). The documented surface is
 // attn_oracle/oracle.py; tested by python/tests/test_kv_buffer_oracle.py.

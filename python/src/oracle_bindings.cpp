@@ -47,7 +47,7 @@ nb::dict metadata(const IntIn& q_ids, const IntIn& q_pos, const IntIn& kv_ids, c
   return metadata_dict(value_or_raise(ref::metadata(batch)));
 }
 
-// [..., B, Tq, Tkv]: every broadcast row's mask of docs/semantics.md section 2.
+// [..., B, Tq, Tkv]: every broadcast row's mask of docs/semantics.md#2-the-attention-mask.
 nb::object explicit_mask(const IntIn& q_ids, const IntIn& q_pos, const IntIn& kv_ids, const IntIn& kv_pos,
                          const std::string& mask, Window2 window, int64_t max_segments, bool with_window) {
   const PackedBatch batch = packed_batch(q_ids, q_pos, kv_ids, kv_pos, mask, window, max_segments);

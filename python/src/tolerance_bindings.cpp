@@ -1,5 +1,5 @@
 // tolerance_bindings.cpp: the tolerance rule of reference/tolerance.hpp
-// (docs/semantics.md section 6) on a backend's NumPy outputs, for
+// (docs/semantics.md#6-tolerance) on a backend's NumPy outputs, for
 // attn_oracle/tolerance.py. The oracle computes the float64 reference and the
 // same-precision naive run of the case itself, so only the backend's outputs
 // cross: o, lse (attention) or o, p (small_seq), and dq, dk, dv with backward.

@@ -1,7 +1,7 @@
 """The CP contract's answers for the CP stack modules' tests, written here from the definitions in
 model/include/attn_oracle/model/context_parallel.hpp (sharing no code with the modules): the
 permutation token by token (each token's rank, then row order, as the reference derives it),
-the rank problem, and its metadata (docs/semantics.md section 3, from the oracle), until the CP
+the rank problem, and its metadata (docs/semantics.md#3-metadata, from the oracle), until the CP
 protocol lets `python -m attn_oracle check` judge the modules."""
 
 from types import SimpleNamespace
@@ -80,7 +80,7 @@ def rank_problem_batch(lay, prob, perm, rank, step):
 
 
 def rank_metadata(lay, prob, rank, step=0):
-    """docs/semantics.md section 3 on the rank problem, from the oracle."""
+    """docs/semantics.md#3-metadata on the rank problem, from the oracle."""
     batch = rank_problem_batch(lay, prob, permutation(lay, prob), rank, step)
     return oracle.metadata(batch.pop("q_segment_ids"), batch.pop("q_segment_pos"), **batch).as_dict()
 

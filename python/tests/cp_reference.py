@@ -1,8 +1,8 @@
 """A float64 NumPy reference of context parallelism for test_multidevice_cp.py, written from
-the contract (model/include/attn_oracle/model/context_parallel.hpp, docs/semantics.md
-sections 2, 3, 5) and apart from the runners: the permutation token by token (each token's
+the contract (model/include/attn_oracle/model/context_parallel.hpp,
+docs/semantics.md#2-the-attention-mask, docs/semantics.md#3-metadata, docs/semantics.md#5-attention-outputs-and-gradients) and apart from the runners: the permutation token by token (each token's
 rank, then row order, as reference/src/context_parallel.cpp derives it), the mask with the
-bottom-right rule as section 2 states it (run lengths, not rewritten top-left), attention and
+bottom-right rule as docs/semantics.md#2-the-attention-mask states it (run lengths, not rewritten top-left), attention and
 its gradients in closed form, metadata by loops. Also the random problems the tests draw."""
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def _run_lengths(ids):
 
 
 def row_mask(ids, pos, kind, window, with_window=True):
-    """[T, T] of one self-attention row, by section 2's table (bottom-right with run lengths)."""
+    """[T, T] of one self-attention row, by docs/semantics.md#2-the-attention-mask's table (bottom-right with run lengths)."""
     ids, pos = np.asarray(ids, np.int64), np.asarray(pos, np.int64)
     return _row_mask(ids.tobytes(), pos.tobytes(), kind, tuple(window), with_window)
 
@@ -187,7 +187,7 @@ def _side(ids, valid, m):
 
 
 def rank_metadata(layout, problem, rank, step):
-    """Section 3 on a rank problem: valid tokens ignore the window."""
+    """docs/semantics.md#3-metadata on a rank problem: valid tokens ignore the window."""
     b = problem.batch
     perm = permutation(layout, b.q_segment_ids)
     qt, kt = rank_tokens(layout, perm, rank, step)

@@ -1,6 +1,6 @@
 """attn_oracle.kv_buffer_metadata and kv_buffer_stream: the float64 oracle of
 the shared K/V buffer (docs/python.md, "The K/V buffer") against `attn-oracle
-eval` on the design fixture, against docs/semantics.md section 3's worked example by hand,
+eval` on the design fixture, against docs/semantics.md#3-metadata's worked example by hand,
 and against whole-sequence per-document causal attention. Under 1 s."""
 
 import json
@@ -27,7 +27,7 @@ def test_metadata_equals_the_cli_on_the_design_fixture():
 
 
 def test_metadata_of_the_worked_example_by_hand():
-    # Documents [4, 1, 10] in micro-sequences of 4 (docs/semantics.md section 3).
+    # Documents [4, 1, 10] in micro-sequences of 4 (docs/semantics.md#3-metadata).
     ms = attn_oracle.kv_buffer_metadata([4, 1, 10], 4)
     assert [(m.begin, m.end, m.first_document_begin) for m in ms] == [(0, 4, 0), (4, 8, 4), (8, 12, 5), (12, 15, 5)]
     assert [m.cu_seqlens_k.tolist() for m in ms] == [[0, 4], [0, 1, 4], [0, 7], [0, 10]]

@@ -47,7 +47,7 @@ def expected_permutation(lay, t):
 
 
 def expected_rank_metadata(lay, p, rank, step):
-    """Section 3 of rank `rank`'s problem at `step` (model/context_parallel.hpp): q its local tokens,
+    """docs/semantics.md#3-metadata of rank `rank`'s problem at `step` (model/context_parallel.hpp): q its local tokens,
     kv the whole row (all_gather) or rank (rank - step) mod cp's local tokens (ring), mask top-left."""
     b = p.batch
     rows, t = b.q_segment_ids.shape

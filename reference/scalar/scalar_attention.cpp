@@ -1,10 +1,12 @@
 // scalar_attention.cpp: the float64 attention references as they were before
 // they ran on query tiles (reference/src/reference_attention.cpp), kept
-// unchanged as an independent cross-check for the tests and as the benchmark's
-// baseline; not used by the suite.
+// unchanged as an independent cross-check: the suite's property
+// attention/oracleArithmeticMatchesScalarLoops (properties/src/oracle_arithmetic_properties.cpp)
+// compares the oracle's arithmetic with these loops on every run, the tests do
+// (tests/reference_tiles_test.cpp), and the attention benchmark measures against them.
 //
 //  - Dense masked: every broadcast row against its explicit [Tq, Tkv] mask of
-//    section 3 (ids and positions, window included), in matrix form over the
+//    docs/semantics.md#2-the-attention-mask (ids and positions, window included), in matrix form over the
 //    whole row: S = scale Q K^T, P = masked softmax(S), O = P V; backward from
 //    the stored P. Memory: ScoreMemory::dense_row.
 //  - Per document: every compacted document of the metadata (cu_seqlens,

@@ -1,7 +1,9 @@
 // scalar_attention.hpp: the scalar float64 attention references that
 // ref::attention_dense_masked and ref::attention_per_document replaced
-// (scalar_attention.cpp). Same contract and results to rounding; for tests and
-// benchmarks only (target attn_oracle_reference_scalar, not installed).
+// (scalar_attention.cpp). Same contract and results to rounding; for the
+// property attention/oracleArithmeticMatchesScalarLoops, the tests and the benchmarks
+// (target attn_oracle_reference_scalar: installed as the properties' link dependency,
+// this header not).
 #pragma once
 
 #include "attn_oracle/model/attention.hpp"

@@ -1,4 +1,4 @@
-// kv_buffer.cpp: float64 references of the shared K/V buffer (docs/semantics.md section 3);
+// kv_buffer.cpp: float64 references of the shared K/V buffer (docs/semantics.md#3-metadata);
 // see attn_oracle/model/kv_buffer.hpp for the semantics. Everything is built from the
 // packed-batch data model and the attention references of reference_attention.cpp:
 //  - the whole sequence is one packed row (ids 1..docs, positions from 0, causal);
@@ -10,7 +10,7 @@
 //    runs; that formulation is the production driver's, not the reference's.)
 //
 // Tested by tests/kv_buffer_test.cpp: hand-computed metadata (the [4, 1, 10]
-// example of docs/semantics.md section 3), streaming == whole sequence, the error codes,
+// example of docs/semantics.md#3-metadata), streaming == whole sequence, the error codes,
 // and the zero prefix of the gradient buffer.
 #include "attn_oracle/reference/kv_buffer.hpp"
 

@@ -1,9 +1,9 @@
-// reference_attention.cpp: float64 attention (docs/semantics.md section 5), computed two
-// independent ways that share only the data model and the tile arithmetic
+// reference_attention.cpp: float64 attention (docs/semantics.md#5-attention-outputs-and-gradients),
+// computed two independent ways that share only the data model and the tile arithmetic
 // (attention_tiles.hpp): where the attended pairs come from differs.
 //
 //  - Dense masked: every broadcast row against its explicit [Tq, Tkv] mask of
-//    section 3 (ids and positions, window included). Query tiles of 64 rows
+//    docs/semantics.md#2-the-attention-mask (ids and positions, window included). Query tiles of 64 rows
 //    against the [64, 64] key blocks of the row in which the mask attends
 //    anything (blocks with no attended pair add nothing, so skipping them
 //    changes no result); the tile's flags are the mask's entries.

@@ -1,5 +1,5 @@
-// reference_metadata.cpp: explicit masks (docs/semantics.md section 2) and the metadata read
-// off them (section 4). See reference_metadata.hpp for the contract.
+// reference_metadata.cpp: explicit masks (docs/semantics.md#2-the-attention-mask) and the metadata
+// read off them (docs/semantics.md#3-metadata). See attn_oracle/reference/metadata.hpp for the contract.
 #include "attn_oracle/reference/metadata.hpp"
 
 #include <algorithm>
@@ -11,7 +11,7 @@
 namespace attn_oracle::ref {
 namespace {
 
-// Number of tokens of each id in a row ("rl" of section 3), per token.
+// Number of tokens of each id in a row ("rl" of docs/semantics.md#2-the-attention-mask), per token.
 std::vector<int64_t> run_lengths(const RowView& row) {
   std::vector<int64_t> rl(row.len, 0);
   for (int64_t t = 0; t < row.len;) {
@@ -23,8 +23,8 @@ std::vector<int64_t> run_lengths(const RowView& row) {
   return rl;
 }
 
-// The non-segment terms of docs/semantics.md section 2 for one (query, key) pair: causal or
-// bottom-right alignment, then the window. The one place the reference spells
+// The non-segment terms of docs/semantics.md#2-the-attention-mask for one (query, key) pair: causal
+// or bottom-right alignment, then the window. The one place the reference spells
 // the rule: explicit_mask applies it to positions and run lengths, and the
 // kernels' index rule is the same predicate on indices inside trimmed runs
 // (kernel_rule_allows).
@@ -178,7 +178,8 @@ Expected<Metadata> metadata(const PackedBatch& batch) {
 }
 
 // Indices as positions and the trimmed runs' lengths as run lengths: for
-// bottom-right, lq - a <= lkv - b is b <= a + (lkv - lq), the diagonal of docs/semantics.md section 3.
+// bottom-right, lq - a <= lkv - b is b <= a + (lkv - lq), the diagonal of
+// docs/semantics.md#the-kernels-index-rule-and-representability.
 bool kernel_rule_allows(MaskKind mask, Window w, int64_t a, int64_t b, int64_t lq, int64_t lkv) {
   return pair_allowed(mask, w, /*with_window=*/true, a, b, lq, lkv);
 }

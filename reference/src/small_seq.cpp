@@ -1,6 +1,6 @@
-// small_seq.cpp: the float64 reference of the small-sequence problem (docs/semantics.md
-// section 8): one query token per document, 1..16 keys, P = softmax(S) stored
-// [docs, Hq, 16] instead of the log-sum-exp, backward from P.
+// small_seq.cpp: the float64 reference of the small-sequence problem
+// (docs/semantics.md#8-small-sequence-problems): one query token per document, 1..16 keys, P =
+// softmax(S) stored [docs, Hq, 16] instead of the log-sum-exp, backward from P.
 //
 // Semantics that are easy to get wrong:
 //  - documents are the q runs of broadcast rows, in row-major order over the rows
@@ -9,7 +9,7 @@
 //  - slot j of a P row is the document's j-th kv token *in row order*, whether or
 //    not the mask allows it: masked slots and slots past the keys are exactly 0,
 //    so a P row sums to 1 over its allowed keys, or is all 0.
-//  - the mask is the explicit mask of docs/semantics.md section 2, window included: causal
+//  - the mask is the explicit mask of docs/semantics.md#2-the-attention-mask, window included: causal
 //    kinds compare positions (top-left) or run-length offsets (bottom-right, with
 //    the query's run of length 1), so a window or causality can mask every key.
 //    Such a query gets o = 0, a zero P row and dq = 0, never a division by 0.

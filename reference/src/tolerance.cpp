@@ -1,5 +1,5 @@
 // tolerance.cpp: the same-precision naive attention and the tolerance rule of
-// docs/semantics.md section 5. See tolerance.hpp for the contract.
+// docs/semantics.md#6-tolerance. See tolerance.hpp for the contract.
 //
 // The naive computation is what a plain device implementation does, so that
 // max|naive - ref64| measures the error the dtype itself forces:

@@ -1,7 +1,7 @@
 // sharded_execution.cpp: the host simulation of sharded attention (see
 // sharded_execution.hpp for what it accepts and why). Order of a call: the
-// problem's own validation (docs/semantics.md sections 1 and 5 codes), [B, T] ids, the backend's
-// spec validation (docs/semantics.md section 9), the bottom-right limit, then the devices. Nothing
+// problem's own validation (codes of docs/semantics.md#4-error-codes), [B, T] ids, the backend's
+// spec validation (docs/semantics.md#9-sharding), the bottom-right limit, then the devices. Nothing
 // runs before every check has passed.
 #include "attn_oracle/seam/sharded_execution.hpp"
 
@@ -97,7 +97,7 @@ std::optional<Error> sequence_shard_supported(const AttentionProblem& problem, c
   return Error{ErrorCode::unsupported,
                "mask " + std::string(to_string(problem.batch.mask)) + " with the sequence split into " +
                    std::to_string(pieces[0].seq_count) +
-                   " shards: bottom-right kinds count a document's tokens in the row (docs/semantics.md section 2), which a "
+                   " shards: bottom-right kinds count a document's tokens in the row (docs/semantics.md#2-the-attention-mask), which a "
                    "sequence shard changes; shard the sequence only with no_mask, padding, causal or padding_causal"};
 }
 

@@ -1,5 +1,5 @@
-// small_seq_bugs.cpp: planted small-seq bugs (docs/semantics.md section 8), each ref::small_seq
-// with one mistake a small-sequence kernel really makes applied to it. The
+// small_seq_bugs.cpp: planted small-seq bugs (docs/semantics.md#8-small-sequence-problems), each
+// ref::small_seq with one mistake a small-sequence kernel really makes applied to it. The
 // backends' attention is the float64 dense reference (small_seq_backend), so
 // small_seq/matchesGeneralAttention can run on them too.
 #include <algorithm>

@@ -9,7 +9,7 @@
 // kernels do; gradients of backward problems come from the float64 reference
 // (every flag is a forward bug). Like the kernels it reads only the compacted
 // metadata and applies the index rule, so it declares non-representable inputs
-// unsupported (docs/semantics.md section 3).
+// unsupported (docs/semantics.md#the-kernels-index-rule-and-representability).
 #pragma once
 
 #include <memory>

@@ -1,8 +1,8 @@
-// batch_rules.cpp: the packed-batch validity rules of docs/semantics.md section 4
-// (table "Input validation, in precedence order") as brute-force predicates
-// (independent_rules.hpp). Shares no code with model/src/validate.cpp: the
-// broadcast rows are enumerated from index tuples, and each per-token rule is
-// a statement about the token and the tokens before it ("an earlier token of
+// batch_rules.cpp: the packed-batch validity rules of
+// docs/semantics.md#input-validation-in-precedence-order (table "Input validation, in precedence
+// order") as brute-force predicates (independent_rules.hpp). Shares no code with
+// model/src/validate.cpp: the broadcast rows are enumerated from index tuples, and each per-token
+// rule is a statement about the token and the tokens before it ("an earlier token of
 // this document holds a position at or above this one"), where the model scans
 // neighbours once. Within one side of one row the first rule of the table that
 // holds anywhere wins, and the message names the first token it holds at.

@@ -1,4 +1,4 @@
-// sharding_rules.cpp: the sharding validity rules of docs/semantics.md section 4
+// sharding_rules.cpp: the sharding validity rules of docs/semantics.md#4-error-codes
 // as a table, one row per rule in precedence order (independent_rules.hpp). It
 // shares no code with model/src/sharding.cpp: shard counts, the GQA/MQA
 // exception and the divisibility pairs are stated here again, the last as one

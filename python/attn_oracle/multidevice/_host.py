@@ -1,8 +1,8 @@
 """What both multi-device runners do on the host, in NumPy: read and check a layout,
 build its permutation, cut the rows into rank-major order, and read the ranks' answers.
 
-The contract is model/include/attn_oracle/model/context_parallel.hpp (docs/semantics.md
-section 9.1); the permutation here is built chunk by chunk as the model builds it, so a
+The contract is model/include/attn_oracle/model/context_parallel.hpp
+(docs/semantics.md#91-context-parallelism); the permutation here is built chunk by chunk as the model builds it, so a
 runner's answer can be compared with the oracle's token-by-token one. No JAX or torch
 here, and no compiled extension (the batch check uses it only when it imports).
 """

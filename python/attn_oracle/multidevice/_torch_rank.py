@@ -238,7 +238,7 @@ def step_attention(me, a):
 
 
 def _side_metadata(ids, valid, m):
-    """seqlens [B, M], offsets [B, M+1], cu_seqlens and ragged_offsets [S+1]: docs/semantics.md section 3."""
+    """seqlens [B, M], offsets [B, M+1], cu_seqlens and ragged_offsets [S+1]: docs/semantics.md#3-metadata."""
     rows, length = ids.shape
     one_hot = (ids[:, :, None] == torch.arange(1, m + 1, dtype=ids.dtype)) & valid[:, :, None]
     seqlens = one_hot.sum(1)

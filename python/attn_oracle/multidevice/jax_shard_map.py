@@ -10,9 +10,9 @@ q, k, v, ids and positions and nothing else. K/V reach the other ranks by real c
 - all_to_all: ``lax.all_to_all`` trades token shards for head shards (q, k, v), each rank attends
   the whole row for its heads, and o and lse go back the same way.
 
-Each rank builds its mask from ids and positions (docs/semantics.md section 2; bottom-right
+Each rank builds its mask from ids and positions (docs/semantics.md#2-the-attention-mask; bottom-right
 kinds written top-left, as the rank problems are: on self-attention the same mask) and its
-metadata (section 3) from the ids and positions it holds. Gradients are ``jax.vjp`` of the
+metadata (docs/semantics.md#3-metadata) from the ids and positions it holds. Gradients are ``jax.vjp`` of the
 whole sharded forward, so the collectives' transposes (reduce-scatter of an all_gather, the
 reverse ppermutes, the reverse all_to_all) bring dk and dv back to each token's owner.
 
@@ -172,7 +172,7 @@ def _forward(strategy, cp, q, k, v, ids, pos, tok, params, scale):
 
 def _side_metadata(ids, valid, m):
     """seqlens [B, M], offsets [B, M+1], cu_seqlens and ragged_offsets [B*M+1] (entries past the
-    document count S are filler), S: docs/semantics.md section 3 from one side's valid tokens."""
+    document count S are filler), S: docs/semantics.md#3-metadata from one side's valid tokens."""
     rows, length = ids.shape
     one_hot = (ids[:, :, None] == jnp.arange(1, m + 1, dtype=ids.dtype)) & valid[:, :, None]  # [B, L, M]
     seqlens = one_hot.sum(1, dtype=jnp.int32)
@@ -292,7 +292,7 @@ class Backend(_host.HostSide):
     @staticmethod
     def _check_rank_order(layout, rm, rank, step):
         """Explicit indices may order a rank's tokens against the row: its problem is then no
-        packed batch, and section 3 defines no metadata for it."""
+        packed batch, and docs/semantics.md#3-metadata defines no metadata for it."""
         if layout.balance != "explicit_indices":
             return
         local = rm.ids.shape[1] // layout.cp
@@ -300,4 +300,4 @@ class Backend(_host.HostSide):
             part = slice(r * local, (r + 1) * local)
             if not _host.rank_batch_is_packed(rm.ids[:, part], rm.pos[:, part]):
                 raise Unsupported(f"explicit indices that put rank {r}'s tokens out of row order: its problem is not "
-                                  "a packed batch, whose metadata docs/semantics.md section 3 defines")
+                                  "a packed batch, whose metadata docs/semantics.md#3-metadata defines")

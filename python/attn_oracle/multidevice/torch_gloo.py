@@ -287,4 +287,4 @@ def _check_rank_order(layout, rm, rank, step):
         part = slice(r * local, (r + 1) * local)
         if not _host.rank_batch_is_packed(rm.ids[:, part], rm.pos[:, part]):
             raise Unsupported(f"explicit indices that put rank {r}'s tokens out of row order: its problem is not "
-                              "a packed batch, whose metadata docs/semantics.md section 3 defines")
+                              "a packed batch, whose metadata docs/semantics.md#3-metadata defines")

@@ -3,7 +3,7 @@ the spans a head_tail layout splits, and a rank's problem written as an ordinary
 
 The contract is model/include/attn_oracle/model/context_parallel.hpp (the permutation, the rank
 problem) and reference/include/attn_oracle/reference/context_parallel.hpp (the rank metadata:
-docs/semantics.md section 3 on the rank problem). A layout is any object with ``cp``,
+docs/semantics.md#3-metadata on the rank problem). A layout is any object with ``cp``,
 ``strategy``, ``balance``, ``stripe`` and ``indices`` (attn_oracle.worker.Layout). No stack is
 imported here.
 """

@@ -40,7 +40,7 @@ Conventions mapped (each in the code where it is mapped):
   of row b in the contract's ``[B, T]`` permutation.
 - The DSA layout gives each document two kernel sequences on a rank: the front chunk's queries
   with keys from the document's start through that chunk, and the back chunk's queries with keys
-  through the back chunk (causal prefixes). docs/semantics.md section 3 has one entry per
+  through the back chunk (causal prefixes). docs/semantics.md#3-metadata has one entry per
   document: the rank's valid queries of the document (both chunks, adjacent in local order) and
   the keys they attend (the back segment's keys, which hold the front's). The pair is mapped to
   that document: q span = both segments' queries, kv span = the union of their key ranges. A

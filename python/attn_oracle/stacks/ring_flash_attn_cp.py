@@ -42,12 +42,12 @@ Conventions mapped:
 - The package takes one packed stream ([total_tokens, H, D], one ``cu_seqlens``): one row of the
   suite's batch (``max_rows=1``), its documents in order, no padding token (``cu_seqlens`` has no
   gap; the README packs with position_ids).
-- ``cu_seqlens_q`` is the rank's metadata of section 3 as it is (every local query is valid: it
+- ``cu_seqlens_q`` is the rank's metadata of docs/semantics.md#3-metadata as it is (every local query is valid: it
   attends itself or, without the causal term, its document); ``ragged_offsets_q`` its starts.
 - ``cu_seqlens_k`` counts from ``local_k_slice.start`` in the gathered K/V, which is the row in row
   order: ``ragged_offsets_kv = local_k_slice.start + cu_seqlens_k[:-1]``. With ``causal`` the last
   document's keys end at the rank's last query, the others are whole: the keys the rank's queries
-  attend (section 3's valid kv tokens). The kernel is then called with ``causal=causal``; FA2
+  attend (docs/semantics.md#3-metadata's valid kv tokens). The kernel is then called with ``causal=causal``; FA2
   aligns causal bottom-right, which on these spans is the top-left causal of the positions.
 - ``max_seqlen_q`` / ``max_seqlen_k`` are returned (the optional fields, judged exactly).
 - ``update_out_and_lse`` keeps ``out`` [tokens, H, D] and ``lse`` [tokens, H, 1] in float32 and

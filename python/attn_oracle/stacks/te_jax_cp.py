@@ -61,7 +61,7 @@ Conventions mapped (input side):
   (``_FusedAttnCPWithAllGatherHelper.check_supported``: "only supports PADDING_CAUSAL_MASK
   for THD types"; the ring helper likewise). Every causal kind goes to TE as
   ``PADDING_CAUSAL_MASK``: on self-attention the four causal kinds are one token-level
-  mask (docs/semantics.md section 2; the rank problem writes bottom-right top-left),
+  mask (docs/semantics.md#2-the-attention-mask; the rank problem writes bottom-right top-left),
   and a batch without padding is a padding_causal batch without padding.
 - Segment ids: TE's k-th document of a row is id k (from_segment_ids_and_pos'
   examples, its tests' ``generate_random_segment_ids_and_pos``); the all-gather path
@@ -75,7 +75,7 @@ Conventions mapped (input side):
   included. Its convention numbers each segment's tokens, padding after a document
   included, from 0 (from_segment_ids_and_pos' example ``[0, 1, 2, 3, 4]`` for
   ``[3, 3, 3, 0, 0]``; its test generator's ``arange(segment_size)``). Ours may start
-  anywhere and skip (docs/semantics.md section 1), and padding positions carry nothing;
+  anywhere and skip (docs/semantics.md#1-inputs), and padding positions carry nothing;
   under the causal kinds a document's mask depends on the order of its positions only, and
   the metadata never reads the window, so every token goes to TE at its offset in its span
   (the document with the padding after it, or a row's leading padding alone: the head_tail
@@ -85,7 +85,7 @@ Conventions mapped (input side):
   (the all-gather helpers take none; the ring's descriptor uses it for its fast-path
   choice only, which the ring turns off).
 
-Conventions mapped (output side, TE's kernel arguments to docs/semantics.md section 3
+Conventions mapped (output side, TE's kernel arguments to docs/semantics.md#3-metadata
 of the rank problem, model/context_parallel.hpp):
 
 - Buffers: q offsets index the rank's local [B, L] q (``row * L + local slot``, as
@@ -106,7 +106,7 @@ of the rank problem, model/context_parallel.hpp):
   per-segment-id seqlens). The all-gather's are runs (each stripe of a document on that
   rank is a segment, its keys the document's gathered tokens up to that stripe's last
   position, bottom-right causal): a document's q tokens are the union of its runs'
-  queries and its kv tokens the union of their keys. The fields then follow section 3
+  queries and its kv tokens the union of their keys. The fields then follow docs/semantics.md#3-metadata
   from those token sets: seqlens slotted by id, offsets the first token of each
   document in row order, cu_seqlens and ragged offsets over the documents in row
   order, plus ``indices_q`` / ``indices_kv`` (every token a segment hands the kernel,
@@ -432,7 +432,7 @@ def te_positions(ids: np.ndarray) -> np.ndarray:
 
 
 def metadata_from_call(call: dict, q_ids: np.ndarray, max_segments: int) -> dict:
-    """docs/semantics.md section 3 fields of the tokens one recorded kernel call hands cuDNN.
+    """docs/semantics.md#3-metadata fields of the tokens one recorded kernel call hands cuDNN.
     ``q_ids`` [B, L]: the rank's own ids in local order (a segment's document is its first query's)."""
     rows, lq, lkv = q_ids.shape[0], call["q_tokens"], call["kv_tokens"]
     q_len, kv_len = np.diff(call["q_cu_seqlens"]), np.diff(call["kv_cu_seqlens"])

@@ -8,7 +8,7 @@ ids, positions and run lengths, turned into a ``BlockMask`` by
 ``create_block_mask`` (so the block mask is judged through the attention it
 gives), then ``flex_attention(q, k, v, block_mask=..., scale=..., enable_gqa=...,
 return_aux=AuxRequest(lse=True))``. The ``mask_mod`` is the token-level rule of
-docs/semantics.md section 2, written on flex's indices:
+docs/semantics.md#2-the-attention-mask, written on flex's indices:
 
 - document term: ``q_ids[b, q_idx] == kv_ids[b, kv_idx]`` and the id is not 0
   (padding);

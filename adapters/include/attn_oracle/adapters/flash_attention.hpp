@@ -73,7 +73,7 @@ struct VarlenCall {
 };
 
 // Our batch as a FlashAttention call: one document per document with valid
-// tokens (docs/semantics.md section 3), rows in row-major order, trimmed to its valid
+// tokens (docs/semantics.md#3-metadata), rows in row-major order, trimmed to its valid
 // tokens. Errors: the model's validation codes; `unsupported` when the
 // FlashAttention call would attend differently (the message names the row,
 // document and first query that differs, e.g. our top-left causal on a

@@ -9,7 +9,7 @@
 //    one is `attn_mask=causal_lower_right(L, S)` (j <= i + S - L): our
 //    causal_bottom_right. They differ only when L != S.
 //  - A query SDPA masks completely gives NaN in PyTorch's math path; ours gives
-//    o = 0, lse = -inf (docs/semantics.md section 5). The adapter translates the mask, not
+//    o = 0, lse = -inf (docs/semantics.md#5-attention-outputs-and-gradients). The adapter translates the mask, not
 //    that output rule.
 //  - Flex's document mask reads global indices: document_id[q] == document_id[kv]
 //    and, causal, q_idx >= kv_idx, and with a sliding window

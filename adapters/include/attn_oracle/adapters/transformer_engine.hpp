@@ -62,7 +62,7 @@ struct ThdParams {
 Expected<PackedBatch> to_packed_batch(const ThdParams& params);
 
 // Our batch as THD metadata over our own tensors ([R, T, H, D] read as THD):
-// the compacted metadata of docs/semantics.md section 3 (documents with valid tokens,
+// the compacted metadata of docs/semantics.md#3-metadata (documents with valid tokens,
 // trimmed to them), padded starts = row * T + start, and a leading document
 // with no valid tokens when the first one does not start at token 0. Tokens
 // the call leaves out are padding to TE: when there are any, a non-padding

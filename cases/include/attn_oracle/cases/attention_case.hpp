@@ -1,15 +1,16 @@
 // attention_case.hpp: `op: "attention"` and `op: "small_seq"` cases
-// (docs/semantics.md sections 5 and 8, docs/case-files.md): the batch fields, heads_q, heads_kv, head_dim, dtype,
-// optional scale and backward, then either `data: {"seed": N}`
-// (generate_inputs) or `tensors: {q, k, v, do}` as nested arrays
-// [extra..][B][T][H][D]. Explicit tensors are kept as written and rounded to the
-// dtype when the inputs are built, so that files round-trip and the reference
-// computes what the device was asked to compute.
+// (docs/semantics.md#5-attention-outputs-and-gradients and
+// docs/semantics.md#8-small-sequence-problems, docs/case-files.md): the batch fields, heads_q,
+// heads_kv, head_dim, dtype, optional scale and backward, then either `data: {"seed": N}`
+// (generate_inputs) or `tensors: {q, k, v, do}` as nested arrays [extra..][B][T][H][D]. Explicit
+// tensors are kept as written and rounded to the dtype when the inputs are built, so that files
+// round-trip and the reference computes what the device was asked to compute.
 //
 // attention: judged by the tolerance rule against ref::attention_dense_masked,
-// on representable inputs for backends that realise the index rule (docs/semantics.md section 3).
-// small_seq: o, P and the gradients by the tolerance rule against ref::small_seq.
-// Implemented in cases/src/attention_op.cpp.
+// on representable inputs for backends that realise the index rule
+// (docs/semantics.md#the-kernels-index-rule-and-representability). small_seq: o, P and the
+// gradients by the tolerance rule against ref::small_seq. Implemented in
+// cases/src/attention_op.cpp.
 #pragma once
 
 #include <optional>

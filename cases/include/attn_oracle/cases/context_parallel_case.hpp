@@ -1,6 +1,6 @@
-// context_parallel_case.hpp: `op: "context_parallel"` cases (docs/semantics.md
-// section 9.1, docs/case-files.md): the fields of an attention case (a [B, T]
-// self-attention batch, the shape, the data) and the layout:
+// context_parallel_case.hpp: `op: "context_parallel"` cases
+// (docs/semantics.md#91-context-parallelism, docs/case-files.md): the fields of an attention case
+// (a [B, T] self-attention batch, the shape, the data) and the layout:
 //
 //   "cp": {"size": 4, "strategy": "ring", "balance": "striped", "stripe": 2}
 //   "cp": {"size": 2, "strategy": "all_gather", "balance": "explicit_indices",

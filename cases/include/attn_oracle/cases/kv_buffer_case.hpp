@@ -1,4 +1,5 @@
-// kv_buffer_case.hpp: `op: "kv_buffer"` cases (docs/semantics.md sections 3 and 11).
+// kv_buffer_case.hpp: `op: "kv_buffer"` cases (docs/semantics.md#3-metadata and
+// docs/semantics.md#11-where-each-concept-lives-in-the-code).
 //
 //   {"schema": ..., "op": "kv_buffer", "note": "...",
 //    "doc_lengths": [4, 1, 10], "micro_seq_tokens": 4,

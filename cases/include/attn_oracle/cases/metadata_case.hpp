@@ -1,7 +1,7 @@
-// metadata_case.hpp: `op: "metadata"` cases (docs/semantics.md sections 1-3): the packed
-// batch fields (mask, window, max_segments, q, kv). Evaluated by a backend's
-// metadata capability; judged exactly (every integer and error code) against
-// ref::metadata. Implemented in cases/src/metadata_op.cpp.
+// metadata_case.hpp: `op: "metadata"` cases (docs/semantics.md#1-inputs to
+// docs/semantics.md#3-metadata): the packed batch fields (mask, window, max_segments, q, kv).
+// Evaluated by a backend's metadata capability; judged exactly (every integer and error code)
+// against ref::metadata. Implemented in cases/src/metadata_op.cpp.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -1,4 +1,5 @@
-// sharding_case.hpp: `op: "sharding"` cases (docs/semantics.md sections 9 and 11).
+// sharding_case.hpp: `op: "sharding"` cases (docs/semantics.md#9-sharding and
+// docs/semantics.md#11-where-each-concept-lives-in-the-code).
 //
 //   "mesh":  [["fsdp", 4], ["context", 1]]            axes in mesh order
 //   "specs": {"q": ["fsdp", null, null, null], "k": [...], "v": [...],
@@ -8,7 +9,7 @@
 // (validation only: eval prints {"ok": true} or the error), or the fields of an
 // attention case (attention_case.hpp), whose [B, T] batch gives the shapes: eval
 // runs the sharded attention and prints it as an attention result. Error codes
-// and messages are judged exactly (docs/semantics.md section 9 pins the message), a run by
+// and messages are judged exactly (docs/semantics.md#9-sharding pins the message), a run by
 // the tolerance rule against the unsharded float64 reference.
 // Implemented in cases/src/sharding_op.cpp.
 #pragma once

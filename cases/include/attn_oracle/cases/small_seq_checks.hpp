@@ -1,6 +1,6 @@
-// small_seq_checks.hpp: the tolerance rule of docs/semantics.md section 5 applied to
-// small-seq results (docs/semantics.md section 8), shared by the small-seq properties,
-// `attn-oracle replay` and tests/fixtures_test.cpp.
+// small_seq_checks.hpp: the tolerance rule of docs/semantics.md#6-tolerance applied to
+// small-seq results (docs/semantics.md#8-small-sequence-problems), shared by the small-seq
+// properties, `attn-oracle replay` and tests/fixtures_test.cpp.
 //
 // o and P are judged like outputs (k = 2, the dtype's floor), dq / dk / dv like
 // gradients (k = 3). The same-precision naive computation for o and the

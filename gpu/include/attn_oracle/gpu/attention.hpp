@@ -1,7 +1,7 @@
-// attention.hpp: host entry points of the fused varlen attention (docs/semantics.md
-// section 5): the CPU twin and the CUDA kernels. Both take the problem and the
-// inputs of the conformance seam (double arrays [R, T, H, D] whose values are
-// representable in the problem's dtype), compute the metadata with the
+// attention.hpp: host entry points of the fused varlen attention
+// (docs/semantics.md#5-attention-outputs-and-gradients): the CPU twin and the CUDA kernels. Both
+// take the problem and the inputs of the conformance seam (double arrays [R, T, H, D] whose values
+// are representable in the problem's dtype), compute the metadata with the
 // production metadata path, run the tiles, and return o, lse and, for backward,
 // dq, dk, dv in the seam's layouts.
 //

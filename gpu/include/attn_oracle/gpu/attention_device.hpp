@@ -1,7 +1,7 @@
-// attention_device.hpp: the CUDA side of the fused varlen attention (docs/semantics.md
-// section 5) as plain C++17, so that nvcc compiles attention_kernels.cu without
-// the C++20 data-model headers. The host wrapper (attention_cuda.cpp) validates,
-// converts the seam's double tensors to 16-bit storage patterns and back, and
+// attention_device.hpp: the CUDA side of the fused varlen attention
+// (docs/semantics.md#5-attention-outputs-and-gradients) as plain C++17, so that nvcc compiles
+// attention_kernels.cu without the C++20 data-model headers. The host wrapper (attention_cuda.cpp)
+// validates, converts the seam's double tensors to 16-bit storage patterns and back, and
 // turns failures into Errors; the bench calls attention_on_device directly to
 // time the kernels with CUDA events.
 //

@@ -1,4 +1,4 @@
-// kv_buffer.hpp: host entry points of the shared K/V buffer (docs/semantics.md section 3) on
+// kv_buffer.hpp: host entry points of the shared K/V buffer (docs/semantics.md#3-metadata) on
 // the CPU twin and on CUDA. Tensors are the seam's (kv_buffer.hpp in reference/):
 // the buffer and its gradient [N, 2, Hkv, D], a micro-sequence's q and d_o
 // [end - begin, Hq, D].

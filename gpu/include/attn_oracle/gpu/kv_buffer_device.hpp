@@ -1,4 +1,4 @@
-// kv_buffer_device.hpp: the CUDA side of the shared K/V buffer (docs/semantics.md section 3)
+// kv_buffer_device.hpp: the CUDA side of the shared K/V buffer (docs/semantics.md#3-metadata)
 // as plain C++17, so that nvcc compiles kv_buffer_kernels.cu without the C++20
 // data-model headers. The host wrapper (kv_buffer_cuda.cpp) validates and
 // converts; each call uploads, runs one kernel family, downloads (the seam holds

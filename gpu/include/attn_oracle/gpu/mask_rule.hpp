@@ -1,5 +1,5 @@
 // mask_rule.hpp: the mask kinds as the kernels see them, and the one place the
-// production code spells docs/semantics.md section 2's causal and window terms.
+// production code spells docs/semantics.md#2-the-attention-mask's causal and window terms.
 //
 // allowed_interval(mask, left, right, a, lq, lkv) gives the keys b that query a
 // may attend, in coordinates where the query's run has lq tokens and the key's

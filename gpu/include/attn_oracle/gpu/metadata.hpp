@@ -1,5 +1,5 @@
-// metadata.hpp: host entry points of the O(T) metadata algorithm (docs/semantics.md
-// section 3): the CPU twin, and the CUDA kernels when this build has CUDA.
+// metadata.hpp: host entry points of the O(T) metadata algorithm
+// (docs/semantics.md#3-metadata): the CPU twin, and the CUDA kernels when this build has CUDA.
 // Both return exactly the reference's integers and error codes; the properties
 // of properties/metadata_properties.cpp check that on every backend.
 #pragma once

@@ -1,11 +1,11 @@
 // metadata_row.hpp: the per-row logic of the O(T) metadata algorithm, shared by
 // the CUDA kernels (metadata_kernels.cu) and the CPU twin (metadata_twin.cpp).
 //
-// Per row and side, one left-to-right pass validates (docs/semantics.md section 1, every
-// per-row code, first token per code, lowest code wins) and records each
-// document's run [first, last]. Positions strictly increase inside a document,
-// so a document's valid tokens are a suffix of its q run and a prefix of its kv
-// run, found by binary search against the other side's first / last position:
+// Per row and side, one left-to-right pass validates
+// (docs/semantics.md#input-validation-in-precedence-order, every per-row code, first token per
+// code, lowest code wins) and records each document's run [first, last]. Positions strictly
+// increase inside a document, so a document's valid tokens are a suffix of its q run and a prefix
+// of its kv run, found by binary search against the other side's first / last position:
 //   top-left causal:  q valid iff pos_q >= pos_kv[first];  kv valid iff pos_kv <= pos_q[last]
 //   bottom-right:     q valid iff pos_q >= (Lq - Lkv) + pos_kv[first]
 //                     kv valid iff pos_kv <= (Lkv - Lq) + pos_q[last]
@@ -131,7 +131,7 @@ struct Trimmed {
   int64_t q_first = 0, q_count = 0, kv_first = 0, kv_count = 0;
 };
 
-// The valid tokens of one document present on both sides (docs/semantics.md section 3).
+// The valid tokens of one document present on both sides (docs/semantics.md#3-metadata).
 ATTN_HD Trimmed trim_document(RowRef q, DocRun qr, RowRef kv, DocRun kr, int mask) {
   Trimmed t{qr.first, qr.last - qr.first + 1, kr.first, kr.last - kr.first + 1};
   if (!mask_top_left(mask) && !mask_bottom_right(mask)) return t;

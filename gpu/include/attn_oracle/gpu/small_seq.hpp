@@ -1,6 +1,6 @@
-// small_seq.hpp: host entry points of the small-sequence kernels (docs/semantics.md
-// section 8): the CPU twin and the CUDA kernels, sharing the per-(document, head)
-// code in gpu/include/attn_oracle/gpu/small_seq/.
+// small_seq.hpp: host entry points of the small-sequence kernels
+// (docs/semantics.md#8-small-sequence-problems): the CPU twin and the CUDA kernels, sharing the
+// per-(document, head) code in gpu/include/attn_oracle/gpu/small_seq/.
 #pragma once
 
 #include <optional>

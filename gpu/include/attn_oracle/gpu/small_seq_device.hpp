@@ -1,7 +1,7 @@
-// small_seq_device.hpp: the CUDA side of the small-sequence kernels (docs/semantics.md
-// section 8) as plain C++17, so that nvcc compiles small_seq_kernels.cu without
-// the C++20 data-model headers. The host wrapper (small_seq_cuda.cpp) validates
-// and lists the documents (small_seq_plan.hpp), converts the seam's doubles to
+// small_seq_device.hpp: the CUDA side of the small-sequence kernels
+// (docs/semantics.md#8-small-sequence-problems) as plain C++17, so that nvcc compiles
+// small_seq_kernels.cu without the C++20 data-model headers. The host wrapper (small_seq_cuda.cpp)
+// validates and lists the documents (small_seq_plan.hpp), converts the seam's doubles to
 // 16-bit storage patterns (attention_device.hpp's to_storage_bits) and back; the
 // bench calls small_seq_on_device directly to time the kernels with CUDA events.
 // Checked by the small-seq properties on the `cuda` backend when a device is

@@ -1,5 +1,6 @@
-// attention.hpp: the attention problem and tensors of docs/semantics.md section 5 (data
-// model only; the float64 references are attn_oracle/reference/attention.hpp).
+// attention.hpp: the attention problem and tensors of
+// docs/semantics.md#5-attention-outputs-and-gradients (data model only; the float64 references are
+// attn_oracle/reference/attention.hpp).
 //
 // Tensors are float64 on the host, BSHD over *broadcast rows*: R = prod(extra) * B
 // rows, so [R, T, H, D] is also the THD tensor [R*T, H, D] that the compacted
@@ -111,7 +112,7 @@ struct AttentionSizes {
 enum class ScoreMemory { dense_row, streaming, query_tiles, query_tiles_with_mask };
 inline constexpr int64_t kReferenceTileRows = 64;
 
-// Validates the batch (docs/semantics.md section 1) and the heads (bad_heads), the memory
+// Validates the batch (docs/semantics.md#1-inputs) and the heads (bad_heads), the memory
 // the tensors and `scores` need (over_memory_budget), then the tensor sizes
 // (bad_tensor_shape) and values (check_attention_values) when `inputs` is given.
 Expected<AttentionSizes> validate_attention(const AttentionProblem& problem, const AttentionInputs* inputs = nullptr,

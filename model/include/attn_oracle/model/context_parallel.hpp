@@ -1,5 +1,5 @@
 // context_parallel.hpp: the data model and validator of context parallelism
-// (docs/semantics.md section 9.1): a packed row's tokens split over `cp` ranks.
+// (docs/semantics.md#91-context-parallelism): a packed row's tokens split over `cp` ranks.
 //
 // A layout is `cp`, a strategy and a load-balancing permutation:
 //  - strategy: all_gather (each rank's queries against every key, the gathered
@@ -94,8 +94,8 @@ std::vector<double> cp_reorder_tokens(const std::vector<double>& values, const s
                                       int64_t row_tokens, int64_t width, bool inverse);
 
 // What rank `rank` computes at `step` under a token split `permutation`
-// ([B, T], rank-major), written as an ordinary packed problem (docs/semantics.md
-// section 9.1):
+// ([B, T], rank-major), written as an ordinary packed problem
+// (docs/semantics.md#91-context-parallelism):
 //   q   the rank's local tokens in local order (all_to_all: the whole row);
 //   kv  all_gather and all_to_all: the whole row in row order (the gathered
 //       K/V put back in row order); ring step s: the local tokens of rank

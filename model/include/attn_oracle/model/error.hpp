@@ -1,10 +1,10 @@
-// error.hpp: the stable error codes of docs/semantics.md section 1 and a small Expected<T>.
+// error.hpp: the stable error codes of docs/semantics.md#4-error-codes and a small Expected<T>.
 //
 // Codes are compared exactly by every property, so their spelling is part of the
 // contract: `to_string(code)` is what case files and `attn-oracle eval` print.
-// The enum order is the precedence order of docs/semantics.md section 1 (whole-input codes,
-// then per-row codes); codes past `positions_not_increasing` are ours:
-//   negative_position   a position < 0 (docs/semantics.md section 1 requires >= 0 but names no code)
+// The enum order is the precedence order of docs/semantics.md#input-validation-in-precedence-order
+// (whole-input codes, then per-row codes); codes past `positions_not_increasing` are ours:
+//   negative_position   a position < 0 (docs/semantics.md#1-inputs requires >= 0 but names no code)
 //   bad_case            a case file that cannot be read (JSON, types, ragged arrays)
 //   bad_heads           heads_q % heads_kv != 0, or a zero head count / head dim
 //   bad_tensor_shape    explicit tensors whose shape disagrees with the problem
@@ -14,8 +14,8 @@
 //   kv_buffer_document_length     a K/V-buffer sequence with no documents or a length < 1
 //   kv_buffer_micro_seq_tokens    a micro-sequence size m < 1
 //   kv_buffer_slice_out_of_bounds a micro-sequence or slice outside the buffer
-//   sharding_*          docs/semantics.md section 9, in the precedence order of sharding.hpp
-//   cp_*                docs/semantics.md section 9.1, in the precedence order of context_parallel.hpp
+//   sharding_*          docs/semantics.md#9-sharding, in the precedence order of sharding.hpp
+//   cp_*                docs/semantics.md#91-context-parallelism, in the precedence order of context_parallel.hpp
 //   over_memory_budget  an input whose mask, tensors or outputs would need more memory
 //                       than the configured budget (memory_budget.hpp), or whose sizes
 //                       overflow int64

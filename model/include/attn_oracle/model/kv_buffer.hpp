@@ -1,4 +1,4 @@
-// kv_buffer.hpp: the shared K/V buffer across micro-sequences (docs/semantics.md section 3):
+// kv_buffer.hpp: the shared K/V buffer across micro-sequences (docs/semantics.md#3-metadata):
 // the problem, its validation and the canonical per-micro-sequence metadata
 // (data model); the float64 references it is judged by are named below.
 //

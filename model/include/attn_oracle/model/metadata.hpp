@@ -1,4 +1,4 @@
-// metadata.hpp: the metadata of docs/semantics.md section 3, produced by every backend with
+// metadata.hpp: the metadata of docs/semantics.md#3-metadata, produced by every backend with
 // the metadata capability and compared exactly (never with a tolerance).
 #pragma once
 

@@ -1,4 +1,4 @@
-// packed_batch.hpp: the input data model of docs/semantics.md section 1.
+// packed_batch.hpp: the input data model of docs/semantics.md#1-inputs.
 //
 // A packed batch is two sides (q and kv), each with integer segment ids of shape
 // [..., B, T] and positions whose shape is a trailing suffix of the ids' shape

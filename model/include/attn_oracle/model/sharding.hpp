@@ -1,4 +1,4 @@
-// sharding.hpp: the data model and validator of docs/semantics.md section 9.
+// sharding.hpp: the data model and validator of docs/semantics.md#9-sharding.
 //
 // A mesh is named axes with sizes; devices are numbered row-major over the axes
 // in mesh order (the first axis is the slowest). A partition spec gives, per
@@ -22,16 +22,16 @@
 //  3. Q/K/V agreement: the three specs are identical, or K and V are identical
 //     and equal to Q except that their head dim is unsharded where Q's is
 //     sharded (GQA/MQA); else sharding_spec_mismatch with exactly the message
-//     of docs/semantics.md section 9;
+//     of docs/semantics.md#9-sharding;
 //  4. the segment-ids spec equals Q's batch and sequence dims
 //     (sharding_segment_ids_mismatch);
 //  5. divisibility: every dim of q, k, v (in that order, dims in order) by its
 //     shard count (sharding_not_divisible); then, under the GQA/MQA exception,
 //     heads_kv by the shard count of Q's heads (sharding_kv_heads_not_divisible,
-//     docs/semantics.md section 8: "the shard counts divide the head counts"; each device then reads
+//     docs/semantics.md#9-sharding: the shard count of Q's heads divides heads_kv; each device then reads
 //     a whole block of kv heads).
 // Structure before agreement before sizes: a spec that names a missing axis has
-// no shard count to compare, and the section 8 message must name the specs as
+// no shard count to compare, and the docs/semantics.md#9-sharding message must name the specs as
 // given, before any shape is looked at.
 //
 // Tested by tests/sharding_test.cpp (printer, every code, precedence, the pinned
@@ -98,10 +98,10 @@ int64_t shard_count(const Mesh& mesh, const DimSharding& dim);
 // Which of shard_count pieces a device at `coords` holds: mixed radix, first axis major.
 int64_t shard_index(const Mesh& mesh, const DimSharding& dim, const std::vector<int64_t>& coords);
 
-// Exactly the message of docs/semantics.md section 9 for these specs.
+// Exactly the message of docs/semantics.md#9-sharding for these specs.
 std::string spec_mismatch_message(const PartitionSpec& q, const PartitionSpec& k, const PartitionSpec& v);
 
-// True when K and V use the GQA/MQA head-dim exception of docs/semantics.md section 9
+// True when K and V use the GQA/MQA head-dim exception of docs/semantics.md#9-sharding
 // (identical to each other, equal to Q except an unsharded head dim where Q's
 // is sharded). Structure only: the head-count proviso is validate_sharding's.
 bool uses_gqa_head_exception(const Sharding& s);

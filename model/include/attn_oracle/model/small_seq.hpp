@@ -1,19 +1,21 @@
-// small_seq.hpp: the small-sequence attention problem of docs/semantics.md section 8 (data
-// model and validation; the float64 reference is attn_oracle/reference/small_seq.hpp).
+// small_seq.hpp: the small-sequence attention problem of
+// docs/semantics.md#8-small-sequence-problems (data model and validation; the float64 reference is
+// attn_oracle/reference/small_seq.hpp).
 //
 // A small-seq problem is an AttentionProblem whose every q document (a run of one
 // nonzero id on the q side of a broadcast row) has exactly one query token, and
 // whose kv side holds 1..16 tokens of that id. Documents are numbered in row-major
 // order over the broadcast rows, then by position in the row; kv documents with
-// no query are ignored. The mask and window apply exactly as in docs/semantics.md section 2
-// (a query whose keys are all masked gets o = 0 and a zero P row).
+// no query are ignored. The mask and window apply exactly as in
+// docs/semantics.md#2-the-attention-mask (a query whose keys are all masked gets o = 0 and a zero P
+// row).
 //
 // Outputs: o and, for backward, dq / dk / dv in the AttentionResult layouts; P
 // instead of the log-sum-exp: [docs, heads_q, 16], slot j = the softmax weight of
 // the document's j-th key token (in row order), exactly 0 past its keys and where
 // masked.
 //
-// Validation order: the batch (docs/semantics.md section 1), then the heads (bad_heads), then
+// Validation order: the batch (docs/semantics.md#1-inputs), then the heads (bad_heads), then
 // documents in order (small_seq_query_count, small_seq_key_count), then tensor
 // sizes (bad_tensor_shape).
 #pragma once

@@ -1,4 +1,5 @@
-// validate.hpp: input validation with the stable codes of docs/semantics.md section 1.
+// validate.hpp: input validation with the stable codes of
+// docs/semantics.md#input-validation-in-precedence-order.
 //
 // Precedence: whole-input checks first (mask/window come from the case reader,
 // then max_segments, ranks, shapes, extra dims); then broadcast rows in row-major
@@ -19,7 +20,7 @@ namespace attn_oracle {
 // Shape checks only (the whole-input codes); gives the layout on success.
 Expected<BatchLayout> validate_shapes(const PackedBatch& batch);
 
-// Every check of docs/semantics.md section 1.
+// Every check of docs/semantics.md#input-validation-in-precedence-order.
 Expected<BatchLayout> validate(const PackedBatch& batch);
 
 }  // namespace attn_oracle

@@ -18,7 +18,7 @@ enum class Side { q, kv };
 PackedBatch keep_row(const PackedBatch& batch, int64_t b);
 
 // Broadcast slice e (flat over layout.extra) as an unbatched [B, T] batch,
-// positions broadcast as docs/semantics.md section 3 says.
+// positions broadcast as docs/semantics.md#1-inputs says.
 PackedBatch extra_slice(const PackedBatch& batch, const BatchLayout& layout, int64_t e);
 
 // Inserts `leading[b]` padding tokens before row b (of every slice) of one side

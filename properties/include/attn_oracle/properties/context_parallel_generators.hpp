@@ -1,5 +1,5 @@
 // context_parallel_generators.hpp: RapidCheck generators of context-parallel
-// calls (docs/semantics.md section 9.1), aimed at the classes of bug the
+// calls (docs/semantics.md#91-context-parallelism), aimed at the classes of bug the
 // stacks that ship context parallelism keep meeting:
 //  - a layout inside the backend's domain: strategy, balance, cp of 2, 3, 4, 8
 //    (and 1), stripes of 1, 2, 3, 64 and 128 (the long ones with cp = 2 and

@@ -1,4 +1,5 @@
-// generators.hpp: RapidCheck generators of packed inputs (docs/semantics.md sections 1-5).
+// generators.hpp: RapidCheck generators of packed inputs (docs/semantics.md#1-inputs to
+// docs/semantics.md#5-attention-outputs-and-gradients).
 //
 // Layered as RapidCheck's own generators are: a batch is drawn as a small *spec*
 // (per row, a list of documents with their q and kv lengths, the padding before
@@ -123,8 +124,9 @@ struct BatchOptions {
   int max_len = 64;        // T per side
   bool extra_dims = true;  // draw extra leading dims
   bool any_mask = true;    // all six kinds; false: padding kinds only
-  // Positions from 0 in every document (always representable, docs/semantics.md section 3):
-  // for properties that compare a kernel with itself on two masks.
+  // Positions from 0 in every document (always representable,
+  // docs/semantics.md#the-kernels-index-rule-and-representability): for properties that compare a
+  // kernel with itself on two masks.
   bool contiguous_positions = false;
   int tile_edge_weight = 1;  // how often (of 21 + this + kernel_tile_weight) a batch draws tile-edge lengths
   // How often a batch is drawn in the kernel-tile mode (0: never), and its rows' longest side.
@@ -218,13 +220,13 @@ AttentionShape nearest_supported_shape(const AttentionProblem& problem,
                                        const std::function<bool(const AttentionProblem&)>& supported);
 
 // ------------------------------------------------------------------- small-seq
-// Small-seq problems of docs/semantics.md section 8 (small_seq_generators.cpp): per row a
-// list of documents, each with exactly one query token and 1..16 keys, drawn as a
+// Small-seq problems of docs/semantics.md#8-small-sequence-problems (small_seq_generators.cpp): per
+// row a list of documents, each with exactly one query token and 1..16 keys, drawn as a
 // spec that shrinks by dropping rows and documents and shortening them.
 // Positions make decode-like documents common (the query one past its last
 // key), else the query at its first key's position (with unit key stride always
-// representable: docs/semantics.md section 3; what a failure shrinks towards), at its last
-// key, or at an explicit position.
+// representable: docs/semantics.md#the-kernels-index-rule-and-representability; what a failure
+// shrinks towards), at its last key, or at an explicit position.
 enum class QueryAt { first_key, after_keys, last_key, explicit_pos };
 
 struct SmallSeqDocSpec {

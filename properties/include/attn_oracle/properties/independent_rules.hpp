@@ -1,5 +1,5 @@
 // independent_rules.hpp: a second statement of every validity rule the suite
-// enforces (docs/semantics.md section 4), written apart from model/ so that a
+// enforces (docs/semantics.md#4-error-codes), written apart from model/ so that a
 // mistake in the model's validators is not also the properties' expectation.
 //
 //  - Sharding: a declarative table, one row per rule in precedence order (the

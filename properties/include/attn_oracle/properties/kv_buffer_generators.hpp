@@ -1,5 +1,5 @@
 // kv_buffer_generators.hpp: RapidCheck generators and checks of the shared K/V
-// buffer (docs/semantics.md section 3), kept small so that ctest stays fast: 1..4 document
+// buffer (docs/semantics.md#3-metadata), kept small so that ctest stays fast: 1..4 document
 // lengths of 1..40 tokens (short ones and length-1 documents weighted in)
 // tiling N = k - 1 micro-sequences of m tokens plus a last one of 1..m (k in
 // 1..8 with m in 1..20, or k in 1..40 with m in 1..4; k = 1 puts m past N),
@@ -10,7 +10,7 @@
 // because the CUDA kernels store nothing else: with fp32 alone, or head dims 8 and
 // 16 alone, the `cuda` backend declined every draw on a device. Each micro-sequence's dK/dV comes out rounded to the dtype
 // and is added into the fp32 gradient buffer, so a buffer row can carry several
-// roundings where the single-pass budget of docs/semantics.md section 5 counts one. On the
+// roundings where the single-pass budget of docs/semantics.md#6-tolerance counts one. On the
 // CPU twin the worst error / budget was 0.69-0.81 over 4 seeds of 1000 draws
 // (0.03-0.06 with fp32 alone): inside the budget, with a thinner margin.
 // A failing draw shrinks by dropping and shortening documents and towards fewer,

@@ -1,5 +1,5 @@
 // sharding_generators.hpp: RapidCheck generators of sharded attention calls
-// (docs/semantics.md section 9), drawn as a small layout that shrinks towards fewer devices,
+// (docs/semantics.md#9-sharding), drawn as a small layout that shrinks towards fewer devices,
 // fewer rows and shorter sequences:
 //  - a mesh of 1..3 of the axes 'fsdp', 'context', 'tensor' (in that order) and
 //    1..8 devices; each axis draws its own size and a role: unused, batch,

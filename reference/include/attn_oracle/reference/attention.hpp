@@ -1,7 +1,8 @@
-// reference/attention.hpp: the float64 attention reference (docs/semantics.md section 5),
-// computed two independent ways (reference_attention.cpp):
+// reference/attention.hpp: the float64 attention reference
+// (docs/semantics.md#5-attention-outputs-and-gradients), computed two independent ways
+// (reference_attention.cpp):
 //  - attention_dense_masked: every row against the explicit [Tq, Tkv] mask of
-//    docs/semantics.md section 2 (window included), on positions and ids.
+//    docs/semantics.md#2-the-attention-mask (window included), on positions and ids.
 //  - attention_per_document: every compacted document (cu_seqlens/ragged_offsets)
 //    with the kernels' index rule on its trimmed runs.
 // They agree on representable inputs (tests/reference_attention_test.cpp, at

@@ -1,14 +1,14 @@
-// context_parallel.hpp: the oracle of context parallelism (docs/semantics.md
-// section 9.1). What each rank's kernel call must be given is defined from the
-// explicit mask restricted to that rank: its query tokens against the keys it
+// context_parallel.hpp: the oracle of context parallelism
+// (docs/semantics.md#91-context-parallelism). What each rank's kernel call must be given is defined
+// from the explicit mask restricted to that rank: its query tokens against the keys it
 // meets at that step. Written apart from the host simulation
 // (seam/context_parallel.hpp): the permutation here is derived token by token
 // (each token's rank, then row order), the simulation's chunk by chunk.
 //
 // A rank problem (model/context_parallel.hpp: the rank's queries against the
 // keys it meets, bottom-right kinds written top-left) is an ordinary packed
-// problem, so its metadata is section 3's and its floats section 5's.
-// Tested by tests/context_parallel_test.cpp.
+// problem, so its metadata is docs/semantics.md#3-metadata's and its floats
+// docs/semantics.md#5-attention-outputs-and-gradients's. Tested by tests/context_parallel_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +29,7 @@ Expected<std::vector<int64_t>> cp_permutation(const CpLayout& layout, const Atte
 Expected<CpRankProblem> cp_rank_problem(const CpLayout& layout, const AttentionProblem& problem, int64_t rank,
                                         int64_t step);
 
-// The metadata that rank's kernel call must be given (section 3 on its problem).
+// The metadata that rank's kernel call must be given (docs/semantics.md#3-metadata on its problem).
 Expected<Metadata> cp_rank_metadata(const CpLayout& layout, const AttentionProblem& problem, int64_t rank,
                                     int64_t step);
 

@@ -1,5 +1,5 @@
 // reference/kv_buffer.hpp: the float64 references of the shared K/V buffer
-// (docs/semantics.md section 3; the problem and its metadata are attn_oracle/model/kv_buffer.hpp).
+// (docs/semantics.md#3-metadata; the problem and its metadata are attn_oracle/model/kv_buffer.hpp).
 // Tested by tests/kv_buffer_test.cpp.
 #pragma once
 

@@ -1,4 +1,5 @@
-// reference_metadata.hpp: ground truth for docs/semantics.md sections 2 and 3.
+// metadata.hpp: ground truth for docs/semantics.md#2-the-attention-mask and
+// docs/semantics.md#3-metadata.
 //
 // Builds the explicit [Tq, Tkv] boolean mask of each broadcast row from ids and
 // positions (segment term AND causal / bottom-right term AND window), then reads
@@ -8,12 +9,12 @@
 // pair at a time (O(sum over documents of Lq x Lkv) per row; pairs of different
 // ids fail the segment term unasked); the O(T) production algorithm is judged by it.
 //
-// Representability (section 4): the kernels see each document as two trimmed runs
-// and apply a rule by index. `representability` rebuilds the mask from that rule
-// and compares it with the explicit mask, naming the first pair that differs.
+// Representability (docs/semantics.md#the-kernels-index-rule-and-representability): the kernels see
+// each document as two trimmed runs and apply a rule by index. `representability` rebuilds the mask
+// from that rule and compares it with the explicit mask, naming the first pair that differs.
 //
-// Tested by the fixtures of docs/semantics.md section 10 (tests/fixtures_test.cpp: the worked examples,
-// hand-computed cases) and by the metadata properties.
+// Tested by the fixtures of docs/semantics.md#10-worked-examples (tests/fixtures_test.cpp: the
+// worked examples, hand-computed cases) and by the metadata properties.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +49,7 @@ struct RowMask {
   std::vector<char> dense() const;
 };
 
-// The mask of section 3 for broadcast row `row` of a validated batch.
+// The mask of docs/semantics.md#2-the-attention-mask for broadcast row `row` of a validated batch.
 // `with_window = false` gives the mask that metadata is derived from.
 RowMask explicit_mask(const PackedBatch& batch, const BatchLayout& layout, int64_t row,
                       bool with_window);

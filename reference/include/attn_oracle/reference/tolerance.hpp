@@ -1,4 +1,4 @@
-// tolerance.hpp: the float tolerance rule of docs/semantics.md section 5 (FlashAttention's).
+// tolerance.hpp: the float tolerance rule of docs/semantics.md#6-tolerance (FlashAttention's).
 //
 // A low-precision backend is judged against the float64 reference *relative to
 // what its precision can achieve*: the oracle also runs a same-precision naive
@@ -122,7 +122,8 @@ std::vector<ToleranceCheck> check_attention_tolerance(const AttentionProblem& pr
 // truth (ref::attention_dense_masked of `problem`) gives: the budget is measured
 // against the oracle, never against the backend's own output, so a wrong backend
 // cannot widen it. `problem` must be one the backend computes the token-level
-// mask of (representable, for kernels: docs/semantics.md section 3).
+// mask of (representable, for kernels:
+// docs/semantics.md#the-kernels-index-rule-and-representability).
 std::vector<ToleranceCheck> check_relation_tolerance(const AttentionProblem& problem,
                                                      const AttentionInputs& inputs, const AttentionResult& got,
                                                      const AttentionResult& expected,

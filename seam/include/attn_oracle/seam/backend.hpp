@@ -1,7 +1,7 @@
-// backend.hpp: the one seam between the suite and the code under test (docs/semantics.md
-// section 11). A backend implements any subset of the capability interfaces;
-// properties ask for the capability they need and report a skip, with the
-// reason, when it is missing. Register a backend once with
+// backend.hpp: the one seam between the suite and the code under test
+// (docs/semantics.md#11-where-each-concept-lives-in-the-code). A backend implements any subset of
+// the capability interfaces; properties ask for the capability they need and report a skip, with
+// the reason, when it is missing. Register a backend once with
 // ATTN_ORACLE_REGISTER_BACKEND(MyBackend) in any linked translation unit.
 #pragma once
 
@@ -39,7 +39,8 @@ class MetadataCapability {
   virtual ~MetadataCapability() = default;
   // A reason to decline this input (valid or not), or nullopt.
   virtual std::optional<std::string> unsupported(const PackedBatch&) { return std::nullopt; }
-  // The metadata of docs/semantics.md section 3, or the error code of section 2.
+  // The metadata of docs/semantics.md#3-metadata, or the error code of
+  // docs/semantics.md#4-error-codes.
   virtual Expected<Metadata> metadata(const PackedBatch& batch) = 0;
 };
 
@@ -52,9 +53,10 @@ class AttentionCapability {
   // to problem.shape.dtype; outputs are returned widened to double.
   virtual Expected<AttentionResult> attention(const AttentionProblem& problem,
                                               const AttentionInputs& inputs) = 0;
-  // True when this backend computes docs/semantics.md section 2's token-level mask on any
-  // input (the reference). Kernels apply the index rule to trimmed runs, which is
-  // that mask only on representable inputs (docs/semantics.md section 3): for them, judging a case
+  // True when this backend computes docs/semantics.md#2-the-attention-mask's token-level mask on
+  // any input (the reference). Kernels apply the index rule to trimmed runs, which is
+  // that mask only on representable inputs
+  // (docs/semantics.md#the-kernels-index-rule-and-representability): for them, judging a case
   // against the reference is skipped when it is not representable.
   virtual bool token_level_mask() const { return false; }
 
@@ -80,11 +82,12 @@ class SmallSeqCapability {
   virtual ~SmallSeqCapability() = default;
   // A reason to skip this problem (dtype, head dim, ...), or nullopt.
   virtual std::optional<std::string> unsupported(const AttentionProblem&) { return std::nullopt; }
-  // docs/semantics.md section 8: o, P [docs, Hq, 16] and, when backward, dq / dk / dv.
+  // docs/semantics.md#8-small-sequence-problems: o, P [docs, Hq, 16] and, when backward, dq / dk /
+  // dv.
   virtual Expected<SmallSeqResult> small_seq(const AttentionProblem& problem, const AttentionInputs& inputs) = 0;
 };
 
-// docs/semantics.md section 9. Most backends implement it with SimulatedSharding
+// docs/semantics.md#9-sharding. Most backends implement it with SimulatedSharding
 // (sharded_execution.hpp) over their own attention capability.
 class ShardingCapability {
  public:
@@ -99,11 +102,12 @@ class ShardingCapability {
   virtual Expected<AttentionResult> sharded_attention(const Sharding& sharding, const AttentionProblem& problem,
                                                       const AttentionInputs& inputs) = 0;
   // True when a device's attention realises the token-level mask on any input
-  // (the reference); kernels realise it only on representable problems (docs/semantics.md section 3).
+  // (the reference); kernels realise it only on representable problems
+  // (docs/semantics.md#the-kernels-index-rule-and-representability).
   virtual bool token_level_mask() const { return false; }
 };
 
-// docs/semantics.md section 9.1: a packed row split over `cp` ranks. Most
+// docs/semantics.md#91-context-parallelism: a packed row split over `cp` ranks. Most
 // backends implement it with SimulatedContextParallel (context_parallel.hpp)
 // over their own attention and metadata; a stack's module implements it with
 // the stack's own reordering, per-rank metadata and collectives.
@@ -155,7 +159,7 @@ class ContextParallelCapability {
   virtual bool token_level_mask() const { return false; }
 };
 
-// docs/semantics.md section 3: the shared K/V buffer steps, tensors as in kv_buffer.hpp
+// docs/semantics.md#3-metadata: the shared K/V buffer steps, tensors as in kv_buffer.hpp
 // (buffer and grad_buffer [N, 2, Hkv, D], a micro-sequence's q and d_o
 // [end - begin, Hq, D]).
 //

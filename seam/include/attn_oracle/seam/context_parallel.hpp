@@ -1,4 +1,4 @@
-// context_parallel.hpp: context parallelism (docs/semantics.md section 9.1)
+// context_parallel.hpp: context parallelism (docs/semantics.md#91-context-parallelism)
 // simulated on the host over a backend's own attention and metadata, so that
 // every backend with those two capabilities runs every layout and strategy.
 //
@@ -10,8 +10,8 @@
 // sums a ring's backward accumulates step by step, in another order), with
 // dK/dV summed over the ranks (the reduce-scatter).
 //
-// Kernels never see positions (docs/semantics.md section 2): a backend whose
-// attention is not token-level gets each call as blocks it can represent, the
+// Kernels never see positions (docs/semantics.md#the-kernels-index-rule-and-representability): a
+// backend whose attention is not token-level gets each call as blocks it can represent, the
 // way a CP kernel schedule splits its steps. Per document, a run of queries
 // (consecutive row tokens) meets a run of keys: all of them (positions all at
 // or before the first query's, or a non-causal kind: `padding`), none (every

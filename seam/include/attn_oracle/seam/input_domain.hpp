@@ -96,7 +96,7 @@ struct InputDomain {
   std::vector<int64_t> head_dims;
   // The sizes it was compiled for; empty for any.
   SizeMenu sizes;
-  // Context parallelism (docs/semantics.md section 9.1): the strategies, load
+  // Context parallelism (docs/semantics.md#91-context-parallelism): the strategies, load
   // balancing, rank counts and stripe sizes taken; empty for all (the
   // generators then draw cp of 2, 3, 4 and 8 and stripes of 1, 2, 3, 64, 128).
   std::vector<CpStrategy> cp_strategies;

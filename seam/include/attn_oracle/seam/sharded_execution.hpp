@@ -1,4 +1,4 @@
-// sharded_execution.hpp: sharded attention (docs/semantics.md section 9) simulated on the
+// sharded_execution.hpp: sharded attention (docs/semantics.md#9-sharding) simulated on the
 // host, shared by every backend that implements ShardingCapability on top of its
 // own attention.
 //
@@ -21,11 +21,11 @@
 //  - position-based kinds (no_mask, padding, causal, padding_causal, windows):
 //    a query chunk keeps its positions and sees every key, so every mask entry
 //    is the unsharded one;
-//  - bottom-right kinds count each document's tokens in the row (docs/semantics.md section 2); a
+//  - bottom-right kinds count each document's tokens in the row (docs/semantics.md#2-the-attention-mask); a
 //    query chunk holds fewer of them, which moves the diagonal, so a sharded
 //    sequence with a bottom-right kind is `unsupported` (batch and head shards
 //    are fine);
-//  - kernels apply the index rule on trimmed runs (docs/semantics.md section 3) and a query chunk
+//  - kernels apply the index rule on trimmed runs (docs/semantics.md#the-kernels-index-rule-and-representability) and a query chunk
 //    that starts inside a document has offset positions: its per-device problem
 //    is often not representable. device_problems() exposes every per-device
 //    problem so that a caller can check ref::representability on each.

@@ -1,6 +1,6 @@
 // attention_params.hpp: parameters of the fused varlen attention kernels and
-// their CPU twin (docs/semantics.md section 5). Tensors are THD: token t of the packed
-// tensor is row * T + position-in-row, documents are addressed through the
+// their CPU twin (docs/semantics.md#5-attention-outputs-and-gradients). Tensors are THD: token t of
+// the packed tensor is row * T + position-in-row, documents are addressed through the
 // compacted metadata (cu_seqlens for lengths, ragged_offsets for first tokens),
 // so gaps between documents are allowed. Plain C++17: nvcc compiles it as is.
 #pragma once

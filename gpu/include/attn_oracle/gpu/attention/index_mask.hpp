@@ -1,7 +1,7 @@
 // index_mask.hpp: the rule the attention kernels apply inside one document, by
-// index (docs/semantics.md section 3, "representability"): mask_rule.hpp's interval for
-// query a of lq against keys of lkv, clipped to the keys that exist. For every
-// query the allowed keys form one interval [lo, hi] whose ends never decrease
+// index (docs/semantics.md#the-kernels-index-rule-and-representability, "representability"):
+// mask_rule.hpp's interval for query a of lq against keys of lkv, clipped to the keys that exist.
+// For every query the allowed keys form one interval [lo, hi] whose ends never decrease
 // with a; tile ranges (tile_range.hpp) rely on that.
 #pragma once
 

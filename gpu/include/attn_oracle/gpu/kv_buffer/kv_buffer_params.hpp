@@ -1,5 +1,5 @@
 // kv_buffer_params.hpp: parameters of the shared K/V buffer kernels and their
-// CPU twin (docs/semantics.md section 3): the per-micro-sequence preprocessing, the slice
+// CPU twin (docs/semantics.md#3-metadata): the per-micro-sequence preprocessing, the slice
 // write and the gradient accumulation. Plain C++17: nvcc compiles it as is.
 // Element pointers are templates: the twin runs on the seam's doubles, the
 // kernels on float (the buffer and its gradient are fp32 on the device).

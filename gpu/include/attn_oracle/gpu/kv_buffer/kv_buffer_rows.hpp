@@ -1,5 +1,5 @@
 // kv_buffer_rows.hpp: the per-token / per-element work of the shared K/V buffer
-// (docs/semantics.md section 3), written once for the CUDA kernels (kv_buffer_kernels.cu)
+// (docs/semantics.md#3-metadata), written once for the CUDA kernels (kv_buffer_kernels.cu)
 // and the CPU twin (kv_buffer_twin.cpp): the kernels map the index to a thread,
 // the twin to a loop. Checked by tests/kv_buffer_test.cpp against the
 // reference's metadata and by the kv_buffer properties on the `cpu` backend.

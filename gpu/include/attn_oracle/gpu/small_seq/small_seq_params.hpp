@@ -1,10 +1,10 @@
-// small_seq_params.hpp: parameters of the small-sequence kernels (docs/semantics.md
-// section 8) and their CPU twin. Tensors are THD as for the fused kernels
-// (token t = row * T + position-in-row, gaps allowed), but documents are the raw
+// small_seq_params.hpp: parameters of the small-sequence kernels
+// (docs/semantics.md#8-small-sequence-problems) and their CPU twin. Tensors are THD as for the
+// fused kernels (token t = row * T + position-in-row, gaps allowed), but documents are the raw
 // runs of small_seq.hpp, not the trimmed metadata runs: document d has one query
 // token q_token[d] and keys[d] (1..16) kv tokens first_key[d], first_key[d] + 1, ...
-// The mask is docs/semantics.md section 2 on positions (small_seq_rows.hpp), so the kernels
-// read the query's position and the kv positions. Plain C++17: nvcc compiles it as is.
+// The mask is docs/semantics.md#2-the-attention-mask on positions (small_seq_rows.hpp), so the
+// kernels read the query's position and the kv positions. Plain C++17: nvcc compiles it as is.
 #pragma once
 
 #include <cstdint>

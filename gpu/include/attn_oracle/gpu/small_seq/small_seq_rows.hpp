@@ -1,6 +1,6 @@
 // small_seq_rows.hpp: the per-(document, query head) steps of the small-sequence
-// kernels (docs/semantics.md section 8), shared by the CUDA kernels (small_seq_kernels.cu)
-// and the CPU twin (small_seq_twin.cpp).
+// kernels (docs/semantics.md#8-small-sequence-problems), shared by the CUDA kernels
+// (small_seq_kernels.cu) and the CPU twin (small_seq_twin.cpp).
 //
 // Work of one (document, kv head) belongs to one warp of kLanes lanes. A lane owns
 // the columns lane_column(lane, i) of every head_dim row: pairs of adjacent columns,
@@ -15,8 +15,8 @@
 //             dq = sum_j round(ds_j) k_j, dk_j = sum_h round(ds_hj) q_h,
 //             dv_j = sum_h round(p_hj) dO_h
 // (round = to the storage dtype: what a 16-bit operand of the product holds.)
-// The mask is docs/semantics.md section 2 on positions with the query's run of length 1, so
-// a window or causality may mask every key: then p is all 0, o = 0 and dq = 0.
+// The mask is docs/semantics.md#2-the-attention-mask on positions with the query's run of length 1,
+// so a window or causality may mask every key: then p is all 0, o = 0 and dq = 0.
 // Functions never read threadIdx: the kernel maps lanes to threads, the twin to loops.
 #pragma once
 
@@ -36,7 +36,7 @@ inline constexpr int kLanes = 32;
 ATTN_HD int lane_slots(int d) { return 2 * ((d + 2 * kLanes - 1) / (2 * kLanes)); }
 ATTN_HD int lane_column(int lane, int i) { return (i >> 1) * (2 * kLanes) + 2 * lane + (i & 1); }
 
-// docs/semantics.md section 2 for one query and key j of a document of `keys` kv tokens:
+// docs/semantics.md#2-the-attention-mask for one query and key j of a document of `keys` kv tokens:
 // mask_rule.hpp's rule on positions, the query's run of length 1.
 ATTN_HD bool small_seq_allowed(int mask, int64_t left, int64_t right, int64_t pos_q, int64_t pos_k, int64_t keys) {
   return rule_allows(mask, left, right, pos_q, pos_k, 1, keys);
