@@ -285,7 +285,9 @@ class FlashJagged(_Jagged):
     """torch 2.11 passes ``is_causal`` of nested inputs to FlashAttention-2 as it is, whose causal
     is bottom-right per sequence: on a sequence with fewer keys than queries its first queries
     attend nothing where SDPA documents top-left. A bug (docs/findings/torch-2.11-sdpa-nested-flash-
-    causal-bottom-right.md), run against fixtures/xfails/torch-2.11-sdpa-flash-jagged.txt."""
+    causal-bottom-right.md), run against fixtures/xfails/torch-2.11-sdpa-flash-jagged.txt. Without
+    ``sdpa_kernel`` nested SDPA tries flash first, so an fp16/bf16 causal call gets bottom-right and
+    the same call in fp32 (efficient kernel) top-left."""
 
     name, backend = "torch-sdpa-flash-jagged", "flash"
     domain = Domain(dtypes=HALF, head_dims=TILE_HEAD_DIMS + (256,), **JAGGED)
