@@ -81,6 +81,20 @@ def test_cudnn_on_nested_tensors_sends_a_sequence_with_one_key_with_that_key_twi
     assert torch_sdpa.EfficientJagged().key_rows(np.array([1, 2]))[0] is None
 
 
+def test_cudnn_on_nested_tensors_declines_a_backward_with_a_sequence_longer_than_the_head_dim():
+    # torch's nested cuDNN backward sizes dq's accumulator by the head dim (pytorch/pytorch PR #186142):
+    # the H100's wrong dq was query 8 of 9 at head dim 8, with one key, which the key twice does not avoid.
+    nine = worker.Batch(np.ones((1, 9), np.int64), np.arange(9)[None], np.ones((1, 1), np.int64),
+                        np.zeros((1, 1), np.int64), "no_mask", (-1, -1), 1)
+    with pytest.raises(Unsupported, match="sequence of 9 tokens over head dim 8.*#186142"):
+        torch_sdpa.CudnnJagged().attention(worker.Problem(nine, 1, 1, 8, None, "fp16", True), None)
+    layout = torch_sdpa.jagged_layout(nine)
+    assert torch_sdpa.past_head_dim(worker.Problem(nine, 1, 1, 8, None, "fp16", False), layout) is None
+    assert torch_sdpa.past_head_dim(worker.Problem(nine, 1, 1, 16, None, "fp16", True), layout) is None
+    assert torch_sdpa.EfficientJagged().unsupported_layout(worker.Problem(nine, 1, 1, 8, None, "fp16", True),
+                                                           layout) is None
+
+
 @gpu
 @pytest.mark.parametrize("backend, q_shape, kv_shape, words", [
     ("EFFICIENT_ATTENTION", (1, 2, 4, 64), (1, 1, 4, 64), "same num_heads"),  # 2.11: no dense GQA

@@ -118,9 +118,12 @@ def test_where_xformers_c_does_not_load_only_its_build_gate_is_lifted():
 
     if _cpp_lib._cpp_library_load_exception is None:
         pytest.skip("xformers._C loaded with this torch: there is no gate to lift")
-    # 0.0.35's _C is built for torch 2.10: here (and on the device image's 2.11) it does not load,
-    # and xformers then refuses every operator on a CUDA tensor for that alone.
+    # 0.0.35's _C.so needs libcudart.so.12: beside a CUDA 13 torch (here 2.15.0+cu132, on the
+    # device image 2.11.0+cu130) it does not load, and xformers then refuses every operator on a
+    # CUDA tensor for that alone. The version says why, in the loader's words, not xformers'.
     assert "build gate lifted" in xa.BUILD and fmha.common._built_with_cuda is True
+    assert "xformers._C not loaded (" + xa.load_error(_cpp_lib._cpp_library_load_exception) + ")" in xa.BUILD
+    assert "built for" not in xa.BUILD and "PyTorch" not in xa.BUILD, xa.BUILD
     # The operators the module runs are torch's kernels ("-pt"), which the CPU stand-in run above
     # drives through aten::_flash_attention_forward with _C not loaded.
     assert fmha.flash.FwOp.NAME.endswith("-pt") and fmha.cutlass.FwOp.NAME.endswith("-pt")
@@ -128,6 +131,32 @@ def test_where_xformers_c_does_not_load_only_its_build_gate_is_lifted():
     assert any("wasn't built" in r for r in fmha.flash3.FwOp.not_supported_reasons(
         fmha.Inputs(query=torch.zeros(1, 2, 1, 64, dtype=torch.float16), key=torch.zeros(1, 2, 1, 64, dtype=torch.float16),
                     value=torch.zeros(1, 2, 1, 64, dtype=torch.float16))))
+
+
+def test_the_load_error_is_the_innermost_of_the_chain_xformers_keeps():
+    # xformers' _cpp_lib raises xFormersInvalidLibException (naming the torch _C was built for)
+    # from torch.ops.load_library's OSError, itself raised from the dynamic loader's.
+    def chained():
+        try:
+            try:
+                raise OSError("libcudart.so.12: cannot open shared object file: No such file or directory")
+            except OSError as loader:
+                raise OSError("Could not load this library: /x/xformers/_C.so") from loader
+        except OSError as torch_said:
+            raise RuntimeError("xFormers was built for:\n    PyTorch 2.10.0+cu128") from torch_said
+
+    with pytest.raises(RuntimeError) as kept:
+        chained()
+    assert xa.load_error(kept.value) == ("OSError: libcudart.so.12: cannot open shared object file: "
+                                         "No such file or directory")
+    assert xa.load_error(ValueError("a\n  b")) == "ValueError: a b"
+
+
+def test_where_xformers_c_loads_the_version_says_so(monkeypatch):
+    from xformers import _cpp_lib
+
+    monkeypatch.setattr(_cpp_lib, "_cpp_library_load_exception", None)
+    assert xa._lift_build_gate() == "xformers._C loaded"
 
 
 class _DispatchHere(xa.Dispatch):

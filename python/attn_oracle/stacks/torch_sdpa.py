@@ -57,8 +57,13 @@ Declined, with the reason:
   keep dtypes and head dims inside what each backend takes, so few draws land
   there;
 - ``CudnnJagged`` maps what cuDNN refuses: a sequence with one key (torch's rule,
-  which torch applies to dense inputs only; on nested ones 2.11 runs it, wrongly)
-  goes out with that key twice, the same attention;
+  which torch applies to dense inputs only) goes out with that key twice, the same
+  attention; and it declines a backward in which a sequence is longer than the head
+  dim: torch's nested cuDNN backward (``_cudnn_attention_backward``) reads the
+  longest sequence from ``query.size(2)`` and ``key.size(2)``, which on the packed
+  ``[total, H, D]`` buffers are the head dims, and cuDNN then sizes its dq
+  accumulator by the head dim and writes past it (the defect pytorch/pytorch PR
+  #186142 fixes; the wrong dq of the H100 run, 9 queries at head dim 8, was it);
 - jagged: the domain says positions from 0, no window and the kinds without a
   bottom-right term (nested SDPA reads documents by index and takes
   ``is_causal`` alone, documented top-left; our bottom-right kinds equal the
@@ -196,9 +201,14 @@ class _Jagged(_Sdpa):
         """(the rows of the packed keys the call takes, None for all as they are; its sequence lengths)."""
         return None, kv_len
 
+    def unsupported_layout(self, problem, layout):
+        """Why this backend cannot take these sequences, or None."""
+        return None
+
     def attention(self, problem, inputs):
         decline(self.unsupported_attention(problem))
         layout = self.layout(problem.batch)
+        decline(self.unsupported_layout(problem, layout))
         keep = layout["kv_len"] > 0  # a sequence with no key stays out: its queries attend nothing
         q_tok = np.concatenate([t for t, ok in zip(np.split(layout["q_tokens"], np.cumsum(layout["q_len"])[:-1]), keep)
                                 if ok] or [np.zeros(0, np.int64)])
@@ -229,6 +239,16 @@ class _Jagged(_Sdpa):
                         for name, x, tokens, side in (("dq", q, q_tok, inputs.q), ("dk", k, kv_tok, inputs.k),
                                                       ("dv", v, kv_tok, inputs.v))})
         return out
+
+
+def past_head_dim(problem, layout):
+    """A backward on nested cuDNN with a sequence longer than the head dim, or None (see CudnnJagged)."""
+    longest = max([0, *layout["q_len"].tolist(), *layout["kv_len"].tolist()])
+    if not problem.backward or longest <= problem.head_dim:
+        return None
+    return (f"a backward with a sequence of {longest} tokens over head dim {problem.head_dim}: torch's nested cuDNN "
+            "backward sizes dq's accumulator by the head dim (_cudnn_attention_backward reads the longest sequences "
+            "from query.size(2) and key.size(2); pytorch/pytorch PR #186142) and writes past it")
 
 
 HALF = ("fp16", "bf16")
@@ -265,7 +285,9 @@ class FlashJagged(_Jagged):
     """torch 2.11 passes ``is_causal`` of nested inputs to FlashAttention-2 as it is, whose causal
     is bottom-right per sequence: on a sequence with fewer keys than queries its first queries
     attend nothing where SDPA documents top-left. A bug (docs/findings/torch-2.11-sdpa-nested-flash-
-    causal-bottom-right.md), run against fixtures/xfails/torch-2.11-sdpa-flash-jagged.txt."""
+    causal-bottom-right.md), run against fixtures/xfails/torch-2.11-sdpa-flash-jagged.txt. Without
+    ``sdpa_kernel`` nested SDPA tries flash first, so an fp16/bf16 causal call gets bottom-right and
+    the same call in fp32 (efficient kernel) top-left."""
 
     name, backend = "torch-sdpa-flash-jagged", "flash"
     domain = Domain(dtypes=HALF, head_dims=TILE_HEAD_DIMS + (256,), **JAGGED)
@@ -312,15 +334,26 @@ class EfficientJagged(_Jagged):
 
 class CudnnJagged(_Jagged):
     """torch's cuDNN check refuses a single key ("cudnn SDPA does not support key/value sequence
-    length 1", ``check_cudnn_tensor_shapes``) but reads it off dense inputs only; on nested ones
-    2.11 runs such a sequence and its dq is wrong (the H100 run: 9 queries, 1 key, dq -1.27 where
-    0 is exact). Mapped, not declined (47% of the draws hold such a document): a sequence with one
-    key is sent with that key twice, which is the same attention (two equal scores share the
-    weight of one, under top-left causal too: every query sees key 0), and autograd sums the two
-    copies' gradients."""
+    length 1", ``check_cudnn_tensor_shapes``) but reads it off dense inputs only. Mapped, not
+    declined (47% of the draws hold such a document): a sequence with one key is sent with that
+    key twice, which is the same attention (two equal scores share the weight of one, under
+    top-left causal too: every query sees key 0), and autograd sums the two copies' gradients.
+
+    The wrong dq of the H100 run (one document of 9 queries and 1 key, head dim 8: dq -1.27 at
+    query 8 where 0 is exact) is not the single key. torch 2.11's ``_cudnn_attention_backward``
+    takes the longest sequences from ``query.size(2)`` and ``key.size(2)``, the head dims of the
+    packed buffers, so cuDNN's dq accumulator holds head-dim rows a sequence and query 8 is written
+    past it; pytorch/pytorch PR #186142 ("Fix cuDNN SDPA varlen backward reading d_qk as
+    max_seqlen") passes the real longest lengths instead. Sending the key twice does not avoid it.
+    A backward with a sequence longer than the head dim is declined (``past_head_dim``): an
+    out-of-bounds write may also be what left the second run's first backward without an answer
+    for 60 s. No torch release is known here to carry the fix, so the decline holds for every one."""
 
     name, backend = "torch-sdpa-cudnn-jagged", "cudnn"
     domain = Domain(dtypes=HALF, head_dims=TILE_HEAD_DIMS, **JAGGED)
+
+    def unsupported_layout(self, problem, layout):
+        return past_head_dim(problem, layout)
 
     def key_rows(self, kv_len):
         starts = packing.cu_seqlens(kv_len)[:-1]

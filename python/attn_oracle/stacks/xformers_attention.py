@@ -12,18 +12,32 @@ Cutlass     ``op=(fmha.cutlass.FwOp, fmha.cutlass.BwOp)``: torch's
             ``aten::_efficient_attention_forward`` (the CUTLASS kernel)
 Dispatch    ``op=None``: what xformers picks; its ``version`` names the operators
             picked for fp16 and fp32 causal calls (the kernels that ran) and whether
-            ``xformers._C`` (its own compiled kernels, built for one torch release)
-            loaded
+            ``xformers._C`` (its own compiled kernels) loaded
 ==========  =====================================================================
 
-``xformers._C`` and the operators: 0.0.35's wheel is built for torch 2.10.0+cu128 and
-does not load against another torch (2.11 on the device image); xformers then
-refuses every operator on a CUDA tensor ("xFormers wasn't build with CUDA
-support"), although the "-pt" ones call torch's own kernels and none of ``_C``. The
-module lifts that gate (``_lift_build_gate``), so that what runs is what a matching
-build runs: xformers' Python over torch's kernels. Operators that do need ``_C``
-still refuse for a reason of their own ("operator wasn't built"). Every version
-string ends with the state of ``_C`` and whether the gate was lifted.
+``xformers._C`` and the operators: 0.0.35's PyPI wheel
+(``xformers-0.0.35-py39-none-manylinux_2_28_x86_64.whl``, no local version tag; its
+``cpp_lib.json`` records a build on torch 2.10.0+cu128, CUDA 12.8) links ``_C.so``
+against ``libcudart.so.12`` (its NEEDED entries: libc10, libtorch, libtorch_cpu,
+libtorch_python, libcudart.so.12, libc10_cuda, libtorch_cuda and the C/C++ runtime;
+no RPATH). The torch symbols it takes are torch's stable C ABI only (``aoti_torch_*``,
+``torch_*``: no C++ symbol of c10, ATen or torch), which xformers' 0.0.34 release
+notes say makes a build for torch 2.10 work with later torch releases. Where no
+``libcudart.so.12`` is found, as with a CUDA 13 torch (``2.11.0+cu130`` on the device
+image, ``2.15.0+cu132`` here), ``_C`` does not load, and xformers' warning blames the
+torch and Python versions ("xFormers was built for: PyTorch 2.10.0+cu128 ... (you have
+...)"); the real error is the ``OSError`` it chains (what ``XFORMERS_MORE_DETAILS=1``
+prints). On a CPU machine with torch 2.15.0+cu132 the chain ends in "libcudart.so.12:
+cannot open shared object file", and with ``libcudart.so.12`` (nvidia-cuda-runtime-cu12
+12.8.90) on ``LD_LIBRARY_PATH`` the same ``_C.so`` loads against that torch. The
+device image's load error is read from the version string below (not yet seen on a
+device). xformers then refuses every operator on a CUDA tensor ("xFormers wasn't
+build with CUDA support"), although the "-pt" ones call torch's own kernels and none
+of ``_C``. The module lifts that gate (``_lift_build_gate``), so that what runs is
+what a loaded ``_C`` runs: xformers' Python over torch's kernels. Operators that do
+need ``_C`` still refuse for a reason of their own ("operator wasn't built"). Every
+version string ends with the state of ``_C`` (the innermost load error, quoted) and
+whether the gate was lifted.
 
 The batch goes out through the project's cuDNN adapter (``attn_oracle.adapters.
 cudnn_from_batch``, docs/conventions.md), whose vocabulary is xformers' too: one
@@ -78,8 +92,6 @@ kernel (python/tests/standin_xformers.py).
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
 from attn_oracle import adapters, packing
@@ -94,9 +106,24 @@ fmha = require(STACK, "xformers.ops.fmha", "xformers", checked=CHECKED)
 from attn_oracle.stacks._torch_common import (  # noqa: E402
     TORCH_DTYPES as DTYPES, has_cuda, leaf, lse_to_rows, to_numpy, tokens_to_rows)
 
-__all__ = ["Flash", "Cutlass", "Dispatch", "call_layout", "make_bias"]
+__all__ = ["Flash", "Cutlass", "Dispatch", "call_layout", "load_error", "make_bias"]
 
 TILE_HEAD_DIMS = (8, 16, 32, 64, 128, 256)  # fa2F: a multiple of 8, at most 256; cutlass: aligned to 8
+
+
+def load_error(exc) -> str:
+    """The innermost error of an exception's chain, as ``Type: message`` on one line.
+
+    xformers raises its own ``xFormersInvalidLibException`` (which names the torch release
+    ``_C`` was built for) from torch's ``OSError("Could not load this library: ...")``, which
+    is raised from the dynamic loader's ``OSError`` (for 0.0.35 on a CUDA 13 torch:
+    "libcudart.so.12: cannot open shared object file: No such file or directory")."""
+    seen = set()
+    while id(exc) not in seen and (exc.__cause__ or exc.__context__) is not None:
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    message = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
 def _lift_build_gate() -> str:
@@ -104,23 +131,20 @@ def _lift_build_gate() -> str:
 
     Every operator's ``not_supported_reasons`` says "xFormers wasn't build with CUDA
     support" on a CUDA tensor when ``xformers._C`` did not load (0.0.35's
-    ``ops/fmha/common.py``: ``_built_with_cuda`` is whether it loaded). 0.0.35's wheel
-    is built for torch 2.10.0+cu128 (its ``cpp_lib.json``) and does not load against
-    other releases. The operators this module runs need none of it: fa2F/fa2B "-pt" call
-    ``aten::_flash_attention_forward`` / ``_backward``, cutlassF/B "-pt"
-    ``aten::_efficient_attention_*``, torch's own kernels, the same with or without
-    ``_C``. Those that do need it keep a reason of their own ("operator wasn't built")."""
+    ``ops/fmha/common.py``: ``_built_with_cuda`` is whether it loaded). Why it did not load
+    is the innermost error of the exception xformers kept (see the module's docstring:
+    for 0.0.35 on a CUDA 13 torch, the missing ``libcudart.so.12``). The operators this
+    module runs need none of ``_C``: fa2F/fa2B "-pt" call ``aten::_flash_attention_forward``
+    / ``_backward``, cutlassF/B "-pt" ``aten::_efficient_attention_*``, torch's own kernels,
+    the same with or without ``_C``. Those that do need it keep a reason of their own
+    ("operator wasn't built")."""
     from xformers import _cpp_lib
 
-    if _cpp_lib._cpp_library_load_exception is None:
+    failed = _cpp_lib._cpp_library_load_exception
+    if failed is None:
         return "xformers._C loaded"
-    try:
-        from importlib import resources
-        built = json.loads(resources.files("xformers").joinpath("cpp_lib.json").read_text())["version"]["torch"]
-    except Exception:  # noqa: BLE001 - the note says less instead
-        built = "another torch"
     fmha.common._built_with_cuda = True
-    return f"xformers._C not loaded (built for torch {built}): build gate lifted, torch's kernels run"
+    return f"xformers._C not loaded ({load_error(failed)}): build gate lifted, torch's kernels run"
 
 
 BUILD = _lift_build_gate()
