@@ -287,9 +287,16 @@ def _summary(c: Case) -> list[str]:
                   f"{', forward and backward' if f.get('backward') else ', forward'}"]
 
 
+SCRIPTED_OPS = ("metadata", "attention", "small_seq", "kv_buffer")
+
+
 def write(target: str, case_path: str, out: Optional[str] = None) -> str:
     """Writes the reproduction of the counterexample at ``case_path`` on ``target``; returns the script."""
     original = read_case(case_path)
+    if original.op not in SCRIPTED_OPS:  # the ops a script can state alone; the others replay
+        raise RuntimeError(f"a {original.op} case has no standalone script yet (the ops that have one: "
+                           f"{', '.join(SCRIPTED_OPS)}); rerun it with `python -m attn_oracle replay {target} "
+                           f"{case_path}`")
     c, said, first = direct_case(target, case_path)
     property_id = (original.property or {}).get("id", "")
     transformed = "transformed" in said

@@ -17,6 +17,7 @@ import pytest
 
 import cp_reference as ref
 from attn_oracle.errors import AttnOracleError, Unsupported
+from attn_oracle import worker
 from attn_oracle.multidevice import _host
 
 # While collected: a module collected later may start JAX (test_stack_jax_cudnn asks for its backend), after
@@ -57,8 +58,8 @@ def runner(request):
 
 
 def Layout(cp, strategy="all_gather", balance="contiguous", stripe=1, indices=None):  # noqa: N802
-    """The worker's Layout once the protocol has it (its stand-in before), with defaults."""
-    return _host.layout_class()(cp=cp, strategy=strategy, balance=balance, stripe=stripe, indices=indices)
+    """The worker's Layout, with defaults."""
+    return worker.Layout(cp=cp, strategy=strategy, balance=balance, stripe=stripe, indices=indices)
 
 
 # ------------------------------------------------------------------ comparing

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from support import run_cli
 
+from attn_oracle import worker
 from attn_oracle.multidevice import _host
 
 # While collected: a module collected later may start JAX (test_stack_jax_cudnn asks for its backend), after
@@ -75,7 +76,7 @@ def _problem(case):
         tensors.append(values[at:at + int(np.prod(s))].reshape(s))
         at += int(np.prod(s))
     c = case["cp"]
-    layout = _host.layout_class()(cp=c["size"], strategy=c["strategy"], balance=c["balance"],
+    layout = worker.Layout(cp=c["size"], strategy=c["strategy"], balance=c["balance"],
                                   stripe=c.get("stripe", 1), indices=np.array(c["indices"]) if "indices" in c else None)
     return layout, problem, N(q=tensors[0], k=tensors[1], v=tensors[2], do=tensors[3])
 

@@ -22,13 +22,14 @@ pytest.importorskip("torch", reason="torch is not installed here: these tests ru
 
 import cp_faults  # noqa: E402
 import cp_reference as ref  # noqa: E402
-from attn_oracle.multidevice import _host, torch_gloo  # noqa: E402
+from attn_oracle import worker  # noqa: E402
+from attn_oracle.multidevice import torch_gloo  # noqa: E402
 
 TIMEOUT_S = 10
 
 
 def _layout(cp, strategy):
-    return _host.layout_class()(cp=cp, strategy=strategy, balance="contiguous", stripe=1, indices=None)
+    return worker.Layout(cp=cp, strategy=strategy, balance="contiguous", stripe=1, indices=None)
 
 
 def _alive(pid):
@@ -117,10 +118,11 @@ import sys, time
 import numpy as np
 sys.path[:0] = {path!r}
 import cp_reference as ref
-from attn_oracle.multidevice import _host, torch_gloo
+from attn_oracle import worker
+from attn_oracle.multidevice import torch_gloo
 p, x = ref.problem(np.random.default_rng(0), 2, "padding")
 b = torch_gloo.Backend()
-b.cp_attention(_host.Layout(cp=2), p, x)
+b.cp_attention(worker.Layout(cp=2, strategy="all_gather", balance="contiguous", stripe=1, indices=None), p, x)
 print(*b.pids(), flush=True)
 time.sleep(600)
 """

@@ -60,6 +60,14 @@ def test_repro_of_a_case_the_backend_answers_right_says_so(tmp_path):
     assert done.returncode == 3 and "agrees with the reference" in done.stderr, done.stdout + done.stderr
 
 
+def test_repro_of_a_context_parallel_case_says_it_has_no_script_and_how_to_replay_it():
+    case = REPO / "fixtures" / "design" / "cp_ring_contiguous.case.json"
+    done = python_m("repro", "examples.numpy_context_parallel_backend:Backend", str(case))
+    assert done.returncode == 3 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    assert "a context_parallel case has no standalone script yet" in done.stderr
+    assert "python -m attn_oracle replay examples.numpy_context_parallel_backend:Backend" in done.stderr
+
+
 def test_the_printed_form_and_the_short_form_name_the_same_target():
     printed = ["repro", "--backend", cli.backend_name(f"{PLANTED}:Backend"), "x.case.json", "-o", "r.py"]
     assert cli.python_repro_target(printed) == [f"{PLANTED}:Backend", "x.case.json", "-o", "r.py"]

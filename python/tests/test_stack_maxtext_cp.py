@@ -4,8 +4,8 @@ contract's, computed here from its definitions; each class a domain excludes is 
 MaxText; its docstring's dual-chunk-swap example is shown not to be what its code does; a planted
 twin that restores K/V with the forward reorder is caught.
 
-Until the context-parallel protocol lands (branch cp-protocol), ``python -m attn_oracle check``
-cannot drive these classes; these tests call their methods directly."""
+These tests call the methods directly; ``python -m attn_oracle check`` drives the classes through
+the worker (scripts/stacks)."""
 import importlib.util
 from types import SimpleNamespace as NS
 

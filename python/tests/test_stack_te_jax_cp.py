@@ -6,8 +6,8 @@ and 4; each input class the domains exclude is tried against TE; the conventions
 maps are shown to be TE's; a planted twin that reads the all-gather's kv offsets in the wrong
 buffer is caught.
 
-Until the context-parallel protocol lands (branch cp-protocol), ``python -m attn_oracle check``
-cannot drive these classes; these tests call their methods directly."""
+These tests call the methods directly; ``python -m attn_oracle check`` drives the classes through
+the worker (scripts/stacks)."""
 import dataclasses
 import importlib.util
 from types import SimpleNamespace as NS

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, fields
-from typing import Any, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -36,24 +36,6 @@ def ask_for_host_devices(count: int = HOST_DEVICES):
 STRATEGIES = ("all_gather", "ring", "all_to_all")
 BALANCES = ("contiguous", "dual_chunk_swap", "striped", "head_tail", "explicit_indices")
 INT32_MAX = 2**31 - 1  # the runners hold positions in int32, as the stacks do
-
-
-@dataclass
-class Layout:
-    """Stands in for ``attn_oracle.worker.Layout`` (branch cp-protocol) where it is absent."""
-
-    cp: int
-    strategy: str = "all_gather"
-    balance: str = "contiguous"
-    stripe: int = 1
-    indices: Optional[np.ndarray] = None
-
-
-def layout_class():
-    """The worker's Layout when the protocol has it, else the stand-in above."""
-    from .. import worker
-
-    return getattr(worker, "Layout", Layout)
 
 
 def steps(layout) -> int:
@@ -288,16 +270,12 @@ def rank_batch_is_packed(ids: np.ndarray, pos: np.ndarray) -> bool:
 
 
 def domain(cp_sizes, dtypes=("fp32", "fp16", "bf16")):
-    """The runners' Domain: self-attention [B, T] rows, positions in int32, and the CP fields
-    the installed Domain knows (the cp-protocol branch adds them); a dict before it lands."""
+    """The runners' Domain: self-attention [B, T] rows, positions in int32, every CP strategy and
+    balance, the rank counts the runner starts."""
     from ..domain import Domain
 
-    wanted: dict[str, Any] = {"self_attention_only": True, "extra_dims": False,
-                              "max_position": INT32_MAX, "dtypes": tuple(dtypes),
-                              "cp_strategies": STRATEGIES, "cp_balances": BALANCES,
-                              "cp_sizes": tuple(cp_sizes), "cp_stripes": ()}
-    known = {f.name for f in fields(Domain)}
-    return Domain(**{k: v for k, v in wanted.items() if k in known})
+    return Domain(self_attention_only=True, extra_dims=False, max_position=INT32_MAX, dtypes=tuple(dtypes),
+                  cp_strategies=STRATEGIES, cp_balances=BALANCES, cp_sizes=tuple(cp_sizes), cp_stripes=())
 
 
 class HostSide:

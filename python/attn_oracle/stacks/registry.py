@@ -38,10 +38,12 @@ STACKS: tuple[Stack, ...] = (
     Stack("te_jax", "TransformerEngine JAX", "jax", ("Backend",),
           check_args=("--shape-stable", "--xfails", "fixtures/xfails/te-jax-2.20.txt")),
     # Context parallelism: TE's reorders and the per-rank metadata of its all-gather and ring paths (TE's
-    # partitioned impl compiled per shape); MaxText's reorders. `check` drives them once the CP capability
-    # of branch cp-protocol is in; before, it refuses them ("the worker's hello announces no capability").
-    Stack("te_jax_cp", "TransformerEngine JAX context parallelism", "jax", ("Striped", "StripedRing", "DualChunkSwap"),
+    # partitioned impl compiled per shape); MaxText's reorders; judged by the context_parallel/ properties.
+    Stack("te_jax_cp", "TransformerEngine JAX context parallelism", "jax", ("StripedRing", "DualChunkSwap"),
           check_args=("--shape-stable",)),
+    # Its all-gather path's run offsets (docs/findings/te-jax-2.20-cp-all-gather-run-offsets.md), run against it.
+    Stack("te_jax_cp", "TransformerEngine JAX context parallelism (striped all-gather)", "jax", ("Striped",),
+          check_args=("--shape-stable", "--xfails", "fixtures/xfails/te-jax-2.20-cp-striped-all-gather.txt")),
     Stack("maxtext_cp", "MaxText context-parallel reorder", "jax",
           ("DualChunkSwap", "MaskDualChunkSwap", "GpuDualChunkSwap", "GpuStriped")),
     Stack("torch_flex", "PyTorch flex attention", "torch", ("Backend",)),
@@ -51,8 +53,7 @@ STACKS: tuple[Stack, ...] = (
     Stack("hf_transformers", "Hugging Face transformers (SDPA)", "torch", ("SdpaAttention",),
           check_args=("--xfails", "fixtures/xfails/hf-transformers-5.24-sdpa-cpu.txt")),
     # Context parallelism (docs/stacks.md, "Context parallelism"): judged by the context_parallel/
-    # properties once the Python worker serves the capability (branch cp-protocol); each method is
-    # also tested directly by python/tests/test_stack_*_cp.py.
+    # properties; each method is also tested directly by python/tests/test_stack_*_cp.py.
     Stack("megatron_cp", "Megatron-core context parallelism (THD)", "torch", ("Backend", "PerSequence")),
     # torch checks no explicit indices (a limitation): run against that expected failure.
     Stack("torch_cp", "PyTorch context parallelism (flex attention, gloo ranks)", "torch", ("Backend",),
