@@ -18,6 +18,7 @@ import pytest
 import cp_reference as ref
 from attn_oracle.errors import AttnOracleError, Unsupported
 from attn_oracle import worker
+from attn_oracle.domain import CP_BALANCES as BALANCES, CP_STRATEGIES as STRATEGIES
 from attn_oracle.multidevice import _host
 
 # While collected: a module collected later may start JAX (test_stack_jax_cudnn asks for its backend), after
@@ -25,8 +26,6 @@ from attn_oracle.multidevice import _host
 _host.ask_for_host_devices()
 
 CP_SIZES = (2, 3, 4, 8)
-STRATEGIES = _host.STRATEGIES
-BALANCES = _host.BALANCES
 WINDOWS = ((-1, -1), (3, -1), (2, 1), (-1, 0))
 
 

@@ -16,7 +16,9 @@ from typing import Optional
 
 import numpy as np
 
+from ..domain import CP_BALANCES, CP_STRATEGIES
 from ..errors import AttnOracleError, Unsupported
+from ..stacks._cp_common import head_tail_spans
 
 HOST_DEVICES = 8  # the ranks XLA makes on a CPU when nobody said otherwise
 _DEVICE_FLAG = "--xla_force_host_platform_device_count"
@@ -33,8 +35,6 @@ def ask_for_host_devices(count: int = HOST_DEVICES):
             "set the flag yourself for another count)")
 
 
-STRATEGIES = ("all_gather", "ring", "all_to_all")
-BALANCES = ("contiguous", "dual_chunk_swap", "striped", "head_tail", "explicit_indices")
 INT32_MAX = 2**31 - 1  # the runners hold positions in int32, as the stacks do
 
 
@@ -46,23 +46,6 @@ def steps(layout) -> int:
 # ------------------------------------------------------------------ checks
 def _error(code: str, message: str):
     return AttnOracleError(code, message)
-
-
-def spans(ids: np.ndarray) -> list[tuple[int, int]]:
-    """head_tail's spans of one row, [start, end): each document with the padding after it,
-    a row's leading padding alone."""
-    out, t, i = [], len(ids), 0
-    while i < t:
-        j = i + 1
-        if ids[i] == 0:
-            while j < t and ids[j] == 0:
-                j += 1
-        else:
-            while j < t and (ids[j] == 0 or ids[j] == ids[i]):
-                j += 1
-        out.append((i, j))
-        i = j
-    return out
 
 
 def _check_batch(batch) -> None:
@@ -80,7 +63,7 @@ def validate(layout, problem) -> None:
     the problem, extra dims, self-attention, heads, divisibility, head_tail spans, indices."""
     cp, strategy, balance = layout.cp, layout.strategy, layout.balance
     stripe, indices = getattr(layout, "stripe", 1), getattr(layout, "indices", None)
-    if strategy not in STRATEGIES or balance not in BALANCES:
+    if strategy not in CP_STRATEGIES or balance not in CP_BALANCES:
         raise _error("cp_bad_layout", f"strategy {strategy!r}, balance {balance!r}: not a layout")
     if cp < 1:
         raise _error("cp_bad_layout", f"cp = {cp}: a layout needs at least one rank")
@@ -114,7 +97,7 @@ def validate(layout, problem) -> None:
         raise _error("cp_not_divisible", f"T = {t} is not a multiple of {unit} ({balance})")
     if balance == "head_tail":
         for r in range(rows):
-            for start, end in spans(q_ids[r]):
+            for start, end in head_tail_spans(q_ids[r]):
                 if (end - start) % (2 * cp):
                     raise _error("cp_document_not_divisible",
                                  f"row {r}, span of tokens {start}..{end - 1}: length {end - start} is not a "
@@ -166,7 +149,7 @@ def permutation(layout, q_ids: np.ndarray) -> np.ndarray:
         elif balance == "dual_chunk_swap":
             _head_tail(per_rank, 0, t, cp)
         elif balance == "head_tail":
-            for start, end in spans(q_ids[b]):
+            for start, end in head_tail_spans(q_ids[b]):
                 _head_tail(per_rank, start, end - start, cp)
         elif balance == "striped":
             stripe = layout.stripe
@@ -275,7 +258,7 @@ def domain(cp_sizes, dtypes=("fp32", "fp16", "bf16")):
     from ..domain import Domain
 
     return Domain(self_attention_only=True, extra_dims=False, max_position=INT32_MAX, dtypes=tuple(dtypes),
-                  cp_strategies=STRATEGIES, cp_balances=BALANCES, cp_sizes=tuple(cp_sizes), cp_stripes=())
+                  cp_strategies=CP_STRATEGIES, cp_balances=CP_BALANCES, cp_sizes=tuple(cp_sizes), cp_stripes=())
 
 
 class HostSide:

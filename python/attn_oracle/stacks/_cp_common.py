@@ -16,22 +16,18 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ..domain import Domain, is_bottom_right
+from ..domain import CP_BALANCES, CP_STRATEGIES, Domain, is_bottom_right
 
-__all__ = ["STRATEGIES", "BALANCES", "cp_domain", "head_tail_spans", "rank_tokens", "rank_batch", "source_rank",
+__all__ = ["cp_domain", "head_tail_spans", "rank_tokens", "rank_batch", "source_rank",
            "rows_of", "union_span", "fake_process_group",
            "check_layout_alone"]
-
-STRATEGIES = ("all_gather", "ring", "all_to_all")
-BALANCES = ("contiguous", "dual_chunk_swap", "striped", "head_tail", "explicit_indices")
-
 
 def cp_domain(*, cp_strategies=(), cp_balances=(), cp_sizes=(), cp_stripes=(), **domain) -> Domain:
     """A Domain with its context-parallel fields (``Domain.cp_strategies`` etc.), the names checked."""
     for name in cp_strategies:
-        assert name in STRATEGIES, name
+        assert name in CP_STRATEGIES, name
     for name in cp_balances:
-        assert name in BALANCES, name
+        assert name in CP_BALANCES, name
     return Domain(**domain, cp_strategies=tuple(cp_strategies), cp_balances=tuple(cp_balances),
                   cp_sizes=tuple(cp_sizes), cp_stripes=tuple(cp_stripes))
 
