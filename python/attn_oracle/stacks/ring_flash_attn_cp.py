@@ -226,11 +226,11 @@ class _RankGroup:
         return f"{kind}{self._channels}"
 
 
-class _ThreadRingComm:
-    """RingComm's interface (send_recv, commit, wait, send_recv_kv) between rank threads: what
-    rank r sends arrives at rank r + 1, as RingComm's isend / irecv pair does."""
+class _ThreadRingComm(_utils.RingComm):
+    """The package's RingComm with its transport between rank threads (send_recv, commit, wait; its
+    own send_recv_kv): what rank r sends arrives at rank r + 1, as its isend / irecv pair does."""
 
-    def __init__(self, group: _RankGroup):
+    def __init__(self, group: _RankGroup):  # not RingComm's: it asks torch.distributed for the rank
         self._group, self._channel = group, group.channel("ring")
         self.rank, self.world_size = group.rank, group.world
         self.send_rank, self.recv_rank = (self.rank + 1) % self.world_size, (self.rank - 1) % self.world_size
@@ -250,11 +250,6 @@ class _ThreadRingComm:
         for res, key in self._pending:
             res.copy_(self._group.hub.read(key, self.rank))
         self._pending = []
-
-    def send_recv_kv(self, k, v, k_buffer=None, v_buffer=None):
-        next_k, next_v = self.send_recv(k, k_buffer), self.send_recv(v, v_buffer)
-        self.commit()
-        return next_k, next_v
 
 
 class _ThreadAllGather:
@@ -295,17 +290,17 @@ _RANK = threading.local()  # the rank a thread runs, for the recorder
 @contextlib.contextmanager
 def _on_threads(module, record=None, **swaps):
     """The package module's globals swapped for a run on rank threads: the kernels (unless
-    flash-attn's own are there) and the given transport."""
-    name, _, forward, backward = kernels()
+    flash-attn's own are there) and the given transport; yields the kernels' device."""
+    name, device, forward, backward = kernels()
     if name is None:
         raise Unsupported(NO_KERNELS)
     if forward is not None:
         swaps |= {"_flash_attn_varlen_forward": forward, "_flash_attn_varlen_backward": backward}
     if record is not None:  # each forward kernel call's (cu_seqlens_q, out, lse), by the calling rank
-        forward = swaps.get("_flash_attn_varlen_forward", module._flash_attn_varlen_forward)
+        kernel = swaps.get("_flash_attn_varlen_forward", module._flash_attn_varlen_forward)
 
         def recorded(**kw):
-            result = forward(**kw)
+            result = kernel(**kw)
             # Copies: the package merges into the first block's out in place.
             record.setdefault(_RANK.value, []).append((kw["cu_seqlens_q"], result[0].clone(), result[1].clone()))
             return result
@@ -318,18 +313,34 @@ def _on_threads(module, record=None, **swaps):
         for name, value in swaps.items():
             setattr(module, name, value)
         try:
-            yield
+            yield device
         finally:
             for name, value in saved.items():
                 setattr(module, name, value)
 
 
-def _rank_tensors(problem, inputs, tokens: np.ndarray) -> dict:
-    """q, k, v (and do) of one row's ``tokens`` [L], as [L, heads, d] tensors of the problem's dtype
-    on the kernels' device."""
-    dtype, device = framework_dtypes(torch)[problem.dtype], kernels()[1]
+def _rank_tensors(problem, inputs, tokens: np.ndarray, device: str) -> dict:
+    """q, k, v (and do) of one row's ``tokens`` [L], as [L, heads, d] tensors of the problem's dtype."""
+    dtype = framework_dtypes(torch)[problem.dtype]
     names = ("q", "k", "v") + (("do",) if problem.backward else ())
     return {n: torch.tensor(np.asarray(getattr(inputs, n))[0, tokens], dtype=dtype, device=device) for n in names}
+
+
+def _forward_once(backend, layout, problem, inputs, run):
+    """``run()`` once per draw: a property asks every (rank, step) of one draw in turn, and one
+    forward run answers them all (kept on the backend until the next draw)."""
+    key = hashlib.sha1(pickle.dumps((vars(layout), rows_of(problem), problem.dtype, problem.scale,
+                                     np.asarray(inputs.q), np.asarray(inputs.k), np.asarray(inputs.v)))).digest()
+    if getattr(backend, "_forward", (None,))[0] != key:
+        backend._forward = (key, run())
+    return backend._forward[1]
+
+
+def _local_cu_seqlens(ids_row: np.ndarray, cp: int, device: str) -> torch.Tensor:
+    """The local ``cu_seqlens`` the zigzag function is given, as its tests pass them: the row's
+    ``cu_seqlens // world_size``."""
+    cut = np.flatnonzero(np.diff(ids_row)) + 1
+    return torch.tensor([0, *cut.tolist(), len(ids_row)], dtype=torch.int32, device=device) // cp
 
 
 def _rank_major(parts: list, problem) -> dict:
@@ -404,9 +415,10 @@ class Llama3:
         local = ids.shape[1] // cp
 
         def rank_run(rank, hub):
-            group, x = _RankGroup(rank, hub), _rank_tensors(problem, inputs, perm[0, rank * local:(rank + 1) * local])
+            x = _rank_tensors(problem, inputs, perm[0, rank * local:(rank + 1) * local], device)
+            group = _RankGroup(rank, hub)
             cu_q, cu_k, max_q, max_k, k_slice = prepare_cu_seqlens(ids[0], causal, rank, cp)
-            cu_q, cu_k = cu_q.to(kernels()[1]), cu_k.to(kernels()[1])
+            cu_q, cu_k = cu_q.to(device), cu_k.to(device)
             args = (cu_q, cu_k, max_q, max_k, 1, k_slice)
             o, lse, _ = _llama3.llama3_flash_attn_varlen_func(
                 x["q"], x["k"], x["v"], *args, softmax_scale=problem.effective_scale, causal=causal,
@@ -417,12 +429,13 @@ class Llama3:
                     group, x["do"], x["q"], x["k"], x["v"], o, lse, *args, problem.effective_scale, causal=causal)))
             return part
 
-        with _on_threads(_llama3, Comm=_ThreadAllGather, dist=_ThreadDist):
+        with _on_threads(_llama3, Comm=_ThreadAllGather, dist=_ThreadDist) as device:
             return _rank_major(threads.run_ranks(cp, rank_run), problem)
 
     def cp_rank_attention(self, layout, problem, inputs, rank, step):
         """All-gather has one step: the rank's share of :meth:`cp_attention`'s forward."""
-        whole = self.cp_attention(layout, dataclasses.replace(problem, backward=False), inputs)
+        forward = dataclasses.replace(problem, backward=False)
+        whole = _forward_once(self, layout, forward, inputs, lambda: self.cp_attention(layout, forward, inputs))
         local = whole["o"].shape[1] // int(layout.cp)
         return {"o": whole["o"][:, rank * local:(rank + 1) * local],
                 "lse": whole["lse"][:, :, rank * local:(rank + 1) * local]}
@@ -543,13 +556,12 @@ class Zigzag:
         ids, _ = rows_of(problem)
         cp, perm = int(layout.cp), self.cp_permutation(layout, problem)
         local = ids.shape[1] // cp
-        cut = np.flatnonzero(np.diff(ids[0])) + 1
-        local_cu = torch.tensor([0, *cut.tolist(), ids.shape[1]], dtype=torch.int32, device=kernels()[1] or "cpu") // cp
-        max_seqlen = int((local_cu[1:] - local_cu[:-1]).max())
 
         def rank_run(rank, hub):
             _RANK.value = rank
-            group, x = _RankGroup(rank, hub), _rank_tensors(problem, inputs, perm[0, rank * local:(rank + 1) * local])
+            x = _rank_tensors(problem, inputs, perm[0, rank * local:(rank + 1) * local], device)
+            group, local_cu = _RankGroup(rank, hub), _local_cu_seqlens(ids[0], cp, device)
+            max_seqlen = int((local_cu[1:] - local_cu[:-1]).max())
             o, lse, _ = _zigzag.zigzag_ring_flash_attn_varlen_func(
                 x["q"], x["k"], x["v"], local_cu, max_seqlen, softmax_scale=problem.effective_scale, causal=True,
                 return_attn_probs=True, group=group)
@@ -561,7 +573,7 @@ class Zigzag:
                     softmax_scale=problem.effective_scale, causal=True)))
             return part
 
-        with _on_threads(_zigzag, record=record, RingComm=self.ring_comm):
+        with _on_threads(_zigzag, record=record, RingComm=self.ring_comm) as device:
             return _rank_major(threads.run_ranks(cp, rank_run), problem)
 
     ring_comm = _ThreadRingComm  # the ring's transport between rank threads (a planted twin turns it)
@@ -573,20 +585,21 @@ class Zigzag:
         """Step ``step``'s kernel call on rank ``rank`` in the forward ring: its queries (every local
         query, or the back halves once the source rank is above this one) against the block it got;
         the queries the call leaves out attend nothing at that step (o 0, lse -inf)."""
-        # The property asks every (rank, step) of one draw in turn: one forward run records them all.
-        key = hashlib.sha1(pickle.dumps((vars(layout), rows_of(problem), problem.dtype, problem.scale,
-                                         np.asarray(inputs.q), np.asarray(inputs.k), np.asarray(inputs.v)))).digest()
-        if getattr(self, "_recorded", (None,))[0] != key:
+        forward = dataclasses.replace(problem, backward=False)
+
+        def record_every_call():
             record: dict = {}
-            self._run(layout, dataclasses.replace(problem, backward=False), inputs, record)
-            self._recorded = (key, record)
-        cu, o, lse = self._recorded[1][int(rank)][int(step)]
+            self._run(layout, forward, inputs, record)
+            return record
+
+        cu, o, lse = _forward_once(self, layout, forward, inputs, record_every_call)[int(rank)][int(step)]
         if lse.dim() == 3:  # the padded lse [sequences, heads, max] of older kernels
             lse = _utils.flatten_varlen_lse(lse, cu_seqlens=cu)
         local = np.shape(inputs.q)[1] // int(layout.cp)
         rows = torch.arange(local, device=lse.device)
-        if o.shape[0] != local:
-            rows = rows[_zigzag.get_half_index(cu * 2, front=False)]
+        if o.shape[0] != local:  # the back halves, as the ring takes them (get_half_index of the local cu_seqlens)
+            local_cu = _local_cu_seqlens(rows_of(problem)[0][0], int(layout.cp), str(lse.device))
+            rows = rows[_zigzag.get_half_index(local_cu, front=False)]
         out = torch.zeros((local, *o.shape[1:]), dtype=torch.float64, device=lse.device)
         full = torch.full((lse.shape[0], local), -np.inf, dtype=torch.float64, device=lse.device)
         out[rows], full[:, rows] = o.double(), lse.double()
