@@ -12,6 +12,7 @@
 #include "attn_oracle/cases/metadata_case.hpp"
 #include "attn_oracle/cases/reference_backend.hpp"
 #include "attn_oracle/runner/repro.hpp"
+#include "attn_oracle/runner/run_outcome.hpp"
 #include "planted/planted_backends.hpp"
 
 namespace attn_oracle {
@@ -29,6 +30,23 @@ Case fixture(const std::string& name) {
 }
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// A failure offers `repro` only where it writes a program: sharding and context-parallel cases
+// replay (repro would answer "no GoogleTest form"), the others have one.
+TEST(Repro, AFailureOffersReproOnlyForCasesThatHaveAStandaloneForm) {
+  for (const char* id : {"metadata/matchesReference", "attention/matchesReference", "small_seq/matchesReference",
+                         "kv_buffer/streamingMatchesWholeSequence"}) {
+    PropertyFailure f;
+    set_replay_commands(f, RunSettings{}, "cpu", id, true);
+    EXPECT_NE(f.repro_command.find(" repro --backend cpu "), std::string::npos) << id;
+  }
+  for (const char* id : {"context_parallel/runMatchesTheUnshardedReference", "sharding/validTriplesMatchTheUnshardedRun"}) {
+    PropertyFailure f;
+    set_replay_commands(f, RunSettings{}, "cpu", id, true);
+    EXPECT_EQ(f.repro_command, "") << id;
+    EXPECT_NE(f.replay_command.find(" replay --backend cpu "), std::string::npos) << id;
+  }
+}
 
 TEST(Repro, AMatchesReferenceCounterexampleIsItsOwnCall) {
   auto twin = planted_backend("no_trimming");

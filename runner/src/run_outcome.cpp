@@ -4,6 +4,7 @@
 #include <regex>
 
 #include "attn_oracle/properties/generators.hpp"
+#include "attn_oracle/properties/property.hpp"
 
 #include <algorithm>
 #include <string>
@@ -48,10 +49,23 @@ std::vector<std::string> wholly_declined_classes(const PropertyOutcome& o) {
   return out;
 }
 
+namespace {
+
+// Whether `repro` writes a program for the cases of `property` (harness/src/repro_command.cpp,
+// python/attn_oracle/repro.py): a sharding or context-parallel case replays, it has no standalone form.
+bool has_standalone_reproduction(const std::string& property) {
+  const PropertyDef* p = find_property(property);
+  return !p || (p->needs != Capability::sharding && p->needs != Capability::context_parallel);
+}
+
+}  // namespace
+
 void set_replay_commands(PropertyFailure& f, const RunSettings& s, const std::string& backend,
                          const std::string& property, bool this_run) {
   f.replay_command = s.program + " replay --backend " + shell_word(backend) + " " + shell_word(f.case_path);
-  f.repro_command = s.program + " repro --backend " + shell_word(backend) + " " + shell_word(f.case_path);
+  f.repro_command = has_standalone_reproduction(property)
+                        ? s.program + " repro --backend " + shell_word(backend) + " " + shell_word(f.case_path)
+                        : "";
   f.rerun_command = s.program + " check --backend " + shell_word(backend) + " --filter " + property;
   if (this_run) f.rerun_command += " --seed " + std::to_string(s.seed) + " --cases " + std::to_string(s.cases);
   // Settings that change the draws, from a flag or the environment: the rerun names them.
