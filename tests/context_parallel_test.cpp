@@ -16,6 +16,7 @@
 #include "attn_oracle/model/context_parallel.hpp"
 #include "attn_oracle/properties/context_parallel_generators.hpp"
 #include "attn_oracle/properties/property.hpp"
+#include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/reference/context_parallel.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/seam/context_parallel.hpp"
@@ -297,6 +298,44 @@ TEST(CpProperties, ThoseCallingAnOpTheBackendDoesNotServeAreSkippedWithTheReason
     EXPECT_EQ(o.status, PropertyOutcome::Status::skipped) << p.id;
     EXPECT_NE(o.message.find("serves context_parallel without"), std::string::npos) << o.message;
   }
+}
+
+// A run whose o holds one token too few (a C++ backend, where no wire reply is checked): the
+// suite un-permutes by index, so the run fails with the sizes named, not with a read past its end.
+class RunOneTokenShort final : public Backend, MetadataCapability, AttentionCapability {
+ public:
+  std::string name() const override { return "run-one-token-short"; }
+  MetadataCapability* metadata() override { return this; }
+  Expected<Metadata> metadata(const PackedBatch& batch) override { return ref::metadata(batch); }
+  AttentionCapability* attention() override { return this; }
+  Expected<AttentionResult> attention(const AttentionProblem& p, const AttentionInputs& in) override {
+    return ref::attention_dense_masked(p, in);
+  }
+  bool token_level_mask() const override { return true; }
+  ContextParallelCapability* context_parallel() override { return &cp_; }
+
+ private:
+  class Simulation final : public SimulatedContextParallel {
+   public:
+    using SimulatedContextParallel::SimulatedContextParallel;
+    Expected<AttentionResult> cp_attention(const CpLayout& l, const AttentionProblem& p,
+                                           const AttentionInputs& in) override {
+      Expected<AttentionResult> r = SimulatedContextParallel::cp_attention(l, p, in);
+      if (r) r.value().o.resize(r.value().o.size() - p.shape.heads_q * p.shape.head_dim);
+      return r;
+    }
+  };
+  Simulation cp_{static_cast<AttentionCapability&>(*this), static_cast<MetadataCapability&>(*this)};
+};
+
+TEST(CpProperties, ARunOfTheWrongSizeFailsNamingItsSizes) {
+  RunOneTokenShort backend;
+  const PropertyOutcome o =
+      run_property(*find_property("context_parallel/runMatchesTheUnshardedReference"), backend, default_run_settings());
+  ASSERT_EQ(o.status, PropertyOutcome::Status::failed) << o.message;
+  ASSERT_FALSE(o.failures.empty());
+  const std::string& message = o.failures.front().message;
+  EXPECT_NE(message.find("bad_tensor_shape (the run's o holds"), std::string::npos) << message;
 }
 
 TEST(CpProperties, PassOnTheReferenceAndCpuBackends) {

@@ -121,7 +121,9 @@ class ContextParallelOp final : public TypedCaseOp<ContextParallelCase> {
     if (!cap->serves(CpOp::run)) return Evaluation::of(out);
     const Expected<AttentionResult> run = cap->cp_attention(c.layout, p, inputs.value());
     if (!run) return Evaluation::of(run.error());
-    out.update(attention_result_to_json(p, unpermute_result(run.value(), perm.value(), p)));
+    const Expected<AttentionResult> rows_order = unpermute_result(c.layout, run.value(), perm.value(), p);
+    if (!rows_order) return Evaluation::of(rows_order.error());
+    out.update(attention_result_to_json(p, rows_order.value()));
     return Evaluation::of(out);
   }
 
@@ -147,9 +149,9 @@ class ContextParallelOp final : public TypedCaseOp<ContextParallelCase> {
     const Expected<AttentionResult> run = cap->cp_attention(c.layout, p, inputs);
     const Expected<AttentionResult> want = ref::attention_dense_masked(p, inputs);
     if (judge_errors(run, want, j)) return j;
-    judge_tolerance(check_attention_tolerance(p, inputs, unpermute_result(run.value(), perm.value(), p), want.value(),
-                                              backend.outputs()),
-                    j);
+    const Expected<AttentionResult> rows_order = unpermute_result(c.layout, run.value(), perm.value(), p);
+    if (!rows_order) return j.fail(describe(rows_order.error())), j;
+    judge_tolerance(check_attention_tolerance(p, inputs, rows_order.value(), want.value(), backend.outputs()), j);
     return j;
   }
 
@@ -193,7 +195,10 @@ json cp_layout_to_json(const CpLayout& l) {
   return j;
 }
 
-AttentionResult unpermute_result(const AttentionResult& r, const std::vector<int64_t>& perm, const AttentionProblem& p) {
+Expected<AttentionResult> unpermute_result(const CpLayout& l, const AttentionResult& r, const std::vector<int64_t>& perm,
+                                           const AttentionProblem& p) {
+  if (std::optional<Error> e = cp_result_shape_error(l, p, r, /*one_rank=*/false, /*lse_required=*/false))
+    return Error{e->code, "the run's " + e->message};
   const int64_t t_len = p.batch.q.segment_ids.shape.back(), rows = static_cast<int64_t>(perm.size()) / t_len;
   const int64_t qw = p.shape.heads_q * p.shape.head_dim, kw = p.shape.heads_kv * p.shape.head_dim;
   AttentionResult out;

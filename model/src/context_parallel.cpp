@@ -179,6 +179,32 @@ std::vector<double> cp_reorder_tokens(const std::vector<double>& values, const s
   return out;
 }
 
+std::optional<Error> cp_result_shape_error(const CpLayout& l, const AttentionProblem& p, const AttentionResult& r,
+                                           bool one_rank, bool lse_required) {
+  if (validate_cp(l, p)) return std::nullopt;
+  const int64_t rows = p.batch.q.segment_ids.shape[0], t_len = p.batch.q.segment_ids.shape[1];
+  const bool heads_split = one_rank && l.strategy == CpStrategy::all_to_all;
+  const int64_t tokens = one_rank && !heads_split ? t_len / l.cp : t_len;
+  const int64_t hq = p.shape.heads_q / (heads_split ? l.cp : 1), hkv = p.shape.heads_kv / (heads_split ? l.cp : 1);
+  const int64_t d = p.shape.head_dim;
+  const std::string t = one_rank ? "L" : "T";
+  std::optional<Error> first;
+  const auto expect = [&](const char* name, size_t got, const Shape& shape, const std::string& dims) {
+    if (!first && static_cast<int64_t>(got) != shape_product(shape))
+      first = Error{ErrorCode::bad_tensor_shape, std::string(name) + " holds " + std::to_string(got) + " values where " +
+                                                     dims + " = " + shape_to_string(shape) + " holds " +
+                                                     std::to_string(shape_product(shape))};
+  };
+  expect("o", r.o.size(), {rows, tokens, hq, d}, "[B, " + t + ", Hq, D]");
+  if (lse_required || !r.lse.empty()) expect("lse", r.lse.size(), {rows, hq, tokens}, "[B, Hq, " + t + "]");
+  if (r.grads) {
+    expect("dq", r.grads->dq.size(), {rows, tokens, hq, d}, "[B, " + t + ", Hq, D]");
+    expect("dk", r.grads->dk.size(), {rows, tokens, hkv, d}, "[B, " + t + ", Hkv, D]");
+    expect("dv", r.grads->dv.size(), {rows, tokens, hkv, d}, "[B, " + t + ", Hkv, D]");
+  }
+  return first;
+}
+
 CpRankProblem cp_rank_problem(const CpLayout& l, const AttentionProblem& p, const std::vector<int64_t>& perm,
                               int64_t rank, int64_t step) {
   const int64_t rows = p.batch.q.segment_ids.shape[0], t_len = p.batch.q.segment_ids.shape[1];

@@ -161,8 +161,10 @@ void run_matches_the_unsharded_reference(Backend& backend, const Case& c) {
   if (!got) fail_with("the context-parallel run rejected a valid call: ", got.error());
   const Expected<AttentionResult> want = reference_calls().dense(call.problem, call.inputs);
   if (!want) fail_with("generator bug: the reference rejects the unsharded problem: ", want.error());
-  const AttentionResult rows = unpermute_result(got.value(), perm, call.problem);
-  for (const ToleranceCheck& check : check_attention_tolerance(call.problem, call.inputs, rows, want.value(), backend.outputs()))
+  const Expected<AttentionResult> rows = unpermute_result(call.layout, got.value(), perm, call.problem);
+  if (!rows) fail_with("", rows.error());
+  for (const ToleranceCheck& check : check_attention_tolerance(call.problem, call.inputs, rows.value(), want.value(),
+                                                               backend.outputs()))
     if (!check.pass) fail_case("the run in row order vs unsharded: " + check.describe());
 }
 

@@ -399,30 +399,10 @@ class ProcessContextParallel final : public ContextParallelCapability {
   std::optional<Error> suite_validation(const CpLayout& l, const AttentionProblem& p) {
     return w_.serves_cp_op("validate_cp_layout") ? std::nullopt : validate_cp(l, p);
   }
-  // The suite un-permutes a run by index, so an array of another size than a
-  // valid layout gives is a malformed reply, not a read past its end. A rank's
-  // call (one_rank) holds T / cp tokens and every head, or under all_to_all
-  // every token and H / cp heads.
+  // The suite un-permutes a run by index: an array of another size than a valid
+  // layout gives is a malformed reply (model/context_parallel.hpp).
   static void check_sizes(const CpLayout& l, const AttentionProblem& p, const AttentionResult& r, bool one_rank, bool lse) {
-    if (validate_cp(l, p)) return;  // no sizes follow from an invalid layout
-    const int64_t rows = p.batch.q.segment_ids.shape[0], t_len = p.batch.q.segment_ids.shape[1];
-    const bool heads_split = one_rank && l.strategy == CpStrategy::all_to_all;
-    const int64_t tokens = one_rank && !heads_split ? t_len / l.cp : t_len;
-    const int64_t hq = p.shape.heads_q / (heads_split ? l.cp : 1), hkv = p.shape.heads_kv / (heads_split ? l.cp : 1);
-    const int64_t d = p.shape.head_dim;
-    const std::string t = one_rank ? "L" : "T";
-    const auto expect = [](const char* name, size_t got, const Shape& shape, const std::string& dims) {
-      if (static_cast<int64_t>(got) != shape_product(shape))
-        throw wire::ProtocolError(std::string(name) + " holds " + std::to_string(got) + " values where " + dims + " = " +
-                                  shape_to_string(shape) + " holds " + std::to_string(shape_product(shape)));
-    };
-    expect("o", r.o.size(), {rows, tokens, hq, d}, "[B, " + t + ", Hq, D]");
-    if (lse) expect("lse", r.lse.size(), {rows, hq, tokens}, "[B, Hq, " + t + "]");
-    if (r.grads) {
-      expect("dq", r.grads->dq.size(), {rows, tokens, hq, d}, "[B, T, Hq, D]");
-      expect("dk", r.grads->dk.size(), {rows, tokens, hkv, d}, "[B, T, Hkv, D]");
-      expect("dv", r.grads->dv.size(), {rows, tokens, hkv, d}, "[B, T, Hkv, D]");
-    }
+    if (const std::optional<Error> e = cp_result_shape_error(l, p, r, one_rank, lse)) throw wire::ProtocolError(e->message);
   }
   Worker& w_;
 };

@@ -34,9 +34,10 @@ Expected<CpLayout> cp_layout_from_json(const nlohmann::json& cp);
 nlohmann::json cp_layout_to_json(const CpLayout& layout);
 
 // A rank-major result (o, dq [B, T, Hq, D]; lse [B, Hq, T]; dk, dv [B, T, Hkv, D])
-// in row order.
-AttentionResult unpermute_result(const AttentionResult& result, const std::vector<int64_t>& permutation,
-                                 const AttentionProblem& problem);
+// in row order; bad_tensor_shape where an array holds another count (it is put
+// back by index).
+Expected<AttentionResult> unpermute_result(const CpLayout& layout, const AttentionResult& result,
+                                           const std::vector<int64_t>& permutation, const AttentionProblem& problem);
 
 // The first slot of `permutation` ([B, T]) that makes it no permutation of each
 // row's tokens ("row 0, slot 3: token 5 is listed already at slot 1"), or "".

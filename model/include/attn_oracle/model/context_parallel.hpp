@@ -93,6 +93,15 @@ int64_t cp_local_tokens(const CpLayout& layout, int64_t row_tokens);
 std::vector<double> cp_reorder_tokens(const std::vector<double>& values, const std::vector<int64_t>& permutation,
                                       int64_t row_tokens, int64_t width, bool inverse);
 
+// What a context-parallel result must hold: the run (rank-major) every token
+// of every row, one rank's call (`one_rank`) T / cp tokens, or under
+// all_to_all every token and H / cp heads. bad_tensor_shape naming the first
+// array that holds another count; nullopt when each holds its count, and for
+// an invalid layout (no sizes follow from it). lse is checked where present or
+// `lse_required`, gradients where present.
+std::optional<Error> cp_result_shape_error(const CpLayout& layout, const AttentionProblem& problem,
+                                           const AttentionResult& result, bool one_rank, bool lse_required);
+
 // What rank `rank` computes at `step` under a token split `permutation`
 // ([B, T], rank-major), written as an ordinary packed problem
 // (docs/semantics.md#91-context-parallelism):
