@@ -99,7 +99,7 @@ def test_fa2s_plus_inf_for_a_query_without_keys_would_drop_the_next_block():
 # ---- declines and domain, shown against the package
 
 
-def test_the_package_does_not_import_without_flash_attn_so_attention_is_declined():
+def test_the_package_does_not_import_without_flash_attn_whose_kernels_are_stood_in_raising():
     import subprocess
     import sys
 
@@ -114,6 +114,29 @@ def test_the_package_does_not_import_without_flash_attn_so_attention_is_declined
 
     with pytest.raises(RuntimeError, match="CUDA GPU"):
         llama3_flash_attn_varlen._flash_attn_varlen_forward()
+
+
+def test_without_a_cuda_device_torchs_fa2_has_no_kernel_so_attention_is_not_served():
+    """In a fresh process (the tests' stand-in registers a CPU kernel in this one): torch's FA2 op
+    refuses CPU tensors, and the classes then define neither attention call."""
+    import subprocess
+    import sys
+
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device: torch's FA2 runs here")
+    code = """
+import torch
+from attn_oracle.stacks import ring_flash_attn_cp as m
+print(hasattr(m.Llama3, "cp_attention"), hasattr(m.Zigzag, "cp_rank_attention"))
+q = torch.zeros(4, 1, 8, dtype=torch.float16)
+cu = torch.tensor([0, 4], dtype=torch.int32)
+torch.ops.aten._flash_attention_forward(q, q, q, cu, cu, 4, 4, 0.0, True, False)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["False", "False"], done.stdout + done.stderr
+    assert done.returncode != 0 and "'CPU' backend" in done.stderr, done.stderr
 
 
 def test_its_init_imports_a_name_transformers_5_removed_so_the_two_files_are_loaded_alone():

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import threading
+import time
 from typing import Any, Callable, Sequence
 
 __all__ = ["Hub", "RankHung", "run_ranks"]
@@ -90,8 +91,9 @@ def run_ranks(world: int, work: Callable[[int, Hub], Any], timeout: float = 120.
     threads = [threading.Thread(target=body, args=(r,), name=f"rank-{r}", daemon=True) for r in range(world)]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + timeout + 30.0  # one deadline for all: a join each would add up
     for t in threads:
-        t.join(timeout + 30.0)
+        t.join(max(0.0, deadline - time.monotonic()))
     alive = [t.name for t in threads if t.is_alive()]
     if alive:
         raise RankHung(f"{', '.join(alive)} still running {timeout + 30.0:.0f} s after the run's deadline")
