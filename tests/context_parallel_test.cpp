@@ -262,28 +262,41 @@ TEST(CpSimulation, KernelBackendsDeclineWindows) {
 }
 
 // ------------------------------------------------------------------- properties
-// A backend that serves the permutation and metadata but not the run (a stack whose
-// kernels need a device): the properties that call the run are skipped with the reason.
-class MetadataOnly final : public Backend, MetadataCapability, AttentionCapability {
+// A backend whose every rank runs the reference, with context parallelism `Simulation` over it.
+template <class Simulation>
+class OverReference : public Backend, MetadataCapability, AttentionCapability {
  public:
-  std::string name() const override { return "metadata-only"; }
+  explicit OverReference(std::string name) : name_(std::move(name)) {}
+  std::string name() const override { return name_; }
   MetadataCapability* metadata() override { return this; }
   Expected<Metadata> metadata(const PackedBatch& batch) override { return ref::metadata(batch); }
   AttentionCapability* attention() override { return this; }
-  Expected<AttentionResult> attention(const AttentionProblem&, const AttentionInputs&) override {
-    ADD_FAILURE() << "a property called attention on a backend that serves no run";
-    return Error{ErrorCode::unsupported, "no run"};
+  Expected<AttentionResult> attention(const AttentionProblem& p, const AttentionInputs& in) override {
+    return ref::attention_dense_masked(p, in);
   }
   bool token_level_mask() const override { return true; }
   ContextParallelCapability* context_parallel() override { return &cp_; }
 
  private:
-  class Simulation final : public SimulatedContextParallel {
-   public:
-    using SimulatedContextParallel::SimulatedContextParallel;
-    bool serves(CpOp op) const override { return op == CpOp::rank_metadata; }
-  };
+  std::string name_;
   Simulation cp_{static_cast<AttentionCapability&>(*this), static_cast<MetadataCapability&>(*this)};
+};
+
+// Serves the permutation and metadata but not the run (a stack whose kernels need a
+// device): the properties that call the run are skipped with the reason.
+class RankMetadataOnly final : public SimulatedContextParallel {
+ public:
+  using SimulatedContextParallel::SimulatedContextParallel;
+  bool serves(CpOp op) const override { return op == CpOp::rank_metadata; }
+};
+
+class MetadataOnly final : public OverReference<RankMetadataOnly> {
+ public:
+  MetadataOnly() : OverReference("metadata-only") {}
+  Expected<AttentionResult> attention(const AttentionProblem&, const AttentionInputs&) override {
+    ADD_FAILURE() << "a property called attention on a backend that serves no run";
+    return Error{ErrorCode::unsupported, "no run"};
+  }
 };
 
 TEST(CpProperties, ThoseCallingAnOpTheBackendDoesNotServeAreSkippedWithTheReason) {
@@ -302,34 +315,18 @@ TEST(CpProperties, ThoseCallingAnOpTheBackendDoesNotServeAreSkippedWithTheReason
 
 // A run whose o holds one token too few (a C++ backend, where no wire reply is checked): the
 // suite un-permutes by index, so the run fails with the sizes named, not with a read past its end.
-class RunOneTokenShort final : public Backend, MetadataCapability, AttentionCapability {
+class RunOneTokenShort final : public SimulatedContextParallel {
  public:
-  std::string name() const override { return "run-one-token-short"; }
-  MetadataCapability* metadata() override { return this; }
-  Expected<Metadata> metadata(const PackedBatch& batch) override { return ref::metadata(batch); }
-  AttentionCapability* attention() override { return this; }
-  Expected<AttentionResult> attention(const AttentionProblem& p, const AttentionInputs& in) override {
-    return ref::attention_dense_masked(p, in);
+  using SimulatedContextParallel::SimulatedContextParallel;
+  Expected<AttentionResult> cp_attention(const CpLayout& l, const AttentionProblem& p, const AttentionInputs& in) override {
+    Expected<AttentionResult> r = SimulatedContextParallel::cp_attention(l, p, in);
+    if (r) r.value().o.resize(r.value().o.size() - p.shape.heads_q * p.shape.head_dim);
+    return r;
   }
-  bool token_level_mask() const override { return true; }
-  ContextParallelCapability* context_parallel() override { return &cp_; }
-
- private:
-  class Simulation final : public SimulatedContextParallel {
-   public:
-    using SimulatedContextParallel::SimulatedContextParallel;
-    Expected<AttentionResult> cp_attention(const CpLayout& l, const AttentionProblem& p,
-                                           const AttentionInputs& in) override {
-      Expected<AttentionResult> r = SimulatedContextParallel::cp_attention(l, p, in);
-      if (r) r.value().o.resize(r.value().o.size() - p.shape.heads_q * p.shape.head_dim);
-      return r;
-    }
-  };
-  Simulation cp_{static_cast<AttentionCapability&>(*this), static_cast<MetadataCapability&>(*this)};
 };
 
 TEST(CpProperties, ARunOfTheWrongSizeFailsNamingItsSizes) {
-  RunOneTokenShort backend;
+  OverReference<RunOneTokenShort> backend("run-one-token-short");
   const PropertyOutcome o =
       run_property(*find_property("context_parallel/runMatchesTheUnshardedReference"), backend, default_run_settings());
   ASSERT_EQ(o.status, PropertyOutcome::Status::failed) << o.message;
