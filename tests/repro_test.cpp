@@ -51,8 +51,9 @@ TEST(Repro, AFailureOffersReproOnlyForCasesThatHaveAStandaloneForm) {
 TEST(Repro, AMatchesReferenceCounterexampleIsItsOwnCall) {
   auto twin = planted_backend("no_trimming");
   Case c = fixture("no_trimming");
-  const Expected<Disagreement> d = find_disagreement(*twin, c);
-  ASSERT_TRUE(d) << d.error().message;
+  const auto found = find_disagreement(*twin, c);
+  ASSERT_TRUE(std::holds_alternative<Disagreement>(found)) << std::get<NoDisagreement>(found).why;
+  const Disagreement* d = &std::get<Disagreement>(found);
   EXPECT_FALSE(d->transformed);
   EXPECT_FALSE(d->direct.property.has_value());
   EXPECT_EQ(d->direct.as<MetadataCase>()->batch, c.as<MetadataCase>()->batch);
@@ -63,8 +64,9 @@ TEST(Repro, AMatchesReferenceCounterexampleIsItsOwnCall) {
 TEST(Repro, AMetamorphicCounterexampleGivesTheCallThatIsWrongOnItsOwn) {
   auto twin = planted_backend("offsets_from_seqlens");
   const Case c = fixture("offsets_from_seqlens");  // shiftingARowShiftsItsOffsets, drawn {row 0, shift 1, side q}
-  const Expected<Disagreement> d = find_disagreement(*twin, c);
-  ASSERT_TRUE(d) << d.error().message;
+  const auto found = find_disagreement(*twin, c);
+  ASSERT_TRUE(std::holds_alternative<Disagreement>(found)) << std::get<NoDisagreement>(found).why;
+  const Disagreement* d = &std::get<Disagreement>(found);
   EXPECT_TRUE(d->transformed);
   const PackedBatch& b = d->direct.as<MetadataCase>()->batch;
   EXPECT_EQ(b.q.segment_ids.data.front(), 0) << "the shifted row starts with the padding the property added";
@@ -73,10 +75,11 @@ TEST(Repro, AMetamorphicCounterexampleGivesTheCallThatIsWrongOnItsOwn) {
 
 TEST(Repro, ABackendThatAgreesHasNothingToReproduce) {
   auto reference = make_reference_backend();
-  const Expected<Disagreement> d = find_disagreement(*reference, fixture("no_trimming"));
-  ASSERT_FALSE(d);
-  EXPECT_EQ(d.error().code, ErrorCode::unsupported);
-  EXPECT_TRUE(has(d.error().message, "disagrees with the reference")) << d.error().message;
+  const auto found = find_disagreement(*reference, fixture("no_trimming"));
+  ASSERT_TRUE(std::holds_alternative<NoDisagreement>(found));
+  const NoDisagreement& none = std::get<NoDisagreement>(found);
+  EXPECT_FALSE(none.declined);
+  EXPECT_TRUE(has(none.why, "disagrees with the reference")) << none.why;
 }
 
 TEST(Repro, TheSummaryIsOneLineForMetadataAndTwoForAttention) {
@@ -90,9 +93,10 @@ TEST(Repro, TheSummaryIsOneLineForMetadataAndTwoForAttention) {
 TEST(Repro, TheGoogleTestFileNeedsOnlyTheSeamAndAssertsTheReferenceInline) {
   auto twin = planted_backend("kv_head_modulo");
   const Case c = fixture("kv_head_modulo");  // attention/gqaEqualsRepeatedKvHeads
-  const Expected<Disagreement> d = find_disagreement(*twin, c);
-  ASSERT_TRUE(d) << d.error().message;
-  const std::string test = gtest_reproduction(d.value(), *twin, "kv_head_modulo.case.json", c.property->id);
+  const auto found = find_disagreement(*twin, c);
+  ASSERT_TRUE(std::holds_alternative<Disagreement>(found)) << std::get<NoDisagreement>(found).why;
+  const Disagreement* d = &std::get<Disagreement>(found);
+  const std::string test = gtest_reproduction(*d, *twin, "kv_head_modulo.case.json", c.property->id);
   EXPECT_TRUE(has(test, "#include <attn_oracle/seam/backend.hpp>")) << test;
   EXPECT_FALSE(has(test, "attn_oracle/reference")) << test;
   EXPECT_TRUE(has(test, "constexpr const char* kBackend = \"planted-kv_head_modulo\";")) << test;

@@ -91,10 +91,6 @@ void add_gradients(json& j, const ResultShapes& s, const std::optional<Attention
   j["dv"] = case_json::nest(s.kv, grads->dv);
 }
 
-std::string declined(const Backend& backend, const std::string& reason) {
-  return "backend " + backend.name() + " does not support this problem: " + reason;
-}
-
 CoverageCell attention_coverage(const AttentionCase& c) {
   CoverageCell cell = batch_coverage(c.problem.batch);
   add_shape_coverage(c.problem.shape, cell);
@@ -123,10 +119,11 @@ class AttentionOp final : public TypedCaseOp<AttentionCase> {
     if (!cap) return Evaluation::missing(backend, capability());
     const Expected<AttentionInputs> inputs = attention_inputs(c);
     if (!inputs) return Evaluation::of(inputs.error());
-    // unsupported() may assume a valid problem; an invalid one goes straight to
+    // An invalid problem is asked of the domain alone (backend_takes.hpp), then goes to
     // attention(), which must reject it with the code of docs/semantics.md#4-error-codes.
-    if (validate_attention(c.problem, &inputs.value()))
-      if (auto reason = cap->unsupported(c.problem)) return Evaluation::declined_because(declined(backend, *reason));
+    const bool valid = validate_attention(c.problem, &inputs.value()).ok();
+    if (auto reason = valid ? attention_declines(backend, c.problem) : domain_declines(backend, c.problem))
+      return Evaluation::declined_because(declined_by(backend, *reason));
     const Expected<AttentionResult> r = cap->attention(c.problem, inputs.value());
     if (!r) return Evaluation::of(r.error());
     return Evaluation::of(attention_result_to_json(c.problem, r.value()));
@@ -140,11 +137,12 @@ class AttentionOp final : public TypedCaseOp<AttentionCase> {
     if (!inputs) return j.fail("the case has no inputs: " + describe(inputs.error())), j;
     const AttentionProblem& p = c.problem;
     if (const auto valid = validate_attention(p, &inputs.value()); !valid) {
+      if (auto reason = domain_declines(backend, p)) return j.skip(declined_by(backend, *reason)), j;
       judge_errors(cap->attention(p, inputs.value()), Expected<AttentionResult>(valid.error()), j);
       return j;
     }
-    if (auto reason = cap->unsupported(p)) return j.skip(declined(backend, *reason)), j;
-    if (p.shape.backward && !backend.outputs().gradients) return j.skip(declined(backend, "it produces no gradients")), j;
+    if (auto reason = attention_declines(backend, p)) return j.skip(declined_by(backend, *reason)), j;
+    if (p.shape.backward && !backend.outputs().gradients) return j.skip(declined_by(backend, "it produces no gradients")), j;
     if (!cap->token_level_mask())
       if (const auto r = ref::representability(p.batch); !r.representable)
         return j.skip("not representable (docs/semantics.md#the-kernels-index-rule-and-representability: this backend applies the index rule): " +
@@ -182,8 +180,9 @@ class SmallSeqOp final : public TypedCaseOp<SmallSeqCase> {
     if (!cap) return Evaluation::missing(backend, capability());
     const Expected<AttentionInputs> inputs = attention_inputs(c);
     if (!inputs) return Evaluation::of(inputs.error());
-    if (small_seq_documents(c.problem, &inputs.value()))
-      if (auto reason = cap->unsupported(c.problem)) return Evaluation::declined_because(declined(backend, *reason));
+    const bool valid = small_seq_documents(c.problem, &inputs.value()).ok();
+    if (auto reason = valid ? small_seq_declines(backend, c.problem) : domain_declines(backend, c.problem))
+      return Evaluation::declined_because(declined_by(backend, *reason));
     const Expected<SmallSeqResult> r = cap->small_seq(c.problem, inputs.value());
     if (!r) return Evaluation::of(r.error());
     return Evaluation::of(small_seq_result_to_json(c.problem, r.value()));
@@ -196,8 +195,8 @@ class SmallSeqOp final : public TypedCaseOp<SmallSeqCase> {
     const Expected<AttentionInputs> inputs = attention_inputs(c);
     if (!inputs) return j.fail("the case has no inputs: " + describe(inputs.error())), j;
     const Expected<SmallSeqResult> want = ref::small_seq(c.problem, inputs.value());
-    if (want)
-      if (auto reason = cap->unsupported(c.problem)) return j.skip(declined(backend, *reason)), j;
+    if (auto reason = want ? small_seq_declines(backend, c.problem) : domain_declines(backend, c.problem))
+      return j.skip(declined_by(backend, *reason)), j;
     const Expected<SmallSeqResult> got = cap->small_seq(c.problem, inputs.value());
     if (judge_errors(got, want, j)) return j;
     judge_tolerance(check_small_seq_tolerance(c.problem, inputs.value(), got.value(), want.value(), backend.outputs()), j);

@@ -41,10 +41,11 @@ json metadata_or_error(const Expected<Metadata>& md) {
   return md ? metadata_to_json(md.value()) : error_to_json(md.error());
 }
 
-std::optional<std::string> declined(ContextParallelCapability& cap, const Backend& backend,
-                                    const ContextParallelCase& c) {
-  if (auto reason = cap.unsupported(c.layout, c.call.problem))
-    return "backend " + backend.name() + " does not support this layout: " + *reason;
+// An invalid layout's cp and stripe are not asked of the domain: they are the case being judged.
+std::optional<std::string> declined(Backend& backend, const ContextParallelCase& c) {
+  const bool valid_layout = !validate_cp(c.layout, c.call.problem).has_value();
+  if (auto reason = context_parallel_declines(backend, c.layout, c.call.problem, valid_layout))
+    return declined_by(backend, *reason);
   return std::nullopt;
 }
 
@@ -100,7 +101,7 @@ class ContextParallelOp final : public TypedCaseOp<ContextParallelCase> {
   Evaluation evaluate_on(Backend& backend, const ContextParallelCase& c) const override {
     ContextParallelCapability* cap = backend.context_parallel();
     if (!cap) return Evaluation::missing(backend, capability());
-    if (auto why = declined(*cap, backend, c)) return Evaluation::declined_because(*why);
+    if (auto why = declined(backend, c)) return Evaluation::declined_because(*why);
     const AttentionProblem& p = c.call.problem;
     if (auto e = cap->validate_layout(c.layout, p)) return Evaluation::of(*e);
     const Expected<AttentionInputs> inputs = attention_inputs(c.call);
@@ -131,7 +132,7 @@ class ContextParallelOp final : public TypedCaseOp<ContextParallelCase> {
     Judgement j;
     ContextParallelCapability* cap = backend.context_parallel();
     if (!cap) return j.skip(missing_capability(backend, capability())), j;
-    if (auto why = declined(*cap, backend, c)) return j.skip(*why), j;
+    if (auto why = declined(backend, c)) return j.skip(*why), j;
     const AttentionProblem& p = c.call.problem;
     const std::optional<Error> got_e = cap->validate_layout(c.layout, p), want_e = validate_cp(c.layout, p);
     const Expected<bool> got_v = got_e ? Expected<bool>(*got_e) : Expected<bool>(true);

@@ -5,11 +5,17 @@
 #include <vector>
 
 #include "attn_oracle/cases/case_op.hpp"
+#include "attn_oracle/seam/backend_takes.hpp"
 #include "attn_oracle/reference/tolerance.hpp"
 
 namespace attn_oracle {
 
 std::string missing_capability(const Backend& backend, Capability capability);
+
+// What a case says when the backend does not take it (seam/backend_takes.hpp's reason).
+inline std::string declined_by(const Backend& backend, const std::string& reason) {
+  return "backend " + backend.name() + " declines this case: " + reason;
+}
 
 inline std::string describe(const Error& e) { return std::string(to_string(e.code)) + " (" + e.message + ")"; }
 

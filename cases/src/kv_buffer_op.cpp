@@ -39,8 +39,9 @@ json nest3(const std::vector<double>& t, int64_t a, int64_t b, int64_t c, F f) {
   return out;
 }
 
-std::string declined(const Backend& backend, const std::string& reason) {
-  return "backend " + backend.name() + " does not support this problem: " + reason;
+// backend_takes.hpp's answer; a hook may assume a valid problem, so an invalid one is asked of the domain alone.
+std::optional<std::string> declines(Backend& backend, const KvBufferProblem& problem) {
+  return validate_kv_buffer(problem) ? kv_buffer_declines(backend, problem) : kv_buffer_domain_declines(backend, problem);
 }
 
 // Every micro-sequence's plan and the stream, or the first error.
@@ -99,8 +100,7 @@ class KvBufferOp final : public TypedCaseOp<KvBufferCase> {
   Evaluation evaluate_on(Backend& backend, const KvBufferCase& c) const override {
     KvBufferCapability* cap = backend.kv_buffer();
     if (!cap) return Evaluation::missing(backend, capability());
-    if (validate_kv_buffer(c.problem))
-      if (auto reason = cap->unsupported(c.problem)) return Evaluation::declined_because(declined(backend, *reason));
+    if (auto reason = declines(backend, c.problem)) return Evaluation::declined_because(declined_by(backend, *reason));
     const KvRun run = run_on(*cap, c, kv_buffer_inputs(c));
     if (!run.stream) return Evaluation::of(run.stream.error());
     if (!validate_kv_buffer(c.problem)) return Evaluation::of(json{{"accepted", "an invalid kv_buffer problem"}});
@@ -111,8 +111,7 @@ class KvBufferOp final : public TypedCaseOp<KvBufferCase> {
     Judgement j;
     KvBufferCapability* cap = backend.kv_buffer();
     if (!cap) return j.skip(missing_capability(backend, capability())), j;
-    if (validate_kv_buffer(c.problem))
-      if (auto reason = cap->unsupported(c.problem)) return j.skip(declined(backend, *reason)), j;
+    if (auto reason = declines(backend, c.problem)) return j.skip(declined_by(backend, *reason)), j;
     const AttentionInputs in = kv_buffer_inputs(c);
     const KvRun got = run_on(*cap, c, in);
     const KvRun want = run_on(reference_kv_buffer(), c, in);

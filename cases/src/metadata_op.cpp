@@ -29,8 +29,7 @@ class MetadataOp final : public TypedCaseOp<MetadataCase> {
 
   Evaluation evaluate_on(Backend& backend, const MetadataCase& c) const override {
     if (!backend.metadata()) return Evaluation::missing(backend, capability());
-    if (auto reason = backend.metadata()->unsupported(c.batch))
-      return Evaluation::declined_because("backend " + backend.name() + " does not support this input: " + *reason);
+    if (auto reason = metadata_declines(backend, c.batch)) return Evaluation::declined_because(declined_by(backend, *reason));
     const Expected<Metadata> md = backend.metadata()->metadata(c.batch);
     if (!md) return Evaluation::of(md.error());
     return Evaluation::of(metadata_to_json(md.value()));
@@ -39,8 +38,7 @@ class MetadataOp final : public TypedCaseOp<MetadataCase> {
   Judgement judge_on(Backend& backend, const MetadataCase& c) const override {
     Judgement j;
     if (!backend.metadata()) return j.skip(missing_capability(backend, capability())), j;
-    if (auto reason = backend.metadata()->unsupported(c.batch))
-      return j.skip("backend " + backend.name() + " does not support this input: " + *reason), j;
+    if (auto reason = metadata_declines(backend, c.batch)) return j.skip(declined_by(backend, *reason)), j;
     const Expected<Metadata> got = backend.metadata()->metadata(c.batch), want = ref::metadata(c.batch);
     if (judge_errors(got, want, j)) return j;
     compare_metadata(got.value(), want.value(), j);

@@ -105,11 +105,12 @@ std::optional<ShardedShapes> shapes_of(const ShardingCase& c) {
   return shapes ? std::optional<ShardedShapes>(shapes.value()) : std::nullopt;
 }
 
-std::optional<std::string> declined(ShardingCapability& cap, const Backend& backend, const ShardingCase& c) {
+std::optional<std::string> declined(Backend& backend, const ShardingCase& c) {
   const auto shapes = shapes_of(c);
   if (!shapes) return std::nullopt;
-  if (auto reason = cap.unsupported(c.sharding, *shapes))
-    return "backend " + backend.name() + " does not support this call: " + *reason;
+  const auto* run = std::get_if<AttentionCase>(&c.call);
+  if (auto reason = sharding_declines(backend, c.sharding, *shapes, run ? &run->problem : nullptr))
+    return declined_by(backend, *reason);
   return std::nullopt;
 }
 
@@ -173,7 +174,7 @@ class ShardingOp final : public TypedCaseOp<ShardingCase> {
   Evaluation evaluate_on(Backend& backend, const ShardingCase& c) const override {
     ShardingCapability* cap = backend.sharding();
     if (!cap) return Evaluation::missing(backend, capability());
-    if (auto why = declined(*cap, backend, c)) return Evaluation::declined_because(*why);
+    if (auto why = declined(backend, c)) return Evaluation::declined_because(*why);
     const auto r = evaluate_call(*cap, c);
     if (!r) return Evaluation::of(r.error());
     if (!r.value()) return Evaluation::of(json{{"ok", true}});
@@ -184,7 +185,7 @@ class ShardingOp final : public TypedCaseOp<ShardingCase> {
     Judgement j;
     ShardingCapability* cap = backend.sharding();
     if (!cap) return j.skip(missing_capability(backend, capability())), j;
-    if (auto why = declined(*cap, backend, c)) return j.skip(*why), j;
+    if (auto why = declined(backend, c)) return j.skip(*why), j;
     const auto* run = std::get_if<AttentionCase>(&c.call);
     if (run && !cap->token_level_mask())
       if (auto why = unrepresentable_device(run->problem, c.sharding)) return j.skip(*why), j;

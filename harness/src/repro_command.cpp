@@ -241,8 +241,12 @@ int repro_command(const ReproOptions& options) {
   if (!backend)
     return std::cerr << "attn-oracle repro: backend '" << backend_name
                      << "' is not registered in this program (--backend NAME picks one)\n", 1;
-  const Expected<Disagreement> d = find_disagreement(*backend, c.value());
-  if (!d) return std::cerr << "attn-oracle repro: " << d.error().message << "\n", 3;
+  const auto found = find_disagreement(*backend, c.value());
+  if (const auto* none = std::get_if<NoDisagreement>(&found)) {
+    if (none->declined) return std::cout << "SKIP\n  " << none->why << "\n", 4;
+    return std::cerr << "attn-oracle repro: " << none->why << "\n", 3;
+  }
+  const auto* d = &std::get<Disagreement>(found);
   std::cerr << "attn-oracle repro: " << backend->name() << " (" << backend->version() << ") differs from the reference on"
             << (d->transformed ? " the call its property made after transforming the case (transformed):\n" : ":\n");
   std::istringstream summary(case_summary(d->direct));
@@ -255,7 +259,7 @@ int repro_command(const ReproOptions& options) {
     if (!write_case_file(direct_path, direct)) return std::cerr << "attn-oracle repro: cannot write " << direct_path << "\n", 1;
   }
   if (!direct_path.empty() && out_path.empty()) return 0;
-  const std::string test = gtest_reproduction(d.value(), *backend, case_path, c->property ? c->property->id : "");
+  const std::string test = gtest_reproduction(*d, *backend, case_path, c->property ? c->property->id : "");
   if (test.empty()) return std::cerr << "attn-oracle repro: no GoogleTest form for a " << op_name(d->direct) << " case\n", 1;
   if (out_path.empty() || out_path == "-") return std::cout << test, 0;
   std::ofstream(out_path) << test;

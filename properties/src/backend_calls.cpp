@@ -22,16 +22,6 @@ class BackendStopwatch {
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
-std::optional<std::string> outside(const Backend& backend, const auto& problem) {
-  if (auto why = outside_domain(backend.domain(), problem)) return "outside the backend's domain: " + *why;
-  return std::nullopt;
-}
-
-std::optional<std::string> hook(std::optional<std::string> reason) {
-  if (reason) return "unsupported: " + *reason;
-  return std::nullopt;
-}
-
 void decline_if(const std::optional<std::string>& reason) {
   if (reason) decline_case(*reason);
 }
@@ -39,11 +29,6 @@ void decline_if(const std::optional<std::string>& reason) {
 }  // namespace
 
 double backend_seconds_on_this_thread() { return backend_seconds; }
-
-std::optional<std::string> metadata_declines(Backend& backend, const PackedBatch& batch) {
-  if (auto why = outside(backend, batch)) return why;
-  return hook(backend.metadata()->unsupported(batch));
-}
 
 void require_metadata_takes(Backend& backend, const PackedBatch& batch) { decline_if(metadata_declines(backend, batch)); }
 
@@ -55,11 +40,6 @@ Expected<Metadata> call_metadata(Backend& backend, const PackedBatch& batch) {
   }();
   if (!md) decline_if_unsupported(md.error());
   return md;
-}
-
-std::optional<std::string> attention_declines(Backend& backend, const AttentionProblem& problem) {
-  if (auto why = outside(backend, problem)) return why;
-  return hook(backend.attention()->unsupported(problem));
 }
 
 void require_attention_takes(Backend& backend, const AttentionProblem& problem) {
@@ -80,16 +60,11 @@ std::optional<Error> call_attention_into(Backend& backend, const AttentionProble
   return backend.attention()->attention_into(problem, inputs, buffers);
 }
 
-std::optional<std::string> small_seq_declines(Backend& backend, const AttentionProblem& problem) {
-  if (auto why = outside(backend, problem)) return why;
-  return hook(backend.small_seq()->unsupported(problem));
-}
-
 void require_small_seq_takes(Backend& backend, const AttentionProblem& problem) {
   decline_if(small_seq_declines(backend, problem));
 }
 
-void require_inside_domain(Backend& backend, const AttentionProblem& problem) { decline_if(outside(backend, problem)); }
+void require_inside_domain(Backend& backend, const AttentionProblem& problem) { decline_if(domain_declines(backend, problem)); }
 
 Expected<SmallSeqResult> call_small_seq(Backend& backend, const AttentionProblem& problem,
                                         const AttentionInputs& inputs) {
@@ -99,26 +74,17 @@ Expected<SmallSeqResult> call_small_seq(Backend& backend, const AttentionProblem
 }
 
 void require_kv_buffer_takes(Backend& backend, const KvBufferProblem& problem) {
-  decline_if(outside(backend, problem));
-  decline_if(hook(backend.kv_buffer()->unsupported(problem)));
+  decline_if(kv_buffer_declines(backend, problem));
 }
 
 void require_sharding_takes(Backend& backend, const Sharding& sharding, const ShardedShapes& shapes,
                             const AttentionProblem& problem) {
-  decline_if(outside(backend, problem));
-  decline_if(hook(backend.sharding()->unsupported(sharding, shapes)));
+  decline_if(sharding_declines(backend, sharding, shapes, &problem));
 }
 
 void require_context_parallel_takes(Backend& backend, const CpLayout& layout, const AttentionProblem& problem,
                                     bool layout_sizes) {
-  CpLayout asked = layout;
-  if (!layout_sizes) {  // an invalid size is the case being judged: only strategy and balance are asked
-    const InputDomain domain = backend.domain();
-    if (!domain.cp_sizes.empty()) asked.cp = domain.cp_sizes.front();
-    if (!domain.cp_stripes.empty()) asked.stripe = domain.cp_stripes.front();
-  }
-  if (auto why = outside_domain(backend.domain(), asked, problem)) decline_case("outside the backend's domain: " + *why);
-  decline_if(hook(backend.context_parallel()->unsupported(layout, problem)));
+  decline_if(context_parallel_declines(backend, layout, problem, layout_sizes));
 }
 
 }  // namespace attn_oracle

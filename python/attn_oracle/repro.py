@@ -79,11 +79,17 @@ class StackCall:
 # ---------------------------------------------------------------------------
 
 
+class Declined(Exception):
+    """The backend does not take the case (its domain or its ``unsupported`` hook): SKIP, exit 4, as replay says."""
+
+
 def direct_case(target: str, case_path: str) -> tuple[Case, str, str]:
     """(the call the backend answers wrongly, with ``expected``; what the CLI said; its first differing line)."""
     with tempfile.TemporaryDirectory(prefix="attn-oracle-repro-") as tmp:
         out = os.path.join(tmp, "direct.case.json")
         done = cli.run(["repro", target, case_path, "--direct", out], capture_output=True, text=True)
+        if done.returncode == 4:  # the backend does not take the case: nothing to reproduce
+            raise Declined(done.stdout.strip())
         if done.returncode != 0:
             raise RuntimeError((done.stderr or done.stdout).strip() or f"attn-oracle repro exited {done.returncode}")
         said = done.stderr.strip().splitlines()
@@ -327,6 +333,9 @@ def main(argv: Sequence[str]) -> int:
         return 1
     try:
         script = write(args[0], args[1], out)
+    except Declined as e:
+        print(e)
+        return 4
     except RuntimeError as e:
         print(f"python -m attn_oracle repro: {e}", file=sys.stderr)
         return 3

@@ -79,6 +79,19 @@ def test_a_self_attention_backend_is_judged_on_its_draws(tmp_path):
     assert all(r["draws"]["total"] == 0 for r in results if r["verdict"] == "skipped" and "domain" in r.get("message", ""))
 
 
+@pytest.mark.parametrize("verb", ["replay", "repro"])
+def test_a_case_outside_the_domain_is_declined_naming_the_field(verb):
+    # ex2 (padding_causal, padding between documents): every property declines it for this
+    # backend, so replay and repro say so (SKIP, exit 4) instead of judging it.
+    done = subprocess.run([sys.executable, "-m", "attn_oracle", verb, "examples.self_attention_backend:Backend",
+                           str(REPO / "fixtures" / "design" / "ex2.case.json")],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert done.stdout.startswith("SKIP"), done.stdout
+    assert "declines this case: outside the backend's domain: mask padding_causal" in done.stdout
+    assert "(domain field mask_kinds)" in done.stdout
+
+
 def check_in_tests(tmp_path, target, prefix, cases):
     here = os.path.dirname(__file__)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]),

@@ -138,18 +138,18 @@ Case bare(Case c) {
 
 }  // namespace
 
-Expected<Disagreement> find_disagreement(Backend& backend, const Case& c) {
+std::variant<Disagreement, NoDisagreement> find_disagreement(Backend& backend, const Case& c) {
   const std::string property = c.property ? c.property->id : "";
   // A K/V-buffer case is its own call (the properties run the problem as drawn).
   if (!c.property || c.as<KvBufferCase>() || c.as<ShardingCase>() || c.as<ContextParallelCase>()) {
     const Judgement j = judge_directly(backend, c);
     if (j.status == Judgement::Status::fail) return Disagreement{bare(c), j.lines, false};
-    return Error{ErrorCode::unsupported, "the backend agrees with the reference on this case (" +
-                                             std::string(to_string(j.status)) +
-                                             (j.lines.empty() ? "" : ": " + j.lines.front()) + ")"};
+    if (j.status == Judgement::Status::skip) return NoDisagreement{true, j.lines.empty() ? "" : j.lines.front()};
+    return NoDisagreement{false, "the backend agrees with the reference on this case (" + std::string(to_string(j.status)) +
+                                     (j.lines.empty() ? "" : ": " + j.lines.front()) + ")"};
   }
   const PropertyDef* p = find_property(property);
-  if (!p) return Error{ErrorCode::bad_case, "unknown property " + property + " in the case's record"};
+  if (!p) return NoDisagreement{false, "unknown property " + property + " in the case's record"};
   Recorder recorder(backend);
   const Judgement verdict = check_property(*p, recorder, c);
   std::set<std::string> tried;
@@ -158,7 +158,9 @@ Expected<Disagreement> find_disagreement(Backend& backend, const Case& c) {
     const Judgement j = judge_directly(backend, call);
     if (j.status == Judgement::Status::fail) return Disagreement{call, j.lines, !same_call(c, call)};
   }
-  return Error{ErrorCode::unsupported,
+  if (verdict.status == Judgement::Status::skip)
+    return NoDisagreement{true, verdict.lines.empty() ? "" : verdict.lines.front()};
+  return NoDisagreement{false,
                "no call of " + property + " disagrees with the reference on its own (" + std::to_string(tried.size()) +
                    " calls tried; the property says: " + (verdict.lines.empty() ? "nothing" : verdict.lines.front()) +
                    "): replay the case instead"};

@@ -26,29 +26,35 @@ std::string listed(const std::vector<T>& values) {
   return out;
 }
 
+// The domain field a reason rests on, as backends declare it (InputDomain, a worker's
+// hello, attn_oracle.Domain): " (domain field no_padding)".
+std::string field(const char* name) { return std::string(" (domain field ") + name + ")"; }
+
 bool consistent(const IntArray& a) { return static_cast<int64_t>(a.data.size()) == shape_product(a.shape); }
 
 std::optional<std::string> shape_fields(const InputDomain& d, const PackedBatch& batch) {
   if (!d.takes_mask(batch.mask))
-    return "mask " + std::string(to_string(batch.mask)) + "; the backend takes masks " + listed(d.mask_kinds);
+    return "mask " + std::string(to_string(batch.mask)) + "; the backend takes masks " + listed(d.mask_kinds) + field("mask_kinds");
   if (!d.windows && batch.window != Window{})
     return "window (" + std::to_string(batch.window.left) + ", " + std::to_string(batch.window.right) +
-           "); the backend takes no windows";
+           "); the backend takes no windows" + field("windows");
   if (d.causal_windows_only && batch.window != Window{} && batch.window.right != 0 && !is_causal(batch.mask))
     return "window (" + std::to_string(batch.window.left) + ", " + std::to_string(batch.window.right) + ") under mask " +
            std::string(to_string(batch.mask)) + "; the backend takes a window only where it ends at the query (right 0, " +
-           "or a causal mask)";
+           "or a causal mask)" + field("causal_windows_only");
   if (d.self_attention_only && batch.q != batch.kv)
-    return "q and kv differ; the backend takes self-attention only (the same ids, positions, T and extra dims)";
+    return "q and kv differ; the backend takes self-attention only (the same ids, positions, T and extra dims)" +
+           field("self_attention_only");
   for (const auto& [name, side] : {std::pair{"q", &batch.q}, std::pair{"kv", &batch.kv}}) {
     const Shape& shape = side->segment_ids.shape;
     if (!d.extra_dims && shape.size() > 2)
-      return std::string(name) + " ids of shape " + shape_to_string(shape) + "; the backend takes no extra leading dims";
+      return std::string(name) + " ids of shape " + shape_to_string(shape) + "; the backend takes no extra leading dims" + field("extra_dims");
     if (!d.positions_extra_dims && shape.size() > 2 && side->segment_pos.shape.size() > 2)
       return std::string(name) + " positions of shape " + shape_to_string(side->segment_pos.shape) +
-             " carry the extra dims of the ids; the backend takes positions [B, T], shared by every slice";
+             " carry the extra dims of the ids; the backend takes positions [B, T], shared by every slice" +
+             field("positions_extra_dims");
     if (d.max_rows > 0 && shape.size() >= 2 && shape[shape.size() - 2] > d.max_rows)
-      return std::to_string(shape[shape.size() - 2]) + " rows; the backend takes at most " + std::to_string(d.max_rows);
+      return std::to_string(shape[shape.size() - 2]) + " rows; the backend takes at most " + std::to_string(d.max_rows) + field("max_rows");
   }
   return std::nullopt;
 }
@@ -62,20 +68,20 @@ std::optional<std::string> content_fields(const InputDomain& d, const char* name
   for (int64_t t = 0; t < static_cast<int64_t>(ids.data.size()); ++t) {
     const int64_t id = ids.data[t], row = len > 0 ? t / len : 0, col = len > 0 ? t % len : 0;
     const std::string at = std::string(name) + " row " + std::to_string(row) + " token " + std::to_string(col);
-    if (d.no_padding && id == 0) return "a padding token (id 0) at " + at + "; the backend takes no padding";
+    if (d.no_padding && id == 0) return "a padding token (id 0) at " + at + "; the backend takes no padding" + field("no_padding");
     if (d.one_sequence_a_row && id != 0 && col > 0 && ids.data[t - 1] != id)
       return (ids.data[t - 1] == 0 ? "a document after padding" : "a second document") + std::string(" (id ") +
              std::to_string(id) + ") at " + at + "; the backend takes one sequence a row (one document from token 0, " +
-             "then padding)";
+             "then padding)" + field("one_sequence_a_row");
     if (d.max_position > 0 && id != 0 && !pos.data.empty() && pos.data[t % pos_size] > d.max_position)
       return "position " + std::to_string(pos.data[t % pos_size]) + " at " + at + "; the backend takes positions up to " +
-             std::to_string(d.max_position);
+             std::to_string(d.max_position) + field("max_position");
     if (!d.positions_from_zero || id == 0 || pos.data.empty()) continue;
     const bool starts = col == 0 || ids.data[t - 1] != id;
     const int64_t want = starts ? 0 : pos.data[(t - 1) % pos_size] + 1;
     if (pos.data[t % pos_size] != want)
       return "position " + std::to_string(pos.data[t % pos_size]) + " at " + at + " (document " + std::to_string(id) +
-             "); the backend takes positions 0, 1, 2, ... in every document";
+             "); the backend takes positions 0, 1, 2, ... in every document" + field("positions_from_zero");
   }
   return std::nullopt;
 }
@@ -94,25 +100,25 @@ std::optional<std::string> size_fields(const SizeMenu& m, const PackedBatch& bat
     if (shape.size() < 2) continue;
     if (!listed_or_empty(m.tokens, shape.back()))
       return std::string(name) + " has " + std::to_string(shape.back()) + " tokens; the backend's size menu has " +
-             listed(m.tokens);
+             listed(m.tokens) + field("sizes.tokens");
     if (!listed_or_empty(m.rows, shape[shape.size() - 2]))
-      return std::to_string(shape[shape.size() - 2]) + " rows; the backend's size menu has " + listed(m.rows);
+      return std::to_string(shape[shape.size() - 2]) + " rows; the backend's size menu has " + listed(m.rows) + field("sizes.rows");
   }
   if (!listed_or_empty(m.max_segments, batch.max_segments))
     return "max_segments " + std::to_string(batch.max_segments) + "; the backend's size menu has " +
-           listed(m.max_segments);
+           listed(m.max_segments) + field("sizes.max_segments");
   return std::nullopt;
 }
 
 std::optional<std::string> tensor_fields(const InputDomain& d, const AttentionShape& shape) {
   if (!listed_or_empty(d.sizes.heads, std::pair{shape.heads_q, shape.heads_kv})) {
     return "heads " + std::to_string(shape.heads_q) + "/" + std::to_string(shape.heads_kv) +
-           "; the backend's size menu has heads (q/kv) " + heads_list(d.sizes.heads);
+           "; the backend's size menu has heads (q/kv) " + heads_list(d.sizes.heads) + field("sizes.heads");
   }
   if (!d.takes_dtype(shape.dtype))
-    return "dtype " + std::string(to_string(shape.dtype)) + "; the backend takes " + listed(d.dtypes);
+    return "dtype " + std::string(to_string(shape.dtype)) + "; the backend takes " + listed(d.dtypes) + field("dtypes");
   if (!d.takes_head_dim(shape.head_dim))
-    return "head_dim " + std::to_string(shape.head_dim) + "; the backend takes " + listed(d.head_dims);
+    return "head_dim " + std::to_string(shape.head_dim) + "; the backend takes " + listed(d.head_dims) + field("head_dims");
   return std::nullopt;
 }
 
@@ -183,13 +189,13 @@ std::optional<std::string> outside_domain(const InputDomain& d, const KvBufferPr
 
 std::optional<std::string> outside_domain(const InputDomain& d, const CpLayout& l, const AttentionProblem& problem) {
   if (!d.takes_cp_strategy(l.strategy))
-    return "cp strategy " + std::string(to_string(l.strategy)) + "; the backend takes " + listed(d.cp_strategies);
+    return "cp strategy " + std::string(to_string(l.strategy)) + "; the backend takes " + listed(d.cp_strategies) + field("cp_strategies");
   if (!d.takes_cp_balance(l.balance))
-    return "cp balance " + std::string(to_string(l.balance)) + "; the backend takes " + listed(d.cp_balances);
+    return "cp balance " + std::string(to_string(l.balance)) + "; the backend takes " + listed(d.cp_balances) + field("cp_balances");
   if (!listed_or_empty(d.cp_sizes, l.cp))
-    return "cp = " + std::to_string(l.cp) + "; the backend takes " + listed(d.cp_sizes);
+    return "cp = " + std::to_string(l.cp) + "; the backend takes " + listed(d.cp_sizes) + field("cp_sizes");
   if (l.balance == CpBalance::striped && !listed_or_empty(d.cp_stripes, l.stripe))
-    return "stripe " + std::to_string(l.stripe) + "; the backend takes " + listed(d.cp_stripes);
+    return "stripe " + std::to_string(l.stripe) + "; the backend takes " + listed(d.cp_stripes) + field("cp_stripes");
   return outside_domain(d, problem);
 }
 

@@ -1,8 +1,9 @@
 // backend_calls.hpp: the one way a property reaches a backend. Each problem a
 // property runs (the drawn one, and every transformed, permuted or sliced one)
-// is first asked of the backend's declared domain (input_domain.hpp) and of its
-// capability's `unsupported` hook: a problem the backend does not take is a
-// decline with the reason, never a false failure. One helper per capability.
+// is first asked whether the backend takes it (seam/backend_takes.hpp: its
+// declared domain, then its capability's `unsupported` hook): a problem it does
+// not take is a decline with the reason, never a false failure. One helper per
+// capability.
 //
 // Checked by tests/input_domain_test.cpp (a backend whose hook declines only
 // what a transformed problem holds passes every property).
@@ -11,7 +12,7 @@
 #include <optional>
 #include <string>
 
-#include "attn_oracle/seam/backend.hpp"
+#include "attn_oracle/seam/backend_takes.hpp"
 
 namespace attn_oracle {
 
@@ -23,15 +24,12 @@ namespace attn_oracle {
 double backend_seconds_on_this_thread();
 
 // ---------------------------------------------------------------- metadata
-// The reason the backend does not take `batch` (domain first, then the hook), or nullopt.
-std::optional<std::string> metadata_declines(Backend& backend, const PackedBatch& batch);
 // Declines the case unless the backend takes `batch`.
 void require_metadata_takes(Backend& backend, const PackedBatch& batch);
 // The backend's metadata, asked first; an `unsupported` answer is a decline too.
 Expected<Metadata> call_metadata(Backend& backend, const PackedBatch& batch);
 
 // ---------------------------------------------------------------- attention
-std::optional<std::string> attention_declines(Backend& backend, const AttentionProblem& problem);
 void require_attention_takes(Backend& backend, const AttentionProblem& problem);
 Expected<AttentionResult> call_attention(Backend& backend, const AttentionProblem& problem,
                                          const AttentionInputs& inputs);
@@ -39,7 +37,6 @@ std::optional<Error> call_attention_into(Backend& backend, const AttentionProble
                                          const AttentionInputs& inputs, const AttentionCapability::Buffers& buffers);
 
 // ---------------------------------------------------------------- small-seq
-std::optional<std::string> small_seq_declines(Backend& backend, const AttentionProblem& problem);
 void require_small_seq_takes(Backend& backend, const AttentionProblem& problem);
 // The domain alone: for an invalid problem, which a small-seq hook may assume away.
 void require_inside_domain(Backend& backend, const AttentionProblem& problem);

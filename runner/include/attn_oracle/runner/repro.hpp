@@ -12,6 +12,7 @@
 #pragma once
 
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "attn_oracle/seam/backend.hpp"
@@ -25,12 +26,18 @@ struct Disagreement {
   bool transformed = false;        // the property's check built `direct` from the counterexample
 };
 
+// Why there is nothing to reproduce: the backend does not take the case
+// (seam/backend_takes.hpp; `repro` says SKIP and exits 4, as `replay` does), or
+// every call agrees with the reference (a nondeterministic backend, a relation
+// that no single call breaks, a crash; exit 3), naming what the check said.
+struct NoDisagreement {
+  bool declined = false;
+  std::string why;
+};
+
 // The first call the case's property check makes (a case without a property
-// record: the case itself) whose answer differs from the reference's. An
-// Error with code `unsupported` when every call agrees with the reference (a
-// nondeterministic backend, a relation that no single call breaks, a crash),
-// naming what the check said.
-Expected<Disagreement> find_disagreement(Backend& backend, const Case& c);
+// record: the case itself) whose answer differs from the reference's.
+std::variant<Disagreement, NoDisagreement> find_disagreement(Backend& backend, const Case& c);
 
 // "metadata causal_bottom_right M=2 | q ids [[1,2]] pos [[2,0]] | kv ids [[1,2]] pos [[3,0]]", the
 // attention shape on a second line, a K/V-buffer problem in one line.
