@@ -365,5 +365,62 @@ TEST(CheckCommand, SigintStopsAfterTheRunningPropertyAndWritesAPartialReport) {
   EXPECT_EQ(std::signal(SIGINT, SIG_DFL), SIG_DFL);  // the previous handler is back
 }
 
+// ---------------------------------------------------------------- CI output (ci_output.hpp)
+
+TEST(CheckCommand, JunitXmlHasATestCasePerPropertyAndEachFailureWithItsCaseAndReplayLines) {
+  const std::string backend = planted("offsets_from_seqlens");
+  CheckOptions o = options(backend, "junit");
+  o.junit_xml = (kDir / "junit.xml").string();
+  EXPECT_EQ(check(o), 1);
+  const std::string xml = slurp(kDir / "junit.xml");
+  const json report = report_json("junit");
+  size_t testcases = 0;
+  for (size_t at = xml.find("<testcase "); at != std::string::npos; at = xml.find("<testcase ", at + 1)) ++testcases;
+  EXPECT_EQ(testcases, report["results"].size());
+  EXPECT_NE(xml.find("<testsuite name=\"" + backend + "\""), std::string::npos);
+  const std::string failing = "name=\"metadata/shiftingARowShiftsItsOffsets\"";
+  const size_t at = xml.find(failing);
+  ASSERT_NE(at, std::string::npos) << xml;
+  const std::string testcase = xml.substr(at, xml.find("</testcase>", at) - at);
+  const json& f = (*result(report, backend + "/metadata/shiftingARowShiftsItsOffsets"))["failures"][0];
+  EXPECT_NE(testcase.find("<failure type=\"FAILED\""), std::string::npos) << testcase;
+  EXPECT_NE(testcase.find(f["counterexample"].get<std::string>()), std::string::npos) << testcase;
+  EXPECT_NE(testcase.find("replay: "), std::string::npos) << testcase;
+  for (const json& r : report["results"])
+    if (r["verdict"] == "passed") {
+      const size_t passing = xml.find("name=\"" + r["property"].get<std::string>() + "\"");
+      ASSERT_NE(passing, std::string::npos);
+      EXPECT_GT(xml.find("<failure", passing), xml.find("</testcase>", passing)) << "a passing property has no <failure>";
+    }
+  // Times aside, the same seed writes the same bytes.
+  check(o);
+  const std::regex time("time=\"[0-9.]+\"");
+  EXPECT_EQ(std::regex_replace(xml, time, ""), std::regex_replace(slurp(kDir / "junit.xml"), time, ""));
+}
+
+TEST(CheckCommand, GithubAnnotationsAreAnErrorLinePerFailureNamingItsCaseFile) {
+  const std::string backend = planted("offsets_from_seqlens");
+  CheckOptions o = options(backend, "annotations");
+  o.github_annotations = true;
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(check(o), 1);
+  const std::string out = testing::internal::GetCapturedStdout();
+  const json report = report_json("annotations");
+  const json& f = (*result(report, backend + "/metadata/shiftingARowShiftsItsOffsets"))["failures"][0];
+  std::string line;
+  for (std::istringstream lines(out); std::getline(lines, line);)
+    if (line.starts_with("::error ") && line.find("shiftingARowShiftsItsOffsets") != std::string::npos) break;
+  ASSERT_TRUE(line.starts_with("::error file=")) << out;
+  // The file relative to the working directory when under it (GitHub's workspace), the title
+  // with ':' and ',' escaped, the message one line with the replay line after %0A.
+  const std::string file = fs::path(f["counterexample"].get<std::string>()).lexically_relative(fs::current_path()).string();
+  const std::string shown = file.starts_with("..") ? f["counterexample"].get<std::string>() : file;
+  EXPECT_NE(line.find("file=" + shown + ","), std::string::npos) << line;
+  EXPECT_NE(line.find(",title=" + backend + "/metadata/shiftingARowShiftsItsOffsets::"), std::string::npos) << line;
+  EXPECT_NE(line.find("%0Areplay: "), std::string::npos) << line;
+  for (const json& r : report["results"])
+    if (r["verdict"] == "passed") EXPECT_EQ(out.find("title=" + r["id"].get<std::string>() + "::"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace attn_oracle

@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "attn_oracle/properties/generators.hpp"
+#include "attn_oracle/harness/ci_output.hpp"
 #include "attn_oracle/harness/isolation.hpp"
 #include "attn_oracle/harness/report.hpp"
 #include "attn_oracle/harness/test_lists.hpp"
@@ -269,6 +270,22 @@ void note_worker_starts(CheckReport& report, const std::vector<std::unique_ptr<B
   }
 }
 
+// --junit-xml and --github-annotations (ci_output.hpp); `error` set when the file cannot be written.
+void write_ci_output(const CheckReport& report, const CheckOptions& options, std::string& error) {
+  if (!options.junit_xml.empty()) {
+    std::ofstream out(options.junit_xml);
+    if (!(out << junit_xml(report))) {
+      error = "cannot write " + options.junit_xml;
+      std::cerr << "attn-oracle check: " << error << "\n";
+    } else {
+      std::cout << "junit: " << options.junit_xml << "\n";
+    }
+  }
+  if (options.github_annotations)
+    for (const std::string& line : github_annotations(report, std::filesystem::current_path().string()))
+      std::cout << line << "\n";
+}
+
 }  // namespace
 
 int run_check_command(const CheckOptions& options, const CheckEnvironment& env) {
@@ -317,6 +334,7 @@ int run_check_command(const CheckOptions& options, const CheckEnvironment& env) 
     if (!write_report_files(report, options.report_dir, error)) std::cerr << "attn-oracle check: " << error << "\n";
     else std::cout << "report: " << options.report_dir << "/conformance.md, " << options.report_dir << "/conformance.json\n";
   }
+  write_ci_output(report, options, error);
   if (report.interrupted) return 130;
   return report.failures() == 0 && error.empty() ? 0 : 1;
 }

@@ -192,6 +192,13 @@ void add_check_running(CLI::App* check, CommandLine& v) {
                     wrapped("expected-failure list, in the same form (default: $ATTN_ORACLE_XFAILS)"))
       ->type_name("FILE");
   check->add_option("--report", o.report_dir, "write DIR/conformance.{md,json} (default: report)")->type_name("DIR");
+  check->add_option("--junit-xml", o.junit_xml,
+                    wrapped("also write the report as JUnit XML: a test case per property and backend, each failure "
+                            "with its shrunk case and its replay and repro lines (docs/ci.md)"))
+      ->type_name("FILE");
+  check->add_flag("--github-annotations", o.github_annotations,
+                  wrapped("print a GitHub Actions ::error line per failure, naming its case file, and a ::warning per "
+                          "warning (docs/ci.md)"));
   check->add_option("--max-failures", o.max_failures,
                     wrapped("failure clusters shown in full per property, each shrunk and written; the rest one "
                             "line each (default: 3)"))

@@ -109,3 +109,25 @@ def test_the_planted_example_fails_and_its_printed_replay_line_reproduces_it(tmp
     replayed = subprocess.run(["/bin/sh", "-c", replay], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert replayed.returncode == 3, replayed.stdout + replayed.stderr
     assert replayed.stdout.startswith("FAIL") and mismatch in replayed.stdout
+
+
+def test_the_ci_outputs_pass_through_junit_xml_and_github_annotations(tmp_path):
+    # The planted example in the store under the working directory: the annotation names it relative to it.
+    junit = tmp_path / "junit.xml"
+    done = python_m("check", "examples.planted_numpy_backend:Backend", "--filter", "metadata/matchesReference,"
+                    "metadata/rowsAreIndependent", "--cases", "30", "--report", str(tmp_path / "report"),
+                    "--junit-xml", str(junit), "--github-annotations", cwd=tmp_path,
+                    env={"ATTN_ORACLE_FAILURES_DIR": "failures", "PYTHONPATH": os.pathsep.join(
+                        [str(REPO), os.environ.get("PYTHONPATH", "")])})
+    assert done.returncode == 1, done.stdout + done.stderr
+    import xml.etree.ElementTree as ET
+
+    suites = ET.parse(junit).getroot()
+    cases = {c.get("name"): c for c in suites.iter("testcase")}
+    assert set(cases) == {"metadata/matchesReference", "metadata/rowsAreIndependent"}
+    failure = cases["metadata/matchesReference"].find("failure")
+    assert failure is not None and "replay: " + cli.program_name() in failure.text
+    case_file = next(l.split(": ", 1)[1] for l in failure.text.splitlines() if "counterexample" in l)
+    errors = [l for l in done.stdout.splitlines() if l.startswith("::error ")]
+    assert errors and errors[0].startswith("::error file=" + os.path.relpath(case_file, tmp_path) + ","), errors
+    assert "%0Areplay: " in errors[0]

@@ -84,3 +84,20 @@ def test_the_pytest_plugin_replays_the_store_too(tmp_path):
     replayed = re.search(r"store: (\d+) saved failures? replayed: (\d+) still fails?", again.stdout)
     assert replayed and replayed[1] == replayed[2] and int(replayed[1]) >= 1, again.stdout
     assert "counterexample (from the store)" in again.stdout
+
+
+def test_a_store_uploaded_by_ci_replays_first_from_wherever_it_is_downloaded(tmp_path):
+    # docs/ci.md: CI keeps its failures with --store and uploads the directory; a
+    # developer downloads it anywhere and runs the same check with --store on it.
+    done, _ = check(tmp_path, "--store", str(tmp_path / "ci" / "attn-oracle-failures"), "--max-failures", "1",
+                    bug=True, seed=7, cases=100)
+    assert done.returncode == 1, done.stdout + done.stderr
+    import shutil
+
+    downloaded = tmp_path / "laptop" / "artifact"
+    shutil.copytree(tmp_path / "ci" / "attn-oracle-failures", downloaded)
+    shutil.rmtree(tmp_path / "ci")
+    done, result = check(tmp_path, "--store", str(downloaded), bug=True, seed=123, cases=1)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "store: 1 saved failure replayed: 1 still fails" in done.stdout, done.stdout
+    assert result["failures"][0]["from_store"] and str(downloaded) in result["failures"][0]["counterexample"]

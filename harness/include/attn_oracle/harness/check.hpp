@@ -24,6 +24,8 @@ struct CheckOptions {
   std::string skips_file, xfails_file; // test_lists.hpp
   bool deep = false;                   // nightly: 10x the draws
   std::string report_dir = "report";   // conformance.md and conformance.json go here
+  std::string junit_xml;               // --junit-xml FILE: the report as JUnit XML too (ci_output.hpp)
+  bool github_annotations = false;     // --github-annotations: an ::error line per failure on stdout
   std::optional<std::pair<int, int>> shard;  // (index, count); default the settings' (a conformance binary's GoogleTest shard)
   std::optional<SizeProfile> profile;  // --profile; default the settings' (ATTN_ORACLE_PROFILE)
   bool shape_stable = false;           // --shape-stable, or the settings' (ATTN_ORACLE_SHAPE_STABLE)
