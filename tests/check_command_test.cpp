@@ -19,6 +19,7 @@
 
 #include "attn_oracle/harness/check.hpp"
 #include "attn_oracle/harness/cli.hpp"
+#include "attn_oracle/harness/test_lists.hpp"
 #include "attn_oracle/cases/reference_backend.hpp"
 #include "builtin_backends.hpp"
 #include "planted/planted_backends.hpp"
@@ -173,6 +174,28 @@ TEST(CheckCommand, AnExpectedFailureThatPassesFailsTheRun) {
   // version= limits an entry to the backend versions it names.
   o.xfails_file = write_list("xpass_version.txt", "metadata/matchesReference version=9.99  # another release\n").string();
   EXPECT_EQ(check(o), 0);
+}
+
+// arch= limits an entry to runs on the architectures it names: the backend's arch(), or
+// ATTN_ORACLE_ARCH over it (a CI job on a GPU runner; fake values here, no device needed).
+TEST(CheckCommand, AnArchKeyLimitsAnEntryToThoseArchitectures) {
+  const std::string backend = planted("offsets_from_seqlens");
+  CheckOptions o = options(backend, "arch", "metadata/shiftingARowShiftsItsOffsets");
+  o.xfails_file = write_list("xfails_arch.txt", "metadata/shiftingARowShiftsItsOffsets arch=sm_90,sm_90a  # wgmma only\n").string();
+  const auto verdict_on = [&](const char* arch) {
+    if (arch) setenv("ATTN_ORACLE_ARCH", arch, 1);
+    else unsetenv("ATTN_ORACLE_ARCH");
+    const int status = check(o);
+    unsetenv("ATTN_ORACLE_ARCH");
+    const json report = report_json("arch");
+    return std::pair{status, (*result(report, backend + "/metadata/shiftingARowShiftsItsOffsets"))["verdict"]};
+  };
+  EXPECT_EQ(verdict_on("sm_90a"), std::pair(0, json("xfail")));
+  EXPECT_EQ(verdict_on("sm_80"), std::pair(1, json("FAILED")));
+  EXPECT_EQ(verdict_on(nullptr), std::pair(1, json("FAILED"))) << "a backend without an architecture matches no arch= entry";
+  std::string error;
+  EXPECT_FALSE(TestIdList::read(write_list("bad_arch.txt", "metadata/ arch=\n").string(), error));
+  EXPECT_NE(error.find("[arch=A[,B...]]"), std::string::npos) << error;
 }
 
 TEST(CheckCommand, AFilterThatMatchesNothingIsAnError) {

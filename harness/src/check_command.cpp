@@ -179,7 +179,7 @@ bool read_lists(const CheckOptions& options, const std::vector<std::unique_ptr<B
 
 CheckResult run_one(const PropertyDef& property, Backend& backend, const RunSettings& settings, const Lists& lists,
                     const CheckOptions& options, const CheckEnvironment& env) {
-  if (lists.skips && lists.skips->match(backend.name(), backend.version(), property.id)) {
+  if (lists.skips && lists.skips->match(backend.name(), backend.version(), property.id, run_arch(backend))) {
     const CheckResult r = listed_skip(property.id, backend, *lists.skips);
     print_result(r);
     return r;
@@ -193,7 +193,7 @@ CheckResult run_one(const PropertyDef& property, Backend& backend, const RunSett
                           ? run_property_isolated(property, backend, settings, IsolationSettings{env.program, options.case_timeout_seconds}, progress)
                           : run_property(property, backend, settings, progress);
   line.clear();
-  CheckResult r = verdict_of(std::move(o), lists.xfails ? &*lists.xfails : nullptr);
+  CheckResult r = verdict_of(std::move(o), lists.xfails ? &*lists.xfails : nullptr, run_arch(backend));
   print_result(r);
   return r;
 }

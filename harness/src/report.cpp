@@ -276,13 +276,13 @@ std::string_view to_string(Verdict verdict) {
   return "?";
 }
 
-CheckResult verdict_of(PropertyOutcome outcome, const TestIdList* xfails) {
+CheckResult verdict_of(PropertyOutcome outcome, const TestIdList* xfails, const std::string& arch) {
   CheckResult r{std::move(outcome), Verdict::passed, ""};
   const PropertyOutcome& o = r.outcome;
   r.verdict = o.status == PropertyOutcome::Status::failed    ? Verdict::failed
               : o.status == PropertyOutcome::Status::skipped ? Verdict::skipped
                                                              : Verdict::passed;
-  const TestIdList::Entry* e = xfails ? xfails->match(o.backend, o.backend_version, o.property) : nullptr;
+  const TestIdList::Entry* e = xfails ? xfails->match(o.backend, o.backend_version, o.property, arch) : nullptr;
   if (!e || r.verdict == Verdict::skipped) return r;
   r.verdict = r.verdict == Verdict::failed ? Verdict::xfail : Verdict::xpass;
   r.note = r.verdict == Verdict::xfail ? "expected failure (" + xfails->where(*e) + ")"
@@ -298,7 +298,7 @@ CheckResult listed_skip(const std::string& property, const Backend& backend, con
   r.outcome.backend_version = backend.version();
   r.outcome.status = PropertyOutcome::Status::skipped;
   r.verdict = Verdict::skipped;
-  const TestIdList::Entry* e = skips.match(backend.name(), backend.version(), property);
+  const TestIdList::Entry* e = skips.match(backend.name(), backend.version(), property, run_arch(backend));
   r.note = "listed in " + (e ? skips.where(*e) : skips.path());
   return r;
 }

@@ -1,7 +1,10 @@
 // test_lists.cpp: reading and matching skip and expected-failure lists
 // (test_lists.hpp). Tested by tests/check_command_test.cpp.
 #include "attn_oracle/harness/test_lists.hpp"
+#include "attn_oracle/seam/backend.hpp"
 
+#include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -37,21 +40,34 @@ std::optional<TestIdList> TestIdList::read(const std::string& path, std::string&
     std::istringstream words(text.substr(0, hash));
     if (!(words >> e.prefix)) continue;
     for (std::string word; words >> word;) {
-      if (word.rfind("version=", 0) != 0 || word.size() == 8) {
-        error = path + ":" + std::to_string(line) + ": expected `PREFIX [version=V] [# reason]`, found \"" + trimmed(text) + "\"";
+      if (word.starts_with("version=") && word.size() > 8) {
+        e.version = word.substr(8);
+      } else if (word.starts_with("arch=") && word.size() > 5) {
+        std::istringstream archs(word.substr(5));
+        for (std::string a; std::getline(archs, a, ',');)
+          if (!a.empty()) e.archs.push_back(a);
+      } else {
+        error = path + ":" + std::to_string(line) + ": expected `PREFIX [version=V] [arch=A[,B...]] [# reason]`, found \"" +
+                trimmed(text) + "\"";
         return std::nullopt;
       }
-      e.version = word.substr(8);
     }
     list.entries_.push_back(std::move(e));
   }
   return list;
 }
 
+std::string run_arch(const Backend& backend) {
+  const char* forced = std::getenv("ATTN_ORACLE_ARCH");
+  return forced && *forced ? std::string(forced) : backend.arch();
+}
+
 const TestIdList::Entry* TestIdList::match(const std::string& backend, const std::string& backend_version,
-                                           const std::string& property) const {
+                                           const std::string& property, const std::string& arch) const {
   for (const Entry& e : entries_)
-    if (entry_matches(e, backend, property) && backend_version.find(e.version) != std::string::npos) return &e;
+    if (entry_matches(e, backend, property) && backend_version.find(e.version) != std::string::npos &&
+        (e.archs.empty() || std::find(e.archs.begin(), e.archs.end(), arch) != e.archs.end()))
+      return &e;
   return nullptr;
 }
 

@@ -484,6 +484,7 @@ def hello(backend, notes=()) -> dict:
         "capabilities": served,
         "unsupported_hooks": [c for c in served if callable(getattr(backend, "unsupported_" + c, None))],
         "token_level_mask": bool(getattr(backend, "token_level_mask", False)),
+        **({"arch": str(backend.arch)} if getattr(backend, "arch", None) else {}),
         **({"lse_dtype": lse_dtype(backend)} if hasattr(backend, "lse_dtype") else {}),
         **({"kv_buffer_steps": steps} if "kv_buffer" in served else {}),
         **({"context_parallel_ops": [op for op in CONTEXT_PARALLEL_OPS if callable(getattr(backend, op, None))]}

@@ -131,3 +131,23 @@ def test_the_ci_outputs_pass_through_junit_xml_and_github_annotations(tmp_path):
     errors = [l for l in done.stdout.splitlines() if l.startswith("::error ")]
     assert errors and errors[0].startswith("::error file=" + os.path.relpath(case_file, tmp_path) + ","), errors
     assert "%0Areplay: " in errors[0]
+
+
+def test_a_known_failure_keyed_by_arch_applies_on_that_architecture_only(tmp_path):
+    from attn_oracle import worker
+    import examples.planted_numpy_backend as planted
+
+    class OnHopper(planted.Backend):
+        arch = "sm_90"
+
+    assert worker.hello(OnHopper())["arch"] == "sm_90" and "arch" not in worker.hello(planted.Backend())
+    xfails = tmp_path / "xfails.txt"
+    xfails.write_text("metadata/matchesReference arch=sm_90  # the planted bug, on Hopper only\n")
+    verdicts = {}
+    for arch in ("sm_90", "sm_80"):
+        done = python_m("check", "examples.planted_numpy_backend:Backend", "--filter", "metadata/matchesReference",
+                        "--cases", "30", "--no-store", "--xfails", str(xfails), "--report", str(tmp_path / arch),
+                        env={"ATTN_ORACLE_ARCH": arch})
+        verdicts[arch] = (done.returncode, json.loads((tmp_path / arch / "conformance.json").read_text())
+                          ["results"][0]["verdict"])
+    assert verdicts == {"sm_90": (0, "xfail"), "sm_80": (1, "FAILED")}, verdicts

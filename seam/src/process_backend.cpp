@@ -66,6 +66,10 @@ class Worker {
   }
   std::string version() { return hello_text("name") + " " + hello_text("version") + " (" + wire::kWorkerProtocol + ")"; }
   BackendIdentity identity() { return {hello_text("name"), hello_text("version")}; }
+  std::string arch() {
+    const json& h = process_.hello();
+    return h.contains("arch") && h["arch"].is_string() ? h["arch"].get<std::string>() : std::string();
+  }
   WorkerStarts starts() const { return process_.starts(); }
 
   std::string hello_text(const char* key) {
@@ -417,6 +421,7 @@ class ProcessBackend final : public Backend {
   std::string version() const override { return worker_.version(); }
   // The worker's own name and version: the same however its command line is written.
   BackendIdentity identity() const override { return worker_.identity(); }
+  std::string arch() const override { return worker_.arch(); }
   MetadataCapability* metadata() override { return worker_.serves("metadata") ? &metadata_ : nullptr; }
   AttentionCapability* attention() override {
     attention_.token_level_mask_ = worker_.flag("token_level_mask");

@@ -70,7 +70,7 @@ struct CheckReport {
 // (xfail when a listed property fails, XPASS when it passes), and the result of
 // a property the skips list names (not run).
 class TestIdList;
-CheckResult verdict_of(PropertyOutcome outcome, const TestIdList* xfails);
+CheckResult verdict_of(PropertyOutcome outcome, const TestIdList* xfails, const std::string& arch = "");
 CheckResult listed_skip(const std::string& property, const Backend& backend, const TestIdList& skips);
 
 // "0.42", "inf", or "-" when no tolerance check ran.

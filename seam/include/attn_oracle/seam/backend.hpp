@@ -230,6 +230,10 @@ class Backend {
   // Its name() and version(), unless they depend on how it was started (an
   // `exec:` backend's name is its command line; its identity is its worker's).
   virtual BackendIdentity identity() const { return {name(), version()}; }
+  // The device architecture the code under test runs on ("sm_90"), or "" when it
+  // has none or does not say: what the `arch=` key of a known-failure list
+  // matches (harness/test_lists.hpp; ATTN_ORACLE_ARCH overrides it).
+  virtual std::string arch() const { return ""; }
   // The inputs this backend takes (input_domain.hpp): the generators draw inside
   // it, and every problem a property runs is asked of it (and of the
   // capability's `unsupported` hook) first. Every input unless it says otherwise.
