@@ -1,4 +1,4 @@
-# attn_oracle_add_conformance(NAME SOURCE... [LIBRARIES LIB...] [XFAILS FILE] [SKIPS FILE])
+# attn_oracle_add_conformance(NAME SOURCE... [LIBRARIES LIB...] [XFAILS FILE] [SKIPS FILE] [GPUS N])
 #
 # The one CMake line a vendoring project writes: a conformance binary NAME from
 # the sources that register its backends (ATTN_ORACLE_REGISTER_BACKEND). Run
@@ -11,6 +11,9 @@
 #   XFAILS FILE   expected failures (test_lists.hpp: `PROPERTY [version=V] # reason`):
 #                 a listed property that fails passes, one that passes fails (XPASS)
 #   SKIPS FILE    properties not to run
+#   GPUS N        each test takes N GPUs from ctest's resource allocation (RESOURCE_GROUPS
+#                 "N,gpus:1"; run `ctest --resource-spec-file FILE -j K`, docs/ci.md), and the
+#                 binary makes only those visible (CUDA_VISIBLE_DEVICES, over an outer one)
 #
 # Counterexample case files go to NAME-failures/ in the build directory; each
 # test writes its result to NAME-results/, and the ctest test NAME_report (run
@@ -21,7 +24,7 @@
 include_guard(GLOBAL)
 
 function(attn_oracle_add_conformance name)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "" "XFAILS;SKIPS" "LIBRARIES")
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "XFAILS;SKIPS;GPUS" "LIBRARIES")
   if(NOT TARGET GTest::gtest)
     find_package(GTest REQUIRED)  # imported targets are directory-scoped: find it here
   endif()
@@ -44,8 +47,12 @@ static const bool attn_oracle_defaults = attn_oracle::set_conformance_defaults(
   add_executable(${name} ${arg_UNPARSED_ARGUMENTS} ${dir}/${name}_conformance_defaults.cpp)
   target_link_libraries(${name} PRIVATE attn_oracle::conformance attn_oracle::conformance_main ${arg_LIBRARIES})
   include(GoogleTest)
+  set(resources "")
+  if(arg_GPUS)
+    set(resources RESOURCE_GROUPS "${arg_GPUS},gpus:1")
+  endif()
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 TEST_FILTER "Conformance/*"
-    PROPERTIES FIXTURES_REQUIRED ${name}_results)
+    PROPERTIES FIXTURES_REQUIRED ${name}_results ${resources})
   add_test(NAME ${name}_report
            COMMAND ${name} report merge --out ${dir}/${name}-report ${dir}/${name}-results)
   set_tests_properties(${name}_report PROPERTIES FIXTURES_CLEANUP ${name}_results)

@@ -11,7 +11,8 @@
 // GTEST_SHARD_INDEX) shard the draws of every property rather than the list of
 // tests: each shard runs every property on its share of the draws, and
 // `report merge` of the shards' reports gives exactly the totals of one
-// unsharded run.
+// unsharded run. Under ctest's resource allocation (CTEST_RESOURCE_GROUP_*),
+// only the GPUs allocated to the test are visible to it (devices.hpp).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -22,6 +23,7 @@
 
 #include "attn_oracle/harness/cli.hpp"
 #include "attn_oracle/harness/conformance_defaults.hpp"
+#include "attn_oracle/harness/devices.hpp"
 #include "attn_oracle/harness/program.hpp"
 #include "attn_oracle/cases/reference_backend.hpp"
 
@@ -43,6 +45,9 @@ void leave_sharding_to_the_draws(const attn_oracle::Environment& environment) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The GPUs ctest allocated to this test (attn_oracle_add_conformance(... GPUS N)), made the
+  // only visible ones before the suite initialises CUDA: a message to the CUDA runtime.
+  if (!attn_oracle::use_ctest_gpu_allocation()) return 1;
   const attn_oracle::Environment environment = attn_oracle::read_environment();
   const attn_oracle::Settings settings = attn_oracle::conformance_settings(environment);
   attn_oracle::install_process_settings(settings);

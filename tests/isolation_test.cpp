@@ -13,6 +13,7 @@
 // property goes on drawing after a crash and the run with the next property; an
 // isolated run counts what an in-process run counts, with the run's draw
 // settings (given to the child on its command line).
+#include <chrono>
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -109,6 +110,24 @@ TEST(Isolation, ACrashFailsThePropertyWithTheShrunkCaseItCrashedOn) {
   // The printed replay line, run as printed, crashes the same way.
   const int status = std::system((f.replay_command + " > /dev/null 2>&1").c_str());
   EXPECT_TRUE(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) > 128)) << f.replay_command;
+}
+
+// A child program that dies before saying anything (it cannot run at all) is no case's crash:
+// the property fails at once, saying so, rather than shrinking a "crash" that every case has.
+TEST(Isolation, AChildThatDiesBeforeItsFirstDrawFailsThePropertyAtOnce) {
+  // The child's main refuses a GPU allocation its device list cannot hold (devices.hpp) and
+  // exits before the child protocol starts; this process read none (its main ran already).
+  setenv("CTEST_RESOURCE_GROUP_COUNT", "1", 1);
+  setenv("CTEST_RESOURCE_GROUP_0_GPUS", "id:5,slots:1", 1);
+  setenv("CUDA_VISIBLE_DEVICES", "0", 1);
+  const auto start = std::chrono::steady_clock::now();
+  const PropertyOutcome o = isolated("reference", "metadata/matchesReference", settings("no_child"));
+  for (const char* name : {"CTEST_RESOURCE_GROUP_COUNT", "CTEST_RESOURCE_GROUP_0_GPUS", "CUDA_VISIBLE_DEVICES"})
+    unsetenv(name);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
+  EXPECT_EQ(o.status, PropertyOutcome::Status::failed);
+  EXPECT_TRUE(o.failures.empty());
+  EXPECT_NE(o.message.find("ended before its first draw"), std::string::npos) << o.message;
 }
 
 // After a crash a fresh child goes on from the next draw: the wrong value is

@@ -22,6 +22,7 @@
 
 #include "attn_oracle/properties/generators.hpp"
 #include "attn_oracle/harness/ci_output.hpp"
+#include "attn_oracle/harness/devices.hpp"
 #include "attn_oracle/harness/isolation.hpp"
 #include "attn_oracle/harness/report.hpp"
 #include "attn_oracle/harness/test_lists.hpp"
@@ -93,6 +94,8 @@ void print_header(const CheckReport& r, const RunSettings& settings, const Check
   for (const auto& [k, v] : r.versions) std::cout << "  " << k << ": " << v << "\n";
   std::cout << "  env: RC_PARAMS=" << env.settings.rc_params << " ATTN_ORACLE_FAILURES_DIR=" << r.failures_dir
             << " ATTN_ORACLE_STORE=" << env.settings.store.value_or("") << "\n";
+  // Read by the CUDA runtime, not by the suite: which devices this run's backends see (devices.hpp).
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) std::cout << "  CUDA_VISIBLE_DEVICES=" << visible << "\n";
   std::cout << "  failure store: " << (r.store ? "on, " + r.failures_dir + " (its saved failures run first)" : "off")
             << "\n";
   if (settings.draws.shape_stable) std::cout << "  shape-stable draws: " << shape_stable_note() << "\n";
@@ -270,25 +273,10 @@ void note_worker_starts(CheckReport& report, const std::vector<std::unique_ptr<B
   }
 }
 
-// --junit-xml and --github-annotations (ci_output.hpp); `error` set when the file cannot be written.
-void write_ci_output(const CheckReport& report, const CheckOptions& options, std::string& error) {
-  if (!options.junit_xml.empty()) {
-    std::ofstream out(options.junit_xml);
-    if (!(out << junit_xml(report))) {
-      error = "cannot write " + options.junit_xml;
-      std::cerr << "attn-oracle check: " << error << "\n";
-    } else {
-      std::cout << "junit: " << options.junit_xml << "\n";
-    }
-  }
-  if (options.github_annotations)
-    for (const std::string& line : github_annotations(report, std::filesystem::current_path().string()))
-      std::cout << line << "\n";
-}
-
 }  // namespace
 
 int run_check_command(const CheckOptions& options, const CheckEnvironment& env) {
+  if (!options.devices.empty() && !options.list && !options.describe) return run_check_on_devices(options, env);
   const RunSettings settings = check_settings(options, env);
   const auto backends = chosen_backends(options.backend);
   if (backends.empty()) {

@@ -2,6 +2,8 @@
 #include "attn_oracle/harness/ci_output.hpp"
 
 #include <filesystem>
+#include <fstream>
+#include <iostream>
 #include <iomanip>
 #include <map>
 #include <sstream>
@@ -159,5 +161,23 @@ std::vector<std::string> github_annotations(const CheckReport& report, const std
   }
   return lines;
 }
+
+// --junit-xml and --github-annotations (ci_output.hpp); `error` set when the file cannot be written.
+bool write_ci_output(const CheckReport& report, const CheckOptions& options, std::string& error) {
+  if (!options.junit_xml.empty()) {
+    std::ofstream out(options.junit_xml);
+    if (!(out << junit_xml(report))) {
+      error = "cannot write " + options.junit_xml;
+      std::cerr << "attn-oracle check: " << error << "\n";
+    } else {
+      std::cout << "junit: " << options.junit_xml << "\n";
+    }
+  }
+  if (options.github_annotations)
+    for (const std::string& line : github_annotations(report, std::filesystem::current_path().string()))
+      std::cout << line << "\n";
+  return error.empty();
+}
+
 
 }  // namespace attn_oracle

@@ -196,6 +196,11 @@ void add_check_running(CLI::App* check, CommandLine& v) {
                     wrapped("also write the report as JUnit XML: a test case per property and backend, each failure "
                             "with its shrunk case and its replay and repro lines (docs/ci.md)"))
       ->type_name("FILE");
+  check->add_option("--devices", o.devices,
+                    wrapped("one child check per device, each seeing that device alone (CUDA_VISIBLE_DEVICES) and "
+                            "drawing its share of the draws; one merged report. Over an outer CUDA_VISIBLE_DEVICES "
+                            "the devices index its list (docs/ci.md)"))
+      ->type_name("I,J,...");
   check->add_flag("--github-annotations", o.github_annotations,
                   wrapped("print a GitHub Actions ::error line per failure, naming its case file, and a ::warning per "
                           "warning (docs/ci.md)"));
@@ -545,6 +550,7 @@ int run_cli(const std::vector<std::string>& argv, const CheckEnvironment& env) {
   try {
     const std::vector<std::string> args = with_empty_values(argv);
     app.parse(std::vector<std::string>(args.rbegin(), args.rend()));  // CLI11 takes them last first
+    if (!args.empty() && args[0] == "check") v.check.arguments.assign(args.begin() + 1, args.end());
   } catch (const CLI::CallForHelp&) {
     std::cout << (app.get_subcommands().empty() ? full_help(app) : app.help());
     return 0;

@@ -403,6 +403,7 @@ namespace {
 struct ChildRun {
   PropertyOutcome outcome;  // the child's own, or what it reported before it died
   bool crashed = false, timed_out = false;
+  bool spoke = false;       // it said anything at all: a child that dies first is not a case's crash
   std::string how;          // how it died
   int draw = 0;             // the trial in flight when it died
   std::vector<size_t> path;
@@ -416,6 +417,7 @@ ChildRun run_child(const PropertyDef& property, Backend& backend, const RunSetti
   if (!child) return run.crashed = true, run.how = "the child process could not be started", run;
   PropertyOutcome& out = run.outcome;
   while (auto line = child->next_line(isolation.case_timeout_seconds, run.timed_out)) {
+    run.spoke = true;
     std::istringstream words(*line);
     std::string verb;
     words >> verb;
@@ -475,6 +477,12 @@ PropertyOutcome run_property_isolated(const PropertyDef& property, Backend& back
     ChildRun run = run_child(property, backend, s, isolation, total, out.drawn, progress);
     merge_outcome(out, run.outcome);
     if (!run.crashed) break;
+    if (!run.spoke) {  // the program itself cannot run a child: nothing to shrink, and retrying repeats it
+      out.message = "the isolated child process ended before its first draw (" + run.how +
+                    "): its stderr says why; --no-isolation runs the property in this process";
+      out.status = PropertyOutcome::Status::failed;
+      break;
+    }
     if (!run.stored_case.empty()) {  // a stored case crashed it: a failure as it is, and no replay again
       out.failures.push_back(stored_crash(property, backend, s, run.stored_case, run.how));
       ++out.store.replayed, ++out.store.still_failing;
@@ -493,7 +501,7 @@ PropertyOutcome run_property_isolated(const PropertyDef& property, Backend& back
     if (run.timed_out || s.first_draw >= settings.cases) break;
   }
   rank_failures(out, settings.max_failures);
-  settle_status(out);
+  if (out.message.empty() || out.status != PropertyOutcome::Status::failed) settle_status(out);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }

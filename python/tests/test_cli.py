@@ -151,3 +151,19 @@ def test_a_known_failure_keyed_by_arch_applies_on_that_architecture_only(tmp_pat
         verdicts[arch] = (done.returncode, json.loads((tmp_path / arch / "conformance.json").read_text())
                           ["results"][0]["verdict"])
     assert verdicts == {"sm_90": (0, "xfail"), "sm_80": (1, "FAILED")}, verdicts
+
+
+def test_one_worker_per_device_each_seeing_its_device_alone(tmp_path):
+    # Fake device lists: an outer CUDA_VISIBLE_DEVICES of three, two of them chosen by index.
+    log = tmp_path / "devices.log"
+    done = python_m("check", "visible_devices_backend:Backend", "--filter", "metadata/matchesReference",
+                    "--cases", "40", "--no-store", "--devices", "2,0", "--report", str(tmp_path / "report"),
+                    "--junit-xml", str(tmp_path / "junit.xml"),
+                    env={"CUDA_VISIBLE_DEVICES": "7,3,5", "ATTN_ORACLE_TEST_DEVICE_LOG": str(log),
+                         "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(REPO),
+                                                        os.environ.get("PYTHONPATH", "")])})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(log.read_text().split()) == ["5", "7"]
+    result = json.loads((tmp_path / "report" / "conformance.json").read_text())["results"][0]
+    assert result["draws"]["total"] == 40 and result["verdict"] == "passed"
+    assert (tmp_path / "junit.xml").read_text().count("<testcase ") == 1

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "attn_oracle/harness/check.hpp"
 #include "attn_oracle/harness/report.hpp"
 
 namespace attn_oracle {
@@ -24,5 +25,10 @@ std::string junit_xml(const CheckReport& report);
 // `relative_to`: case paths under this directory are written relative to it (the
 // workspace GitHub resolves `file=` against); "" keeps them as they are.
 std::vector<std::string> github_annotations(const CheckReport& report, const std::string& relative_to);
+
+// What check's --junit-xml FILE and --github-annotations ask for (annotations on
+// stdout, relative to the working directory); false, with `error` set, when the
+// file cannot be written.
+bool write_ci_output(const CheckReport& report, const CheckOptions& options, std::string& error);
 
 }  // namespace attn_oracle
