@@ -11,6 +11,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 
@@ -443,6 +444,36 @@ TEST(CheckCommand, GithubAnnotationsAreAnErrorLinePerFailureNamingItsCaseFile) {
   EXPECT_NE(line.find("%0Areplay: "), std::string::npos) << line;
   for (const json& r : report["results"])
     if (r["verdict"] == "passed") EXPECT_EQ(out.find("title=" + r["id"].get<std::string>() + "::"), std::string::npos) << out;
+}
+
+// --log-draws (runner/draw_log.hpp): a Hypothesis "test_case" line per search draw whose
+// statuses add up to the report's counts, failures with their message as the reason.
+TEST(CheckCommand, TheDrawLogHasAnObservationPerDrawMatchingTheReport) {
+  const std::string backend = planted("offsets_from_seqlens");
+  CheckOptions o = options(backend, "draw_log", "metadata/shiftingARowShiftsItsOffsets,metadata/matchesReference");
+  o.draw_log = (kDir / "draws.jsonl").string();
+  fs::remove(o.draw_log);
+  EXPECT_EQ(check(o), 1);
+  const json report = report_json("draw_log");
+  std::map<std::string, std::map<std::string, int>> statuses;
+  std::ifstream in(o.draw_log);
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line);
+    for (const char* key : {"type", "status", "status_reason", "representation", "arguments", "how_generated",
+                            "features", "coverage", "timing", "metadata", "property", "run_start"})
+      EXPECT_TRUE(j.contains(key)) << key << " missing from " << line.substr(0, 200);
+    EXPECT_EQ(j["type"], "test_case");
+    ++statuses[j["property"]][j["status"]];
+    if (j["status"] == "failed") EXPECT_FALSE(j["status_reason"].get<std::string>().empty());
+    EXPECT_TRUE(j["arguments"]["case"].contains("op")) << line.substr(0, 200);
+  }
+  ASSERT_EQ(statuses.size(), 2u);
+  for (const json& r : report["results"]) {
+    const auto& seen = statuses[r["id"].get<std::string>()];
+    EXPECT_EQ(seen.count("passed") ? seen.at("passed") : 0, r["draws"]["passed"]) << r["id"];
+    EXPECT_EQ(seen.count("failed") ? seen.at("failed") : 0, r["draws"]["failed"]) << r["id"];
+    EXPECT_EQ(seen.count("gave_up") ? seen.at("gave_up") : 0, r["draws"]["declined"]) << r["id"];
+  }
 }
 
 }  // namespace

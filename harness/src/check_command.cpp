@@ -213,6 +213,7 @@ RunSettings check_settings(const CheckOptions& options, const CheckEnvironment& 
   if (options.profile) s.draws.profile = *options.profile;
   if (options.shape_stable) s.draws.shape_stable = true;
   s.max_failures = options.max_failures;
+  if (!options.draw_log.empty()) s.draw_log = std::filesystem::absolute(options.draw_log).string();
   s.program = env.program;
   if (!env.settings.store) s.use_store = true;  // `check` keeps its failures unless ATTN_ORACLE_STORE says otherwise
   if (options.store_dir) s.failures_dir = *options.store_dir, s.use_store = true;

@@ -182,7 +182,8 @@ std::vector<std::string> settings_args(const std::string& verb, const PropertyDe
           std::to_string(s.max_failures), "--failures-dir", s.failures_dir, "--program", s.program,
           "--first-draw", std::to_string(s.first_draw), "--known", nlohmann::json(s.known_signatures).dump(),
           "--store", s.use_store ? (s.replay_store ? "replay" : "keep") : "off",
-          "--profile", std::string(to_string(s.draws.profile)), "--shape-stable", s.draws.shape_stable ? "1" : "0"};
+          "--profile", std::string(to_string(s.draws.profile)), "--shape-stable", s.draws.shape_stable ? "1" : "0",
+          "--draw-log", s.draw_log};
 }
 
 // ------------------------------------------------------------------ crashes
@@ -328,6 +329,7 @@ std::optional<ChildArgs> parse_child(const std::vector<std::string>& args) {
       else if (k == "--store") c.settings.use_store = v != "off", c.settings.replay_store = v == "replay";
       else if (k == "--profile") c.settings.draws.profile = v == "deep" ? SizeProfile::deep : SizeProfile::ci;
       else if (k == "--shape-stable") c.settings.draws.shape_stable = v == "1";
+      else if (k == "--draw-log") c.settings.draw_log = v;
       else if (k == "--shard") {
         const size_t slash = v.find('/');
         c.settings.shard_index = std::stoi(v.substr(0, slash)), c.settings.shard_count = std::stoi(v.substr(slash + 1));

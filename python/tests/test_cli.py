@@ -167,3 +167,18 @@ def test_one_worker_per_device_each_seeing_its_device_alone(tmp_path):
     result = json.loads((tmp_path / "report" / "conformance.json").read_text())["results"][0]
     assert result["draws"]["total"] == 40 and result["verdict"] == "passed"
     assert (tmp_path / "junit.xml").read_text().count("<testcase ") == 1
+
+
+def test_the_draw_log_is_hypothesis_observations_from_a_python_backend(tmp_path):
+    log = tmp_path / "draws.jsonl"
+    done = python_m("check", "examples.self_attention_backend:Backend", "--filter", "metadata/matchesReference",
+                    "--cases", "25", "--no-store", "--report", str(tmp_path / "report"), "--log-draws", str(log))
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [json.loads(l) for l in log.read_text().splitlines()]
+    required = {"type", "status", "status_reason", "representation", "arguments", "how_generated", "features",
+                "coverage", "timing", "metadata", "property", "run_start"}
+    assert len(lines) == 25 and all(set(l) == required and l["type"] == "test_case" for l in lines)
+    draws = json.loads((tmp_path / "report" / "conformance.json").read_text())["results"][0]["draws"]
+    statuses = [l["status"] for l in lines]
+    assert statuses.count("passed") == draws["passed"] and statuses.count("gave_up") == draws["declined"]
+    assert all(l["status_reason"] for l in lines if l["status"] == "gave_up")

@@ -1,5 +1,6 @@
 // property_runner.cpp: the driver behind every property run (property_runner.hpp).
 #include "attn_oracle/runner/property_runner.hpp"
+#include "attn_oracle/runner/draw_log.hpp"
 
 #include "attn_oracle/properties/backend_calls.hpp"
 
@@ -208,6 +209,20 @@ void save(PropertyFailure& f, const PropertyOutcome& out, const RunSettings& s, 
 }
 
 
+// One search draw, appended to s.draw_log (draw_log.hpp).
+void log_draw(const RunSettings& s, const PropertyOutcome& out, int k, double run_start, const Trial& t,
+              double backend_seconds, std::chrono::steady_clock::duration took) {
+  DrawObservation o;
+  o.property = out.property, o.backend = out.backend, o.backend_version = out.backend_version;
+  o.seed = s.seed, o.draw = k, o.cases = s.cases, o.size = size_for(s, k);
+  o.shard_index = s.shard_index, o.shard_count = s.shard_count, o.run_start = run_start;
+  o.status = t.kind == Trial::Kind::passed ? "passed" : t.kind == Trial::Kind::declined ? "gave_up" : "failed";
+  o.reason = t.kind == Trial::Kind::passed ? "" : t.message;
+  o.drawn = t.c ? &*t.c : nullptr;
+  o.seconds = std::chrono::duration<double>(took).count(), o.backend_seconds = backend_seconds;
+  append_json_line(s.draw_log, observation_json(o));
+}
+
 }  // namespace
 
 
@@ -220,6 +235,7 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
   out.backend_version = backend.version();
   out.seed = settings.seed;
   const DrawContext context = draw_context(backend, settings.draws);  // once: no draw re-derives the domain
+  const double run_start = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   if (auto why = skipped_before_drawing(property, context)) {
     out.status = PropertyOutcome::Status::skipped;
     out.message = *why;
@@ -245,6 +261,8 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
     out.backend_seconds += backend_seconds_on_this_thread() - backend_before;
     if (s.after_draw)
       s.after_draw(k, t.kind == Trial::Kind::passed ? "passed" : t.kind == Trial::Kind::declined ? "declined" : "failed");
+    if (!s.draw_log.empty()) log_draw(s, out, k, run_start, t, backend_seconds_on_this_thread() - backend_before,
+                                      std::chrono::steady_clock::now() - draw_start);
     ++out.drawn;
     if (t.c) {
       tally_mix(*t.c, out);

@@ -61,6 +61,7 @@ struct RunSettings {
   bool use_store = false;
   bool replay_store = true;  // false once a stored case crashed the child replaying it (isolation.hpp)
   std::string program = "attn-oracle";  // the command the printed replay and rerun lines start with
+  std::string draw_log;  // a file each search draw is appended to as a JSON line (draw_log.hpp); "": none
   // Where a resumed run starts (isolation.hpp: after a crash, a fresh child
   // goes on from the next draw) and the failures it has already reported.
   int first_draw = 0;
