@@ -476,5 +476,29 @@ TEST(CheckCommand, TheDrawLogHasAnObservationPerDrawMatchingTheReport) {
   }
 }
 
+// --require-coverage (coverage_targets.hpp): a property that judged too few draws of a
+// class fails the run naming the class, the count and the target; one that met it passes.
+TEST(CheckCommand, ACoverageTargetNotMetFailsThePropertyNamingTheClass) {
+  CheckOptions o = options("reference", "coverage", "metadata/matchesReference,metadata/rowsAreIndependent");
+  o.coverage_file = write_list("coverage.txt",
+                               "metadata/matchesReference  mask causal  >= 1000  # more than the run draws\n"
+                               "metadata/rowsAreIndependent  layout B>1  >= 1\n"
+                               "nosuch/property  mask causal  >= 1\n").string();
+  EXPECT_EQ(check(o), 1);
+  const json report = report_json("coverage");
+  const json* missed = result(report, "reference/metadata/matchesReference");
+  ASSERT_NE(missed, nullptr);
+  EXPECT_EQ((*missed)["verdict"], "FAILED");
+  const std::string note = (*missed)["note"];
+  EXPECT_NE(note.find("coverage target not met: mask causal: "), std::string::npos) << note;
+  EXPECT_NE(note.find("judged draws, the target is 1000 (" + o.coverage_file + ":1: more than the run draws)"),
+            std::string::npos) << note;
+  EXPECT_EQ((*result(report, "reference/metadata/rowsAreIndependent"))["verdict"], "passed");
+  ASSERT_EQ(report["warnings"].size(), 1u);
+  EXPECT_NE(report["warnings"][0].get<std::string>().find("nosuch/property matches no test"), std::string::npos);
+  o.coverage_file = write_list("coverage_bad.txt", "metadata/  mask causal  > 3\n").string();
+  EXPECT_EQ(check(o), 1);
+}
+
 }  // namespace
 }  // namespace attn_oracle

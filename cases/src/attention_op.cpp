@@ -94,6 +94,7 @@ void add_gradients(json& j, const ResultShapes& s, const std::optional<Attention
 CoverageCell attention_coverage(const AttentionCase& c) {
   CoverageCell cell = batch_coverage(c.problem.batch);
   add_shape_coverage(c.problem.shape, cell);
+  add_tile_edge_coverage(c.problem, cell);
   return cell;
 }
 

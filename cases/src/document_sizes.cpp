@@ -24,6 +24,7 @@ DocumentSizes document_sizes(const PackedBatch& batch) {
       if (id != 0) {
         out.pairs += n.first * n.second;
         out.longest = std::max({out.longest, n.first, n.second});
+        if (n.first > 0 && n.second > kTileEdgeKeys && n.second % kTileEdgeKeys == 1) ++out.one_key_past_a_tile;
       }
   }
   return out;

@@ -92,6 +92,11 @@ CaseSize batch_size(const PackedBatch& b) {
   return size;
 }
 
+void add_tile_edge_coverage(const AttentionProblem& p, CoverageCell& cell) {
+  if (p.shape.head_dim >= 64 && document_sizes(p.batch).one_key_past_a_tile > 0)
+    cell.layouts.insert("keys 64k+1, head_dim>=64");
+}
+
 void add_shape_coverage(const AttentionShape& s, CoverageCell& cell) {
   if (s.heads_q != s.heads_kv) cell.layouts.insert("GQA");
   if (s.heads_kv > 0 && s.heads_q > 4 * s.heads_kv) cell.layouts.insert("GQA>4");

@@ -55,5 +55,8 @@ CoverageCell batch_coverage(const PackedBatch& batch);
 CaseSize batch_size(const PackedBatch& batch);
 // adds GQA and "<dtype> fwd" / "<dtype> fwd+bwd".
 void add_shape_coverage(const AttentionShape& shape, CoverageCell& cell);
+// "keys 64k+1, head_dim>=64": a document one key past a kernel kv tile at a head dim
+// of the kernels' wide path (document_sizes.hpp), where their rescale lives.
+void add_tile_edge_coverage(const AttentionProblem& problem, CoverageCell& cell);
 
 }  // namespace attn_oracle

@@ -22,6 +22,7 @@
 
 #include "attn_oracle/properties/generators.hpp"
 #include "attn_oracle/harness/ci_output.hpp"
+#include "attn_oracle/harness/coverage_targets.hpp"
 #include "attn_oracle/harness/devices.hpp"
 #include "attn_oracle/harness/isolation.hpp"
 #include "attn_oracle/harness/report.hpp"
@@ -160,6 +161,7 @@ void print_result(const CheckResult& r) {
 
 struct Lists {
   std::optional<TestIdList> skips, xfails;
+  std::optional<CoverageTargets> coverage;
 };
 
 // Reads the list files; warns (report and stderr) about entries no test of this
@@ -169,6 +171,11 @@ bool read_lists(const CheckOptions& options, const std::vector<std::unique_ptr<B
   std::vector<std::pair<std::string, std::string>> ids;
   for (const auto& b : backends)
     for (const PropertyDef* p : properties) ids.emplace_back(b->name(), p->id);
+  if (!options.coverage_file.empty()) {
+    std::string error;
+    lists.coverage = CoverageTargets::read(options.coverage_file, error);
+    if (!lists.coverage) return std::cerr << "attn-oracle check: " << error << "\n", false;
+  }
   for (auto [file, list] : {std::pair{&options.skips_file, &lists.skips}, {&options.xfails_file, &lists.xfails}}) {
     if (file->empty()) continue;
     std::string error;
@@ -197,6 +204,7 @@ CheckResult run_one(const PropertyDef& property, Backend& backend, const RunSett
                           : run_property(property, backend, settings, progress);
   line.clear();
   CheckResult r = verdict_of(std::move(o), lists.xfails ? &*lists.xfails : nullptr, run_arch(backend));
+  if (lists.coverage) lists.coverage->apply(r);
   print_result(r);
   return r;
 }
@@ -310,6 +318,11 @@ int run_check_command(const CheckOptions& options, const CheckEnvironment& env) 
       if (!interrupted) report.results.push_back(run_one(*property, *backend, settings, lists, options, env));
   std::signal(SIGINT, previous_handler);
   report.interrupted = interrupted != 0;
+  if (lists.coverage)
+    for (std::string& w : lists.coverage->unmatched_warnings(report.results)) {
+      std::cerr << "attn-oracle check: warning: " << w << "\n";
+      report.warnings.push_back(std::move(w));
+    }
 
   print_table(report);
   for (const DrawCost& c : draw_costs(report)) std::cout << draw_cost_line(c) << "\n";

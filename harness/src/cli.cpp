@@ -201,6 +201,10 @@ void add_check_running(CLI::App* check, CommandLine& v) {
                             "drawing its share of the draws; one merged report. Over an outer CUDA_VISIBLE_DEVICES "
                             "the devices index its list (docs/ci.md)"))
       ->type_name("I,J,...");
+  check->add_option("--require-coverage", o.coverage_file,
+                    wrapped("fail a property whose judged draws of an input class fall short of FILE's targets "
+                            "(`PROPERTY CLASS >= N` a line; docs/ci.md)"))
+      ->type_name("FILE");
   check->add_option("--log-draws", o.draw_log,
                     wrapped("append every draw to FILE as a JSON line in Hypothesis's observability format (what "
                             "was drawn, judged or declined and why; docs/ci.md)"))

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "attn_oracle/harness/ci_output.hpp"
+#include "attn_oracle/harness/coverage_targets.hpp"
 #include "attn_oracle/harness/report.hpp"
 
 extern char** environ;
@@ -48,7 +49,7 @@ Expected<std::string> visible(const std::string& device, const std::vector<std::
 // The arguments of `check` for child i of n: --devices, --report, --junit-xml and
 // --github-annotations left to the parent, --report and --shard its own.
 std::vector<std::string> child_arguments(const std::vector<std::string>& args, const std::string& report, int i, int n) {
-  static const std::set<std::string> with_value = {"--devices", "--report", "--junit-xml"};
+  static const std::set<std::string> with_value = {"--devices", "--report", "--junit-xml", "--require-coverage"};
   std::vector<std::string> out = {"check"};
   for (size_t k = 0; k < args.size(); ++k) {
     const std::string& a = args[k];
@@ -186,9 +187,17 @@ int run_check_on_devices(const CheckOptions& options, const CheckEnvironment& en
     else broken = true, std::cout << "device " << i << " wrote no report (" << done << ")\n";
   }
   if (shards.empty()) return 1;
-  const Expected<CheckReport> merged = merge_reports(shards);
+  Expected<CheckReport> merged = merge_reports(shards);
   if (!merged) return std::cerr << "attn-oracle check: " << merged.error().message << "\n", 1;
   std::string error;
+  if (!options.coverage_file.empty()) {  // on the merged counts: a shard's alone would miss its targets
+    const std::optional<CoverageTargets> targets = CoverageTargets::read(options.coverage_file, error);
+    if (!targets) return std::cerr << "attn-oracle check: " << error << "\n", 1;
+    for (CheckResult& r : merged.value().results) {
+      targets->apply(r);
+      if (!targets->unmet(r).empty()) std::cout << "  " << r.id() << ": " << r.note << "\n";
+    }
+  }
   if (!write_report_files(merged.value(), dir.string(), error)) std::cerr << "attn-oracle check: " << error << "\n";
   const CheckReport& r = merged.value();
   std::cout << "\nall devices: " << r.count(Verdict::passed) << " passed, " << r.count(Verdict::failed) << " failed, "

@@ -217,7 +217,9 @@ rc::Gen<bool> kernel_tile_mode(int tile_edge_weight, int weight) {
 }
 
 // Lengths where kernels break: each side of a multiple of a tile (64, 128,
-// and in the deep profile up to 4096), shrinking towards 1.
+// and in the deep profile up to 4096), shrinking towards 1. One past a tile
+// (65, 129, ...) is listed three times: there a kernel's last kv tile holds one
+// key, and a running maximum that rises in it must rescale all the earlier tiles.
 std::vector<int> tile_edge_lengths(int max_len, SizeProfile profile) {
   std::vector<int> out = {1};
   const std::vector<int> tiles = profile == SizeProfile::deep ? std::vector<int>{64, 128, 256, 512, 1024, 2048, 4096}
@@ -225,6 +227,9 @@ std::vector<int> tile_edge_lengths(int max_len, SizeProfile profile) {
   for (int t : tiles)
     for (int l : {t - 1, t, t + 1})
       if (l <= max_len) out.push_back(l);
+  for (int again = 0; again < 2; ++again)
+    for (int t : tiles)
+      if (t + 1 <= max_len) out.push_back(t + 1);
   return out;
 }
 
@@ -544,11 +549,26 @@ struct Heads {
   Dtype dtype;
   bool backward, explicit_scale;
   bool wide_group;  // 8 query heads a kv head instead of `group`
+  // With a document one key past a kernel kv tile (document_sizes.hpp): a head dim
+  // of the kernels' wide path (64 or more) where the drawn one is narrower.
+  bool wide_at_tile_edge;
 };
 
 // 1 draw in 4 a group of 8 (Llama-3 70B), shrinking towards the group drawn
 // beside it; drawn last, so that the other draws stay as they were.
 rc::Gen<bool> wide_group() { return shrinking_weighted<bool>({{3, rc::gen::just(false)}, {1, rc::gen::just(true)}}); }
+
+// 3 draws in 4 (shrinking towards no); drawn after wide_group, for the same reason.
+rc::Gen<bool> wide_at_tile_edge() {
+  return shrinking_weighted<bool>({{1, rc::gen::just(false)}, {3, rc::gen::just(true)}});
+}
+
+// The smallest of `dims` (sorted) that is 64 or more, for a draw at a tile edge; `dim` when none is.
+int64_t wide_dim(const std::vector<int64_t>& dims, int64_t dim) {
+  for (int64_t d : dims)
+    if (d >= 64) return std::max(d, dim);
+  return dim;
+}
 
 // Rows x the longer side's T (the tokens of each [rows, T, heads, D] tensor),
 // and rows x Tq x Tkv (one head's scores).
@@ -600,7 +620,7 @@ rc::Gen<AttentionDraw> attention_draw(AttentionOptions o) {
   auto backward = o.backward ? rc::gen::arbitrary<bool>() : rc::gen::just(false);
   auto explicit_scale = shrinking_element<bool>({false, false, false, false, true});  // scale 0.5, 1 in 5
   auto heads = rc::gen::construct<Heads>(shrinking_element<int64_t>({1, 2}), group, dim, dtype, backward, explicit_scale,
-                                         wide_group());
+                                         wide_group(), wide_at_tile_edge());
   // A size menu's heads, the GQA ones for `gqa` (all of them when it has none);
   // without a menu the draws stay exactly as they were.
   std::vector<std::pair<int64_t, int64_t>> menu_heads;
@@ -611,7 +631,7 @@ rc::Gen<AttentionDraw> attention_draw(AttentionOptions o) {
   if (!menu_heads.empty())
     heads = rc::gen::mapcat(shrinking_element(menu_heads), [=](std::pair<int64_t, int64_t> kv_group) {
       return rc::gen::construct<Heads>(rc::gen::just(kv_group.first), rc::gen::just(kv_group.second), dim, dtype,
-                                       backward, explicit_scale, rc::gen::just(false));
+                                       backward, explicit_scale, rc::gen::just(false), rc::gen::just(false));
     });
   const bool menu = !menu_heads.empty();
   std::sort(dims.begin(), dims.end());
@@ -623,6 +643,8 @@ rc::Gen<AttentionDraw> attention_draw(AttentionOptions o) {
         const auto& [batch, as_drawn, seed] = t;
         Heads drawn = as_drawn;
         if (drawn.wide_group) drawn.group = 8;
+        if (drawn.wide_at_tile_edge && drawn.dim < 64 && document_sizes(batch).one_key_past_a_tile > 0)
+          drawn.dim = wide_dim(dims, drawn.dim);
         const Heads h =
             menu ? drawn : within_work_budget(drawn, document_sizes(batch), batch_extent(batch), dims, min_group, budget);
         AttentionDraw d;

@@ -182,3 +182,13 @@ def test_the_draw_log_is_hypothesis_observations_from_a_python_backend(tmp_path)
     statuses = [l["status"] for l in lines]
     assert statuses.count("passed") == draws["passed"] and statuses.count("gave_up") == draws["declined"]
     assert all(l["status_reason"] for l in lines if l["status"] == "gave_up")
+
+
+def test_a_coverage_target_not_met_fails_the_run_through_python(tmp_path):
+    targets = tmp_path / "coverage.txt"
+    targets.write_text("metadata/matchesReference  layout B>1  >= 1000  # more than 20 draws hold\n")
+    done = python_m("check", "examples.numpy_backend:Backend", "--filter", "metadata/matchesReference", "--cases", "20",
+                    "--no-store", "--report", str(tmp_path / "report"), "--require-coverage", str(targets))
+    assert done.returncode == 1, done.stdout + done.stderr
+    result = json.loads((tmp_path / "report" / "conformance.json").read_text())["results"][0]
+    assert result["verdict"] == "FAILED" and "coverage target not met: layout B>1: " in result["note"]

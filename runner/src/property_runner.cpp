@@ -130,11 +130,13 @@ rc::Random random_for(uint64_t seed, int k) {
   return rc::Random(rc::Random::Key{seed, static_cast<uint64_t>(k), 0x61747461ull, 0x6f7261636c65ull});
 }
 
-// "mask causal", "dtype bf16", "backward": the classes a whole decline of is reported.
+// "mask causal", "dtype bf16", "backward", "layout GQA": the classes a whole decline of is
+// reported, and whose judged draws coverage targets count (harness/coverage_targets.hpp).
 std::vector<std::string> classes_of(const Case& c) {
   const CoverageCell cell = op_of(c).coverage(c.payload);
   std::vector<std::string> out;
   if (cell.row != "-") out.push_back("mask " + cell.row);
+  for (const std::string& l : cell.layouts) out.push_back("layout " + l);
   for (const std::string& d : cell.dtypes) {
     const size_t space = d.find(' ');
     out.push_back("dtype " + d.substr(0, space));

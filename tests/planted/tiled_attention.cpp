@@ -61,16 +61,19 @@ struct RowJob {
   int h;
 };
 
+int tile_keys(const TiledBugs& bugs) { return bugs.kv_tile > 0 ? bugs.kv_tile : kPlantedTileKv; }
+
 void run_row(const RowJob& job, int64_t a, gpu::TileRange tiles, float* acc, gpu::SoftmaxRow& row) {
   const gpu::AttentionFwdParams& p = job.p;
   const int d = p.head_dim, group = p.heads_q / p.heads_kv;
   const int kvh = job.bugs.wide_gqa_group_packed && group > 4 ? (job.h / 4) % p.heads_kv
                                                                : gpu::kv_head_of(job.h, p.heads_q, p.heads_kv);
   const double* q = &job.in.q[((job.span.q0 + a) * p.heads_q + job.h) * d];
-  float s[kPlantedTileKv];
+  const int kv_tile = tile_keys(job.bugs);
+  std::vector<float> s(kv_tile);
   for (int64_t tile = tiles.begin; tile < tiles.end; ++tile) {
-    const int64_t b0 = tile * kPlantedTileKv;
-    const int n = static_cast<int>(std::min<int64_t>(kPlantedTileKv, job.span.lkv - b0));
+    const int64_t b0 = tile * kv_tile;
+    const int n = static_cast<int>(std::min<int64_t>(kv_tile, job.span.lkv - b0));
     for (int j = 0; j < n; ++j) {
       s[j] = -INFINITY;
       if (!gpu::index_allowed(p.mask, p.window_left, p.window_right, a, b0 + j, job.rule_lq, job.span.lkv)) continue;
@@ -79,8 +82,9 @@ void run_row(const RowJob& job, int64_t a, gpu::TileRange tiles, float* acc, gpu
       for (int c = 0; c < d; ++c) dot += static_cast<float>(q[c]) * static_cast<float>(k[c]);
       s[j] = p.scale * dot;
     }
-    const float alpha = gpu::online_softmax_update_inplace(row, s, n);
-    if (!job.bugs.rescale_skipped) gpu::rescale_row(acc, d, alpha);
+    const float alpha = gpu::online_softmax_update_inplace(row, s.data(), n);
+    const bool skipped = job.bugs.rescale_skipped || (job.bugs.rescale_skipped_in_one_key_tile && n == 1 && d >= 64);
+    if (!skipped) gpu::rescale_row(acc, d, alpha);
     for (int j = 0; j < n; ++j) {
       const float pj = gpu::round_to(s[j], p.dtype);
       const double* v = &job.in.v[((job.span.kv0 + b0 + j) * p.heads_kv + kvh) * d];
@@ -120,10 +124,10 @@ Expected<AttentionResult> tiled_attention(const AttentionProblem& problem, const
       const RowJob job{p, inputs, bugs, span, rule_lq, h};
       for (int64_t a0 = 0; a0 < span.lq; a0 += kPlantedTileQ) {
         const int64_t a1 = std::min<int64_t>(a0 + kPlantedTileQ, span.lq);
-        gpu::TileRange tiles =
-            gpu::kv_tile_range(p.mask, p.window_left, p.window_right, a0, a1, rule_lq, span.lkv, kPlantedTileKv);
-        if (bugs.last_partial_kv_tile_skipped) tiles.end = std::min(tiles.end, span.lkv / kPlantedTileKv);
-        if (bugs.keys_kept > 0) tiles.end = std::min(tiles.end, bugs.keys_kept / kPlantedTileKv);
+        const int kv_tile = tile_keys(bugs);
+        gpu::TileRange tiles = gpu::kv_tile_range(p.mask, p.window_left, p.window_right, a0, a1, rule_lq, span.lkv, kv_tile);
+        if (bugs.last_partial_kv_tile_skipped) tiles.end = std::min(tiles.end, span.lkv / kv_tile);
+        if (bugs.keys_kept > 0) tiles.end = std::min(tiles.end, bugs.keys_kept / kv_tile);
         for (int64_t a = a0; a < a1; ++a) {
           gpu::SoftmaxRow row;
           std::fill(acc.begin(), acc.end(), 0.0f);

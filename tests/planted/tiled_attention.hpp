@@ -29,9 +29,15 @@ inline constexpr int kPlantedTileQ = 4;
 inline constexpr int kPlantedTileKv = 2;
 
 struct TiledBugs {
+  // Keys a kv tile (0: kPlantedTileKv); the kernels' 64 for a bug at their tile edges.
+  int kv_tile = 0;
   // The accumulated output is not multiplied by exp(m_old - m_new) when the
   // running max moves (the denominator still is).
   bool rescale_skipped = false;
+  // The same, only in a kv tile that holds one key at head_dim >= 64: the wide
+  // path's remainder loop for a partial last tile (a document of 65 or 129 keys
+  // under 64-key tiles) folds its key in without the rescale.
+  bool rescale_skipped_in_one_key_tile = false;
   // The kv tile loop stops at lkv / tile (rounded down): the last partial kv tile
   // of a document is never visited.
   bool last_partial_kv_tile_skipped = false;

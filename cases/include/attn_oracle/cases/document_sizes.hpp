@@ -16,7 +16,12 @@ namespace attn_oracle {
 // whose shapes do not validate.
 struct DocumentSizes {
   int64_t pairs = 0, longest = 0;
+  // Documents with queries whose keys end one key into a kernel's kv tile
+  // (kTileEdgeKeys: 65, 129, ... keys), where a running maximum that rises in
+  // that last tile must rescale everything the earlier tiles accumulated.
+  int64_t one_key_past_a_tile = 0;
 };
+inline constexpr int64_t kTileEdgeKeys = 64;
 DocumentSizes document_sizes(const PackedBatch& batch);
 
 // Where GPU kernels tile past one tile of rows or keys: a document side of

@@ -28,6 +28,7 @@ struct CheckOptions {
   bool github_annotations = false;     // --github-annotations: an ::error line per failure on stdout
   std::string devices;                 // --devices 0,1,...: a child check per device (devices.hpp)
   std::string draw_log;                // --log-draws FILE: a JSON line per draw (runner/draw_log.hpp)
+  std::string coverage_file;           // --require-coverage FILE: judged draws per class (coverage_targets.hpp)
   std::vector<std::string> arguments;  // check's own arguments as given: what the children of --devices get
   std::optional<std::pair<int, int>> shard;  // (index, count); default the settings' (a conformance binary's GoogleTest shard)
   std::optional<SizeProfile> profile;  // --profile; default the settings' (ATTN_ORACLE_PROFILE)
