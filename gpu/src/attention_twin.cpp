@@ -38,8 +38,8 @@
 #include "attn_oracle/gpu/attention/numeric.hpp"
 #include "attn_oracle/gpu/attention/online_softmax.hpp"
 #include "attn_oracle/gpu/attention/tile_range.hpp"
+#include "attn_oracle/gpu/mask_rule.hpp"
 #include "attn_oracle/gpu/metadata.hpp"
-#include "attn_oracle/gpu/metadata_row.hpp"
 
 namespace attn_oracle::gpu {
 
@@ -114,7 +114,6 @@ AttentionBwdParams make_params(const AttentionProblem& problem, const TwinSizes&
   p.dtype = static_cast<int>(problem.shape.dtype);
   p.d_o = b.d_o.data(), p.lse_in = b.lse.data(), p.o_in = b.o.data();
   p.dq = b.dq.data(), p.dk = b.dk.data(), p.dv = b.dv.data(), p.delta = b.delta.data();
-  p.deterministic = true;
   return p;
 }
 
