@@ -38,12 +38,6 @@ struct Layout {
   int64_t kv_elems() const { return rows * kv_len * heads_kv * head_dim; }
 };
 
-std::optional<Error> check_tensor(const char* name, const std::vector<double>& t, int64_t expected) {
-  if (static_cast<int64_t>(t.size()) == expected) return std::nullopt;
-  return Error{ErrorCode::bad_tensor_shape, std::string("tensor ") + name + " has " + std::to_string(t.size()) +
-                                                " elements, expected " + std::to_string(expected)};
-}
-
 std::vector<uint16_t> to_storage(const std::vector<double>& x, int dtype) {
   std::vector<uint16_t> bits(x.size());
   for (size_t i = 0; i < x.size(); ++i) bits[i] = to_storage_bits(static_cast<float>(x[i]), dtype);
@@ -78,10 +72,10 @@ Expected<DeviceRun> run_on_device(const AttentionProblem& problem, const Attenti
   z.q_len = problem.batch.q.segment_ids.shape.back();
   z.kv_len = problem.batch.kv.segment_ids.shape.back();
   z.heads_q = shape.heads_q, z.heads_kv = shape.heads_kv, z.head_dim = shape.head_dim;
-  if (auto e = check_tensor("q", inputs.q, z.q_elems())) return *e;
-  if (auto e = check_tensor("k", inputs.k, z.kv_elems())) return *e;
-  if (auto e = check_tensor("v", inputs.v, z.kv_elems())) return *e;
-  if (auto e = check_tensor("do", inputs.d_o, shape.backward ? z.q_elems() : 0)) return *e;
+  if (auto e = check_tensor_size("q", inputs.q, z.q_elems())) return *e;
+  if (auto e = check_tensor_size("k", inputs.k, z.kv_elems())) return *e;
+  if (auto e = check_tensor_size("v", inputs.v, z.kv_elems())) return *e;
+  if (auto e = check_tensor_size("do", inputs.d_o, shape.backward ? z.q_elems() : 0)) return *e;
   if (auto e = check_attention_values(shape, inputs, z.q_len, z.kv_len)) return *e;
   if (caller)
     if (auto e = check_output_buffers(*caller, z.q_elems(), z.kv_elems(), shape.backward)) return *e;
