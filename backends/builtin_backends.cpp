@@ -2,10 +2,8 @@
 // seam (production_backends.hpp):
 //   cpu        the CPU twins of the production algorithms (gpu/, run on the host),
 //              small-seq included
-//   cuda       the CUDA kernels; registered only when a device is present
-//   cuda-next  the candidate kernels that are to replace them (token-parallel
-//              metadata, CuTe tensor-core forward), checked beside `cuda` until a
-//              device run validates them; registered with `cuda`
+//   cuda       the CUDA kernels (token-parallel metadata, CuTe tensor-core attention,
+//              small-seq, K/V buffer); registered only when a device is present
 //   cudnn      cuDNN SDPA (cudnn_backend.cpp); only in builds with cuDNN, with a device
 #include "attn_oracle/seam/backend.hpp"
 #include "attn_oracle/backends/production_backends.hpp"
@@ -129,37 +127,6 @@ class CudaBackend final : public Backend, MetadataCapability, AttentionCapabilit
                                              static_cast<MetadataCapability&>(*this)};
 };
 
-// The candidate kernels, beside the proven ones until a device run has judged them.
-class CudaNextBackend final : public Backend, MetadataCapability, AttentionCapability {
- public:
-  CudaNextBackend() { gpu::cuda_available(&device_); }
-  std::string name() const override { return "cuda-next"; }
-  std::string version() const override {
-    return "candidate CUDA kernels (token-parallel metadata, CuTe tensor-core forward) on " + device_;
-  }
-  MetadataCapability* metadata() override { return this; }
-  Expected<Metadata> metadata(const PackedBatch& batch) override { return gpu::metadata_cuda_next(batch); }
-
-  AttentionCapability* attention() override { return this; }
-  std::optional<std::string> unsupported(const AttentionProblem& problem) override {
-    return gpu::attention_cuda_next_unsupported(problem);
-  }
-  Expected<AttentionResult> attention(const AttentionProblem& problem, const AttentionInputs& inputs) override {
-    return gpu::attention_cuda_next(problem, inputs);
-  }
-  bool supports_attention_into() const override { return true; }
-  std::optional<Error> attention_into(const AttentionProblem& problem, const AttentionInputs& inputs,
-                                      const Buffers& out) override {
-    return gpu::attention_cuda_next_into(problem, inputs, outputs_of(out));
-  }
-  ContextParallelCapability* context_parallel() override { return &context_parallel_; }
-
- private:
-  std::string device_;
-  SimulatedContextParallel context_parallel_{static_cast<AttentionCapability&>(*this),
-                                             static_cast<MetadataCapability&>(*this)};
-};
-
 }  // namespace
 
 void register_production_backends() {
@@ -168,7 +135,6 @@ void register_production_backends() {
     r.add("cpu", [] { return std::unique_ptr<Backend>(new CpuTwinBackend()); });
     if (gpu::cuda_available()) {
       r.add("cuda", [] { return std::unique_ptr<Backend>(new CudaBackend()); });
-      r.add("cuda-next", [] { return std::unique_ptr<Backend>(new CudaNextBackend()); });
     }
     register_cudnn_backend(r);
     return true;
@@ -177,7 +143,7 @@ void register_production_backends() {
 }
 
 std::string production_backends_note() {
-  std::string note = gpu::cuda_available() ? "" : "cuda, cuda-next: not registered (no CUDA device on this machine, or a build without CUDA)";
+  std::string note = gpu::cuda_available() ? "" : "cuda: not registered (no CUDA device on this machine, or a build without CUDA)";
   const std::string cudnn = cudnn_backend_note();
   if (!cudnn.empty()) note += (note.empty() ? "" : "; ") + cudnn;
   return note;

@@ -12,8 +12,9 @@
 //                           row in Eigen products, all pairs masked or not. T = 4096
 //                           only: at 16384 its rows need 6.7 GB (over the 4 GiB
 //                           budget) and about ten minutes.
-//   attention cuda          gpu::attention_on_device, bf16, D = 128, forward and
-//                           backward TFLOP/s, only with a CUDA device.
+//   attention cuda          gpu::attention_on_device (the tensor-core kernels of
+//                           `cuda`), bf16, D = 128, forward and backward TFLOP/s,
+//                           only with a CUDA device.
 //
 // CPU inputs (make_cpu_problem below): one row of T tokens, 8 documents with lengths
 // proportional to kDocWeights (positions 0..L-1 each), mask `causal`, M = 8, no

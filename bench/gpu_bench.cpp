@@ -2,22 +2,21 @@
 // memory system, on one device in one run (Google Benchmark tables from CUDA-event
 // medians; nothing here runs without a device). Metadata first, then attention.
 //
-//   metadata/{next,next_graph,legacy,d2d_copy}/SHAPE: the token-parallel kernels
-//       (`cuda-next`; enqueued on a stream, and replayed as a CUDA graph), the
-//       row-per-thread kernels (`cuda`, fewer passes: they take up to seconds) and a
-//       device-to-device copy of the four input arrays (the floor for reading each
-//       input once), at 1 x 2^20 tokens, 8 x 131072 with 8 and with 1024 documents a
-//       row, and 4096 x 256 (2 documents a row), mask padding_causal; both kernel
-//       families must equal the twin before anything is timed.
-//   attention/{fwd,bwd}/{next,cuda,cudnn}/D/L/{no_mask,causal}: bf16, 16 heads,
+//   metadata/{cuda,cuda_graph,d2d_copy}/SHAPE: the token-parallel kernels of `cuda`
+//       (enqueued on a stream, and replayed as a CUDA graph) and a device-to-device
+//       copy of the four input arrays (the floor for reading each input once), at
+//       1 x 2^20 tokens, 8 x 131072 with 8 and with 1024 documents a row, and
+//       4096 x 256 (2 documents a row), mask padding_causal; the kernels must equal
+//       the twin before anything is timed.
+//   attention/{fwd,bwd}/{cuda,cudnn}/D/L/{no_mask,causal}: bf16, 16 heads,
 //       16384 tokens in one row split into documents of L = 512 .. 16384, head dims
-//       64, 128, 256. next = the tensor-core (CuTe) kernels of `cuda-next`, forward
-//       and deterministic backward (delta, dK/dV, dQ: no atomics); cuda = the WMMA
-//       kernels, at D = 128 only (seconds per pass elsewhere); cudnn = cudnn::sdpa_on_device on the same
-//       metadata. TFLOP/s with FLOPs 4 * sum(L^2) * D * H forward, 2.5x that
-//       backward, halved for causal; the summary line gives ratios to cuDNN (its
-//       time over ours: above 1 is faster) and the fraction of the bf16 dense peak
-//       of the datasheet (989 TFLOP/s for H100 / H200 SXM). Every output checked
+//       64, 128, 256. cuda = the tensor-core (CuTe) kernels of `cuda`, forward and
+//       deterministic backward (delta, dK/dV, dQ: no atomics); cudnn =
+//       cudnn::sdpa_on_device on the same metadata. TFLOP/s with FLOPs
+//       4 * sum(L^2) * D * H forward, 2.5x that backward, halved for causal; the
+//       summary line gives ratios to cuDNN (its time over ours: above 1 is faster)
+//       and the fraction of the bf16 dense peak of the datasheet (989 TFLOP/s for
+//       H100 / H200 SXM). Every output checked
 //       against cuDNN's before it is reported: max |difference| <= 3e-2 for o, and
 //       for dq, dk, dv relative to their largest magnitude (no NaN anywhere).
 //   small_seq/{ours,cudnn}: 30720 documents of one query and 16 keys, H = 1, D = 128,
@@ -59,8 +58,6 @@ using bench::format_ms;
 constexpr const char* kProgram = "attn_oracle_bench_gpu";
 [[maybe_unused]] constexpr uint64_t kSeed = 20261122;
 [[maybe_unused]] constexpr int kReps = 10;
-[[maybe_unused]] constexpr int kLegacyReps = 3;          // the WMMA attention: up to 0.3 s a pass
-[[maybe_unused]] constexpr int kLegacyMetadataReps = 3;  // one thread a row: up to a second a pass at 1 x 2^20
 
 [[noreturn]] [[maybe_unused]] void die(const std::string& message) { bench::fatal(kProgram, message); }
 
@@ -94,7 +91,7 @@ PackedSide one_row(const std::vector<int64_t>& lengths, int64_t tokens) {
 }
 
 // ---------------------------------------------------------------------------
-// Fused attention: the tensor-core forward, the WMMA kernels, cuDNN SDPA
+// Fused attention: the tensor-core kernels against cuDNN SDPA
 // ---------------------------------------------------------------------------
 
 constexpr int64_t kTokens = 16384;
@@ -125,7 +122,7 @@ double max_abs(const std::vector<uint16_t>& a) {
   return m;
 }
 
-// cuda-next's dq, dk, dv against another implementation's: max |difference| within
+// Our dq, dk, dv against another implementation's: max |difference| within
 // 3e-2 of the larger tensor's largest |x| (a bf16 sum over thousands of keys), or die.
 void check_gradients(const gpu::DeviceAttentionOutputs& ours, const std::vector<uint16_t>& dq,
                      const std::vector<uint16_t>& dk, const std::vector<uint16_t>& dv, const std::string& other,
@@ -136,7 +133,7 @@ void check_gradients(const gpu::DeviceAttentionOutputs& ours, const std::vector<
     const double bound = 3e-2 * std::max({max_abs(*pair.first), max_abs(*pair.second), 1e-3});
     const double diff = max_abs_diff(*pair.first, *pair.second);
     if (!(diff <= bound))
-      die("cuda-next and " + other + " disagree on " + name + " at " + tag + " (max |diff| " + std::to_string(diff) +
+      die("cuda and " + other + " disagree on " + name + " at " + tag + " (max |diff| " + std::to_string(diff) +
           ", bound " + std::to_string(bound) + "); not timing");
   }
 }
@@ -155,30 +152,16 @@ void attention_case(int D, int64_t L, bool causal, const std::string& device) {
   const double peak = peak_tflops(device);
 
   gpu::DeviceAttentionInputs in = bench::bf16_attention_inputs(md.value(), batch.mask, kHeads, D, kSeed, kReps);
-  in.next = true;
-  gpu::DeviceAttentionOutputs next;
-  if (!gpu::attention_on_device(in, next)) die("attention_on_device (cuda-next) failed: " + next.failure);
-  measured.push_back({"attention/fwd/next/" + tag, next.fwd_ms, {{"TFLOP/s", tflops(flops, next.fwd_ms)}}});
+  gpu::DeviceAttentionOutputs ours;
+  if (!gpu::attention_on_device(in, ours)) die("attention_on_device failed: " + ours.failure);
+  measured.push_back({"attention/fwd/cuda/" + tag, ours.fwd_ms, {{"TFLOP/s", tflops(flops, ours.fwd_ms)}}});
   std::string line = "attention bf16 D=" + std::to_string(D) + " H=16 L=" + std::to_string(L) + " x " +
-                     std::to_string(docs) + " docs " + (causal ? "causal" : "no_mask") + ": next fwd " +
-                     fixed(tflops(flops, next.fwd_ms), 1) + " TFLOP/s (" + format_ms(next.fwd_ms) + " ms" +
-                     (peak > 0 ? ", " + fixed(tflops(flops, next.fwd_ms) / peak, 3) + " of peak" : std::string()) +
-                     "), bwd " + fixed(tflops(2.5 * flops, next.bwd_ms), 1) + " TFLOP/s (" +
-                     format_ms(next.bwd_ms) + " ms)";
-  measured.push_back({"attention/bwd/next/" + tag, next.bwd_ms, {{"TFLOP/s", tflops(2.5 * flops, next.bwd_ms)}}});
-  if (D == 128) {
-    in.next = false;
-    in.timing_reps = kLegacyReps;
-    gpu::DeviceAttentionOutputs legacy;
-    if (!gpu::attention_on_device(in, legacy)) die("attention_on_device (cuda) failed: " + legacy.failure);
-    if (max_abs_diff(legacy.o, next.o) > 3e-2) die("cuda and cuda-next disagree on o at " + tag + "; not timing");
-    check_gradients(next, legacy.dq, legacy.dk, legacy.dv, "cuda", tag);
-    measured.push_back({"attention/fwd/cuda/" + tag, legacy.fwd_ms, {{"TFLOP/s", tflops(flops, legacy.fwd_ms)}}});
-    measured.push_back({"attention/bwd/cuda/" + tag, legacy.bwd_ms, {{"TFLOP/s", tflops(2.5 * flops, legacy.bwd_ms)}}});
-    line += "; cuda (WMMA) fwd " + fixed(tflops(flops, legacy.fwd_ms), 1) + " TFLOP/s (" + format_ms(legacy.fwd_ms) +
-            " ms), bwd " + format_ms(legacy.bwd_ms) + " ms, next/cuda speed fwd " +
-            fixed(legacy.fwd_ms / next.fwd_ms, 2) + "x, bwd " + fixed(legacy.bwd_ms / next.bwd_ms, 2) + "x";
-  }
+                     std::to_string(docs) + " docs " + (causal ? "causal" : "no_mask") + ": cuda fwd " +
+                     fixed(tflops(flops, ours.fwd_ms), 1) + " TFLOP/s (" + format_ms(ours.fwd_ms) + " ms" +
+                     (peak > 0 ? ", " + fixed(tflops(flops, ours.fwd_ms) / peak, 3) + " of peak" : std::string()) +
+                     "), bwd " + fixed(tflops(2.5 * flops, ours.bwd_ms), 1) + " TFLOP/s (" +
+                     format_ms(ours.bwd_ms) + " ms)";
+  measured.push_back({"attention/bwd/cuda/" + tag, ours.bwd_ms, {{"TFLOP/s", tflops(2.5 * flops, ours.bwd_ms)}}});
 #if ATTN_ORACLE_BENCH_CUDNN
   cudnn::SdpaCall call;
   call.plan = cudnn::make_plan(md.value(), 1, kTokens, kTokens);
@@ -188,15 +171,15 @@ void attention_case(int D, int64_t L, bool causal, const std::string& device) {
   call.timing_reps = kReps;
   cudnn::SdpaOutputs theirs;
   if (!cudnn::sdpa_on_device(call, theirs)) die("cuDNN SDPA failed: " + theirs.failure);
-  const double diff = max_abs_diff(next.o, theirs.o);
-  if (!(diff <= 3e-2)) die("cuda-next and cuDNN disagree on o at " + tag + " (max |diff| " + std::to_string(diff) + ")");
-  check_gradients(next, theirs.dq, theirs.dk, theirs.dv, "cuDNN", tag);
+  const double diff = max_abs_diff(ours.o, theirs.o);
+  if (!(diff <= 3e-2)) die("cuda and cuDNN disagree on o at " + tag + " (max |diff| " + std::to_string(diff) + ")");
+  check_gradients(ours, theirs.dq, theirs.dk, theirs.dv, "cuDNN", tag);
   measured.push_back({"attention/fwd/cudnn/" + tag, theirs.fwd_ms, {{"TFLOP/s", tflops(flops, theirs.fwd_ms)}}});
   measured.push_back({"attention/bwd/cudnn/" + tag, theirs.bwd_ms, {{"TFLOP/s", tflops(2.5 * flops, theirs.bwd_ms)}}});
   line += "; cuDNN fwd " + fixed(tflops(flops, theirs.fwd_ms), 1) + " (" + format_ms(theirs.fwd_ms) + " ms), bwd " +
           fixed(tflops(2.5 * flops, theirs.bwd_ms), 1) + " (" + format_ms(theirs.bwd_ms) +
-          " ms); speed next/cuDNN fwd " + fixed(theirs.fwd_ms / next.fwd_ms, 2) + "x, bwd " +
-          fixed(theirs.bwd_ms / next.bwd_ms, 2) + "x";
+          " ms); speed cuda/cuDNN fwd " + fixed(theirs.fwd_ms / ours.fwd_ms, 2) + "x, bwd " +
+          fixed(theirs.bwd_ms / ours.bwd_ms, 2) + "x";
 #else
   line += "; cuDNN: not in this build";
 #endif
@@ -297,25 +280,20 @@ void metadata_case(const MetadataShape& shape) {
            out.cu_seqlens_q == twin->cu_seqlens_q && out.cu_seqlens_kv == twin->cu_seqlens_kv &&
            out.ragged_offsets_q == twin->ragged_offsets_q && out.ragged_offsets_kv == twin->ragged_offsets_kv;
   };
-  gpu::DeviceMetadataOutputs next, legacy;
-  if (!gpu::metadata_stream_on_device(prepared->params, sizes, next, kReps))
-    die("metadata_stream_on_device failed: " + next.failure);
-  if (!same(next)) die(std::string("the token-parallel kernels and the twin disagree at ") + shape.tag + "; not timing");
-  if (!gpu::metadata_on_device(prepared->params, sizes, legacy, kLegacyMetadataReps))
-    die("metadata_on_device failed: " + legacy.failure);
-  if (!same(legacy)) die(std::string("the row-per-thread kernels and the twin disagree at ") + shape.tag);
+  gpu::DeviceMetadataOutputs cuda;
+  if (!gpu::metadata_stream_on_device(prepared->params, sizes, cuda, kReps))
+    die("metadata_stream_on_device failed: " + cuda.failure);
+  if (!same(cuda)) die(std::string("the kernels and the twin disagree at ") + shape.tag + "; not timing");
   const std::string tag = shape.tag;
-  const double gbs = next.copy_bytes / (next.copy_ms * 1e6);
-  measured.push_back({"metadata/next/" + tag, next.kernels_ms, {}});
-  measured.push_back({"metadata/next_graph/" + tag, next.graph_ms, {}});
-  measured.push_back({"metadata/legacy/" + tag, legacy.kernels_ms, {}});
-  measured.push_back({"metadata/d2d_copy/" + tag, next.copy_ms, {{"GB/s", gbs}}});
-  lines.push_back("metadata " + tag + " (" + std::to_string(shape.docs_per_row) + " docs a row): token-parallel " +
-                  format_ms(next.kernels_ms) + " ms (graph " + format_ms(next.graph_ms) + " ms), row-per-thread " +
-                  format_ms(legacy.kernels_ms) + " ms, device-to-device copy of the inputs " + format_ms(next.copy_ms) +
-                  " ms (" + fixed(gbs, 0) + " GB/s read + written); token-parallel / copy " +
-                  fixed(next.kernels_ms / next.copy_ms, 2) + "x (graph " + fixed(next.graph_ms / next.copy_ms, 2) +
-                  "x), row-per-thread / copy " + fixed(legacy.kernels_ms / legacy.copy_ms, 1) + "x");
+  const double gbs = cuda.copy_bytes / (cuda.copy_ms * 1e6);
+  measured.push_back({"metadata/cuda/" + tag, cuda.kernels_ms, {}});
+  measured.push_back({"metadata/cuda_graph/" + tag, cuda.graph_ms, {}});
+  measured.push_back({"metadata/d2d_copy/" + tag, cuda.copy_ms, {{"GB/s", gbs}}});
+  lines.push_back("metadata " + tag + " (" + std::to_string(shape.docs_per_row) + " docs a row): kernels " +
+                  format_ms(cuda.kernels_ms) + " ms (graph " + format_ms(cuda.graph_ms) +
+                  " ms), device-to-device copy of the inputs " + format_ms(cuda.copy_ms) + " ms (" + fixed(gbs, 0) +
+                  " GB/s read + written); kernels / copy " + fixed(cuda.kernels_ms / cuda.copy_ms, 2) + "x (graph " +
+                  fixed(cuda.graph_ms / cuda.copy_ms, 2) + "x)");
 }
 #endif
 
@@ -353,9 +331,8 @@ int main(int argc, char** argv) {
   register_measured();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  lines.push_back("times: medians of " + std::to_string(kReps) + " CUDA-event-timed passes after one checked pass (" +
-                  std::to_string(kLegacyReps) + " for the WMMA attention, " + std::to_string(kLegacyMetadataReps) +
-                  " for the row-per-thread metadata), host copies excluded, " + device);
+  lines.push_back("times: medians of " + std::to_string(kReps) +
+                  " CUDA-event-timed passes after one checked pass, host copies excluded, " + device);
   const bench::ResultsFile file{kProgram, "gpu", "inputs (bench/gpu_bench.cpp, seed " + std::to_string(kSeed) + ")"};
   const std::vector<std::string> input_lines{
       "metadata: padding_causal; 1 x 2^20 (8 documents of 120000), 8 x 131072 (8 of 15000; 1024 of 120), "

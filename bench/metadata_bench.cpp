@@ -1,11 +1,12 @@
 // metadata_bench.cpp: what the O(T) metadata algorithm (docs/semantics.md#3-metadata) buys over
 // the explicit-mask reference, measured with Google Benchmark.
 //
-//   BM_MetadataTwin/T      gpu::metadata_twin: the kernels' row functions in a CPU loop,
-//                          O(B*T + B*M) time and memory.
+//   BM_MetadataTwin/T      gpu::metadata_twin: the kernels' token, run and slot steps in
+//                          CPU loops, O(B*T + B*M) time and memory.
 //   BM_MetadataMaskPath/T  ref::metadata: validation, then the explicit [Tq, Tkv] char mask
 //                          of each row (one row alive at a time) and metadata read off it.
-//   metadata cuda          gpu::metadata_cuda at B = 8, T = 131072, only with a CUDA device.
+//   metadata cuda          gpu::metadata_cuda (the token-parallel kernels) at B = 8,
+//                          T = 131072, only with a CUDA device.
 //
 // Inputs (make_cross_attention_batch below, deterministic from kSeed): packed
 // cross-attention, B = 4 rows, Tq = T, Tkv = T + T/2, M = 8, 7 or 8 documents per row,

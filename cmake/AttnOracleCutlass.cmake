@@ -3,7 +3,7 @@
 # and unpacked under build/_deps (shared by every build directory of this tree), or
 # ATTN_ORACLE_CUTLASS_INCLUDE_DIR to use headers already on the machine. Without
 # them the CuTe kernels are left out of the build (ATTN_ORACLE_HAS_CUTE OFF) and
-# the `cuda-next` backend declines attention, with a message saying why.
+# the `cuda` backend declines attention, with a message saying why.
 set(ATTN_ORACLE_CUTLASS_VERSION 4.2.0.0)
 set(ATTN_ORACLE_CUTLASS_INCLUDE_DIR "" CACHE PATH "CUTLASS include directory (holding cute/); empty: fetch the pinned wheel")
 set(ATTN_ORACLE_HAS_CUTE OFF)

@@ -1,8 +1,7 @@
 // metadata_twin_test.cpp: hand cases for the O(T) metadata twin at the edges its
 // properties reach rarely (ids above M that reappear, empty rows, T = 0, extra
 // dims addressed by strides, runs that meet at a segment boundary), the stream
-// cursor the token kernels step, the token-parallel twin against the row-per-thread
-// one (the `cuda` backend's algorithm) on generated inputs, and both CUDA paths
+// cursor the token kernels step, the order of their error keys, and the kernels
 // against the twin, integer for integer, when a device is present (skipped otherwise).
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
@@ -113,44 +112,18 @@ TEST(MetadataTwin, ErrorKeysOrderSideThenCodeThenToken) {
   EXPECT_EQ(gpu::key_token(key), (int64_t{1} << 40) + 3);
 }
 
-// The token-parallel twin and the row-per-thread one give the same metadata, or
-// the same error, message included, on every draw.
-void expect_twins_agree(Backend&, const Case& c) {
-  const PackedBatch& b = c.as<MetadataCase>()->batch;
-  const auto tokens = gpu::metadata_twin(b), rows = gpu::metadata_rows_twin(b);
-  require(tokens.ok() == rows.ok(), "the two twins disagree on accepting the input");
-  if (tokens.ok()) require(tokens.value() == rows.value(), "the two twins' metadata differ");
-  else
-    require(tokens.error().code == rows.error().code && tokens.error().message == rows.error().message,
-            "the two twins give different errors: " + tokens.error().message + " vs " + rows.error().message);
-}
-
-TEST(MetadataTwin, TokenStepsEqualRowLoopsOnStructuredAndArbitraryInputs) {
-  RunSettings settings = default_run_settings();
-  settings.cases = 1500;
-  const auto reference = make_reference_backend();
-  for (auto gen : {packed_batch(), arbitrary_batch()}) {
-    const PropertyDef twins_agree{"metadata/tokenTwinEqualsRowTwin", Capability::metadata,
-                                  "the token-parallel twin equals the row-per-thread twin",
-                                  [gen](const DrawContext&) { return Case{MetadataCase{*gen}, {}, {}, {}}; }, expect_twins_agree};
-    const PropertyOutcome o = run_property(twins_agree, *reference, settings);
-    EXPECT_EQ(o.status, PropertyOutcome::Status::passed) << (o.failures.empty() ? o.message : o.failures[0].message);
-  }
-}
-
 // ------------------------------------------------------------ CUDA vs twin
 class CudaMatchesTwin : public testing::Test {
  protected:
   void SetUp() override {
     if (!gpu::cuda_available())
-      GTEST_SKIP() << "no CUDA device here: the kernels' row functions are checked through the CPU twin";
+      GTEST_SKIP() << "no CUDA device here: the kernels' steps are checked through the CPU twin";
   }
 };
 
-template <Expected<Metadata> (*Kernel)(const PackedBatch&)>
 void expect_same(Backend&, const Case& c) {
   const PackedBatch& b = c.as<MetadataCase>()->batch;
-  const auto twin = gpu::metadata_twin(b), cuda = Kernel(b);
+  const auto twin = gpu::metadata_twin(b), cuda = gpu::metadata_cuda(b);
   require(twin.ok() == cuda.ok(), "the twin and the kernel disagree on accepting the input");
   if (twin.ok()) require(twin.value() == cuda.value(), "the twin's and the kernel's metadata differ");
   else
@@ -158,26 +131,17 @@ void expect_same(Backend&, const Case& c) {
             "the twin and the kernel give different errors: " + twin.error().message + " vs " + cuda.error().message);
 }
 
-template <Expected<Metadata> (*Kernel)(const PackedBatch&)>
-void check_on_ten_thousand_inputs(const char* name) {
+TEST_F(CudaMatchesTwin, OnTenThousandStructuredAndArbitraryInputs) {
   RunSettings settings = default_run_settings();
   settings.cases = 5000;
   const auto reference = make_reference_backend();
   for (auto gen : {packed_batch(), arbitrary_batch()}) {
-    const PropertyDef twin_equals_kernel{name, Capability::metadata, "the kernels equal the twin",
+    const PropertyDef twin_equals_kernel{"metadata/cudaEqualsTwin", Capability::metadata, "the kernels equal the twin",
                                          [gen](const DrawContext&) { return Case{MetadataCase{*gen}, {}, {}, {}}; },
-                                         expect_same<Kernel>};
+                                         expect_same};
     const PropertyOutcome o = run_property(twin_equals_kernel, *reference, settings);
     EXPECT_EQ(o.status, PropertyOutcome::Status::passed) << (o.failures.empty() ? o.message : o.failures[0].message);
   }
-}
-
-TEST_F(CudaMatchesTwin, OnTenThousandStructuredAndArbitraryInputs) {
-  check_on_ten_thousand_inputs<gpu::metadata_cuda>("metadata/cudaEqualsTwin");
-}
-
-TEST_F(CudaMatchesTwin, TokenParallelKernelsOnTenThousandStructuredAndArbitraryInputs) {
-  check_on_ten_thousand_inputs<gpu::metadata_cuda_next>("metadata/cudaNextEqualsTwin");
 }
 
 }  // namespace

@@ -1,20 +1,18 @@
-// attention_cuda.cpp: the attention entry points of the `cuda` backend and of
-// `cuda-next` (same checks and conversions; its own metadata, forward and backward kernels):
-// metadata through the production CUDA path (its errors pass
-// through unchanged), head and tensor-size checks, the seam's double tensors
-// converted to fp16 / bf16 bit patterns on the host, the kernels of
-// attention_kernels.cu, and the results widened back into the seam's layouts
-// (lse [Hq, total_q] on the device -> [R, Hq, Tq]).
+// attention_cuda.cpp: the attention entry points of the `cuda` backend: metadata
+// through the production CUDA path (metadata_cuda; its errors pass through
+// unchanged), head and tensor-size checks, the seam's double tensors converted to
+// fp16 / bf16 bit patterns on the host, the tensor-core kernels through
+// attention_on_device (attention_device.cu), and the results widened back into the
+// seam's layouts (lse [Hq, total_q] on the device -> [R, Hq, Tq]).
 //
 // Error precedence follows the reference: batch errors (from metadata_cuda), then
-// bad_heads, then bad_tensor_shape, then `unsupported` for what the kernels lack
-// (fp32, head dims other than 64 / 128 / 256). attention_cuda_into writes only the
-// logical outputs into the caller's buffers, and nothing when it returns an error
-// (a null buffer the problem needs is bad_tensor_shape, as in the twin).
+// bad_heads, then bad_tensor_shape, then `unsupported` for what the kernels lack (a
+// CUDA build without the CUTLASS headers has none; fp32; head dims other than 64 /
+// 128 / 256). attention_cuda_into writes only the logical outputs into the caller's
+// buffers, and nothing when it returns an error (a null buffer the problem needs is
+// bad_tensor_shape, as in the twin).
 // Checked by the conformance properties on the `cuda` backend when a device is present.
-#include <climits>
 #include <cstdint>
-#include <sstream>
 
 #include "attn_oracle/gpu/host_checks.hpp"
 #include "attn_oracle/gpu/attention.hpp"
@@ -33,19 +31,12 @@ int device_dtype(Dtype dtype) {
   return kFp32;
 }
 
-
 // Sizes of the seam's tensors: R = prod(extra) * B rows of [T, H, D].
 struct Layout {
   int64_t rows = 0, q_len = 0, kv_len = 0, heads_q = 0, heads_kv = 0, head_dim = 0;
   int64_t q_elems() const { return rows * q_len * heads_q * head_dim; }
   int64_t kv_elems() const { return rows * kv_len * heads_kv * head_dim; }
 };
-
-std::optional<Error> check_tensor(const char* name, const std::vector<double>& t, int64_t expected) {
-  if (static_cast<int64_t>(t.size()) == expected) return std::nullopt;
-  return Error{ErrorCode::bad_tensor_shape, std::string("tensor ") + name + " has " + std::to_string(t.size()) +
-                                                " elements, expected " + std::to_string(expected)};
-}
 
 std::vector<uint16_t> to_storage(const std::vector<double>& x, int dtype) {
   std::vector<uint16_t> bits(x.size());
@@ -65,11 +56,10 @@ struct DeviceRun {
   DeviceAttentionOutputs out;
 };
 
-// `caller`: the buffers of attention_cuda_into, checked before any device work;
-// `next`: the `cuda-next` kernels (token-parallel metadata, tensor-core forward).
+// `caller`: the buffers of attention_cuda_into, checked before any device work.
 Expected<DeviceRun> run_on_device(const AttentionProblem& problem, const AttentionInputs& inputs,
-                                  const AttentionOutputs* caller, bool next) {
-  Expected<Metadata> md = next ? metadata_cuda_next(problem.batch) : metadata_cuda(problem.batch);  // also "no CUDA device"
+                                  const AttentionOutputs* caller) {
+  Expected<Metadata> md = metadata_cuda(problem.batch);  // also "no CUDA device"
   if (!md) return md.error();
   const AttentionShape& shape = problem.shape;
   if (auto e = check_heads(shape)) return *e;
@@ -82,16 +72,15 @@ Expected<DeviceRun> run_on_device(const AttentionProblem& problem, const Attenti
   z.q_len = problem.batch.q.segment_ids.shape.back();
   z.kv_len = problem.batch.kv.segment_ids.shape.back();
   z.heads_q = shape.heads_q, z.heads_kv = shape.heads_kv, z.head_dim = shape.head_dim;
-  if (auto e = check_tensor("q", inputs.q, z.q_elems())) return *e;
-  if (auto e = check_tensor("k", inputs.k, z.kv_elems())) return *e;
-  if (auto e = check_tensor("v", inputs.v, z.kv_elems())) return *e;
-  if (auto e = check_tensor("do", inputs.d_o, shape.backward ? z.q_elems() : 0)) return *e;
+  if (auto e = check_tensor_size("q", inputs.q, z.q_elems())) return *e;
+  if (auto e = check_tensor_size("k", inputs.k, z.kv_elems())) return *e;
+  if (auto e = check_tensor_size("v", inputs.v, z.kv_elems())) return *e;
+  if (auto e = check_tensor_size("do", inputs.d_o, shape.backward ? z.q_elems() : 0)) return *e;
   if (auto e = check_attention_values(shape, inputs, z.q_len, z.kv_len)) return *e;
   if (caller)
     if (auto e = check_output_buffers(*caller, z.q_elems(), z.kv_elems(), shape.backward)) return *e;
   if (auto e = check_document_spans(md.value(), z.rows, z.q_len, z.kv_len)) return *e;
-  if (auto reason = next ? attention_cuda_next_unsupported(problem) : attention_cuda_unsupported(problem))
-    return Error{ErrorCode::unsupported, *reason};
+  if (auto reason = attention_cuda_unsupported(problem)) return Error{ErrorCode::unsupported, *reason};
 
   run.dtype = device_dtype(shape.dtype);
   run.backward = shape.backward;
@@ -106,7 +95,6 @@ Expected<DeviceRun> run_on_device(const AttentionProblem& problem, const Attenti
   p.window_left = problem.batch.window.left, p.window_right = problem.batch.window.right;
   p.dtype = run.dtype;
   in.backward = shape.backward;
-  in.next = next;
   in.cu_seqlens_q = md->cu_seqlens_q, in.cu_seqlens_kv = md->cu_seqlens_kv;
   in.ragged_offsets_q = md->ragged_offsets_q, in.ragged_offsets_kv = md->ragged_offsets_kv;
   in.q = to_storage(inputs.q, run.dtype);
@@ -155,44 +143,24 @@ AttentionResult result_of(const DeviceRun& run, bool backward) {
 
 std::optional<std::string> attention_cuda_unsupported(const AttentionProblem& problem) {
   if (!cuda_available()) return "no CUDA device on this machine";
+  if (const char* missing = attention_device_missing()) return std::string(missing);
   const AttentionShape& s = problem.shape;
   if (s.dtype == Dtype::fp32) return "the CUDA kernels store fp16 or bf16, not fp32";
-  if (s.head_dim > 256 || !attention_kernels_instantiated(device_dtype(s.dtype), static_cast<int>(s.head_dim)))
+  if (s.head_dim > 256 || !attention_device_instantiated(device_dtype(s.dtype), static_cast<int>(s.head_dim)))
     return "head_dim " + std::to_string(s.head_dim) + " has no CUDA kernel (instantiated: 64, 128, 256)";
   if (s.heads_q > 65535) return "heads_q " + std::to_string(s.heads_q) + " exceeds the kernels' grid (65535)";
   return std::nullopt;
 }
 
 Expected<AttentionResult> attention_cuda(const AttentionProblem& problem, const AttentionInputs& inputs) {
-  Expected<DeviceRun> run = run_on_device(problem, inputs, nullptr, false);
+  Expected<DeviceRun> run = run_on_device(problem, inputs, nullptr);
   if (!run) return run.error();
   return result_of(run.value(), problem.shape.backward);
 }
 
 std::optional<Error> attention_cuda_into(const AttentionProblem& problem, const AttentionInputs& inputs,
                                          const AttentionOutputs& out) {
-  Expected<DeviceRun> run = run_on_device(problem, inputs, &out, false);
-  if (!run) return run.error();
-  scatter(run.value(), out);
-  return std::nullopt;
-}
-
-std::optional<std::string> attention_cuda_next_unsupported(const AttentionProblem& problem) {
-  if (auto reason = attention_cuda_unsupported(problem)) return reason;
-  if (!attention_kernels_instantiated(device_dtype(problem.shape.dtype), int(problem.shape.head_dim), true))
-    return "this build has no CuTe kernels (the CUTLASS headers were not found at configure time)";
-  return std::nullopt;
-}
-
-Expected<AttentionResult> attention_cuda_next(const AttentionProblem& problem, const AttentionInputs& inputs) {
-  Expected<DeviceRun> run = run_on_device(problem, inputs, nullptr, true);
-  if (!run) return run.error();
-  return result_of(run.value(), problem.shape.backward);
-}
-
-std::optional<Error> attention_cuda_next_into(const AttentionProblem& problem, const AttentionInputs& inputs,
-                                              const AttentionOutputs& out) {
-  Expected<DeviceRun> run = run_on_device(problem, inputs, &out, true);
+  Expected<DeviceRun> run = run_on_device(problem, inputs, &out);
   if (!run) return run.error();
   scatter(run.value(), out);
   return std::nullopt;

@@ -13,14 +13,4 @@ std::optional<Error> attention_cuda_into(const AttentionProblem&, const Attentio
   return Error{ErrorCode::unsupported, "this build has no CUDA (configure with nvcc present)"};
 }
 
-std::optional<std::string> attention_cuda_next_unsupported(const AttentionProblem&) {
-  return "this build has no CUDA (configure with nvcc present)";
-}
-Expected<AttentionResult> attention_cuda_next(const AttentionProblem&, const AttentionInputs&) {
-  return Error{ErrorCode::unsupported, "this build has no CUDA (configure with nvcc present)"};
-}
-std::optional<Error> attention_cuda_next_into(const AttentionProblem&, const AttentionInputs&, const AttentionOutputs&) {
-  return Error{ErrorCode::unsupported, "this build has no CUDA (configure with nvcc present)"};
-}
-
 }  // namespace attn_oracle::gpu

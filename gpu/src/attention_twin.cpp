@@ -36,10 +36,9 @@
 #include "attn_oracle/gpu/attention/flash_tile.hpp"
 #include "attn_oracle/gpu/attention/index_mask.hpp"
 #include "attn_oracle/gpu/attention/numeric.hpp"
-#include "attn_oracle/gpu/attention/online_softmax.hpp"
 #include "attn_oracle/gpu/attention/tile_range.hpp"
+#include "attn_oracle/gpu/mask_rule.hpp"
 #include "attn_oracle/gpu/metadata.hpp"
-#include "attn_oracle/gpu/metadata_row.hpp"
 
 namespace attn_oracle::gpu {
 
@@ -114,7 +113,6 @@ AttentionBwdParams make_params(const AttentionProblem& problem, const TwinSizes&
   p.dtype = static_cast<int>(problem.shape.dtype);
   p.d_o = b.d_o.data(), p.lse_in = b.lse.data(), p.o_in = b.o.data();
   p.dq = b.dq.data(), p.dk = b.dk.data(), p.dv = b.dv.data(), p.delta = b.delta.data();
-  p.deterministic = true;
   return p;
 }
 
@@ -161,7 +159,7 @@ void forward_q_tile(const AttentionFwdParams& p, const DocSpan& d, int h, int64_
       for (int64_t j = 0; j < cols; ++j) sum += s[j] = softmax_weight(s[j], row_max);
       l[i] = l[i] * alpha + sum;
       float* oi = &o[i * D];
-      rescale_row(oi, D, alpha);
+      for (int c = 0; c < D; ++c) oi[c] *= alpha;
       for (int64_t j = 0; j < cols; ++j) {  // P rounded to the storage type, as the tensor cores take it
         const float pj = round_to(s[j], p.dtype);
         const float* v = row_of(p.v, d.kv0 + b0 + j, p.heads_kv, hk, D);

@@ -1,7 +1,8 @@
-// metadata_cuda.cpp: the metadata entry points of the `cuda` backend (row-per-thread
-// kernels) and of `cuda-next` (token-parallel kernels): validation of shapes on the
-// host, the kernels on the device, and the first row error turned into the same
-// Error the twin gives.
+// metadata_cuda.cpp: the metadata entry point of the `cuda` backend: validation of
+// shapes on the host (prepare_batch), the token-parallel kernels on the device
+// (metadata_stream_kernels.cu), and the first row error turned into the same Error
+// the twin gives. Checked against the twin by tests/metadata_twin_test.cpp and
+// against the reference by the metadata properties, on a device.
 #include "attn_oracle/gpu/metadata.hpp"
 #include "attn_oracle/gpu/metadata_device.hpp"
 
@@ -9,11 +10,7 @@ namespace attn_oracle::gpu {
 
 bool cuda_available(std::string* device_name) { return device_present(device_name); }
 
-namespace {
-
-using DeviceRun = bool (*)(const MetadataParams&, const InputSizes&, DeviceMetadataOutputs&, int);
-
-Expected<Metadata> metadata_through(const PackedBatch& batch, DeviceRun run) {
+Expected<Metadata> metadata_cuda(const PackedBatch& batch) {
   if (!device_present(nullptr)) return Error{ErrorCode::unsupported, "no CUDA device on this machine"};
   auto prepared = prepare_batch(batch);
   if (!prepared) return prepared.error();
@@ -21,7 +18,7 @@ Expected<Metadata> metadata_through(const PackedBatch& batch, DeviceRun run) {
   DeviceMetadataOutputs out;
   const InputSizes sizes{batch.q.segment_ids.data.size(), batch.q.segment_pos.data.size(),
                          batch.kv.segment_ids.data.size(), batch.kv.segment_pos.data.size()};
-  if (!run(p, sizes, out, 0)) return Error{ErrorCode::unsupported, "CUDA failure: " + out.failure};
+  if (!metadata_stream_on_device(p, sizes, out)) return Error{ErrorCode::unsupported, "CUDA failure: " + out.failure};
   if (out.error_row >= 0) return row_error_to_error(p, out.error_row, out.error);
   Metadata md;
   md.extra = prepared->extra;
@@ -36,14 +33,6 @@ Expected<Metadata> metadata_through(const PackedBatch& batch, DeviceRun run) {
   md.ragged_offsets_q = std::move(out.ragged_offsets_q);
   md.ragged_offsets_kv = std::move(out.ragged_offsets_kv);
   return md;
-}
-
-}  // namespace
-
-Expected<Metadata> metadata_cuda(const PackedBatch& batch) { return metadata_through(batch, metadata_on_device); }
-
-Expected<Metadata> metadata_cuda_next(const PackedBatch& batch) {
-  return metadata_through(batch, metadata_stream_on_device);
 }
 
 }  // namespace attn_oracle::gpu

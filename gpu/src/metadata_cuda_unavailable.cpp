@@ -9,8 +9,4 @@ Expected<Metadata> metadata_cuda(const PackedBatch&) {
   return Error{ErrorCode::unsupported, "this build has no CUDA (configure with nvcc present)"};
 }
 
-Expected<Metadata> metadata_cuda_next(const PackedBatch&) {
-  return Error{ErrorCode::unsupported, "this build has no CUDA (configure with nvcc present)"};
-}
-
 }  // namespace attn_oracle::gpu

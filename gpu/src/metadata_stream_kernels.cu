@@ -18,6 +18,7 @@
 // kernels sized for the worst case return at once past the real count.
 // The CPU twin (metadata_twin.cpp) runs the same steps in loops; tests compare both
 // integer for integer on a device (metadata_twin_test.cpp), skipped without one.
+// Also device_present, which every CUDA entry point asks first.
 #include <cuda_runtime.h>
 
 #include <cub/agent/single_pass_scan_operators.cuh>
@@ -293,6 +294,17 @@ std::string launch_failure(const char* what) {
 float graph_replay_ms(const MetadataParams& p, const MetadataStreamOutputs& o, DeviceArray<char>& workspace, int reps);
 
 }  // namespace
+
+bool device_present(std::string* name) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return false;
+  }
+  cudaDeviceProp prop{};
+  if (name && cudaGetDeviceProperties(&prop, 0) == cudaSuccess) *name = prop.name;
+  return true;
+}
 
 int64_t metadata_max_documents(const MetadataParams& p) {
   return p.rows * std::min({p.max_segments, p.q.len, p.kv.len});

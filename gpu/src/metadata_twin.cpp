@@ -1,17 +1,17 @@
-// metadata_twin.cpp: the CPU twins of the metadata kernels.
-//  - metadata_twin: the token-parallel kernels' steps (metadata_tokens.hpp) in
-//    loops, in the kernels' order: tokens, runs (2a for every run, then 2b),
-//    slots, the exclusive scan over slots (std::exclusive_scan for CUB's), the
-//    scatter. The tables and the hash take plain stores where the kernels take
-//    atomics (HostOps); the results are counts, minima and maxima, so no thread
-//    order or block size can make the kernels' integers differ from these.
-//  - metadata_rows_twin: the row-per-thread kernels of the `cuda` backend
-//    (metadata_row.hpp) in a loop over rows, kept while those kernels are.
+// metadata_twin.cpp: the CPU twin of the metadata kernels
+// (metadata_stream_kernels.cu): their steps (metadata_tokens.hpp) in loops, in the
+// kernels' order: tokens, runs (2a for every run, then 2b), slots, the exclusive
+// scan over slots (std::exclusive_scan for CUB's), the scatter. The tables and the
+// hash take plain stores where the kernels take atomics (HostOps); the results are
+// counts, minima and maxima, so no thread order or block size can make the
+// kernels' integers differ from these. Also the text of a row error, which the
+// CUDA entry point shares.
+// Checked against the reference by the metadata properties on the `cpu` backend,
+// and against the kernels by tests/metadata_twin_test.cpp on a device.
 #include <algorithm>
 #include <numeric>
 
 #include "attn_oracle/gpu/metadata.hpp"
-#include "attn_oracle/gpu/metadata_row.hpp"
 #include "attn_oracle/gpu/metadata_tokens.hpp"
 
 namespace attn_oracle::gpu {
@@ -39,73 +39,12 @@ std::string describe(const RowError& e, int mask) {
 
 }  // namespace
 
-void MetadataBuffers::allocate(MetadataParams& p) {
-  const int64_t M = p.max_segments;
-  q_seqlens.assign(p.rows * M, 0);
-  kv_seqlens.assign(p.rows * M, 0);
-  q_offsets.assign(p.rows * (M + 1), -1);
-  kv_offsets.assign(p.rows * (M + 1), -1);
-  errors.assign(p.rows, RowError{});
-  row_docs.assign(p.rows, 0);
-  row_q_tokens.assign(p.rows, 0);
-  row_kv_tokens.assign(p.rows, 0);
-  p.q_seqlens = q_seqlens.data();
-  p.kv_seqlens = kv_seqlens.data();
-  p.q_offsets = q_offsets.data();
-  p.kv_offsets = kv_offsets.data();
-  p.errors = errors.data();
-  p.row_docs = row_docs.data();
-  p.row_q_tokens = row_q_tokens.data();
-  p.row_kv_tokens = row_kv_tokens.data();
-}
-
 Error row_error_to_error(const MetadataParams& p, int64_t row, const RowError& e) {
   const SideParams& s = e.side == 0 ? p.q : p.kv;
   const int64_t side_row = side_row_of(p, s, row);
   return Error{static_cast<ErrorCode>(e.code),
                std::string(e.side == 0 ? "q" : "kv") + " side, row " + row_index_text(p.extra_rank, p.batch, side_row) +
                    ", token " + std::to_string(e.token) + ": " + describe(e, p.mask)};
-}
-
-Metadata assemble_metadata(const MetadataParams& p, const Shape& extra, MetadataBuffers&& rows) {
-  std::vector<int64_t> doc_base(p.rows), q_base(p.rows), kv_base(p.rows);
-  std::exclusive_scan(rows.row_docs.begin(), rows.row_docs.end(), doc_base.begin(), int64_t{0});
-  std::exclusive_scan(rows.row_q_tokens.begin(), rows.row_q_tokens.end(), q_base.begin(), int64_t{0});
-  std::exclusive_scan(rows.row_kv_tokens.begin(), rows.row_kv_tokens.end(), kv_base.begin(), int64_t{0});
-  const int64_t docs = p.rows == 0 ? 0 : doc_base.back() + rows.row_docs.back();
-  Metadata md;
-  md.extra = extra;
-  md.batch = p.batch;
-  md.max_segments = p.max_segments;
-  md.cu_seqlens_q.assign(docs + 1, 0);
-  md.cu_seqlens_kv.assign(docs + 1, 0);
-  md.ragged_offsets_q.assign(docs + 1, p.rows * p.q.len);
-  md.ragged_offsets_kv.assign(docs + 1, p.rows * p.kv.len);
-  CompactionParams c{rows.q_offsets.data(), rows.q_seqlens.data(), rows.kv_offsets.data(), rows.kv_seqlens.data(),
-                     doc_base.data(), q_base.data(), kv_base.data(), p.rows, p.max_segments, p.q.len, p.kv.len, docs,
-                     md.cu_seqlens_q.data(), md.cu_seqlens_kv.data(), md.ragged_offsets_q.data(), md.ragged_offsets_kv.data()};
-  for (int64_t r = 0; r < p.rows; ++r) compact_row(c, r);
-  md.q_seqlens = std::move(rows.q_seqlens);
-  md.kv_seqlens = std::move(rows.kv_seqlens);
-  md.q_offsets = std::move(rows.q_offsets);
-  md.kv_offsets = std::move(rows.kv_offsets);
-  return md;
-}
-
-Expected<Metadata> metadata_rows_twin(const PackedBatch& batch) {
-  auto prepared = prepare_batch(batch);
-  if (!prepared) return prepared.error();
-  MetadataParams p = prepared->params;
-  MetadataBuffers rows;
-  rows.allocate(p);
-  // Scratch for one row at a time: the twin walks rows in order.
-  std::vector<DocRun> q_runs(p.max_segments), kv_runs(p.max_segments);
-  std::vector<int32_t> large(p.large_capacity);
-  for (int64_t r = 0; r < p.rows; ++r) {
-    metadata_row(p, r, q_runs.data(), kv_runs.data(), large.data());
-    if (rows.errors[r].code >= 0) return row_error_to_error(p, r, rows.errors[r]);
-  }
-  return assemble_metadata(p, prepared->extra, std::move(rows));
 }
 
 namespace {
@@ -150,9 +89,17 @@ Expected<Metadata> metadata_twin(const PackedBatch& batch) {
   auto prepared = prepare_batch(batch);
   if (!prepared) return prepared.error();
   MetadataParams p = prepared->params;
-  MetadataBuffers rows;
-  rows.allocate(p);
   const int64_t M = p.max_segments;
+  Metadata md;
+  md.extra = prepared->extra;
+  md.batch = p.batch;
+  md.max_segments = M;
+  md.q_seqlens.assign(p.rows * M, 0);
+  md.kv_seqlens.assign(p.rows * M, 0);
+  md.q_offsets.assign(p.rows * (M + 1), -1);
+  md.kv_offsets.assign(p.rows * (M + 1), -1);
+  p.q_seqlens = md.q_seqlens.data(), p.kv_seqlens = md.kv_seqlens.data();
+  p.q_offsets = md.q_offsets.data(), p.kv_offsets = md.kv_offsets.data();
 
   std::vector<uint64_t> row_keys(p.rows, kNoKey), first_tab(p.rows * 2 * M, kNoKey), last_tab(p.rows * 2 * M, 0);
   uint64_t error_row = kNoKey;
@@ -179,10 +126,6 @@ Expected<Metadata> metadata_twin(const PackedBatch& batch) {
   }
   std::exclusive_scan(totals.begin(), totals.end(), base.begin(), SlotTotals{});
   const int64_t documents = slots == 0 ? 0 : base.back().docs + totals.back().docs;
-  Metadata md;
-  md.extra = prepared->extra;
-  md.batch = p.batch;
-  md.max_segments = M;
   md.cu_seqlens_q.assign(documents + 1, 0);
   md.cu_seqlens_kv.assign(documents + 1, 0);
   md.ragged_offsets_q.assign(documents + 1, p.rows * p.q.len);
@@ -191,10 +134,6 @@ Expected<Metadata> metadata_twin(const PackedBatch& batch) {
   c.cu_seqlens_q = md.cu_seqlens_q.data(), c.cu_seqlens_kv = md.cu_seqlens_kv.data();
   c.ragged_offsets_q = md.ragged_offsets_q.data(), c.ragged_offsets_kv = md.ragged_offsets_kv.data();
   for (int64_t i = 0; i < slots; ++i) scatter_slot(p, c, i / M, docs[i], base[i], base[(i / M) * M]);
-  md.q_seqlens = std::move(rows.q_seqlens);
-  md.kv_seqlens = std::move(rows.kv_seqlens);
-  md.q_offsets = std::move(rows.q_offsets);
-  md.kv_offsets = std::move(rows.kv_offsets);
   return md;
 }
 

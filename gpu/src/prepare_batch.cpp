@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <tuple>
 
+#include "attn_oracle/gpu/mask_rule.hpp"
 #include "attn_oracle/gpu/metadata.hpp"
-#include "attn_oracle/gpu/metadata_row.hpp"
 #include "attn_oracle/model/memory_budget.hpp"
 
 namespace attn_oracle::gpu {
@@ -122,9 +122,6 @@ Expected<PreparedBatch> prepare_batch(const PackedBatch& batch) {
     side->pos_rows = shape_product(Shape(ps.begin(), ps.end() - 1));
     set_strides(*side, *side_extra, *extra);
   }
-  int64_t longest = std::max<int64_t>(1, 2 * std::max(p.q.len, p.kv.len));
-  p.large_capacity = 1;
-  while (p.large_capacity < longest) p.large_capacity *= 2;
   return out;
 }
 

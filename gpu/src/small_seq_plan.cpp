@@ -9,7 +9,6 @@
 #include <string>
 
 #include "attn_oracle/gpu/metadata.hpp"
-#include "attn_oracle/gpu/metadata_row.hpp"
 
 namespace attn_oracle::gpu {
 namespace {

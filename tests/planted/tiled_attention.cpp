@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "attn_oracle/gpu/attention/doc_span.hpp"
+#include "attn_oracle/gpu/attention/flash_tile.hpp"
 #include "attn_oracle/gpu/attention/index_mask.hpp"
 #include "attn_oracle/gpu/attention/numeric.hpp"
-#include "attn_oracle/gpu/attention/online_softmax.hpp"
 #include "attn_oracle/gpu/attention/tile_range.hpp"
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/reference/attention.hpp"
@@ -63,28 +63,44 @@ struct RowJob {
 
 int tile_keys(const TiledBugs& bugs) { return bugs.kv_tile > 0 ? bugs.kv_tile : kPlantedTileKv; }
 
-void run_row(const RowJob& job, int64_t a, gpu::TileRange tiles, float* acc, gpu::SoftmaxRow& row) {
+// The running softmax of one query row, in the kernels' base-2 domain
+// (flash_tile.hpp): the max m of the scores seen and the sum l of 2^(s - m).
+struct RowState {
+  float m = -INFINITY, l = 0.0f;
+};
+
+// Folds the row's kv tiles into its state with the kernels' steps (score_log2,
+// rescale_factor, softmax_weight).
+void run_row(const RowJob& job, int64_t a, gpu::TileRange tiles, float* acc, RowState& row) {
   const gpu::AttentionFwdParams& p = job.p;
   const int d = p.head_dim, group = p.heads_q / p.heads_kv;
   const int kvh = job.bugs.wide_gqa_group_packed && group > 4 ? (job.h / 4) % p.heads_kv
                                                                : gpu::kv_head_of(job.h, p.heads_q, p.heads_kv);
   const double* q = &job.in.q[((job.span.q0 + a) * p.heads_q + job.h) * d];
+  const float scale_log2 = p.scale * gpu::kLog2e;
   const int kv_tile = tile_keys(job.bugs);
   std::vector<float> s(kv_tile);
   for (int64_t tile = tiles.begin; tile < tiles.end; ++tile) {
     const int64_t b0 = tile * kv_tile;
     const int n = static_cast<int>(std::min<int64_t>(kv_tile, job.span.lkv - b0));
+    float row_max = row.m;
     for (int j = 0; j < n; ++j) {
       s[j] = -INFINITY;
       if (!gpu::index_allowed(p.mask, p.window_left, p.window_right, a, b0 + j, job.rule_lq, job.span.lkv)) continue;
       const double* k = &job.in.k[((job.span.kv0 + b0 + j) * p.heads_kv + kvh) * d];
       float dot = 0.0f;
       for (int c = 0; c < d; ++c) dot += static_cast<float>(q[c]) * static_cast<float>(k[c]);
-      s[j] = p.scale * dot;
+      s[j] = gpu::score_log2(dot, scale_log2);
+      row_max = std::max(row_max, s[j]);
     }
-    const float alpha = gpu::online_softmax_update_inplace(row, s.data(), n);
+    const float alpha = gpu::rescale_factor(row.m, row_max);
+    row.m = row_max;
+    float sum = 0.0f;
+    for (int j = 0; j < n; ++j) sum += s[j] = gpu::softmax_weight(s[j], row_max);
+    row.l = row.l * alpha + sum;
     const bool skipped = job.bugs.rescale_skipped || (job.bugs.rescale_skipped_in_one_key_tile && n == 1 && d >= 64);
-    if (!skipped) gpu::rescale_row(acc, d, alpha);
+    if (!skipped)
+      for (int c = 0; c < d; ++c) acc[c] *= alpha;
     for (int j = 0; j < n; ++j) {
       const float pj = gpu::round_to(s[j], p.dtype);
       const double* v = &job.in.v[((job.span.kv0 + b0 + j) * p.heads_kv + kvh) * d];
@@ -129,15 +145,16 @@ Expected<AttentionResult> tiled_attention(const AttentionProblem& problem, const
         if (bugs.last_partial_kv_tile_skipped) tiles.end = std::min(tiles.end, span.lkv / kv_tile);
         if (bugs.keys_kept > 0) tiles.end = std::min(tiles.end, bugs.keys_kept / kv_tile);
         for (int64_t a = a0; a < a1; ++a) {
-          gpu::SoftmaxRow row;
+          RowState row;
           std::fill(acc.begin(), acc.end(), 0.0f);
           run_row(job, a, tiles, acc.data(), row);
-          gpu::finalize_row(acc.data(), p.head_dim, row);
+          const float inv = row.l > 0.0f ? 1.0f / row.l : 0.0f;  // a row that attended nothing stays 0
+          for (float& x : acc) x *= inv;
           const int64_t t = span.q0 + a;
           const int64_t stored = bugs.wide_head_upper_half_unstored && d >= 64 ? d / 2 : d;
           for (int64_t c = 0; c < stored; ++c)
             out.o[(t * p.heads_q + h) * d + c] = bugs.outputs_truncated ? truncated(acc[c], p.dtype) : gpu::round_to(acc[c], p.dtype);
-          out.lse[((t / tq) * p.heads_q + h) * tq + t % tq] = gpu::row_lse(row);
+          out.lse[((t / tq) * p.heads_q + h) * tq + t % tq] = gpu::lse_from_log2(row.m, row.l);
         }
       }
     }

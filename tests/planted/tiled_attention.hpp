@@ -1,8 +1,8 @@
 // tiled_attention.hpp: a compact planted tiled forward, the shape of the fused
 // kernels (gpu/include/attn_oracle/gpu/attention/*.hpp: DocSpan, kv_tile_range,
-// index_allowed, the online-softmax rows, rounding) on small tiles so that short
-// documents already have several kv tiles. Each flag plants one bug a real
-// FlashAttention-style kernel shipped; with no flag set it must pass
+// index_allowed, flash_tile.hpp's base-2 online-softmax steps, rounding) on small
+// tiles so that short documents already have several kv tiles. Each flag plants one
+// bug a real FlashAttention-style kernel shipped; with no flag set it must pass
 // attention/matchesReference (tests/planted_bugs_test.cpp checks that).
 //
 // fp32 forward only: P is rounded to the dtype before P.V and O after it, as the

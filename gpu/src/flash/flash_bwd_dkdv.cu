@@ -1,5 +1,5 @@
 // flash_bwd_dkdv.cu: dK and dV of the tensor-core attention backward of the
-// `cuda-next` backend (CuTe, SM80 MMA, built for sm_90), fp16 / bf16, head dims
+// `cuda` backend (CuTe, SM80 MMA, built for sm_90), fp16 / bf16, head dims
 // 64 / 128 / 256; the schedule and element steps are flash_tile.hpp's.
 //
 // One block of kWarps warps per (document, kv head, key block of kBlockN keys,

@@ -1,5 +1,5 @@
 // flash_bwd_dq.cu: the preprocessing and dQ kernels of the tensor-core attention
-// backward of the `cuda-next` backend (CuTe, SM80 MMA, built for sm_90), and the
+// backward of the `cuda` backend (CuTe, SM80 MMA, built for sm_90), and the
 // backward's entry point; the schedule and element steps are flash_tile.hpp's.
 //
 // delta: 8 threads per (token, query head) row, 16-byte loads of O and dO, each

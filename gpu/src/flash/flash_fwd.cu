@@ -1,4 +1,4 @@
-// flash_fwd.cu: the tensor-core attention forward of the `cuda-next` backend
+// flash_fwd.cu: the tensor-core attention forward of the `cuda` backend
 // (CuTe, SM80 MMA, built for sm_90), fp16 / bf16 storage, head dims 64 / 128 / 256.
 //
 // One block of kWarps warps per (document, query head, q tile of kBlockM rows):
@@ -225,7 +225,15 @@ bool launch_forward(const AttentionFwdParams& p, const int64_t* prefix, int64_t 
 
 }  // namespace
 
-bool built() { return true; }
+const char* missing() { return nullptr; }
+
+bool instantiated(int dtype, int head_dim) {
+#ifdef ATTN_FLASH_DEV_DIM
+  return dtype == kBf16 && head_dim == ATTN_FLASH_DEV_DIM;
+#else
+  return (dtype == kFp16 || dtype == kBf16) && (head_dim == 64 || head_dim == 128 || head_dim == 256);
+#endif
+}
 
 int forward_block_m(int head_dim) { return flash_forward_tile(head_dim).block_m; }
 

@@ -1,6 +1,6 @@
 // flash_launch.hpp: the host entry points of the tensor-core (CuTe) attention
-// kernels, for attention_kernels.cu, which owns the buffers, the fills and the
-// timing of both kernel families. Plain C++17.
+// kernels, for attention_device.cu, which owns the buffers, the fills and the
+// timing. Plain C++17.
 #pragma once
 
 #include <cstdint>
@@ -10,8 +10,13 @@
 
 namespace attn_oracle::gpu::flash {
 
-// Whether this build has the CuTe kernels (CUTLASS headers were found).
-bool built();
+// Why this build has no CuTe kernels (a CUDA build without the CUTLASS headers,
+// cmake/AttnOracleCutlass.cmake: flash_unavailable.cpp), nullptr when it has them.
+const char* missing();
+
+// Whether the kernels are instantiated for (dtype, head dim): fp16 / bf16 x 64, 128,
+// 256 (a development build with ATTN_FLASH_DEV_DIM: bf16 at that head dim alone).
+bool instantiated(int dtype, int head_dim);
 
 // Query rows per forward block at this head dim: the tile of the q-tile prefix.
 int forward_block_m(int head_dim);

@@ -8,7 +8,9 @@ namespace {
 const char* const kMissing = "this build has no CuTe kernels (the CUTLASS headers were not found at configure time)";
 }
 
-bool built() { return false; }
+const char* missing() { return kMissing; }
+
+bool instantiated(int, int) { return false; }
 
 int forward_block_m(int head_dim) { return flash_forward_tile(head_dim).block_m; }
 int backward_kv_block(int head_dim) { return flash_dkdv_tile(head_dim).block_n; }

@@ -32,17 +32,12 @@ Expected<AttentionResult> attention_twin(const AttentionProblem& problem, const 
 std::optional<Error> attention_twin_into(const AttentionProblem& problem, const AttentionInputs& inputs,
                                          const AttentionOutputs& out);
 
-// CUDA kernels: head_dim 64, 128 or 256, fp16 or bf16; nullopt when supported.
+// CUDA kernels: the token-parallel metadata, then the tensor-core (CuTe) forward
+// and deterministic backward; head_dim 64, 128 or 256, fp16 or bf16, in a build
+// with the CUTLASS headers. nullopt when supported, else why not.
 std::optional<std::string> attention_cuda_unsupported(const AttentionProblem& problem);
 Expected<AttentionResult> attention_cuda(const AttentionProblem& problem, const AttentionInputs& inputs);
 std::optional<Error> attention_cuda_into(const AttentionProblem& problem, const AttentionInputs& inputs,
                                          const AttentionOutputs& out);
-
-// The `cuda-next` kernels: token-parallel metadata and the tensor-core (CuTe)
-// forward and deterministic backward; the same grid, checks and layouts.
-std::optional<std::string> attention_cuda_next_unsupported(const AttentionProblem& problem);
-Expected<AttentionResult> attention_cuda_next(const AttentionProblem& problem, const AttentionInputs& inputs);
-std::optional<Error> attention_cuda_next_into(const AttentionProblem& problem, const AttentionInputs& inputs,
-                                              const AttentionOutputs& out);
 
 }  // namespace attn_oracle::gpu

@@ -1,9 +1,9 @@
 // attention_device.hpp: the CUDA side of the fused varlen attention
 // (docs/semantics.md#5-attention-outputs-and-gradients) as plain C++17, so that nvcc compiles
-// attention_kernels.cu without the C++20 data-model headers. The host wrapper (attention_cuda.cpp)
-// validates, converts the seam's double tensors to 16-bit storage patterns and back, and
-// turns failures into Errors; the bench calls attention_on_device directly to
-// time the kernels with CUDA events.
+// attention_device.cu and the tensor-core kernels of flash/ without the C++20 data-model
+// headers. The host wrapper (attention_cuda.cpp) validates, converts the seam's double
+// tensors to 16-bit storage patterns and back, and turns failures into Errors; the bench
+// calls attention_on_device directly to time the kernels with CUDA events.
 //
 // Storage conversions live here (not in the .cu) because both the wrapper and the
 // bench need them on the host; they round to nearest even through numeric.hpp,
@@ -37,9 +37,6 @@ struct DeviceAttentionInputs {
   // > 0: after the checked run, launch the forward (and backward) kernels this many
   // more times and report the median CUDA-event time of each pass (bench only).
   int timing_reps = 0;
-  // The `cuda-next` kernels: the tensor-core (CuTe) forward and backward (delta,
-  // dK/dV per key block, dQ per q block, no atomics); otherwise the WMMA ones.
-  bool next = false;
 };
 
 struct DeviceAttentionOutputs {
@@ -53,13 +50,18 @@ struct DeviceAttentionOutputs {
   std::string failure;       // a CUDA failure or an unsupported shape, empty on success
 };
 
-// Whether the kernels are instantiated for (dtype, head_dim): the dispatch grid
-// (`next`: also that this build has the CuTe kernels).
-bool attention_kernels_instantiated(int dtype, int head_dim, bool next = false);
+// Why this build cannot run the kernels (a CUDA build without the CUTLASS headers),
+// nullptr when it can.
+const char* attention_device_missing();
+
+// Whether the kernels are instantiated for (dtype, head_dim): the dispatch grid.
+bool attention_device_instantiated(int dtype, int head_dim);
 
 // Uploads, fills the outputs of uncovered tokens (o = 0, lse = -inf, grads = 0),
-// runs the forward and, when in.backward, the backward kernels, downloads.
-// Returns false (with out.failure) on a CUDA failure or an uninstantiated shape.
+// runs the tensor-core forward and, when in.backward, the deterministic backward
+// (delta, dK/dV per key block, dQ per q block, no atomics), downloads. Returns
+// false (with out.failure) on a CUDA failure, a build without the kernels or an
+// uninstantiated shape.
 bool attention_on_device(const DeviceAttentionInputs& in, DeviceAttentionOutputs& out);
 
 // ------------------------------------------------------------------ storage patterns

@@ -18,37 +18,22 @@ namespace attn_oracle::gpu {
 // Whole-input checks (ranks, shapes, broadcast) and the params that address the
 // batch in place: no copy of ids or positions, extra dims by strides.
 struct PreparedBatch {
-  MetadataParams params;  // input pointers set; outputs and scratch not yet
+  MetadataParams params;  // input pointers set; outputs not yet
   Shape extra;            // broadcast extra dims
 };
 Expected<PreparedBatch> prepare_batch(const PackedBatch& batch);
 
-// Output and scratch storage sized for `p`, pointers wired into it.
-struct MetadataBuffers {
-  std::vector<int64_t> q_seqlens, kv_seqlens, q_offsets, kv_offsets;
-  std::vector<RowError> errors;
-  std::vector<int64_t> row_docs, row_q_tokens, row_kv_tokens;
-  void allocate(MetadataParams& p);
-};
-
 // The first row error as an Error naming side, row, token and values.
 Error row_error_to_error(const MetadataParams& p, int64_t row, const RowError& e);
 
-// Assembles the Metadata from per-row results (exclusive scans + compaction on the host).
-Metadata assemble_metadata(const MetadataParams& p, const Shape& extra, MetadataBuffers&& rows);
-
 // The CPU twin of the token-parallel kernels (metadata_tokens.hpp): their steps in loops.
 Expected<Metadata> metadata_twin(const PackedBatch& batch);
-
-// The CPU twin of the row-per-thread kernels of the `cuda` backend (metadata_row.hpp).
-Expected<Metadata> metadata_rows_twin(const PackedBatch& batch);
 
 // Peak scratch bytes metadata_twin uses for a batch (row keys, runs, tables, hash, slots).
 int64_t metadata_twin_scratch_bytes(const PackedBatch& batch);
 
 // CUDA: present when compiled with CUDA; fails with `unsupported` without a device.
 bool cuda_available(std::string* device_name = nullptr);
-Expected<Metadata> metadata_cuda(const PackedBatch& batch);       // row-per-thread kernels (`cuda`)
-Expected<Metadata> metadata_cuda_next(const PackedBatch& batch);  // token-parallel kernels (`cuda-next`)
+Expected<Metadata> metadata_cuda(const PackedBatch& batch);  // the token-parallel kernels (`cuda`)
 
 }  // namespace attn_oracle::gpu

@@ -1,6 +1,7 @@
-// metadata_device.hpp: the CUDA side of the metadata algorithm as plain C++17
-// (no data-model headers), so that nvcc compiles it without C++20. The host
-// wrapper (metadata_cuda.cpp) turns the outputs into an Expected<Metadata>.
+// metadata_device.hpp: the CUDA side of the metadata algorithm (the kernels of
+// metadata_stream_kernels.cu) as plain C++17 (no data-model headers), so that nvcc
+// compiles it without C++20. The host wrapper (metadata_cuda.cpp) turns the
+// outputs into an Expected<Metadata>.
 #pragma once
 
 #include <cstdint>
@@ -17,11 +18,10 @@ struct DeviceMetadataOutputs {
   int64_t error_row = -1;  // first row with an error, -1 if none
   RowError error;
   std::string failure;     // a CUDA failure, empty on success
-  // timing_reps > 0 (benchmarks): medians of the kernels (rows, scans, compaction)
-  // and of a device-to-device copy of the four input arrays, and that copy's bytes
-  // read plus written.
-  float kernels_ms = 0.0f, copy_ms = 0.0f;
-  float graph_ms = 0.0f;  // token-parallel kernels only: the same enqueue captured once, as a CUDA graph replay
+  // timing_reps > 0 (benchmarks): medians of the enqueued kernels, of the same
+  // enqueue captured once and replayed as a CUDA graph, and of a device-to-device
+  // copy of the four input arrays, and that copy's bytes read plus written.
+  float kernels_ms = 0.0f, graph_ms = 0.0f, copy_ms = 0.0f;
   double copy_bytes = 0.0;
 };
 
@@ -30,15 +30,10 @@ struct InputSizes {
   size_t q_ids, q_pos, kv_ids, kv_pos;
 };
 
+// Whether this machine has a CUDA device; its name into `name` when one is given.
 bool device_present(std::string* name);
 
-// Copies the inputs to the device, runs the row kernel, CUB scans and the
-// compaction kernel, and copies every output back. Returns false on a CUDA failure.
-// timing_reps > 0: then times the kernels and the input copy (see the outputs).
-bool metadata_on_device(const MetadataParams& host_params, const InputSizes& sizes,
-                        DeviceMetadataOutputs& out, int timing_reps = 0);
-
-// ------------------------------------------------------------------ token-parallel kernels
+// ------------------------------------------------------------------ the kernels on a stream
 // Asynchronous on a stream, nothing synchronises with the host inside: the caller
 // gives device inputs (the params' ids / pos), output arrays and a workspace of
 // metadata_workspace_bytes(p); the number of documents and the first row error
@@ -71,9 +66,8 @@ std::string metadata_enqueue(const MetadataParams& device_params, const Metadata
 // Waits for `stream` and copies the status back; false on a CUDA failure.
 bool metadata_read_status(const void* workspace, void* stream, MetadataStatus& status, std::string& failure);
 
-// Uploads, runs the token-parallel kernels and downloads (metadata_cuda_next's body).
-// timing_reps > 0 (benchmarks): also the medians of the enqueued kernels alone and of
-// a device-to-device copy of the inputs, as in metadata_on_device.
+// Uploads, runs the kernels and downloads (metadata_cuda's body); returns false on a
+// CUDA failure. timing_reps > 0 (benchmarks): also the timings of the outputs.
 bool metadata_stream_on_device(const MetadataParams& host_params, const InputSizes& sizes, DeviceMetadataOutputs& out,
                                int timing_reps = 0);
 

@@ -1,10 +1,13 @@
 // metadata_params.hpp: the parameters of the O(T) metadata algorithm, one struct
-// for the CUDA kernels and the CPU twin. Flat row r runs over the broadcast extra
-// dims x B (row-major); each side finds its own ids row and positions row by
-// index arithmetic over per-dim strides (0 on a broadcast dim), never by copying.
+// for the CUDA kernels and the CPU twin, and how a row is addressed. Flat row r
+// runs over the broadcast extra dims x B (row-major); each side finds its own ids
+// row and positions row by index arithmetic over per-dim strides (0 on a broadcast
+// dim), never by copying (side_row_of, row_ref below).
 #pragma once
 
 #include <cstdint>
+
+#include "attn_oracle/gpu/hd.hpp"
 
 namespace attn_oracle::gpu {
 
@@ -18,15 +21,16 @@ struct SideParams {
   int64_t extra_stride[kMaxExtraDims] = {};  // side-row stride per broadcast extra dim, 0 = broadcast
 };
 
-// Per (row, side, slot) aggregate of one document's run: enough to trim it.
-struct DocRun {
-  int64_t first = -1;  // first token of the run, -1 when the document is absent
-  int64_t last = -1;   // last token of the run
+// The per-row error codes; mirrors attn_oracle::ErrorCode (checked by static_asserts
+// in prepare_batch.cpp).
+enum RowCode : int {
+  kNegativeId = 6, kNoncontiguous, kTooManySegments, kIdsOutOfOrder, kPaddingWithNonPaddingMask,
+  kPositionsNotIncreasing, kNegativePosition
 };
 
 // The first violation found in a row, as the reference orders them.
 struct RowError {
-  int code = -1;        // attn_oracle::ErrorCode, -1 when the row is valid
+  int code = -1;        // a RowCode, -1 when the row is valid
   int side = 0;         // 0 = q, 1 = kv
   int64_t token = 0;    // offending token
   int64_t value = 0;    // offending id or position
@@ -47,32 +51,37 @@ struct MetadataParams {
   int64_t* kv_seqlens = nullptr;  // [rows, M]
   int64_t* q_offsets = nullptr;   // [rows, M + 1]
   int64_t* kv_offsets = nullptr;  // [rows, M + 1]
-  RowError* errors = nullptr;     // [rows]
-  int64_t* row_docs = nullptr;    // [rows] documents with valid tokens
-  int64_t* row_q_tokens = nullptr;   // [rows] valid q tokens
-  int64_t* row_kv_tokens = nullptr;  // [rows] valid kv tokens
-
-  // Scratch.
-  DocRun* q_runs = nullptr;       // [rows or 1, M]
-  DocRun* kv_runs = nullptr;      // [rows or 1, M]
-  int32_t* seen_large = nullptr;  // [rows or 1, large_capacity] run starts of ids > M
-  int64_t large_capacity = 0;     // power of two >= 2 * max(Tq, Tkv)
 };
 
-// Exclusive prefix sums over rows, consumed by the compaction.
+// The compacted outputs, one entry per document with valid tokens.
 struct CompactionParams {
-  const int64_t* q_offsets = nullptr;    // [rows, M + 1]
-  const int64_t* q_seqlens = nullptr;    // [rows, M]
-  const int64_t* kv_offsets = nullptr;   // [rows, M + 1]
-  const int64_t* kv_seqlens = nullptr;   // [rows, M]
-  const int64_t* doc_base = nullptr;     // [rows] documents before row r
-  const int64_t* q_token_base = nullptr; // [rows] valid q tokens before row r
-  const int64_t* kv_token_base = nullptr;
-  int64_t rows = 0, max_segments = 0, q_len = 0, kv_len = 0, documents = 0;
   int64_t* cu_seqlens_q = nullptr;       // [documents + 1]
   int64_t* cu_seqlens_kv = nullptr;      // [documents + 1]
   int64_t* ragged_offsets_q = nullptr;   // [documents + 1]
   int64_t* ragged_offsets_kv = nullptr;  // [documents + 1]
 };
+
+// --------------------------------------------------------------- row addressing
+// The side row that broadcast row `row` reads: strides over the extra dims, then b.
+ATTN_HD int64_t side_row_of(const MetadataParams& p, const SideParams& s, int64_t row) {
+  const int64_t b = row % p.batch;
+  int64_t rest = row / p.batch, side_row = 0;
+  for (int k = p.extra_rank - 1; k >= 0; --k) {
+    side_row += (rest % p.extra_shape[k]) * s.extra_stride[k];
+    rest /= p.extra_shape[k];
+  }
+  return side_row * p.batch + b;
+}
+
+struct RowRef {
+  const int64_t* ids;
+  const int64_t* pos;
+  int64_t len;
+};
+
+ATTN_HD RowRef row_ref(const MetadataParams& p, const SideParams& s, int64_t row) {
+  const int64_t r = side_row_of(p, s, row);
+  return RowRef{s.ids + r * s.len, s.pos + (r % s.pos_rows) * s.len, s.len};
+}
 
 }  // namespace attn_oracle::gpu

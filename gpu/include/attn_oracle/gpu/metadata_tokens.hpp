@@ -16,9 +16,8 @@
 //             (row, side, id) that keeps the earliest run; then a run whose id
 //             has an earlier run is noncontiguous.
 //   3 slots   every (row, slot) alone: the document's trimmed runs
-//             (trim_document, metadata_row.hpp), its seqlens, and its counts,
-//             which an exclusive scan over slots turns into cu_seqlens and the
-//             compacted offsets.
+//             (trim_document), its seqlens, and its counts, which an exclusive
+//             scan over slots turns into cu_seqlens and the compacted offsets.
 // A violation is a key (side, code, token) that an atomic min keeps per row: q
 // before kv, then the lowest code, then the first token, as the reference orders
 // them; the first row with a key is the error. Every step that combines tokens
@@ -31,7 +30,6 @@
 #include "attn_oracle/gpu/hd.hpp"
 #include "attn_oracle/gpu/mask_rule.hpp"
 #include "attn_oracle/gpu/metadata_params.hpp"
-#include "attn_oracle/gpu/metadata_row.hpp"
 
 namespace attn_oracle::gpu {
 
@@ -231,6 +229,55 @@ ATTN_HD void check_reappearance(const MetadataParams& p, const RunTables& r, int
     earlier = hash_earliest(r.hash, r.hash_capacity, run_hash(run.first, run.id), uint64_t(k), same_key) < uint64_t(k);
   }
   if (earlier) note_error<Ops>(r, run.first.row, run.first.side, kNoncontiguous, run.first.t);
+}
+
+// --------------------------------------------------------------- trimming
+// A document's runs: its first and last token on one side of one row.
+struct DocRun {
+  int64_t first = -1;  // first token of the run, -1 when the document is absent
+  int64_t last = -1;   // last token of the run
+};
+
+// Positions strictly increase inside a document, so its valid tokens
+// (docs/semantics.md#3-metadata) are a suffix of its q run and a prefix of its kv
+// run, found by binary search against the other side's first / last position:
+//   top-left causal:  q valid iff pos_q >= pos_kv[first];  kv valid iff pos_kv <= pos_q[last]
+//   bottom-right:     q valid iff pos_q >= (Lq - Lkv) + pos_kv[first]
+//                     kv valid iff pos_kv <= (Lkv - Lq) + pos_q[last]
+
+// First index in [lo, hi] with pos >= value (hi + 1 if none); positions increase.
+ATTN_HD int64_t first_at_least(const int64_t* pos, int64_t lo, int64_t hi, int64_t value) {
+  int64_t end = hi + 1;
+  while (lo < end) {
+    const int64_t mid = lo + (end - lo) / 2;
+    if (pos[mid] >= value) end = mid;
+    else lo = mid + 1;
+  }
+  return lo;
+}
+
+// x + y > INT64_MAX, for x >= 0.
+ATTN_HD bool exceeds_int64(int64_t x, int64_t y) { return y > 0 && x > kUnboundedHi - y; }
+
+struct Trimmed {
+  int64_t q_first = 0, q_count = 0, kv_first = 0, kv_count = 0;
+};
+
+// The valid tokens of one document present on both sides.
+ATTN_HD Trimmed trim_document(RowRef q, DocRun qr, RowRef kv, DocRun kr, int mask) {
+  Trimmed t{qr.first, qr.last - qr.first + 1, kr.first, kr.last - kr.first + 1};
+  if (!mask_top_left(mask) && !mask_bottom_right(mask)) return t;
+  // Bottom-right shifts both thresholds by the difference of the run lengths.
+  const int64_t shift = mask_bottom_right(mask) ? t.q_count - t.kv_count : 0;
+  // A threshold past INT64_MAX (positions near it) is one no position reaches.
+  const int64_t q_from = kv.pos[kr.first], kv_past = q.pos[qr.last];
+  const int64_t q_begin = exceeds_int64(q_from, shift) ? qr.last + 1 : first_at_least(q.pos, qr.first, qr.last, q_from + shift);
+  const int64_t kv_end = exceeds_int64(kv_past, 1 - shift) ? kr.last + 1 : first_at_least(kv.pos, kr.first, kr.last, kv_past + (1 - shift));
+  t.q_first = q_begin;
+  t.q_count = qr.last + 1 - q_begin;
+  t.kv_count = kv_end - kr.first;
+  if (t.q_count <= 0 || t.kv_count <= 0) t.q_count = t.kv_count = 0;
+  return t;
 }
 
 // --------------------------------------------------------------- 3 slots

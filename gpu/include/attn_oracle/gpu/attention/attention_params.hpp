@@ -27,7 +27,7 @@ struct AttentionFwdParams {
   int64_t total_q = 0, total_kv = 0;  // tokens of the THD tensors, gaps included
   int heads_q = 1, heads_kv = 1, head_dim = 0;
   float scale = 1.0f;
-  int mask = 0;                       // MaskCode (metadata_row.hpp)
+  int mask = 0;                       // MaskCode (mask_rule.hpp)
   int64_t window_left = -1, window_right = -1;  // negative = unbounded
   int dtype = kFp16;
 };
@@ -40,12 +40,6 @@ struct AttentionBwdParams : AttentionFwdParams {
   void* dk = nullptr;          // [total_kv, heads_kv, head_dim], dtype
   void* dv = nullptr;          // [total_kv, heads_kv, head_dim], dtype
   float* delta = nullptr;      // [heads_q, total_q] scratch: rowsum(dO * O)
-  float* dq_accum = nullptr;   // [total_q, heads_q, head_dim] fp32 scratch
-  bool deterministic = true;   // dQ by its own pass instead of atomics
 };
-
-// Tile shape of the kernels (one warp of WMMA 16x16x16 fragments) and of the twin.
-inline constexpr int kTileQ = 16;
-inline constexpr int kTileKv = 16;
 
 }  // namespace attn_oracle::gpu

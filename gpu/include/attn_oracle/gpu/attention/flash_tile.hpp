@@ -1,5 +1,5 @@
 // flash_tile.hpp: the tile schedule and element arithmetic of the tensor-core
-// (CuTe) attention kernels of the `cuda-next` backend, shared with the CPU twin
+// (CuTe) attention kernels of the `cuda` backend, shared with the CPU twin
 // (attention_twin.cpp) so that both visit the same tiles in the same order and
 // round at the same steps. Plain C++17: nvcc and g++ compile it as is.
 //

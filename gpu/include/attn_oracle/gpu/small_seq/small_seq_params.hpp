@@ -37,7 +37,7 @@ struct SmallSeqParams {
   int64_t total_q = 0, total_kv = 0;
   int heads_q = 1, heads_kv = 1, head_dim = 0;
   float scale = 1.0f;
-  int mask = 0;                                 // MaskCode (metadata_row.hpp)
+  int mask = 0;                                 // MaskCode (mask_rule.hpp)
   int64_t window_left = -1, window_right = -1;  // negative = unbounded; bottom-right ignores right
   int dtype = kBf16;
 };
