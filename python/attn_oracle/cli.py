@@ -23,15 +23,15 @@ Tested by python/tests/test_cli.py.
 from __future__ import annotations
 
 import os
-import re
 import shlex
-import subprocess
 import sys
-from pathlib import Path
 from typing import Optional, Sequence
 
-VERBS_WITH_BACKEND = ("check", "replay", "eval", "repro")
-_TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+# The bundled CLI and its command lines live in attn_oracle.bundled (repro and the pytest plugin use
+# them too); their names stay importable from here.
+from .bundled import (VERBS_WITH_BACKEND, UsageError, backend_name, bundled_cli, command_line, environment,  # noqa: F401
+                      is_target, program_name, run, worker_command)
+
 _HELP = ("--help", "-h")
 
 # Printed before the bundled CLI's own usage, which knows only --backend.
@@ -52,66 +52,9 @@ usage: python -m attn_oracle COMMAND ...   (attn-oracle with a backend written i
 """
 
 
-class UsageError(Exception):
-    """A command line this wrapper cannot turn into an attn-oracle one."""
-
-
-def bundled_cli() -> str:
-    """The attn-oracle executable inside the package (``$ATTN_ORACLE_CLI`` overrides it)."""
-    path = os.environ.get("ATTN_ORACLE_CLI") or str(Path(__file__).with_name("bin") / "attn-oracle")
-    if not os.access(path, os.X_OK):
-        raise UsageError(f"no attn-oracle executable at {path} (install the package with pip, or set ATTN_ORACLE_CLI)")
-    return path
-
-
-def is_target(word: str) -> bool:
-    """True for a ``MODULE:CLASS`` (``examples.numpy_backend:Backend``)."""
-    return _TARGET.fullmatch(word) is not None
-
-
-def worker_command(target: str, python: Optional[str] = None) -> str:
-    """The shell command that starts a worker serving ``target`` (``/bin/sh -c`` runs it)."""
-    return f"{shlex.quote(python or sys.executable)} -m attn_oracle.worker {shlex.quote(target)}"
-
-
-def backend_name(target: str, python: Optional[str] = None) -> str:
-    """The ``--backend`` value of a Python backend: ``exec:`` and its worker command."""
-    return "exec:" + worker_command(target, python)
-
-
-def program_name(python: Optional[str] = None) -> str:
-    """How the CLI names itself in the replay and rerun lines it prints."""
-    return f"{shlex.quote(python or sys.executable)} -m attn_oracle"
-
-
 def wants_help(argv: Sequence[str]) -> bool:
     """``--help`` or ``-h``, alone or after a command (``check --help``)."""
     return bool(argv) and (argv[0] == "help" or any(a in _HELP for a in argv))
-
-
-def command_line(argv: Sequence[str], python: Optional[str] = None) -> list[str]:
-    """The attn-oracle command line for the arguments of ``python -m attn_oracle``."""
-    argv = list(argv)
-    if not argv:
-        return [bundled_cli(), "--help"]
-    verb, rest = argv[0], argv[1:]
-    if verb in VERBS_WITH_BACKEND and rest and is_target(rest[0]):
-        if any(a == "--backend" or a.startswith("--backend=") for a in rest[1:]):
-            raise UsageError(f"{verb}: give either MODULE:CLASS or --backend, not both")
-        return [bundled_cli(), verb, "--backend", backend_name(rest[0], python), *rest[1:]]
-    return [bundled_cli(), *argv]
-
-
-def environment(python: Optional[str] = None) -> dict[str, str]:
-    """The CLI's environment: this one, with the printed program name set."""
-    env = dict(os.environ)
-    env.setdefault("ATTN_ORACLE_PROGRAM", program_name(python))
-    return env
-
-
-def run(argv: Sequence[str], **kwargs) -> subprocess.CompletedProcess:
-    """Runs ``python -m attn_oracle ARGV`` in a child process (``subprocess.run`` keywords pass on)."""
-    return subprocess.run(command_line(argv), env=environment(), **kwargs)
 
 
 def python_repro_target(argv: Sequence[str]) -> Optional[list[str]]:

@@ -47,7 +47,7 @@ from typing import Callable, Sequence
 
 import pytest
 
-from . import cli
+from . import bundled
 
 PROPERTY_OUTCOMES = {"passed": "passed", "skipped": "skipped", "xfail": "xfailed"}
 
@@ -61,7 +61,7 @@ PROPERTY_OUTCOMES = {"passed": "passed", "skipped": "skipped", "xfail": "xfailed
 def property_ids(filter_prefix: str = "") -> tuple[str, ...]:
     """The ids of the suite's properties (``attn-oracle check --list``)."""
     argv = ["check", "--list"] + (["--filter", filter_prefix] if filter_prefix else [])
-    done = cli.run(argv, capture_output=True, text=True)
+    done = bundled.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"attn-oracle check --list failed ({done.returncode}): {done.stderr.strip()}")
     return tuple(line for line in done.stdout.splitlines() if line)
@@ -103,7 +103,7 @@ def run_properties(target: str, property_ids: Sequence[str], check_args: Sequenc
     ``target`` (MODULE:CLASS): one check process and one worker for all of them."""
     with tempfile.TemporaryDirectory(prefix="attn-oracle-pytest-") as report:
         argv = ["check", target, "--filter", ",".join(property_ids), "--report", report, *check_args]
-        done = cli.run(argv, capture_output=True, text=True)
+        done = bundled.run(argv, capture_output=True, text=True)
         output = done.stdout + done.stderr
         try:
             with open(os.path.join(report, "conformance.json")) as f:
@@ -269,7 +269,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     target = _setting(config, "attn_oracle_backend")
     if not target:
         return
-    if not cli.is_target(target):
+    if not bundled.is_target(target):
         raise pytest.UsageError(f"attn_oracle_backend: expected MODULE:CLASS, found {target!r}")
     check_args = shlex.split(_setting(config, "attn_oracle_args"))
     if config.getoption("--attn-oracle-shape-stable") or config.getini("attn_oracle_shape_stable"):

@@ -40,7 +40,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from . import cli
+from . import bundled
 from .cases import Case, read_case
 from .tolerance import judge
 from .worker import produced_outputs
@@ -87,7 +87,7 @@ def direct_case(target: str, case_path: str) -> tuple[Case, str, str]:
     """(the call the backend answers wrongly, with ``expected``; what the CLI said; its first differing line)."""
     with tempfile.TemporaryDirectory(prefix="attn-oracle-repro-") as tmp:
         out = os.path.join(tmp, "direct.case.json")
-        done = cli.run(["repro", target, case_path, "--direct", out], capture_output=True, text=True)
+        done = bundled.run(["repro", target, case_path, "--direct", out], capture_output=True, text=True)
         if done.returncode == 4:  # the backend does not take the case: nothing to reproduce
             raise Declined(done.stdout.strip())
         if done.returncode != 0:
@@ -328,7 +328,7 @@ def main(argv: Sequence[str]) -> int:
             at = args.index(flag)
             out = args[at + 1] if at + 1 < len(args) else None
             del args[at:at + 2]
-    if len(args) != 2 or not cli.is_target(args[0]):
+    if len(args) != 2 or not bundled.is_target(args[0]):
         print("usage: python -m attn_oracle repro MODULE:CLASS CASE [-o FILE]", file=sys.stderr)
         return 1
     try:
