@@ -146,15 +146,15 @@ void PropertyCheck::TestBody() {
   RunSettings settings = run_->settings.run;
   settings.program = this_program();
   const std::string& results = run_->settings.results_dir;
-  if (skips && skips->match(backend->name(), backend->version(), property->id, run_arch(*backend))) {
-    write_result(listed_skip(property->id, *backend, *skips), settings, results, *backend, before);
-    GTEST_SKIP() << listed_skip(property->id, *backend, *skips).note;
+  if (skips && skips->match(backend->name(), backend->version(), property->id, run_arch(*backend, run_->settings.arch))) {
+    write_result(listed_skip(property->id, *backend, *skips, run_arch(*backend, run_->settings.arch)), settings, results, *backend, before);
+    GTEST_SKIP() << listed_skip(property->id, *backend, *skips, run_arch(*backend, run_->settings.arch)).note;
   }
   const IsolationSettings isolation{settings.program, run_->settings.case_timeout_seconds};
   const PropertyOutcome o = !run_->settings.isolate || backend->isolates_itself()
                                 ? run_property(*property, *backend, settings)
                                 : run_property_isolated(*property, *backend, settings, isolation);
-  const CheckResult r = verdict_of(o, xfails ? &*xfails : nullptr, run_arch(*backend));
+  const CheckResult r = verdict_of(o, xfails ? &*xfails : nullptr, run_arch(*backend, run_->settings.arch));
   write_result(r, settings, results, *backend, before);
   if (const auto starts = backend->worker_starts()) std::cout << "[ worker   ] " << worker_starts_line(*starts) << " in this process\n";
   RecordProperty("draws", o.drawn);

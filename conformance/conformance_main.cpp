@@ -42,12 +42,23 @@ void leave_sharding_to_the_draws(const attn_oracle::Environment& environment) {
     std::ofstream{status};
 }
 
+// The GPUs ctest allocated to this test (attn_oracle_add_conformance(... GPUS N), devices.hpp)
+// made the only visible ones before the suite initialises CUDA: the second write to the
+// environment, a message to the CUDA runtime. The allocation is consumed, so that this
+// binary's own children (isolated properties, exec: workers) inherit the narrowed list.
+bool use_ctest_gpu_allocation(const attn_oracle::Environment& environment) {
+  const auto gpus = attn_oracle::ctest_gpu_allocation(environment);
+  if (!gpus) return std::cerr << "conformance: ctest's GPU allocation: " << gpus.error().message << "\n", false;
+  if (!gpus.value()) return true;
+  setenv("CUDA_VISIBLE_DEVICES", gpus.value()->c_str(), 1);
+  unsetenv("CTEST_RESOURCE_GROUP_COUNT");
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  // The GPUs ctest allocated to this test (attn_oracle_add_conformance(... GPUS N)), made the
-  // only visible ones before the suite initialises CUDA: a message to the CUDA runtime.
-  if (!attn_oracle::use_ctest_gpu_allocation()) return 1;
+  if (!use_ctest_gpu_allocation(attn_oracle::read_environment())) return 1;
   const attn_oracle::Environment environment = attn_oracle::read_environment();
   const attn_oracle::Settings settings = attn_oracle::conformance_settings(environment);
   attn_oracle::install_process_settings(settings);

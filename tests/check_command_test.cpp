@@ -178,16 +178,15 @@ TEST(CheckCommand, AnExpectedFailureThatPassesFailsTheRun) {
 }
 
 // arch= limits an entry to runs on the architectures it names: the backend's arch(), or
-// ATTN_ORACLE_ARCH over it (a CI job on a GPU runner; fake values here, no device needed).
+// ATTN_ORACLE_ARCH (Settings::arch) over it (a CI job on a GPU runner; fake values here).
 TEST(CheckCommand, AnArchKeyLimitsAnEntryToThoseArchitectures) {
   const std::string backend = planted("offsets_from_seqlens");
   CheckOptions o = options(backend, "arch", "metadata/shiftingARowShiftsItsOffsets");
   o.xfails_file = write_list("xfails_arch.txt", "metadata/shiftingARowShiftsItsOffsets arch=sm_90,sm_90a  # wgmma only\n").string();
   const auto verdict_on = [&](const char* arch) {
-    if (arch) setenv("ATTN_ORACLE_ARCH", arch, 1);
-    else unsetenv("ATTN_ORACLE_ARCH");
-    const int status = check(o);
-    unsetenv("ATTN_ORACLE_ARCH");
+    CheckEnvironment env;
+    env.settings.arch = arch ? arch : "";
+    const int status = run_check_command(o, env);
     const json report = report_json("arch");
     return std::pair{status, (*result(report, backend + "/metadata/shiftingARowShiftsItsOffsets"))["verdict"]};
   };

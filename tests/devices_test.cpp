@@ -40,15 +40,8 @@ TEST(Devices, AnOuterListIsIndexedNeverBypassed) {
   EXPECT_EQ(assigned("99999999999", "3").front().substr(0, 6), "error:");
 }
 
-std::map<std::string, std::string> fake_env;
-const char* fake_getenv(const char* name) {
-  const auto it = fake_env.find(name);
-  return it == fake_env.end() ? nullptr : it->second.c_str();
-}
-
-std::string allocation(std::map<std::string, std::string> env) {
-  fake_env = std::move(env);
-  const auto a = ctest_gpu_allocation(fake_getenv);
+std::string allocation(const Environment& env) {
+  const auto a = ctest_gpu_allocation(env);
   if (!a) return "error: " + a.error().message;
   return a.value().value_or("none");
 }

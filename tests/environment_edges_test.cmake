@@ -7,7 +7,8 @@
 #    the one reader, with the list of variables and what each means);
 #  - writes the environment (setenv, unsetenv, putenv, clearenv) anywhere but
 #    conformance/conformance_main.cpp, which removes GoogleTest's sharding
-#    variables so that GoogleTest does not shard the tests as well as the draws;
+#    variables so that GoogleTest does not shard the tests as well as the draws,
+#    and makes ctest's GPU allocation the CUDA runtime's visible devices;
 #  - calls read_environment() or default_run_settings() below an edge. The
 #    edges: the attn-oracle CLI's main (tools/), a conformance binary's main,
 #    the Python module's init, and the programs under tests/, bench/ and fuzz/.

@@ -96,7 +96,7 @@ void print_header(const CheckReport& r, const RunSettings& settings, const Check
   std::cout << "  env: RC_PARAMS=" << env.settings.rc_params << " ATTN_ORACLE_FAILURES_DIR=" << r.failures_dir
             << " ATTN_ORACLE_STORE=" << env.settings.store.value_or("") << "\n";
   // Read by the CUDA runtime, not by the suite: which devices this run's backends see (devices.hpp).
-  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) std::cout << "  CUDA_VISIBLE_DEVICES=" << visible << "\n";
+  if (env.settings.visible_devices) std::cout << "  CUDA_VISIBLE_DEVICES=" << *env.settings.visible_devices << "\n";
   std::cout << "  failure store: " << (r.store ? "on, " + r.failures_dir + " (its saved failures run first)" : "off")
             << "\n";
   if (settings.draws.shape_stable) std::cout << "  shape-stable draws: " << shape_stable_note() << "\n";
@@ -189,8 +189,8 @@ bool read_lists(const CheckOptions& options, const std::vector<std::unique_ptr<B
 
 CheckResult run_one(const PropertyDef& property, Backend& backend, const RunSettings& settings, const Lists& lists,
                     const CheckOptions& options, const CheckEnvironment& env) {
-  if (lists.skips && lists.skips->match(backend.name(), backend.version(), property.id, run_arch(backend))) {
-    const CheckResult r = listed_skip(property.id, backend, *lists.skips);
+  if (lists.skips && lists.skips->match(backend.name(), backend.version(), property.id, run_arch(backend, env.settings.arch))) {
+    const CheckResult r = listed_skip(property.id, backend, *lists.skips, run_arch(backend, env.settings.arch));
     print_result(r);
     return r;
   }
@@ -203,7 +203,7 @@ CheckResult run_one(const PropertyDef& property, Backend& backend, const RunSett
                           ? run_property_isolated(property, backend, settings, IsolationSettings{env.program, options.case_timeout_seconds}, progress)
                           : run_property(property, backend, settings, progress);
   line.clear();
-  CheckResult r = verdict_of(std::move(o), lists.xfails ? &*lists.xfails : nullptr, run_arch(backend));
+  CheckResult r = verdict_of(std::move(o), lists.xfails ? &*lists.xfails : nullptr, run_arch(backend, env.settings.arch));
   if (lists.coverage) lists.coverage->apply(r);
   print_result(r);
   return r;

@@ -122,20 +122,20 @@ Expected<std::vector<std::string>> device_assignment(const std::string& devices,
   return out;
 }
 
-Expected<std::optional<std::string>> ctest_gpu_allocation(const char* (*getenv)(const char*)) {
-  const char* count = getenv("CTEST_RESOURCE_GROUP_COUNT");
-  if (!count || !*count) return std::optional<std::string>();
-  const char* outer = getenv("CUDA_VISIBLE_DEVICES");
-  const std::vector<std::string> outer_list = outer && *outer ? split(outer, ',') : std::vector<std::string>{};
+Expected<std::optional<std::string>> ctest_gpu_allocation(const Environment& environment) {
+  const std::string count = environment_value(environment, "CTEST_RESOURCE_GROUP_COUNT");
+  if (count.empty()) return std::optional<std::string>();
+  const std::string outer = environment_value(environment, "CUDA_VISIBLE_DEVICES");
+  const std::vector<std::string> outer_list = outer.empty() ? std::vector<std::string>{} : split(outer, ',');
   std::string ids;
-  for (int g = 0; g < std::atoi(count); ++g) {
+  for (int g = 0; g < std::atoi(count.c_str()); ++g) {
     const std::string name = "CTEST_RESOURCE_GROUP_" + std::to_string(g) + "_GPUS";
-    const char* value = getenv(name.c_str());
-    if (!value) continue;  // a group of another resource type
+    const std::string value = environment_value(environment, name);
+    if (value.empty()) continue;  // a group of another resource type
     for (const std::string& item : split(value, ';'))
       for (const std::string& field : split(item, ','))
         if (field.starts_with("id:")) {
-          const Expected<std::string> v = visible(field.substr(3), outer_list, outer ? outer : "");
+          const Expected<std::string> v = visible(field.substr(3), outer_list, outer.c_str());
           if (!v) return Error{ErrorCode::bad_case, name + "=" + value + ": " + v.error().message};
           ids += (ids.empty() ? "" : ",") + v.value();
         }
@@ -144,18 +144,9 @@ Expected<std::optional<std::string>> ctest_gpu_allocation(const char* (*getenv)(
   return std::optional<std::string>(ids);
 }
 
-bool use_ctest_gpu_allocation() {
-  const Expected<std::optional<std::string>> gpus = ctest_gpu_allocation([](const char* n) -> const char* { return std::getenv(n); });
-  if (!gpus) return std::cerr << "attn-oracle: ctest's GPU allocation: " << gpus.error().message << "\n", false;
-  if (!gpus.value()) return true;
-  setenv("CUDA_VISIBLE_DEVICES", gpus.value()->c_str(), 1);
-  // Consumed: the binary's own children (isolation.hpp, exec: workers) inherit the narrowed list.
-  unsetenv("CTEST_RESOURCE_GROUP_COUNT");
-  return true;
-}
-
 int run_check_on_devices(const CheckOptions& options, const CheckEnvironment& env) {
-  const Expected<std::vector<std::string>> devices = device_assignment(options.devices, std::getenv("CUDA_VISIBLE_DEVICES"));
+  const std::optional<std::string>& outer = env.settings.visible_devices;
+  const Expected<std::vector<std::string>> devices = device_assignment(options.devices, outer ? outer->c_str() : nullptr);
   if (!devices) return std::cerr << "attn-oracle check: " << devices.error().message << "\n", 1;
   if (options.shard) return std::cerr << "attn-oracle check: --devices shards the draws itself: give it or --shard\n", 1;
   const fs::path dir = options.report_dir.empty() ? fs::path("report") : fs::path(options.report_dir);

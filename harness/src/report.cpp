@@ -291,14 +291,15 @@ CheckResult verdict_of(PropertyOutcome outcome, const TestIdList* xfails, const 
   return r;
 }
 
-CheckResult listed_skip(const std::string& property, const Backend& backend, const TestIdList& skips) {
+CheckResult listed_skip(const std::string& property, const Backend& backend, const TestIdList& skips,
+                        const std::string& arch) {
   CheckResult r;
   r.outcome.property = property;
   r.outcome.backend = backend.name();
   r.outcome.backend_version = backend.version();
   r.outcome.status = PropertyOutcome::Status::skipped;
   r.verdict = Verdict::skipped;
-  const TestIdList::Entry* e = skips.match(backend.name(), backend.version(), property, run_arch(backend));
+  const TestIdList::Entry* e = skips.match(backend.name(), backend.version(), property, arch);
   r.note = "listed in " + (e ? skips.where(*e) : skips.path());
   return r;
 }

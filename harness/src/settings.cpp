@@ -63,6 +63,8 @@ Settings resolve_settings(const Environment& environment, Settings s) {
   s.case_timeout_seconds = seconds(find(environment, "ATTN_ORACLE_CASE_TIMEOUT")).value_or(s.case_timeout_seconds);
   s.worker_timeout_seconds = seconds(find(environment, "ATTN_ORACLE_WORKER_TIMEOUT")).value_or(s.worker_timeout_seconds);
   s.limits = process_limits_from(environment, s.limits);
+  s.arch = environment_value(environment, "ATTN_ORACLE_ARCH", s.arch);
+  if (const std::string* visible = find(environment, "CUDA_VISIBLE_DEVICES")) s.visible_devices = *visible;
   return s;
 }
 

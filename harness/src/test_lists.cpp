@@ -4,7 +4,6 @@
 #include "attn_oracle/seam/backend.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -57,9 +56,8 @@ std::optional<TestIdList> TestIdList::read(const std::string& path, std::string&
   return list;
 }
 
-std::string run_arch(const Backend& backend) {
-  const char* forced = std::getenv("ATTN_ORACLE_ARCH");
-  return forced && *forced ? std::string(forced) : backend.arch();
+std::string run_arch(const Backend& backend, const std::string& forced) {
+  return forced.empty() ? backend.arch() : forced;
 }
 
 const TestIdList::Entry* TestIdList::match(const std::string& backend, const std::string& backend_version,

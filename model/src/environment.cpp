@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 
+extern char** environ;
+
 namespace attn_oracle {
 namespace {
 
@@ -31,7 +33,23 @@ constexpr EnvironmentVariable kVariables[] = {
     {"TEST_SHARD_STATUS_FILE", "a test runner's (Bazel's) file to touch when a binary shards"},
     {"ATTN_ORACLE_WRITE_REGRESSIONS", "1: the planted-bug test rewrites fixtures/regressions (tests only)"},
     {"ATTN_ORACLE_BENCH_WORKER", "the worker command the protocol benchmark times (benchmarks only)"},
+    {"ATTN_ORACLE_ARCH", "the device architecture the `arch=` entries of the lists match (sm_90; unset: what "
+                         "the backend says)"},
+    {"CUDA_VISIBLE_DEVICES", "the devices a job was given: `check --devices` and ctest's allocation index its "
+                             "list (docs/ci.md)"},
+    {"CTEST_RESOURCE_GROUP_*", "ctest's resource allocation to the test (COUNT, and <i>_GPUS \"id:I,slots:S\"): "
+                               "a conformance binary makes those GPUs the only visible ones"},
 };
+
+// Every variable of the process whose name starts with `prefix`.
+void read_prefixed(std::string_view prefix, Environment& out) {
+  for (char** e = environ; *e; ++e) {
+    const std::string_view entry(*e);
+    const size_t eq = entry.find('=');
+    if (eq != std::string_view::npos && entry.substr(0, eq).starts_with(prefix))
+      out.emplace(std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1)));
+  }
+}
 
 }  // namespace
 
@@ -39,8 +57,10 @@ std::span<const EnvironmentVariable> environment_variables() { return kVariables
 
 Environment read_environment() {
   Environment out;
-  for (const EnvironmentVariable& v : kVariables)
-    if (const char* value = std::getenv(std::string(v.name).c_str())) out.emplace(v.name, value);
+  for (const EnvironmentVariable& v : kVariables) {
+    if (v.name.ends_with('*')) read_prefixed(v.name.substr(0, v.name.size() - 1), out);
+    else if (const char* value = std::getenv(std::string(v.name).c_str())) out.emplace(v.name, value);
+  }
   return out;
 }
 

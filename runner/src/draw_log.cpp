@@ -6,7 +6,7 @@
 
 #include "attn_oracle/cases/case_file.hpp"
 #include "attn_oracle/cases/case_op.hpp"
-#include "attn_oracle/runner/repro.hpp"
+#include "attn_oracle/cases/case_summary.hpp"
 
 namespace attn_oracle {
 

@@ -14,7 +14,6 @@
 #include <rapidcheck.h>
 
 #include "attn_oracle/properties/generators.hpp"
-#include "attn_oracle/reference/tolerance.hpp"
 #include "attn_oracle/runner/replay.hpp"
 
 namespace attn_oracle {

@@ -1,4 +1,4 @@
-// repro.cpp: the disagreeing call of a counterexample, and its short summary (repro.hpp).
+// repro.cpp: the disagreeing call of a counterexample, and a failure as printed (repro.hpp).
 #include "attn_oracle/runner/repro.hpp"
 
 #include <set>
@@ -166,51 +166,6 @@ std::variant<Disagreement, NoDisagreement> find_disagreement(Backend& backend, c
                    "): replay the case instead"};
 }
 
-namespace {
-
-std::string ints(const IntArray& a) {
-  const int64_t len = a.shape.empty() ? 0 : a.shape.back();
-  std::string out = "[";
-  for (size_t i = 0; i < a.data.size(); ++i) {
-    if (len > 0 && i % len == 0) out += (i ? "], [" : "[");
-    else out += ", ";
-    out += std::to_string(a.data[i]);
-  }
-  return out + (a.data.empty() ? "]" : "]]");
-}
-
-std::string batch_line(const PackedBatch& b) {
-  std::string out = std::string(to_string(b.mask));
-  if (b.window.left >= 0 || b.window.right >= 0)
-    out += " window (" + std::to_string(b.window.left) + ", " + std::to_string(b.window.right) + ")";
-  out += " M=" + std::to_string(b.max_segments);
-  const bool self = b.q == b.kv;
-  out += " | " + std::string(self ? "q = kv" : "q") + " ids " + ints(b.q.segment_ids) + " pos " + ints(b.q.segment_pos);
-  if (!self) out += " | kv ids " + ints(b.kv.segment_ids) + " pos " + ints(b.kv.segment_pos);
-  return out;
-}
-
-std::string shape_line(const AttentionCase& a) {
-  const AttentionShape& s = a.problem.shape;
-  std::ostringstream os;
-  os << to_string(s.dtype) << ", heads " << s.heads_q << "/" << s.heads_kv << ", head_dim " << s.head_dim;
-  if (s.scale) os << ", scale " << *s.scale;
-  os << (s.backward ? ", forward and backward" : ", forward");
-  os << (a.data_seed ? ", data seed " + std::to_string(*a.data_seed) : std::string(", explicit tensors"));
-  return os.str();
-}
-
-}  // namespace
-
-std::vector<std::string> case_summary_lines(const std::string& path) {
-  const Expected<Case> c = read_case_file(path);
-  if (!c) return {"(cannot read the case: " + c.error().message + ")"};
-  std::vector<std::string> out;
-  std::istringstream lines(case_summary(c.value()));
-  for (std::string line; std::getline(lines, line);) out.push_back(line);
-  return out;
-}
-
 std::vector<std::string> failure_lines(const PropertyFailure& f) {
   std::vector<std::string> out = {f.message, "counterexample (" + counterexample_origin(f) + "): " + f.case_path};
   for (const std::string& line : case_summary_lines(f.case_path)) out.push_back("  " + line);
@@ -218,23 +173,6 @@ std::vector<std::string> failure_lines(const PropertyFailure& f) {
   if (!f.repro_command.empty()) out.push_back("repro: " + f.repro_command + "   (a standalone reproduction)");
   out.push_back("rerun: " + f.rerun_command);
   return out;
-}
-
-std::string case_summary(const Case& c) {
-  const std::string op(op_name(c));
-  if (const auto* m = c.as<MetadataCase>()) return op + " " + batch_line(m->batch);
-  if (const AttentionCase* a = attention_fields(c.payload); a && !c.as<ShardingCase>() && !c.as<ContextParallelCase>())
-    return op + " " + batch_line(a->problem.batch) + "\n" + shape_line(*a);
-  if (const auto* kv = c.as<KvBufferCase>()) {
-    std::string lengths;
-    for (int64_t l : kv->problem.doc_lengths) lengths += (lengths.empty() ? "" : ", ") + std::to_string(l);
-    const AttentionShape& s = kv->problem.shape;
-    return op + " doc_lengths [" + lengths + "], micro_seq_tokens " + std::to_string(kv->problem.micro_seq_tokens) +
-           "\n" + std::string(to_string(s.dtype)) + ", heads " + std::to_string(s.heads_q) + "/" +
-           std::to_string(s.heads_kv) + ", head_dim " + std::to_string(s.head_dim) +
-           (s.backward ? ", forward and backward" : ", forward");
-  }
-  return op + " (its fields are in the file)";
 }
 
 }  // namespace attn_oracle

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "attn_oracle/harness/check.hpp"
+#include "attn_oracle/model/environment.hpp"
 #include "attn_oracle/model/error.hpp"
 
 namespace attn_oracle {
@@ -33,14 +34,9 @@ Expected<std::vector<std::string>> device_assignment(const std::string& devices,
 
 // The GPUs ctest allocated to this test, from CTEST_RESOURCE_GROUP_COUNT and
 // CTEST_RESOURCE_GROUP_<i>_GPUS ("id:3,slots:1"), as a CUDA_VISIBLE_DEVICES
-// value over the outer list; nullopt when ctest allocated none. `getenv` is
-// the environment (a fake one in tests).
-Expected<std::optional<std::string>> ctest_gpu_allocation(const char* (*getenv)(const char*));
-
-// At a conformance binary's start: CUDA_VISIBLE_DEVICES set to ctest's
-// allocation when there is one (before any CUDA call). False after printing why
-// the allocation cannot be read.
-bool use_ctest_gpu_allocation();
+// value over the outer list; nullopt when ctest allocated none. A conformance
+// binary's main makes it the process's CUDA_VISIBLE_DEVICES before any CUDA call.
+Expected<std::optional<std::string>> ctest_gpu_allocation(const Environment& environment);
 
 // check --devices: the children, their merged report; the exit status `check` returns.
 int run_check_on_devices(const CheckOptions& options, const CheckEnvironment& env);

@@ -71,7 +71,8 @@ struct CheckReport {
 // a property the skips list names (not run).
 class TestIdList;
 CheckResult verdict_of(PropertyOutcome outcome, const TestIdList* xfails, const std::string& arch = "");
-CheckResult listed_skip(const std::string& property, const Backend& backend, const TestIdList& skips);
+CheckResult listed_skip(const std::string& property, const Backend& backend, const TestIdList& skips,
+                        const std::string& arch = "");
 
 // "0.42", "inf", or "-" when no tolerance check ran.
 std::string format_ratio(const std::optional<double>& ratio);

@@ -36,6 +36,8 @@ struct Settings {
   double case_timeout_seconds = 120;    // ATTN_ORACLE_CASE_TIMEOUT: an isolated trial longer than this hangs
   ProcessLimits limits;                 // ATTN_ORACLE_MEMORY_BUDGET, ATTN_ORACLE_THREADS
   double worker_timeout_seconds = kDefaultWorkerTimeout;  // ATTN_ORACLE_WORKER_TIMEOUT
+  std::string arch;                     // ATTN_ORACLE_ARCH: what `arch=` list entries match (run_arch)
+  std::optional<std::string> visible_devices;  // CUDA_VISIBLE_DEVICES, as the job was given it (devices.hpp)
   // Two variables as they were set, for the line `check` prints of what it read.
   std::string rc_params;
   std::optional<std::string> store;

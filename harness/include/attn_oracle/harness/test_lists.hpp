@@ -26,8 +26,9 @@
 namespace attn_oracle {
 
 class Backend;
-// The architecture a backend's tests run on: $ATTN_ORACLE_ARCH, else Backend::arch().
-std::string run_arch(const Backend& backend);
+// The architecture a backend's tests run on: `forced` (ATTN_ORACLE_ARCH, Settings::arch)
+// when set, else Backend::arch().
+std::string run_arch(const Backend& backend, const std::string& forced);
 
 class TestIdList {
  public:

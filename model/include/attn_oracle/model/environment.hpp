@@ -27,7 +27,8 @@ struct EnvironmentVariable {
 // The variables, in the order docs/vendoring.md ("Settings at a glance") lists them.
 std::span<const EnvironmentVariable> environment_variables();
 
-// Name -> value of each listed variable that is set (an empty value counts as set).
+// Name -> value of each listed variable that is set (an empty value counts as set);
+// a listed name ending in '*' stands for every variable with that prefix.
 using Environment = std::map<std::string, std::string, std::less<>>;
 
 // The listed variables as this process's environment has them.

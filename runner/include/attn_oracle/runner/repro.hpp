@@ -7,8 +7,8 @@
 //    failed; a metamorphic one (a permutation, added padding, repeated heads)
 //    calls the backend on transformed problems, and the reproduction is the
 //    call that is wrong on its own, not the relation between calls.
-//  - case_summary: a shrunk case in one to three lines, for the failure
-//    printout (the JSON stays in its file).
+//  - failure_lines: a failure as printed, its case in one to three lines
+//    (cases/case_summary.hpp).
 #pragma once
 
 #include <string>
@@ -17,6 +17,7 @@
 
 #include "attn_oracle/seam/backend.hpp"
 #include "attn_oracle/cases/case_file.hpp"
+#include "attn_oracle/cases/case_summary.hpp"  // case_summary, which failure_lines prints
 
 namespace attn_oracle {
 
@@ -39,11 +40,6 @@ struct NoDisagreement {
 // record: the case itself) whose answer differs from the reference's.
 std::variant<Disagreement, NoDisagreement> find_disagreement(Backend& backend, const Case& c);
 
-// "metadata causal_bottom_right M=2 | q ids [[1,2]] pos [[2,0]] | kv ids [[1,2]] pos [[3,0]]", the
-// attention shape on a second line, a K/V-buffer problem in one line.
-std::string case_summary(const Case& c);
-// case_summary of a case file, line by line; one line saying why when it cannot be read.
-std::vector<std::string> case_summary_lines(const std::string& path);
 
 struct PropertyFailure;
 // What a shown failure prints, line by line: its message, where its case is
