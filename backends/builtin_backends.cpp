@@ -89,6 +89,7 @@ class CudaBackend final : public Backend, MetadataCapability, AttentionCapabilit
   CudaBackend() { gpu::cuda_available(&device_); }
   std::string name() const override { return "cuda"; }
   std::string version() const override { return "CUDA kernels on " + device_; }
+  std::string arch() const override { return gpu::cuda_arch(); }
   MetadataCapability* metadata() override { return this; }
   Expected<Metadata> metadata(const PackedBatch& batch) override { return gpu::metadata_cuda(batch); }
 

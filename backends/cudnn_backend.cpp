@@ -55,6 +55,10 @@ class CudnnBackend final : public Backend, AttentionCapability {
            std::to_string(CUDNN_FRONTEND_PATCH_VERSION) + ", on " + p.device + " (sm_" + std::to_string(p.cc_major) +
            std::to_string(p.cc_minor) + ")";
   }
+  std::string arch() const override {
+    const cudnn::Platform& p = cudnn::current_platform();
+    return "sm_" + std::to_string(p.cc_major) + std::to_string(p.cc_minor);
+  }
   AttentionCapability* attention() override { return this; }
 
   std::optional<std::string> unsupported(const AttentionProblem& problem) override {

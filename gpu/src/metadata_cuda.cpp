@@ -10,6 +10,12 @@ namespace attn_oracle::gpu {
 
 bool cuda_available(std::string* device_name) { return device_present(device_name); }
 
+std::string cuda_arch() {
+  std::string arch;
+  device_present(nullptr, &arch);
+  return arch;
+}
+
 Expected<Metadata> metadata_cuda(const PackedBatch& batch) {
   if (!device_present(nullptr)) return Error{ErrorCode::unsupported, "no CUDA device on this machine"};
   auto prepared = prepare_batch(batch);

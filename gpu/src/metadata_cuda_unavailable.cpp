@@ -4,6 +4,7 @@
 namespace attn_oracle::gpu {
 
 bool cuda_available(std::string*) { return false; }
+std::string cuda_arch() { return ""; }
 
 Expected<Metadata> metadata_cuda(const PackedBatch&) {
   return Error{ErrorCode::unsupported, "this build has no CUDA (configure with nvcc present)"};

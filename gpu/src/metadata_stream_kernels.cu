@@ -295,14 +295,17 @@ float graph_replay_ms(const MetadataParams& p, const MetadataStreamOutputs& o, D
 
 }  // namespace
 
-bool device_present(std::string* name) {
+bool device_present(std::string* name, std::string* arch) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     cudaGetLastError();  // clear the sticky "no device" error
     return false;
   }
   cudaDeviceProp prop{};
-  if (name && cudaGetDeviceProperties(&prop, 0) == cudaSuccess) *name = prop.name;
+  if ((name || arch) && cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
+    if (name) *name = prop.name;
+    if (arch) *arch = "sm_" + std::to_string(prop.major) + std::to_string(prop.minor);
+  }
   return true;
 }
 

@@ -34,6 +34,9 @@ int64_t metadata_twin_scratch_bytes(const PackedBatch& batch);
 
 // CUDA: present when compiled with CUDA; fails with `unsupported` without a device.
 bool cuda_available(std::string* device_name = nullptr);
+// The first device's architecture, "sm_90" (compute capability 9.0), or "" without a device:
+// what the `arch=` entries of a known-failure list match (Backend::arch()).
+std::string cuda_arch();
 Expected<Metadata> metadata_cuda(const PackedBatch& batch);  // the token-parallel kernels (`cuda`)
 
 }  // namespace attn_oracle::gpu

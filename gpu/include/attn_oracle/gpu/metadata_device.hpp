@@ -31,7 +31,7 @@ struct InputSizes {
 };
 
 // Whether this machine has a CUDA device; its name into `name` when one is given.
-bool device_present(std::string* name);
+bool device_present(std::string* name, std::string* arch = nullptr);  // arch: "sm_90"
 
 // ------------------------------------------------------------------ the kernels on a stream
 // Asynchronous on a stream, nothing synchronises with the host inside: the caller
