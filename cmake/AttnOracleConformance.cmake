@@ -1,4 +1,5 @@
-# attn_oracle_add_conformance(NAME SOURCE... [LIBRARIES LIB...] [XFAILS FILE] [SKIPS FILE] [GPUS N])
+# attn_oracle_add_conformance(NAME SOURCE... [LIBRARIES LIB...] [XFAILS FILE] [SKIPS FILE] [COVERAGE FILE]
+#                             [GPUS N])
 #
 # The one CMake line a vendoring project writes: a conformance binary NAME from
 # the sources that register its backends (ATTN_ORACLE_REGISTER_BACKEND). Run
@@ -11,6 +12,8 @@
 #   XFAILS FILE   expected failures (test_lists.hpp: `PROPERTY [version=V] # reason`):
 #                 a listed property that fails passes, one that passes fails (XPASS)
 #   SKIPS FILE    properties not to run
+#   COVERAGE FILE coverage targets (coverage_targets.hpp: `PROPERTY CLASS >= N # reason`): a
+#                 test whose judged draws of a class fall short fails (unsharded runs)
 #   GPUS N        each test takes N GPUs from ctest's resource allocation (RESOURCE_GROUPS
 #                 "N,gpus:1"; run `ctest --resource-spec-file FILE -j K`, docs/ci.md), and the
 #                 binary makes only those visible (CUDA_VISIBLE_DEVICES, over an outer one)
@@ -24,13 +27,13 @@
 include_guard(GLOBAL)
 
 function(attn_oracle_add_conformance name)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "" "XFAILS;SKIPS;GPUS" "LIBRARIES")
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "XFAILS;SKIPS;COVERAGE;GPUS" "LIBRARIES")
   if(NOT TARGET GTest::gtest)
     find_package(GTest REQUIRED)  # imported targets are directory-scoped: find it here
   endif()
   set(dir ${CMAKE_CURRENT_BINARY_DIR})
   set(lists "")
-  foreach(list XFAILS SKIPS)
+  foreach(list XFAILS SKIPS COVERAGE)
     set(path "")
     if(arg_${list})
       get_filename_component(path ${arg_${list}} ABSOLUTE BASE_DIR ${CMAKE_CURRENT_SOURCE_DIR})

@@ -33,6 +33,7 @@
 
 #include "attn_oracle/properties/generators.hpp"
 #include "attn_oracle/harness/conformance_defaults.hpp"
+#include "attn_oracle/harness/coverage_targets.hpp"
 #include "attn_oracle/harness/isolation.hpp"
 #include "attn_oracle/harness/program.hpp"
 #include "attn_oracle/harness/report.hpp"
@@ -55,6 +56,7 @@ std::string test_name(const std::string& backend, const std::string& property) {
 struct ConformanceRun {
   Settings settings;
   std::optional<TestIdList> skips, xfails;
+  std::optional<CoverageTargets> coverage;
   std::string error;
 };
 
@@ -63,6 +65,8 @@ std::shared_ptr<const ConformanceRun> conformance_run(const Settings& settings) 
   run->settings = settings;
   for (auto [path, list] : {std::pair{&settings.skips_file, &run->skips}, {&settings.xfails_file, &run->xfails}})
     if (!path->empty() && run->error.empty()) *list = TestIdList::read(*path, run->error);
+  if (!settings.coverage_file.empty() && run->error.empty())
+    run->coverage = CoverageTargets::read(settings.coverage_file, run->error);
   return run;
 }
 
@@ -109,6 +113,7 @@ void write_result(const CheckResult& r, const RunSettings& s, const std::string&
 std::string failures_text(const CheckResult& r) {
   std::ostringstream os;
   const PropertyOutcome& o = r.outcome;
+  if (r.verdict == Verdict::failed && !r.note.empty()) os << r.note << "\n";  // a coverage target not met
   if (!o.failure_summary.empty()) os << "FAILED: " << o.failure_summary << "\n";
   if (const std::string cost = triage_cost_line(o); !cost.empty()) os << cost << "\n";
   for (const TriageEntry& e : triage_entries(o)) {
@@ -154,7 +159,9 @@ void PropertyCheck::TestBody() {
   const PropertyOutcome o = !run_->settings.isolate || backend->isolates_itself()
                                 ? run_property(*property, *backend, settings)
                                 : run_property_isolated(*property, *backend, settings, isolation);
-  const CheckResult r = verdict_of(o, xfails ? &*xfails : nullptr, run_arch(*backend, run_->settings.arch));
+  CheckResult r = verdict_of(o, xfails ? &*xfails : nullptr, run_arch(*backend, run_->settings.arch));
+  // A shard's counts are a share of the run's: the targets are a whole run's.
+  if (run_->coverage && settings.shard_count == 1) run_->coverage->apply(r);
   write_result(r, settings, results, *backend, before);
   if (const auto starts = backend->worker_starts()) std::cout << "[ worker   ] " << worker_starts_line(*starts) << " in this process\n";
   RecordProperty("draws", o.drawn);

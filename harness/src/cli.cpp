@@ -551,6 +551,7 @@ int run_cli(const std::vector<std::string>& argv, const CheckEnvironment& env) {
   CommandLine v;
   v.check.skips_file = env.settings.skips_file;
   v.check.xfails_file = env.settings.xfails_file;
+  v.check.coverage_file = env.settings.coverage_file;
   v.check.isolate = env.settings.isolate;
   v.check.case_timeout_seconds = env.settings.case_timeout_seconds;
   define_commands(app, v);

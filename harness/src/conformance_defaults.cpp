@@ -31,6 +31,7 @@ Settings conformance_settings(const Environment& environment) {
   defaults.results_dir = d.results_dir;
   defaults.xfails_file = d.xfails_file;
   defaults.skips_file = d.skips_file;
+  defaults.coverage_file = d.coverage_file;
   defaults.run.use_store = true;
   Settings s = resolve_settings(environment, std::move(defaults));
   if (const auto shard = gtest_shard(environment)) s.run.shard_index = shard->first, s.run.shard_count = shard->second;

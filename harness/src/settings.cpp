@@ -58,6 +58,7 @@ Settings resolve_settings(const Environment& environment, Settings s) {
   resolve_run(environment, s);
   s.skips_file = environment_value(environment, "ATTN_ORACLE_SKIPS", s.skips_file);
   s.xfails_file = environment_value(environment, "ATTN_ORACLE_XFAILS", s.xfails_file);
+  s.coverage_file = environment_value(environment, "ATTN_ORACLE_COVERAGE", s.coverage_file);
   s.results_dir = environment_value(environment, "ATTN_ORACLE_RESULTS_DIR", s.results_dir);
   if (const std::string* isolate = find(environment, "ATTN_ORACLE_ISOLATE"); isolate && *isolate == "0") s.isolate = false;
   s.case_timeout_seconds = seconds(find(environment, "ATTN_ORACLE_CASE_TIMEOUT")).value_or(s.case_timeout_seconds);

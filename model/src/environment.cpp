@@ -19,6 +19,8 @@ constexpr EnvironmentVariable kVariables[] = {
     {"ATTN_ORACLE_RESULTS_DIR", "where a conformance binary writes each test's result for `report merge`"},
     {"ATTN_ORACLE_XFAILS", "the expected-failure list (a conformance binary: the file given to CMake)"},
     {"ATTN_ORACLE_SKIPS", "the skip list (a conformance binary: the file given to CMake)"},
+    {"ATTN_ORACLE_COVERAGE", "coverage targets, `PROPERTY CLASS >= N` a line (a conformance binary: the file given "
+                             "to CMake; check --require-coverage)"},
     {"ATTN_ORACLE_ISOLATE", "0: every property in the program's own process, no child processes (1)"},
     {"ATTN_ORACLE_CASE_TIMEOUT", "seconds without progress that make an isolated trial a hang (120)"},
     {"ATTN_ORACLE_MEMORY_BUDGET", "bytes one evaluation may ask for, with a K, M or G suffix (4G)"},

@@ -18,6 +18,7 @@ struct ConformanceDefaults {
   std::string results_dir;   // unless ATTN_ORACLE_RESULTS_DIR
   std::string xfails_file;   // unless ATTN_ORACLE_XFAILS
   std::string skips_file;    // unless ATTN_ORACLE_SKIPS
+  std::string coverage_file; // unless ATTN_ORACLE_COVERAGE (coverage_targets.hpp)
 };
 
 // Records the defaults; returns true (so that it can initialise a static).

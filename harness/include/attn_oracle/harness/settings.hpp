@@ -31,6 +31,7 @@ struct Settings {
   // ATTN_ORACLE_STORE, ATTN_ORACLE_PROFILE, ATTN_ORACLE_SHAPE_STABLE.
   RunSettings run;
   std::string skips_file, xfails_file;  // ATTN_ORACLE_SKIPS, ATTN_ORACLE_XFAILS (test_lists.hpp)
+  std::string coverage_file;            // ATTN_ORACLE_COVERAGE: coverage targets (coverage_targets.hpp)
   std::string results_dir;              // ATTN_ORACLE_RESULTS_DIR: a conformance binary's per-test results
   bool isolate = true;                  // ATTN_ORACLE_ISOLATE=0: no child processes (isolation.hpp)
   double case_timeout_seconds = 120;    // ATTN_ORACLE_CASE_TIMEOUT: an isolated trial longer than this hangs
