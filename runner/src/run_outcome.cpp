@@ -204,4 +204,27 @@ std::string triage_cost_line(const PropertyOutcome& o) {
   return line;
 }
 
+void merge_outcome(PropertyOutcome& into, const PropertyOutcome& add) {
+  into.drawn += add.drawn, into.passed += add.passed, into.declined += add.declined, into.failed += add.failed;
+  for (const auto& [k, n] : add.decline_reasons) into.decline_reasons[k] += n;
+  for (const auto& [k, example] : add.decline_examples) into.decline_examples.emplace(k, example);
+  for (const auto& [k, c] : add.classes) into.classes[k].first += c.first, into.classes[k].second += c.second;
+  for (const auto& [k, n] : add.mix) into.mix[k] += n;
+  for (const PropertyFailure& f : add.failures)
+    if (std::none_of(into.failures.begin(), into.failures.end(),
+                     [&](const PropertyFailure& g) { return g.signature == f.signature; }))
+      into.failures.push_back(f);
+  merge_clusters(into.clusters, add.clusters);
+  into.shrunk += add.shrunk, into.shrink_trials += add.shrink_trials;
+  if (into.not_compared.empty()) into.not_compared = add.not_compared;
+  if (add.worst_ratio) into.worst_ratio = std::max(into.worst_ratio.value_or(0.0), *add.worst_ratio);
+  into.largest.rows = std::max(into.largest.rows, add.largest.rows);
+  into.largest.tokens = std::max(into.largest.tokens, add.largest.tokens);
+  into.largest.devices = std::max(into.largest.devices, add.largest.devices);
+  into.seconds += add.seconds;
+  into.draw_seconds += add.draw_seconds, into.backend_seconds += add.backend_seconds;
+  merge_store_replay(into.store, add.store);
+  if (into.message.empty()) into.message = add.message;
+}
+
 }  // namespace attn_oracle

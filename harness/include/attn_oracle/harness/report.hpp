@@ -102,16 +102,6 @@ std::string worker_starts_line(const WorkerStarts& starts);
 // attn-oracle's version and commit, and the compiler it was built with.
 std::vector<std::pair<std::string, std::string>> suite_versions();
 
-nlohmann::ordered_json outcome_to_json(const PropertyOutcome& o);
-PropertyOutcome outcome_from_json(const nlohmann::json& j);
-nlohmann::ordered_json failure_to_json(const PropertyFailure& f);
-PropertyFailure failure_from_json(const nlohmann::json& j);
-nlohmann::ordered_json cluster_to_json(const FailureCluster& c);
-FailureCluster cluster_from_json(const nlohmann::json& j);
-// Sums `add` into `into`: the same property on the same backend, over other
-// draws (another shard, or the draws after a crash). Failures join by signature;
-// the status is left to the caller.
-void merge_outcome(PropertyOutcome& into, const PropertyOutcome& add);
 
 std::string report_json(const CheckReport& report);
 std::string report_markdown(const CheckReport& report);

@@ -149,6 +149,19 @@ std::string not_compared_line(const PropertyOutcome& o);
 // "passed, but judged only 7 of 100 draws"), else "". The verdict stays passed.
 std::string thin_judgement(const PropertyOutcome& o);
 
+// The outcome, a failure and a cluster as JSON (a report's result, an isolated
+// child's report to its parent), and back; a field a reader lacks takes its default.
+nlohmann::ordered_json outcome_to_json(const PropertyOutcome& o);
+PropertyOutcome outcome_from_json(const nlohmann::json& j);
+nlohmann::ordered_json failure_to_json(const PropertyFailure& f);
+PropertyFailure failure_from_json(const nlohmann::json& j);
+nlohmann::ordered_json cluster_to_json(const FailureCluster& c);
+FailureCluster cluster_from_json(const nlohmann::json& j);
+// Sums `add` into `into`: the same property on the same backend, over other
+// draws (another shard, or the draws after a crash). Failures join by signature;
+// the status is left to the caller.
+void merge_outcome(PropertyOutcome& into, const PropertyOutcome& add);
+
 // Sets f's replay line (its case_path on `backend`) and rerun line (the
 // property with the run's seed and budget; `this_run` false for a stored case,
 // which no seed of this run reproduces: the property alone).
