@@ -1,5 +1,6 @@
 // coverage_targets.hpp: how many judged draws of an input class a run must have
-// (`check --require-coverage FILE`, docs/ci.md#coverage-targets). A target a line:
+// (`check --require-coverage FILE`, docs/ci.md#coverage-targets-check---require-coverage-file). A
+// target a line:
 //
 //   attention/matchesReference  layout keys 64k+1, head_dim>=64  >= 2  # the one-key last tile's rescale
 //   attention/                  layout GQA>4                     >= 5  # a GQA group of 8

@@ -5,7 +5,7 @@
 // per draw (RunSettings::draw_log), from every process of the run (isolated
 // children, --devices children) with one write each, so lines never interleave.
 //
-// Fields (docs/ci.md#what-was-drawn-check---log-draws):
+// Fields (docs/ci.md#what-was-drawn-check---log-draws-file):
 //   type "test_case"; property "BACKEND/PROPERTY"; run_start (unix seconds);
 //   status passed | failed | gave_up; status_reason (the failure's message or the
 //   decline's reason; "" when passed); representation (the case in one to three
