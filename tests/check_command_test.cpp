@@ -441,8 +441,11 @@ TEST(CheckCommand, GithubAnnotationsAreAnErrorLinePerFailureNamingItsCaseFile) {
   EXPECT_NE(line.find("file=" + shown + ","), std::string::npos) << line;
   EXPECT_NE(line.find(",title=" + backend + "/metadata/shiftingARowShiftsItsOffsets::"), std::string::npos) << line;
   EXPECT_NE(line.find("%0Areplay: "), std::string::npos) << line;
-  for (const json& r : report["results"])
-    if (r["verdict"] == "passed") EXPECT_EQ(out.find("title=" + r["id"].get<std::string>() + "::"), std::string::npos) << out;
+  for (const json& r : report["results"]) {
+    if (r["verdict"] == "passed") {
+      EXPECT_EQ(out.find("title=" + r["id"].get<std::string>() + "::"), std::string::npos) << out;
+    }
+  }
 }
 
 // --log-draws (runner/draw_log.hpp): a Hypothesis "test_case" line per search draw whose
@@ -463,7 +466,9 @@ TEST(CheckCommand, TheDrawLogHasAnObservationPerDrawMatchingTheReport) {
       EXPECT_TRUE(j.contains(key)) << key << " missing from " << line.substr(0, 200);
     EXPECT_EQ(j["type"], "test_case");
     ++statuses[j["property"]][j["status"]];
-    if (j["status"] == "failed") EXPECT_FALSE(j["status_reason"].get<std::string>().empty());
+    if (j["status"] == "failed") {
+      EXPECT_FALSE(j["status_reason"].get<std::string>().empty());
+    }
     EXPECT_TRUE(j["arguments"]["case"].contains("op")) << line.substr(0, 200);
   }
   ASSERT_EQ(statuses.size(), 2u);

@@ -125,7 +125,7 @@ TEST(Settings, GoogleTestsShardIsTheShardOfTheDraws) {
 // A conformance binary: its compiled-in directories and lists under the
 // environment, the failure store on, GoogleTest's shard on the draws.
 TEST(Settings, AConformanceBinarysDefaultsUnderTheEnvironment) {
-  set_conformance_defaults({"/build/x-failures", "/build/x-results", "/src/xfails.txt", "/src/skips.txt"});
+  set_conformance_defaults({"/build/x-failures", "/build/x-results", "/src/xfails.txt", "/src/skips.txt", ""});
   Settings s = conformance_settings({{"ATTN_ORACLE_SKIPS", "mine.txt"}, {"GTEST_TOTAL_SHARDS", "2"}, {"GTEST_SHARD_INDEX", "0"}});
   EXPECT_EQ(s.run.failures_dir, "/build/x-failures");
   EXPECT_EQ(s.results_dir, "/build/x-results");
