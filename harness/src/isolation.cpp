@@ -473,6 +473,7 @@ PropertyOutcome run_property_isolated(const PropertyDef& property, Backend& back
   const auto start = std::chrono::steady_clock::now();
   const int total = (settings.cases - settings.shard_index + settings.shard_count - 1) / std::max(1, settings.shard_count);
   RunSettings s = settings;
+  bool no_child = false;  // the program could not run a child at all
   for (;;) {
     s.known_signatures.clear();
     for (const PropertyFailure& f : out.failures) s.known_signatures.insert(f.signature);
@@ -482,7 +483,7 @@ PropertyOutcome run_property_isolated(const PropertyDef& property, Backend& back
     if (!run.spoke) {  // the program itself cannot run a child: nothing to shrink, and retrying repeats it
       out.message = "the isolated child process ended before its first draw (" + run.how +
                     "): its stderr says why; --no-isolation runs the property in this process";
-      out.status = PropertyOutcome::Status::failed;
+      no_child = true;
       break;
     }
     if (!run.stored_case.empty()) {  // a stored case crashed it: a failure as it is, and no replay again
@@ -503,7 +504,8 @@ PropertyOutcome run_property_isolated(const PropertyDef& property, Backend& back
     if (run.timed_out || s.first_draw >= settings.cases) break;
   }
   rank_failures(out, settings.max_failures);
-  if (out.message.empty() || out.status != PropertyOutcome::Status::failed) settle_status(out);
+  settle_status(out);
+  if (no_child) out.status = PropertyOutcome::Status::failed;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
 }

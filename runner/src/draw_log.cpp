@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include "attn_oracle/cases/case_file.hpp"
-#include "attn_oracle/cases/case_op.hpp"
+#include "attn_oracle/runner/run_outcome.hpp"
 #include "attn_oracle/cases/case_summary.hpp"
 
 namespace attn_oracle {
@@ -14,11 +14,7 @@ nlohmann::ordered_json observation_json(const DrawObservation& o) {
   nlohmann::ordered_json features = nlohmann::ordered_json::object(), arguments = {{"draw", o.draw}};
   std::string representation;
   if (o.drawn) {
-    const CoverageCell cell = op_of(*o.drawn).coverage(o.drawn->payload);
-    features["op " + std::string(op_of(*o.drawn).name())] = true;
-    if (cell.row != "-") features["mask " + cell.row] = true;
-    for (const std::string& l : cell.layouts) features["layout " + l] = true;
-    for (const std::string& d : cell.dtypes) features["dtype " + d] = true;
+    for (const std::string& key : mix_keys(*o.drawn)) features[key] = true;
     arguments["case"] = case_to_json(*o.drawn);
     representation = case_summary(*o.drawn);
   }

@@ -145,11 +145,7 @@ std::vector<std::string> classes_of(const Case& c) {
 }
 
 void tally_mix(const Case& c, PropertyOutcome& out) {
-  const CoverageCell cell = op_of(c).coverage(c.payload);
-  ++out.mix["op " + std::string(op_of(c).name())];
-  if (cell.row != "-") ++out.mix["mask " + cell.row];
-  for (const std::string& l : cell.layouts) ++out.mix["layout " + l];
-  for (const std::string& d : cell.dtypes) ++out.mix["dtype " + d];
+  for (const std::string& key : mix_keys(c)) ++out.mix[key];
   const CaseSize size = op_of(c).size(c.payload);
   out.largest.rows = std::max(out.largest.rows, size.rows);
   out.largest.tokens = std::max(out.largest.tokens, size.tokens);

@@ -13,6 +13,15 @@ namespace attn_oracle {
 
 std::string stored_case_word(int n) { return n == 1 ? "saved failure" : "saved failures"; }
 
+std::vector<std::string> mix_keys(const Case& c) {
+  const CoverageCell cell = op_of(c).coverage(c.payload);
+  std::vector<std::string> out = {"op " + std::string(op_of(c).name())};
+  if (cell.row != "-") out.push_back("mask " + cell.row);
+  for (const std::string& l : cell.layouts) out.push_back("layout " + l);
+  for (const std::string& d : cell.dtypes) out.push_back("dtype " + d);
+  return out;
+}
+
 void settle_status(PropertyOutcome& o) {
   o.status = PropertyOutcome::Status::passed;
   if (!o.failures.empty()) {

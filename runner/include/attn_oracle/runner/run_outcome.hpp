@@ -135,6 +135,9 @@ struct PropertyOutcome {
   double suite_seconds() const { return std::max(0.0, draw_seconds - backend_seconds); }
 };
 std::string_view to_string(PropertyOutcome::Status status);
+// What a draw held, as PropertyOutcome::mix counts it and the draw log's features name it:
+// "op attention", "mask causal", "layout GQA", "dtype bf16 fwd".
+std::vector<std::string> mix_keys(const Case& c);
 // Sets the status from the counts: failed with a failure, skipped (with the
 // most frequent reason) when every draw was declined, else passed.
 void settle_status(PropertyOutcome& o);
