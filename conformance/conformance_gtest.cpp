@@ -95,7 +95,7 @@ void write_result(const CheckResult& r, const RunSettings& s, const std::string&
   report.versions = suite_versions();
   report.seed = s.seed, report.cases = s.cases, report.max_size = s.max_size, report.max_failures = s.max_failures;
   report.profile = std::string(to_string(s.draws.profile));
-  report.shards = {std::to_string(s.shard_index + 1) + "/" + std::to_string(s.shard_count)};
+  report.shards = {to_string(s.shard)};
   report.failures_dir = std::filesystem::absolute(s.failures_dir).string();
   report.store = s.use_store;
   BackendInfo info{backend.name(), backend.version(), {}, "every input", std::nullopt};
@@ -103,7 +103,7 @@ void write_result(const CheckResult& r, const RunSettings& s, const std::string&
   for (Capability c : backend.capabilities()) info.capabilities.emplace_back(to_string(c));
   report.backends = {info};
   report.results = {r};
-  std::string stem = r.id() + ".shard-" + std::to_string(s.shard_index + 1) + "-of-" + std::to_string(s.shard_count);
+  std::string stem = r.id() + ".shard-" + std::to_string(s.shard.index + 1) + "-of-" + std::to_string(s.shard.count);
   for (char& c : stem)
     if (c == '/') c = '.';
   std::filesystem::create_directories(dir);
@@ -161,7 +161,7 @@ void PropertyCheck::TestBody() {
                                 : run_property_isolated(*property, *backend, settings, isolation);
   CheckResult r = verdict_of(o, xfails ? &*xfails : nullptr, run_arch(*backend, run_->settings.arch));
   // A shard's counts are a share of the run's: the targets are a whole run's.
-  if (run_->coverage && settings.shard_count == 1) run_->coverage->apply(r);
+  if (run_->coverage && settings.shard.count == 1) run_->coverage->apply(r);
   write_result(r, settings, results, *backend, before);
   if (const auto starts = backend->worker_starts()) std::cout << "[ worker   ] " << worker_starts_line(*starts) << " in this process\n";
   RecordProperty("draws", o.drawn);

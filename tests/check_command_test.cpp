@@ -215,7 +215,7 @@ TEST(CheckCommand, WorkerStartsAreReportedAndMergedShardsAddThemUp) {
   CheckOptions part = options("reference", "starts0", "metadata/matchesReference");
   for (int i = 0; i < 2; ++i) {
     part.report_dir = (kDir / ("starts" + std::to_string(i))).string();
-    part.shard = std::pair{i, 2};
+    part.shard = Shard{i, 2};
     check(part);
     json j = report_json("starts" + std::to_string(i));
     EXPECT_FALSE(j["backends"][0].contains("worker_starts"));
@@ -241,7 +241,7 @@ TEST(CheckCommand, TwoShardsMergedEqualOneRun) {
   for (int i = 0; i < 2; ++i) {
     CheckOptions part = whole;
     part.report_dir = (kDir / ("shard" + std::to_string(i))).string();
-    part.shard = std::pair{i, 2};
+    part.shard = Shard{i, 2};
     check(part);
   }
   const CheckEnvironment env;

@@ -232,7 +232,7 @@ TEST(PlantedBugs, KernelTileBugsFailOnThreeOfThreeSeedsShrunkAndReplayed) {
       for (int draw = 0; draw < s.cases && first < 0; ++draw)
         if (run_draw(property, context, s, draw, {}).kind == TrialResult::Kind::failed) first = draw;
       ASSERT_GE(first, 0) << bug.name << " escaped " << s.cases << " draws on seed " << seed;
-      s.shard_index = first, s.shard_count = s.cases;
+      s.shard = Shard{first, s.cases};
       const PropertyOutcome o = run_property(property, *backend, s);
       ASSERT_EQ(o.status, PropertyOutcome::Status::failed) << bug.name << " escaped on seed " << seed;
       ASSERT_FALSE(o.failures.empty());

@@ -114,11 +114,11 @@ TEST(Settings, AValueThatDoesNotParseLeavesTheDefault) {
 }
 
 TEST(Settings, GoogleTestsShardIsTheShardOfTheDraws) {
-  EXPECT_EQ(gtest_shard({{"GTEST_TOTAL_SHARDS", "3"}, {"GTEST_SHARD_INDEX", "1"}}), std::pair(1, 3));
+  EXPECT_EQ(gtest_shard({{"GTEST_TOTAL_SHARDS", "3"}, {"GTEST_SHARD_INDEX", "1"}}), (Shard{1, 3}));
   EXPECT_EQ(gtest_shard({{"GTEST_TOTAL_SHARDS", "3"}}), std::nullopt);
   EXPECT_EQ(gtest_shard({{"GTEST_TOTAL_SHARDS", "3"}, {"GTEST_SHARD_INDEX", "3"}}), std::nullopt);
   EXPECT_EQ(gtest_shard({{"GTEST_TOTAL_SHARDS", "x"}, {"GTEST_SHARD_INDEX", "0"}}), std::nullopt);
-  EXPECT_EQ(resolve_settings({{"GTEST_TOTAL_SHARDS", "3"}, {"GTEST_SHARD_INDEX", "1"}}).run.shard_count, 1)
+  EXPECT_EQ(resolve_settings({{"GTEST_TOTAL_SHARDS", "3"}, {"GTEST_SHARD_INDEX", "1"}}).run.shard.count, 1)
       << "only a conformance binary takes GoogleTest's shard";
 }
 
@@ -132,7 +132,7 @@ TEST(Settings, AConformanceBinarysDefaultsUnderTheEnvironment) {
   EXPECT_EQ(s.xfails_file, "/src/xfails.txt");
   EXPECT_EQ(s.skips_file, "mine.txt");
   EXPECT_TRUE(s.run.use_store);
-  EXPECT_EQ(std::pair(s.run.shard_index, s.run.shard_count), std::pair(0, 2));
+  EXPECT_EQ(s.run.shard, (Shard{0, 2}));
   EXPECT_FALSE(conformance_settings({{"ATTN_ORACLE_STORE", "off"}}).run.use_store);
   set_conformance_defaults({});
 }

@@ -194,14 +194,18 @@ CheckResult run_one(const PropertyDef& property, Backend& backend, const RunSett
     print_result(r);
     return r;
   }
+  struct : RunListener {
+    ProgressLine* line;
+    void progress(int done, int total) override { line->update(done, total); }
+  } progress;
   ProgressLine line(property.id + " on " + backend.name());
-  const auto progress = [&](int d, int t) { line.update(d, t); };
+  progress.line = &line;
   // A backend that isolates itself (a worker process) runs here, so that its
   // one worker serves every property of the run; a child process per property
   // would start a worker per property.
   PropertyOutcome o = options.isolate && !backend.isolates_itself()
-                          ? run_property_isolated(property, backend, settings, IsolationSettings{env.program, options.case_timeout_seconds}, progress)
-                          : run_property(property, backend, settings, progress);
+                          ? run_property_isolated(property, backend, settings, IsolationSettings{env.program, options.case_timeout_seconds}, &progress)
+                          : run_property(property, backend, settings, &progress);
   line.clear();
   CheckResult r = verdict_of(std::move(o), lists.xfails ? &*lists.xfails : nullptr, run_arch(backend, env.settings.arch));
   if (lists.coverage) lists.coverage->apply(r);
@@ -217,7 +221,7 @@ RunSettings check_settings(const CheckOptions& options, const CheckEnvironment& 
   if (options.cases) s.cases = *options.cases;
   if (options.seed) s.seed = *options.seed;
   if (options.random_seed) s.seed = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
-  if (options.shard) s.shard_index = options.shard->first, s.shard_count = options.shard->second;
+  if (options.shard) s.shard = *options.shard;
   if (options.profile) s.draws.profile = *options.profile;
   if (options.shape_stable) s.draws.shape_stable = true;
   s.max_failures = options.max_failures;
@@ -240,7 +244,7 @@ CheckReport start_report(const CheckOptions& options, const RunSettings& setting
   report.max_size = settings.max_size;
   report.profile = std::string(to_string(settings.draws.profile)) + (settings.draws.shape_stable ? ", shape-stable draws" : "");
   report.max_failures = settings.max_failures;
-  report.shards = {std::to_string(settings.shard_index + 1) + "/" + std::to_string(settings.shard_count)};
+  report.shards = {to_string(settings.shard)};
   report.filter = options.filter;
   report.skips_file = options.skips_file;
   report.xfails_file = options.xfails_file;

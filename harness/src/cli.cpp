@@ -92,16 +92,6 @@ std::string positive_integer(std::string& text) {
   return parse_number(text, n) && n >= 1 ? "" : "needs a positive integer";
 }
 
-// "I/N" with 1 <= I <= N, as 0-based (index, count).
-std::optional<std::pair<int, int>> parse_shard(const std::string& text) {
-  const size_t slash = text.find('/');
-  int i = 0, n = 0;
-  if (slash == std::string::npos || !parse_number(text.substr(0, slash), i) || !parse_number(text.substr(slash + 1), n) ||
-      n < 1 || i < 1 || i > n)
-    return std::nullopt;
-  return std::pair{i - 1, n};
-}
-
 const std::string kBackendHelp =
     "NAME: a registered backend (`backends` lists them) or exec:COMMAND, a worker process speaking docs/protocol.md";
 
@@ -168,7 +158,7 @@ void add_check_selection(CLI::App* check, CommandLine& v) {
                     wrapped("deep: long documents (up to 4096 tokens a side, 16 a row), tile edges and wide heads "
                             "drawn more often (default: $ATTN_ORACLE_PROFILE, else ci)"))
       ->type_name("ci|deep")
-      ->check(plain([](std::string& text) { return text == "ci" || text == "deep" ? "" : "takes ci or deep"; }));
+      ->check(plain([](std::string& text) { return size_profile_from(text) ? "" : "takes ci or deep"; }));
   check->add_flag("--shape-stable", v.shape_stable,
                   wrapped("sizes from a small menu (sides of 16, 64 or 144 tokens, 1 or 2 rows, M 4 or 8, heads 2/1 "
                           "or 2/2, head dims 8 and 64, no extra dims), so that a backend that compiles per shape "
@@ -418,7 +408,7 @@ int check_command(CommandLine& v, const CheckEnvironment& env) {
   if (v.seed == "random") o.random_seed = true;
   else if (!v.seed.empty()) o.seed = std::stoull(v.seed);
   if (!v.shard.empty()) o.shard = parse_shard(v.shard);
-  if (!v.profile.empty()) o.profile = v.profile == "deep" ? SizeProfile::deep : SizeProfile::ci;
+  if (!v.profile.empty()) o.profile = size_profile_from(v.profile);
   o.shape_stable = o.shape_stable || v.shape_stable;
   o.isolate = o.isolate && !v.no_isolation;
   return run_check_command(o, env);

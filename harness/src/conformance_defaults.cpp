@@ -34,7 +34,7 @@ Settings conformance_settings(const Environment& environment) {
   defaults.coverage_file = d.coverage_file;
   defaults.run.use_store = true;
   Settings s = resolve_settings(environment, std::move(defaults));
-  if (const auto shard = gtest_shard(environment)) s.run.shard_index = shard->first, s.run.shard_count = shard->second;
+  if (const auto shard = gtest_shard(environment)) s.run.shard = *shard;
   return s;
 }
 

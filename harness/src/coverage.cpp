@@ -68,15 +68,19 @@ std::string coverage_table(bool markdown) {
   settings.cases = kCoverageCasesPerProperty;
   settings.seed = kCoverageSeed;
   settings.failures_dir = (std::filesystem::temp_directory_path() / "attn-oracle-coverage").string();
-  std::string current;
-  settings.on_case_passed = [&](const Case& c) { tally(c, current, t); };
+  struct Tallying : RunListener {
+    Tally* t;
+    std::string current;
+    void case_passed(const Case& c) override { tally(c, current, *t); }
+  } tallying;
+  tallying.t = &t;
   // property -> "edge ..." / "rule ..." label -> passing draws (independent_rules.hpp)
   std::map<std::string, std::map<std::string, int>> edges;
   for (const PropertyDef& p : all_properties()) {
     auto backend = backend_for(p);
     if (!backend) continue;
-    current = p.id;
-    const PropertyOutcome o = run_property(p, *backend, settings);
+    tallying.current = p.id;
+    const PropertyOutcome o = run_property(p, *backend, settings, &tallying);
     for (const auto& [key, n] : o.mix)
       for (const char* prefix : {"label edge ", "label rule "})
         if (key.rfind(prefix, 0) == 0) edges[p.id][key.substr(6)] = n;

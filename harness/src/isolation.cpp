@@ -172,18 +172,28 @@ std::vector<size_t> path_from(const std::string& text) {
   return path;
 }
 
-// Every setting the child runs with, on its command line: a child reads no
-// setting from the environment (settings.hpp).
-std::vector<std::string> settings_args(const std::string& verb, const PropertyDef& p, const Backend& b,
-                                       const RunSettings& s) {
-  return {"attn-oracle-child", verb, "--property", p.id, "--backend", b.name(), "--seed", std::to_string(s.seed),
-          "--cases", std::to_string(s.cases), "--max-size", std::to_string(s.max_size), "--shard",
-          std::to_string(s.shard_index) + "/" + std::to_string(s.shard_count), "--max-failures",
-          std::to_string(s.max_failures), "--failures-dir", s.failures_dir, "--program", s.program,
-          "--first-draw", std::to_string(s.first_draw), "--known", nlohmann::json(s.known_signatures).dump(),
-          "--store", s.use_store ? (s.replay_store ? "replay" : "keep") : "off",
-          "--profile", std::string(to_string(s.draws.profile)), "--shape-stable", s.draws.shape_stable ? "1" : "0",
-          "--draw-log", s.draw_log};
+// What a child is asked to do: which property on which backend, from where,
+// and (for a trial) which case. With the run's settings, it is the child's
+// whole command line: `attn-oracle-child VERB --settings JSON --task JSON`. A
+// child reads no setting from the environment (settings.hpp).
+struct ChildTask {
+  std::string property, backend;
+  ResumePoint resume;
+  int draw = 0;
+  std::vector<size_t> path;
+  std::string write_case;  // a trial: where to write the case it checks ("": nowhere)
+};
+
+std::vector<std::string> child_args(const std::string& verb, const RunSettings& s, const ChildTask& t) {
+  const nlohmann::ordered_json task = {{"property", t.property}, {"backend", t.backend}, {"resume", to_json(t.resume)},
+                                       {"draw", t.draw},         {"path", t.path},       {"write_case", t.write_case}};
+  return {"attn-oracle-child", verb, "--settings", to_json(s).dump(), "--task", task.dump()};
+}
+
+ChildTask task_for(const PropertyDef& p, const Backend& b, const ResumePoint& resume = {}) {
+  ChildTask t;
+  t.property = p.id, t.backend = b.name(), t.resume = resume;
+  return t;
 }
 
 // ------------------------------------------------------------------ crashes
@@ -204,9 +214,9 @@ std::string no_answer(double timeout) { return "no answer within " + std::to_str
 // Draw k walked down `path`, run in a fresh child that first writes the case to `write_to`.
 CrashTrial trial_in_fresh_child(const PropertyDef& p, Backend& b, const RunSettings& s, int draw,
                                 const std::vector<size_t>& path, double timeout, const std::string& write_to) {
-  std::vector<std::string> args = settings_args("__child-trial", p, b, s);
-  args.insert(args.end(), {"--draw", std::to_string(draw), "--path", path_text(path), "--write-case", write_to});
-  auto child = Child::start(args);
+  ChildTask task = task_for(p, b);
+  task.draw = draw, task.path = path, task.write_case = write_to;
+  auto child = Child::start(child_args("__child-trial", s, task));
   if (!child) return {CrashTrial::Kind::crashed, "the child process could not be started"};
   bool timed_out = false;
   std::optional<std::string> line = child->next_line(timeout, timed_out);
@@ -222,7 +232,7 @@ CrashTrial trial_in_fresh_child(const PropertyDef& p, Backend& b, const RunSetti
 class TrialChildren {
  public:
   TrialChildren(const PropertyDef& p, Backend& b, const RunSettings& s, double timeout)
-      : args_(settings_args("__child-trials", p, b, s)), timeout_(timeout) {}
+      : args_(child_args("__child-trials", s, task_for(p, b))), timeout_(timeout) {}
 
   CrashTrial run(int draw, const std::vector<size_t>& path) {
     if (!child_)
@@ -302,48 +312,41 @@ PropertyFailure stored_crash(const PropertyDef& p, Backend& b, const RunSettings
 // ------------------------------------------------------------------ the child verbs
 struct ChildArgs {
   RunSettings settings;
-  std::string property, backend, write_case;
-  int draw = 0;
-  std::vector<size_t> path;
+  ChildTask task;
 };
 
+// `VERB --settings JSON --task JSON`, as child_args writes it.
 std::optional<ChildArgs> parse_child(const std::vector<std::string>& args) {
-  ChildArgs c;
+  if (args.size() != 5 || args[1] != "--settings" || args[3] != "--task") return std::nullopt;
   try {
-    for (size_t i = 1; i + 1 < args.size(); i += 2) {
-      const std::string& k = args[i];
-      const std::string& v = args[i + 1];
-      if (k == "--property") c.property = v;
-      else if (k == "--backend") c.backend = v;
-      else if (k == "--seed") c.settings.seed = std::stoull(v);
-      else if (k == "--cases") c.settings.cases = std::stoi(v);
-      else if (k == "--max-size") c.settings.max_size = std::stoi(v);
-      else if (k == "--max-failures") c.settings.max_failures = std::stoi(v);
-      else if (k == "--failures-dir") c.settings.failures_dir = v;
-      else if (k == "--program") c.settings.program = v;
-      else if (k == "--draw") c.draw = std::stoi(v);
-      else if (k == "--path") c.path = path_from(v);
-      else if (k == "--write-case") c.write_case = v;
-      else if (k == "--first-draw") c.settings.first_draw = std::stoi(v);
-      else if (k == "--known") c.settings.known_signatures = nlohmann::json::parse(v).get<std::set<std::string>>();
-      else if (k == "--store") c.settings.use_store = v != "off", c.settings.replay_store = v == "replay";
-      else if (k == "--profile") c.settings.draws.profile = v == "deep" ? SizeProfile::deep : SizeProfile::ci;
-      else if (k == "--shape-stable") c.settings.draws.shape_stable = v == "1";
-      else if (k == "--draw-log") c.settings.draw_log = v;
-      else if (k == "--shard") {
-        const size_t slash = v.find('/');
-        c.settings.shard_index = std::stoi(v.substr(0, slash)), c.settings.shard_count = std::stoi(v.substr(slash + 1));
-      } else return std::nullopt;
-    }
-  } catch (const std::exception&) {  // also nlohmann::json's parse and type errors
+    ChildArgs c;
+    c.settings = run_settings_from_json(nlohmann::json::parse(args[2]));
+    const nlohmann::json task = nlohmann::json::parse(args[4]);
+    ChildTask& t = c.task;
+    t.property = task.at("property").get<std::string>(), t.backend = task.at("backend").get<std::string>();
+    t.resume = resume_point_from_json(task.at("resume"));
+    t.draw = task.at("draw").get<int>(), t.path = task.at("path").get<std::vector<size_t>>();
+    t.write_case = task.at("write_case").get<std::string>();
+    return c;
+  } catch (const std::exception&) {  // nlohmann::json's parse and type errors, a bad shard or profile
     return std::nullopt;
   }
-  return c;
 }
 
 constexpr const char* kTrialKinds[] = {"passed", "failed", "declined", "none"};  // by TrialResult::Kind
 
 void say(const std::string& line) { write_all(kProtocolFd, line + "\n"); }
+
+// A `__child-property` child's run, told to its supervisor line by line (run_child reads them).
+struct ToSupervisor : RunListener {
+  void before_trial(int draw, const std::vector<size_t>& path) override {
+    say("trial " + std::to_string(draw) + " " + path_text(path));
+  }
+  void after_draw(int draw, std::string_view kind) override { say("draw " + std::to_string(draw) + " " + std::string(kind)); }
+  void failure_found(const PropertyFailure& f) override { say("failure " + failure_to_json(f).dump()); }
+  void before_stored_case(const std::string& path) override { say("stored " + path); }
+  void store_replayed(const StoreReplay& r) override { say("store " + store_replay_to_json(r).dump()); }
+};
 
 }  // namespace
 
@@ -353,20 +356,21 @@ bool is_isolation_child_verb(const std::string& verb) {
 
 int run_isolation_child(const std::vector<std::string>& args) {
   const auto c = parse_child(args);
-  const PropertyDef* property = c ? find_property(c->property) : nullptr;
-  auto backend = c ? BackendRegistry::instance().make(c->backend) : nullptr;
+  const PropertyDef* property = c ? find_property(c->task.property) : nullptr;
+  auto backend = c ? BackendRegistry::instance().make(c->task.backend) : nullptr;
   if (!property || !backend) return 2;
-  RunSettings s = c->settings;
+  const RunSettings& s = c->settings;
+  const ChildTask& task = c->task;
   if (args[0] == "__child-trial") {
-    const TrialResult r = run_draw(*property, draw_context(*backend, s.draws), s, c->draw, c->path, [&](const Case& drawn) {
-      if (c->write_case.empty()) return;
+    const TrialResult r = run_draw(*property, draw_context(*backend, s.draws), s, task.draw, task.path, [&](const Case& drawn) {
+      if (task.write_case.empty()) return;
       Case written = drawn;
       PropertyRecord& record = written.property ? *written.property : written.property.emplace();
       record.id = property->id, record.backend = backend->name(), record.backend_version = backend->version();
       record.seed = s.seed;
       written.note = "the case " + property->id + " was checking on backend " + backend->name() + " when it crashed or hung (seed " +
-                     std::to_string(s.seed) + ", draw " + std::to_string(c->draw) + ")";
-      write_case_file(c->write_case, written);
+                     std::to_string(s.seed) + ", draw " + std::to_string(task.draw) + ")";
+      write_case_file(task.write_case, written);
     });
     say(std::string("result ") + kTrialKinds[static_cast<int>(r.kind)]);
     return 0;
@@ -386,14 +390,8 @@ int run_isolation_child(const std::vector<std::string>& args) {
     }
     return 0;
   }
-  s.before_trial = [](int draw, const std::vector<size_t>& path) {
-    say("trial " + std::to_string(draw) + " " + path_text(path));
-  };
-  s.after_draw = [](int draw, std::string_view kind) { say("draw " + std::to_string(draw) + " " + std::string(kind)); };
-  s.on_failure = [](const PropertyFailure& f) { say("failure " + failure_to_json(f).dump()); };
-  s.before_stored_case = [](const std::string& path) { say("stored " + path); };
-  s.on_store_replayed = [](const StoreReplay& r) { say("store " + store_replay_to_json(r).dump()); };
-  const PropertyOutcome o = run_property(*property, *backend, s);
+  ToSupervisor to_supervisor;
+  const PropertyOutcome o = run_property(*property, *backend, s, &to_supervisor, task.resume);
   say("outcome " + outcome_to_json(o).dump());
   return 0;
 }
@@ -412,10 +410,10 @@ struct ChildRun {
   std::string stored_case;  // the stored case in flight when it died (failure_store.hpp)
 };
 
-ChildRun run_child(const PropertyDef& property, Backend& backend, const RunSettings& settings,
-                   const IsolationSettings& isolation, int total, int done_before, const ProgressFn& progress) {
+ChildRun run_child(const PropertyDef& property, Backend& backend, const RunSettings& settings, const ResumePoint& resume,
+                   const IsolationSettings& isolation, int total, int done_before, RunListener& listener) {
   ChildRun run;
-  auto child = Child::start(settings_args("__child-property", property, backend, settings));
+  auto child = Child::start(child_args("__child-property", settings, task_for(property, backend, resume)));
   if (!child) return run.crashed = true, run.how = "the child process could not be started", run;
   PropertyOutcome& out = run.outcome;
   while (auto line = child->next_line(isolation.case_timeout_seconds, run.timed_out)) {
@@ -444,7 +442,7 @@ ChildRun run_child(const PropertyDef& property, Backend& backend, const RunSetti
       run.path.clear();
       ++out.drawn;
       out.passed += kind == "passed", out.declined += kind == "declined", out.failed += kind == "failed";
-      if (progress) progress(done_before + out.drawn, total);
+      listener.progress(done_before + out.drawn, total);
     } else if (verb == "failure") {
       out.failures.push_back(failure_from_json(nlohmann::json::parse(line->substr(8))));
     }
@@ -464,20 +462,23 @@ ChildRun run_child(const PropertyDef& property, Backend& backend, const RunSetti
 // goes on from the draw after it, with the failures found so far, until the
 // draws run out. A hang ends the property.
 PropertyOutcome run_property_isolated(const PropertyDef& property, Backend& backend, const RunSettings& settings,
-                                      const IsolationSettings& isolation, const ProgressFn& progress) {
+                                      const IsolationSettings& isolation, RunListener* listener_or_none) {
   if (skipped_before_drawing(property, draw_context(backend, settings.draws)))
     return run_property(property, backend, settings);  // nothing runs
+  RunListener quiet;
+  RunListener& listener = listener_or_none ? *listener_or_none : quiet;
   PropertyOutcome out;
   out.property = property.id, out.backend = backend.name(), out.backend_version = backend.version();
   out.seed = settings.seed;
   const auto start = std::chrono::steady_clock::now();
-  const int total = (settings.cases - settings.shard_index + settings.shard_count - 1) / std::max(1, settings.shard_count);
-  RunSettings s = settings;
+  const int total = draws_in_shard(settings.cases, settings.shard);
+  const RunSettings& s = settings;
+  ResumePoint resume;
   bool no_child = false;  // the program could not run a child at all
   for (;;) {
-    s.known_signatures.clear();
-    for (const PropertyFailure& f : out.failures) s.known_signatures.insert(f.signature);
-    ChildRun run = run_child(property, backend, s, isolation, total, out.drawn, progress);
+    resume.known_signatures.clear();
+    for (const PropertyFailure& f : out.failures) resume.known_signatures.insert(f.signature);
+    ChildRun run = run_child(property, backend, s, resume, isolation, total, out.drawn, listener);
     merge_outcome(out, run.outcome);
     if (!run.crashed) break;
     if (!run.spoke) {  // the program itself cannot run a child: nothing to shrink, and retrying repeats it
@@ -489,19 +490,19 @@ PropertyOutcome run_property_isolated(const PropertyDef& property, Backend& back
     if (!run.stored_case.empty()) {  // a stored case crashed it: a failure as it is, and no replay again
       out.failures.push_back(stored_crash(property, backend, s, run.stored_case, run.how));
       ++out.store.replayed, ++out.store.still_failing;
-      s.replay_store = false;
+      resume.replay_store = false;
       continue;
     }
     // A crash in the search is a draw that failed; in a shrink, that draw was counted already.
     if (run.path.empty()) ++out.drawn, ++out.failed;
-    if (!s.known_signatures.count(std::string(kCrashSignature)))
+    if (!resume.known_signatures.count(std::string(kCrashSignature)))
       out.failures.push_back(shrink_crash(property, backend, s, isolation, run.draw, run.path, run.how, run.timed_out));
     else  // the crash shown already: one more draw of its cluster
       for (const PropertyFailure& f : out.failures)
         if (f.signature == kCrashSignature) merge_clusters(out.clusters, {cluster_of_message(f.message, run.draw)});
-    s.first_draw = run.draw + 1;
+    resume.first_draw = run.draw + 1;
     // After a hang, more of the same would cost a time limit each: stop there.
-    if (run.timed_out || s.first_draw >= settings.cases) break;
+    if (run.timed_out || resume.first_draw >= settings.cases) break;
   }
   rank_failures(out, settings.max_failures);
   settle_status(out);

@@ -47,7 +47,7 @@ void resolve_run(const Environment& environment, Settings& s) {
     if (run.use_store && *store != "on" && *store != "1") run.failures_dir = *store;
   }
   if (const std::string* profile = find(environment, "ATTN_ORACLE_PROFILE"))
-    run.draws.profile = *profile == "deep" ? SizeProfile::deep : SizeProfile::ci;
+    run.draws.profile = size_profile_from(*profile).value_or(SizeProfile::ci);
   if (const std::string* menu = find(environment, "ATTN_ORACLE_SHAPE_STABLE"))
     run.draws.shape_stable = !menu->empty() && *menu != "0" && *menu != "off";
 }
@@ -69,7 +69,7 @@ Settings resolve_settings(const Environment& environment, Settings s) {
   return s;
 }
 
-std::optional<std::pair<int, int>> gtest_shard(const Environment& environment) {
+std::optional<Shard> gtest_shard(const Environment& environment) {
   const std::string* total = find(environment, "GTEST_TOTAL_SHARDS");
   const std::string* index = find(environment, "GTEST_SHARD_INDEX");
   if (!total || !index) return std::nullopt;
@@ -79,7 +79,7 @@ std::optional<std::pair<int, int>> gtest_shard(const Environment& environment) {
     return ec == std::errc() && end == text.data() + text.size();
   };
   if (!parsed(*index, i) || !parsed(*total, n) || n < 1 || i < 0 || i >= n) return std::nullopt;
-  return std::pair{i, n};
+  return Shard{i, n};
 }
 
 void install_process_settings(const Settings& settings) {

@@ -32,7 +32,7 @@ nlohmann::ordered_json observation_json(const DrawObservation& o) {
            {{"backend", o.backend},
             {"backend_version", o.backend_version},
             {"seed", o.seed},
-            {"shard", std::to_string(o.shard_index + 1) + "/" + std::to_string(o.shard_count)}}},
+            {"shard", to_string(o.shard)}}},
           {"property", o.backend + "/" + o.property},
           {"run_start", o.run_start}};
 }

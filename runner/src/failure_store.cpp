@@ -105,17 +105,17 @@ PropertyFailure stored_failure(const PropertyDef& property, Backend& backend, co
 }
 
 // One stored case checked: true when it still fails (then it joins `out`).
-bool replay_one(const PropertyDef& property, Backend& backend, RunSettings& s, const Case& c, const fs::path& path,
-                PropertyOutcome& out) {
-  if (s.before_stored_case) s.before_stored_case(path.string());
+bool replay_one(const PropertyDef& property, Backend& backend, const RunSettings& s, ResumePoint& resume,
+                RunListener& listener, const Case& c, const fs::path& path, PropertyOutcome& out) {
+  listener.before_stored_case(path.string());
   const Judgement j = check_property(property, backend, c);
   if (j.status != Judgement::Status::fail) return false;
   const std::string prefix = property.id + ": ";
   std::string message = j.lines.empty() ? "failed" : j.lines.front();
   if (message.rfind(prefix, 0) == 0) message.erase(0, prefix.size());
   PropertyFailure f = stored_failure(property, backend, s, c, path.string(), message);
-  s.known_signatures.insert(f.signature);
-  if (s.on_failure) s.on_failure(f);
+  resume.known_signatures.insert(f.signature);
+  listener.failure_found(f);
   out.failures.push_back(std::move(f));
   return true;
 }
@@ -153,8 +153,9 @@ std::string keep_counterexample(const Case& c, const BackendIdentity& who, const
   return fs::absolute(path).string();
 }
 
-void replay_stored_failures(const PropertyDef& property, Backend& backend, RunSettings& s, PropertyOutcome& out) {
-  if (!s.use_store || !s.replay_store || s.first_draw > 0 || s.shard_index != 0) return;
+void replay_stored_failures(const PropertyDef& property, Backend& backend, const RunSettings& s, ResumePoint& resume,
+                            RunListener& listener, PropertyOutcome& out) {
+  if (!s.use_store || !resume.replay_store || resume.first_draw > 0 || s.shard.index != 0) return;
   const fs::path dir = property_store_dir(s.failures_dir, backend.identity(), property.id);
   std::string problem;
   const std::map<std::string, int> index = read_index(dir, &problem);
@@ -176,7 +177,7 @@ void replay_stored_failures(const PropertyDef& property, Backend& backend, RunSe
       continue;
     }
     ++r.replayed;
-    if (replay_one(property, backend, s, c.value(), path, out)) {
+    if (replay_one(property, backend, s, resume, listener, c.value(), path, out)) {
       ++r.still_failing, passing[hash] = 0;
       continue;
     }
@@ -197,7 +198,7 @@ void replay_stored_failures(const PropertyDef& property, Backend& backend, RunSe
         fs::remove(dir / (hash + ".case.json"), ec);
       }
     });
-  if (s.on_store_replayed) s.on_store_replayed(r);
+  listener.store_replayed(r);
 }
 
 std::vector<std::string> orphaned_store_notes(const std::string& dir, const BackendIdentity& who) {

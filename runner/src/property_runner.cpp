@@ -30,7 +30,7 @@ constexpr int kDeclinedDetourTrials = 32;
 // shrink's index among its siblings (a detour adds two). A hang ends it: each
 // smaller case that still hangs would cost a whole time limit. `trials` counts
 // what it cost.
-Trial shrink(const PropertyDef& p, Backend& backend, const RunSettings& s, int draw, rc::Shrinkable<Case> best,
+Trial shrink(const PropertyDef& p, Backend& backend, RunListener& listener, int draw, rc::Shrinkable<Case> best,
              Trial failing, int& steps, int& trials, const std::function<bool(const Trial&)>& stays) {
   std::vector<size_t> path;
   std::vector<std::pair<size_t, rc::Shrinkable<Case>>> declined;
@@ -40,7 +40,7 @@ Trial shrink(const PropertyDef& p, Backend& backend, const RunSettings& s, int d
   // best. A declined child of `best` is kept for a detour.
   const auto accept_if_failing = [&](const rc::Shrinkable<Case>& candidate, const std::vector<size_t>& at) {
     path.insert(path.end(), at.begin(), at.end());
-    if (s.before_trial) s.before_trial(draw, path);
+    listener.before_trial(draw, path);
     Trial t = run_trial(p, backend, candidate);
     ++trials;
     if (t.kind == Trial::Kind::failed && t.c && stays(t)) {
@@ -212,7 +212,7 @@ void log_draw(const RunSettings& s, const PropertyOutcome& out, int k, double ru
   DrawObservation o;
   o.property = out.property, o.backend = out.backend, o.backend_version = out.backend_version;
   o.seed = s.seed, o.draw = k, o.cases = s.cases, o.size = size_for(s, k);
-  o.shard_index = s.shard_index, o.shard_count = s.shard_count, o.run_start = run_start;
+  o.shard = s.shard, o.run_start = run_start;
   o.status = t.kind == Trial::Kind::passed ? "passed" : t.kind == Trial::Kind::declined ? "gave_up" : "failed";
   o.reason = t.kind == Trial::Kind::passed ? "" : t.message;
   o.drawn = t.c ? &*t.c : nullptr;
@@ -224,7 +224,9 @@ void log_draw(const RunSettings& s, const PropertyOutcome& out, int k, double ru
 
 
 PropertyOutcome run_property(const PropertyDef& property, Backend& backend, const RunSettings& settings,
-                             const ProgressFn& progress) {
+                             RunListener* listener_or_none, const ResumePoint& resume_from) {
+  RunListener quiet;
+  RunListener& listener = listener_or_none ? *listener_or_none : quiet;
   const auto start = std::chrono::steady_clock::now();
   PropertyOutcome out;
   out.property = property.id;
@@ -241,23 +243,24 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
   out.not_compared = outputs_not_compared(property, backend.outputs());
   RunSettings s = settings;
   s.max_size = std::clamp(s.max_size, 0, 100);
-  s.shard_count = std::max(1, s.shard_count);
+  s.shard.count = std::max(1, s.shard.count);
   const rc::Gen<Case> gen = rc::gen::exec([&property, &context] { return property.draw(context); });
-  replay_stored_failures(property, backend, s, out);  // before any draw; their groups become known
-  Triage triage(s.max_failures, s.known_signatures, out.backend, property.needs);
+  ResumePoint resume = resume_from;
+  replay_stored_failures(property, backend, s, resume, listener, out);  // before any draw; their groups become known
+  Triage triage(s.max_failures, resume.known_signatures, out.backend, property.needs);
   for (PropertyFailure& f : out.failures) f.cluster = triage.adopt(f.message, f.counterexample, f.case_path);
-  const int total = (s.cases - s.shard_index + s.shard_count - 1) / s.shard_count;
-  const int first = s.shard_index + std::max(0, s.first_draw - s.shard_index + s.shard_count - 1) / s.shard_count * s.shard_count;
-  for (int k = first; k < s.cases; k += s.shard_count) {
+  const Shard shard = s.shard;
+  const int total = draws_in_shard(s.cases, shard);
+  const int first = shard.index + std::max(0, resume.first_draw - shard.index + shard.count - 1) / shard.count * shard.count;
+  for (int k = first; k < s.cases; k += shard.count) {
     const rc::Shrinkable<Case> shrinkable = gen(random_for(s.seed, k), size_for(s, k));
-    if (s.before_trial) s.before_trial(k, {});
+    listener.before_trial(k, {});
     const auto draw_start = std::chrono::steady_clock::now();
     const double backend_before = backend_seconds_on_this_thread();
     Trial t = run_trial(property, backend, shrinkable);
     out.draw_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - draw_start).count();
     out.backend_seconds += backend_seconds_on_this_thread() - backend_before;
-    if (s.after_draw)
-      s.after_draw(k, t.kind == Trial::Kind::passed ? "passed" : t.kind == Trial::Kind::declined ? "declined" : "failed");
+    listener.after_draw(k, t.kind == Trial::Kind::passed ? "passed" : t.kind == Trial::Kind::declined ? "declined" : "failed");
     if (!s.draw_log.empty()) log_draw(s, out, k, run_start, t, backend_seconds_on_this_thread() - backend_before,
                                       std::chrono::steady_clock::now() - draw_start);
     ++out.drawn;
@@ -268,12 +271,12 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
         out.classes[c].second += t.kind == Trial::Kind::declined;
       }
     }
-    if (progress) progress(out.drawn, total);
+    listener.progress(out.drawn, total);
     if (t.kind == Trial::Kind::passed) {
       ++out.passed;
       for (const std::string& l : t.labels) ++out.mix["label " + l];
       if (t.worst_ratio) out.worst_ratio = std::max(out.worst_ratio.value_or(0.0), *t.worst_ratio);
-      if (s.on_case_passed) s.on_case_passed(*t.c);
+      listener.case_passed(*t.c);
       continue;
     }
     if (t.kind == Trial::Kind::declined) {
@@ -293,7 +296,7 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
     PropertyFailure f;
     f.draw = k;
     ++out.shrunk;
-    t = shrink(property, backend, s, k, shrinkable, std::move(t), f.shrinks, out.shrink_trials,
+    t = shrink(property, backend, listener, k, shrinkable, std::move(t), f.shrinks, out.shrink_trials,
                [&](const Trial& candidate) { return triage.same_root(d, candidate.message, *candidate.c); });
     if (!t.hung && !input_classes_of(*t.c).empty())
       t = out_of_classes(property, backend, triage, d, std::move(t), out.shrink_trials);
@@ -307,7 +310,7 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
       f.cluster = triage.last_cluster();
       save(f, out, s, backend);
       triage.attach(f.cluster, f.case_path);
-      if (s.on_failure) s.on_failure(f);
+      listener.failure_found(f);
       out.failures.push_back(std::move(f));
     }
     if (hung) break;  // more of the same would cost a time limit each (the draws after it are not run)

@@ -30,7 +30,7 @@ struct CheckOptions {
   std::string draw_log;                // --log-draws FILE: a JSON line per draw (runner/draw_log.hpp)
   std::string coverage_file;           // --require-coverage FILE: judged draws per class (coverage_targets.hpp)
   std::vector<std::string> arguments;  // check's own arguments as given: what the children of --devices get
-  std::optional<std::pair<int, int>> shard;  // (index, count); default the settings' (a conformance binary's GoogleTest shard)
+  std::optional<Shard> shard;  // default the settings' (a conformance binary's GoogleTest shard)
   std::optional<SizeProfile> profile;  // --profile; default the settings' (ATTN_ORACLE_PROFILE)
   bool shape_stable = false;           // --shape-stable, or the settings' (ATTN_ORACLE_SHAPE_STABLE)
   int max_failures = 3;                // distinct failures per property

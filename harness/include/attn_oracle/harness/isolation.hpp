@@ -31,7 +31,7 @@ struct IsolationSettings {
 };
 
 PropertyOutcome run_property_isolated(const PropertyDef& property, Backend& backend, const RunSettings& settings,
-                                      const IsolationSettings& isolation, const ProgressFn& progress = {});
+                                      const IsolationSettings& isolation, RunListener* listener = nullptr);
 
 // True for the verbs the supervisor starts children with.
 bool is_isolation_child_verb(const std::string& verb);

@@ -49,10 +49,10 @@ struct Settings {
 // leaves the default, except ATTN_ORACLE_THREADS (parse_reference_threads).
 Settings resolve_settings(const Environment& environment, Settings defaults = {});
 
-// GoogleTest's GTEST_SHARD_INDEX / GTEST_TOTAL_SHARDS as (index, count), index
-// from 0; nullopt when either is unset or they do not make a shard. A
+// GoogleTest's GTEST_SHARD_INDEX / GTEST_TOTAL_SHARDS as a Shard (index from
+// 0); nullopt when either is unset or they do not make a shard. A
 // conformance binary shards the draws of every property with it.
-std::optional<std::pair<int, int>> gtest_shard(const Environment& environment);
+std::optional<Shard> gtest_shard(const Environment& environment);
 
 // The process-wide limits (memory budget, reference threads) and the exec:
 // workers' time limit, installed once at the program's edge.

@@ -5,6 +5,7 @@
 // environment.
 #pragma once
 
+#include <optional>
 #include <string_view>
 
 namespace attn_oracle {
@@ -21,6 +22,12 @@ namespace attn_oracle {
 //    draws 4 times the ci budget.
 enum class SizeProfile { ci, deep };
 std::string_view to_string(SizeProfile profile);
+// "ci" or "deep", as to_string writes them; nullopt for anything else.
+inline std::optional<SizeProfile> size_profile_from(std::string_view text) {
+  if (text == "ci") return SizeProfile::ci;
+  if (text == "deep") return SizeProfile::deep;
+  return std::nullopt;
+}
 
 struct DrawSettings {
   SizeProfile profile = SizeProfile::ci;

@@ -24,13 +24,15 @@
 #include <nlohmann/json.hpp>
 
 #include "attn_oracle/cases/case.hpp"
+#include "attn_oracle/runner/run_settings.hpp"
 
 namespace attn_oracle {
 
 struct DrawObservation {
   std::string property, backend, backend_version;
   uint64_t seed = 0;
-  int draw = 0, cases = 0, size = 0, shard_index = 0, shard_count = 1;
+  int draw = 0, cases = 0, size = 0;
+  Shard shard;
   double run_start = 0.0;
   std::string status;  // passed, failed, gave_up
   std::string reason;

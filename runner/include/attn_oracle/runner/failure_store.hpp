@@ -20,7 +20,7 @@
 // again), a case that passes is kept as fixed and retired (deleted) after
 // kRetirePassingRuns passing runs in a row. A stored file that cannot be read
 // is reported and skipped. A run replays once per property: not in shard
-// i > 0, not when an isolated run resumes after a crash (first_draw > 0).
+// i > 0, not when an isolated run resumes after a crash (ResumePoint::first_draw > 0).
 // With the store off, counterexamples are written the same way but not listed:
 // the next run replays nothing of them.
 //
@@ -62,10 +62,12 @@ std::string property_store_dir(const std::string& dir, const BackendIdentity& wh
 std::string keep_counterexample(const Case& c, const BackendIdentity& who, const std::string& property,
                                 const RunSettings& s);
 
-// Replays the stored cases of `property` on `backend` (when `s` says this run
-// replays): each still failing one joins out.failures (marked from_store) and
-// its signature joins s.known_signatures; out.store says what was found.
-void replay_stored_failures(const PropertyDef& property, Backend& backend, RunSettings& s, PropertyOutcome& out);
+// Replays the stored cases of `property` on `backend` (when the store is on and
+// `resume` is the start of the run's first shard): each still failing one joins
+// out.failures (marked from_store), its signature joins resume.known_signatures,
+// and `listener` hears of each; out.store says what was found.
+void replay_stored_failures(const PropertyDef& property, Backend& backend, const RunSettings& s, ResumePoint& resume,
+                            RunListener& listener, PropertyOutcome& out);
 
 // One line per property directory under the backend's store directory whose
 // property this build does not have: its cases are never replayed.

@@ -27,10 +27,10 @@
 
 namespace attn_oracle {
 
-using ProgressFn = std::function<void(int draws_done, int draws_total)>;
-
+// The run of `property` on `backend`: the draws of settings.shard from
+// resume.first_draw on, each told to `listener` (run_settings.hpp) as it goes.
 PropertyOutcome run_property(const PropertyDef& property, Backend& backend, const RunSettings& settings,
-                             const ProgressFn& progress = {});
+                             RunListener* listener = nullptr, const ResumePoint& resume = {});
 
 // Draw k of a run, walked down `path` (shrink indices), then checked: what a
 // supervising process asks a fresh child for when it shrinks a crash.

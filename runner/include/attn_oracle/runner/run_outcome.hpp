@@ -1,11 +1,10 @@
-// run_outcome.hpp: what a property run is given and what it gives back: the
-// run's settings, each distinct failure (shrunk, written, with the lines that
+// run_outcome.hpp: what a property run gives back (run_settings.hpp: what it
+// is given): each distinct failure (shrunk, written, with the lines that
 // replay and rerun it), the outcome with its counts, clusters and store replay,
 // and the failures ranked for the reports (triage.hpp clusters them).
 #pragma once
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -16,7 +15,7 @@
 
 #include "attn_oracle/cases/case.hpp"
 #include "attn_oracle/cases/case_op.hpp"
-#include "attn_oracle/properties/draw_settings.hpp"
+#include "attn_oracle/runner/run_settings.hpp"
 #include "attn_oracle/runner/triage.hpp"
 
 namespace attn_oracle {
@@ -42,44 +41,6 @@ void merge_store_replay(StoreReplay& into, const StoreReplay& add);
 // The "store" object of a report's result (report.hpp), and back.
 nlohmann::ordered_json store_replay_to_json(const StoreReplay& r);
 StoreReplay store_replay_from_json(const nlohmann::json& j);
-
-// The seed of every run that is not given one: runs are reproducible by default.
-inline constexpr uint64_t kDefaultSeed = 20261122;
-
-struct RunSettings {
-  int cases = 100;        // draws per property
-  int max_size = 100;     // RapidCheck size; kept <= 100
-  uint64_t seed = kDefaultSeed;
-  int shard_index = 0, shard_count = 1;  // this process runs draws k with k % count == index
-  int max_failures = 3;   // failure clusters shown in full per property (the others get a line each)
-  DrawSettings draws;     // the size profile and the size menu of the draws
-  std::string failures_dir = "attn-oracle-failures";  // where counterexample case files go (failure_store.hpp)
-  // Whether failures_dir is also a failure store: its failures replayed first,
-  // new ones kept for the next run. Off here, so that a test's result never
-  // depends on an earlier run; `check` and the conformance binaries turn it on
-  // (ATTN_ORACLE_STORE, --store DIR, --no-store: harness/settings.hpp).
-  bool use_store = false;
-  bool replay_store = true;  // false once a stored case crashed the child replaying it (isolation.hpp)
-  std::string program = "attn-oracle";  // the command the printed replay and rerun lines start with
-  std::string draw_log;  // a file each search draw is appended to as a JSON line (draw_log.hpp); "": none
-  // Where a resumed run starts (isolation.hpp: after a crash, a fresh child
-  // goes on from the next draw) and the failures it has already reported.
-  int first_draw = 0;
-  std::set<std::string> known_signatures;  // Triage groups shrunk already
-  // Called with every case that passed (the coverage tally).
-  std::function<void(const Case&)> on_case_passed;
-  // Called before each trial: draw k, and the shrink path from draw k to the
-  // case being tried (empty in the search). A supervising process learns from
-  // it which case a crash happened in (isolation.hpp).
-  std::function<void(int draw, const std::vector<size_t>& path)> before_trial;
-  // Called after each draw of the search with "passed", "declined" or "failed".
-  std::function<void(int draw, std::string_view kind)> after_draw;
-  // Called with each distinct failure once it is shrunk and written (or replayed from the store).
-  std::function<void(const struct PropertyFailure&)> on_failure;
-  // Called before each stored case is checked, and with what the replay found.
-  std::function<void(const std::string& case_path)> before_stored_case;
-  std::function<void(const StoreReplay&)> on_store_replayed;
-};
 
 // One distinct failure of a property: shrunk, written, and how to get back to it.
 struct PropertyFailure {
