@@ -124,6 +124,37 @@ TEST(Settings, GoogleTestsShardIsTheShardOfTheDraws) {
 
 // A conformance binary: its compiled-in directories and lists under the
 // environment, the failure store on, GoogleTest's shard on the draws.
+// What an isolated child is given (isolation.hpp): every field survives the
+// JSON form, and the shard has one spelling, 1-based, as --shard takes it.
+TEST(Settings, RunSettingsRoundTripThroughTheirJson) {
+  RunSettings s;
+  s.cases = 7, s.max_size = 40, s.seed = UINT64_MAX, s.shard = Shard{2, 3}, s.max_failures = 1;
+  s.draws.profile = SizeProfile::deep, s.draws.shape_stable = true;
+  s.failures_dir = "dir with spaces", s.use_store = true, s.program = "vendor-conformance", s.draw_log = "/tmp/d.jsonl";
+  const nlohmann::json j = to_json(s);
+  EXPECT_EQ(j["shard"], "3/3");
+  EXPECT_EQ(to_json(run_settings_from_json(nlohmann::json::parse(j.dump()))), to_json(s));
+  EXPECT_EQ(to_json(run_settings_from_json(nlohmann::json::object())), to_json(RunSettings{}));
+  EXPECT_THROW(run_settings_from_json({{"shard", "0/3"}}), std::invalid_argument);
+  EXPECT_THROW(run_settings_from_json({{"profile", "huge"}}), std::invalid_argument);
+  EXPECT_THROW(run_settings_from_json({{"cases", "many"}}), nlohmann::json::exception);
+
+  ResumePoint r;
+  r.first_draw = 12, r.known_signatures = {"crash", "wrong answer"}, r.replay_store = false;
+  EXPECT_EQ(to_json(resume_point_from_json(to_json(r))), to_json(r));
+}
+
+TEST(Settings, AShardIsIOverNWithOneBasedI) {
+  EXPECT_EQ(parse_shard("1/1"), (Shard{0, 1}));
+  EXPECT_EQ(parse_shard("3/4"), (Shard{2, 4}));
+  for (const char* bad : {"0/2", "3/2", "1/0", "-1/2", "1/", "/2", "1", "a/b", "1/2x", "2147483648/2147483647"})
+    EXPECT_EQ(parse_shard(bad), std::nullopt) << bad;
+  EXPECT_EQ(to_string(Shard{1, 3}), "2/3");
+  EXPECT_EQ(draws_in_shard(10, Shard{0, 3}), 4);
+  EXPECT_EQ(draws_in_shard(10, Shard{2, 3}), 3);
+  EXPECT_EQ(draws_in_shard(2, Shard{2, 3}), 0);
+}
+
 TEST(Settings, AConformanceBinarysDefaultsUnderTheEnvironment) {
   set_conformance_defaults({"/build/x-failures", "/build/x-results", "/src/xfails.txt", "/src/skips.txt", ""});
   Settings s = conformance_settings({{"ATTN_ORACLE_SKIPS", "mine.txt"}, {"GTEST_TOTAL_SHARDS", "2"}, {"GTEST_SHARD_INDEX", "0"}});
