@@ -121,7 +121,7 @@ class CudaMatchesTwin : public testing::Test {
   }
 };
 
-void expect_same(Backend&, const Case& c) {
+void expect_same(Backend&, const Case& c, CheckRecord&) {
   const PackedBatch& b = c.as<MetadataCase>()->batch;
   const auto twin = gpu::metadata_twin(b), cuda = gpu::metadata_cuda(b);
   require(twin.ok() == cuda.ok(), "the twin and the kernel disagree on accepting the input");

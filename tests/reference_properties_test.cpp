@@ -45,7 +45,7 @@ PropertyDef dense_equals_per_document(AttentionFn per_document) {
     if (!ref::representability(d.problem.batch).representable) decline_case("not representable");
     return Case{AttentionCase{d.problem, d.seed, std::nullopt}, {}, {}, {}};
   };
-  auto check = [per_document](Backend&, const Case& c) {
+  auto check = [per_document](Backend&, const Case& c, CheckRecord&) {
     const AttentionCase& a = payload_of<AttentionCase>(c);
     const AttentionInputs in = attention_inputs(a).value();
     const AttentionResult dense = ref::attention_dense_masked(a.problem, in).value();

@@ -228,7 +228,7 @@ TEST(Triage, ShrinkingGoesOnBelowADeclinedCandidate) {
   const PropertyDef odd_declined{
       "metadata/oddDeclined", Capability::metadata, "declines odd lengths, wrong on even ones",
       [&](const DrawContext&) { return one_document(*eight); },
-      [](Backend&, const Case& c) {
+      [](Backend&, const Case& c, CheckRecord&) {
         const int64_t len = c.as<MetadataCase>()->batch.q.segment_ids.shape.back();
         if (len % 2) decline_case("an odd length");
         if (len >= 2) fail_case("q_seqlens[0, 0]: backend " + std::to_string(len + 1) + ", expected " + std::to_string(len));

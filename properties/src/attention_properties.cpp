@@ -79,42 +79,47 @@ void decline_unrepresentable(Backend& backend, const AttentionProblem& p) {
 }
 
 // Every problem a property runs (transformed ones too) is asked of the backend first.
-AttentionResult run_or_fail(Backend& backend, const AttentionProblem& p, const AttentionInputs& in) {
-  Expected<AttentionResult> r = call_attention(backend, p, in);
+AttentionResult run_or_fail(Backend& backend, const AttentionProblem& p, const AttentionInputs& in,
+                            CheckRecord& record) {
+  Expected<AttentionResult> r = call_attention(backend, p, in, record);
   if (!r) fail_with("backend rejected a valid input: ", r.error());
   return std::move(r).value();
 }
 
 // Only the outputs the backend produces are judged (the runner reports the rest as not compared).
 void assert_within_tolerance(Backend& backend, const AttentionProblem& p, const AttentionInputs& in,
-                             const AttentionResult& got, const AttentionResult& want) {
-  for (const ToleranceCheck& check : check_attention_tolerance(p, in, got, want, backend.outputs()))
+                             const AttentionResult& got, const AttentionResult& want, CheckRecord& record) {
+  const std::vector<ToleranceCheck> checks = check_attention_tolerance(p, in, got, want, backend.outputs());
+  record.note(checks);
+  for (const ToleranceCheck& check : checks)
     if (!check.pass) fail_case(check.describe());
 }
 
 // The metamorphic properties: the backend against itself on a transformed
 // problem, within twice the budget the float64 truth of `p` gives (tolerance.hpp).
 void assert_relation_holds(Backend& backend, const AttentionProblem& p, const AttentionInputs& in,
-                           const AttentionResult& got, const AttentionResult& expected) {
-  for (const ToleranceCheck& check : check_relation_tolerance(p, in, got, expected, backend.outputs()))
+                           const AttentionResult& got, const AttentionResult& expected, CheckRecord& record) {
+  const std::vector<ToleranceCheck> checks = check_relation_tolerance(p, in, got, expected, backend.outputs());
+  record.note(checks);
+  for (const ToleranceCheck& check : checks)
     if (!check.pass) fail_case(check.describe());
 }
 
-void matches_reference(Backend& backend, const Case& c) {
+void matches_reference(Backend& backend, const Case& c, CheckRecord& record) {
   const Drawn d = supported_case(backend, c);
   decline_unrepresentable(backend, d.problem);
   const AttentionResult want = reference_calls().dense(d.problem, d.inputs).value();
-  assert_within_tolerance(backend, d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs), want);
+  assert_within_tolerance(backend, d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs, record), want, record);
 }
 
 // On representable inputs the kernels' per-document view is the whole truth
 // (the per-document reference applies the index rule, so only those are judged).
-void matches_per_document_reference(Backend& backend, const Case& c) {
+void matches_per_document_reference(Backend& backend, const Case& c, CheckRecord& record) {
   const Drawn d = supported_case(backend, c);
   if (const auto r = ref::representability(d.problem.batch); !r.representable)
     decline_case("not representable: " + r.first_difference);
   const AttentionResult want = reference_calls().per_document(d.problem, d.inputs).value();
-  assert_within_tolerance(backend, d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs), want);
+  assert_within_tolerance(backend, d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs, record), want, record);
 }
 
 // "o[3]" of a tensor: the first NaN, or "".
@@ -126,10 +131,10 @@ std::string first_nan(const char* name, const std::vector<double>& v) {
 
 // Queries that attend nothing give exactly o = 0, lse = -inf, dq = 0; keys that
 // nobody attends get dk = dv = 0; nothing is NaN.
-void unattended_tokens_are_exactly_zero(Backend& backend, const Case& c) {
+void unattended_tokens_are_exactly_zero(Backend& backend, const Case& c, CheckRecord& record) {
   const Drawn d = supported_case(backend, c);
   decline_unrepresentable(backend, d.problem);  // the mask below is token-level
-  const AttentionResult got = run_or_fail(backend, d.problem, d.inputs);
+  const AttentionResult got = run_or_fail(backend, d.problem, d.inputs, record);
   const bool has_lse = backend.outputs().lse;
   if (auto nan = first_nan("o", got.o); !nan.empty()) fail_case(nan);
   if (auto nan = has_lse ? first_nan("lse", got.lse) : ""; !nan.empty()) fail_case(nan);
@@ -176,7 +181,7 @@ Case draw_permutation(const DrawContext& context) {
 }
 
 // Reordering the documents of a row reorders the outputs and changes nothing else.
-void document_permutation_invariance(Backend& backend, const Case& c) {
+void document_permutation_invariance(Backend& backend, const Case& c, CheckRecord& record) {
   const Drawn d = supported_case(backend, c);
   decline_unrepresentable(backend, d.problem);  // the budget is the token-level truth's
   const PermutedBatch perm = permute_documents(d.problem.batch, drawn_value<uint64_t>(c, "permutation_seed", 0));
@@ -188,7 +193,7 @@ void document_permutation_invariance(Backend& backend, const Case& c) {
   AttentionInputs in2{gather_tokens(d.inputs.q, perm.q_from, wq), gather_tokens(d.inputs.k, perm.kv_from, wkv),
                       gather_tokens(d.inputs.v, perm.kv_from, wkv), {}};
   if (s.backward) in2.d_o = gather_tokens(d.inputs.d_o, perm.q_from, wq);
-  const AttentionResult before = run_or_fail(backend, d.problem, d.inputs);
+  const AttentionResult before = run_or_fail(backend, d.problem, d.inputs, record);
   // The original outputs moved to the new token order are the expectation.
   AttentionResult moved;
   moved.o = gather_tokens(before.o, perm.q_from, wq);
@@ -205,7 +210,7 @@ void document_permutation_invariance(Backend& backend, const Case& c) {
     moved.grads = AttentionGradients{gather_tokens(before.grads->dq, perm.q_from, wq),
                                      gather_tokens(before.grads->dk, perm.kv_from, wkv),
                                      gather_tokens(before.grads->dv, perm.kv_from, wkv)};
-  assert_relation_holds(backend, p2, in2, run_or_fail(backend, p2, in2), moved);
+  assert_relation_holds(backend, p2, in2, run_or_fail(backend, p2, in2, record), moved, record);
 }
 
 // The extreme values a draw is rewritten with (batch_transforms.hpp): an
@@ -253,7 +258,7 @@ std::string extreme_rewrite(const PackedBatch& drawn, const PackedBatch& extreme
 // The problem with positions near INT64_MAX and huge window sides that mean the
 // same: the reference gives the same result bit for bit, and the backend the
 // reference's result of the original (no sum of a position and a bound may wrap).
-void extreme_integers_change_nothing(Backend& backend, const Case& c) {
+void extreme_integers_change_nothing(Backend& backend, const Case& c, CheckRecord& record) {
   const Drawn d = supported_case(backend, c);
   AttentionProblem extreme = d.problem;
   extreme.batch = extreme_batch_of(c, d.problem.batch);
@@ -266,18 +271,21 @@ void extreme_integers_change_nothing(Backend& backend, const Case& c) {
                                           truth->grads->dk == want.grads->dk && truth->grads->dv == want.grads->dv);
   if (truth->o != want.o || truth->lse != want.lse || !same_grads)
     fail_case("the reference's result changed with the extreme integers (oracle suspect)");
-  classify(extreme.batch.window != d.problem.batch.window, "window rewritten");
+  record.classify(extreme.batch.window != d.problem.batch.window, "window rewritten");
   const std::string rewrite = extreme_rewrite(d.problem.batch, extreme.batch, drawn_value<int64_t>(c, "margin", 0));
-  const Expected<AttentionResult> got = call_attention(backend, extreme, d.inputs);
+  const Expected<AttentionResult> got = call_attention(backend, extreme, d.inputs, record);
   if (!got) fail_with(rewrite + ": backend rejected a valid input: ", got.error());
-  for (const ToleranceCheck& check : check_attention_tolerance(extreme, d.inputs, got.value(), want, backend.outputs()))
+  const std::vector<ToleranceCheck> checks =
+      check_attention_tolerance(extreme, d.inputs, got.value(), want, backend.outputs());
+  record.note(checks);
+  for (const ToleranceCheck& check : checks)
     if (!check.pass) fail_case(rewrite + ": " + check.describe());
 }
 
 // Query head h reads kv head h / (Hq / Hkv): running the GQA problem equals
 // running it with every kv head repeated for the query heads that read it. The
 // repeated run's dk and dv are summed back over each group of query heads.
-void gqa_equals_repeated_kv_heads(Backend& backend, const Case& c) {
+void gqa_equals_repeated_kv_heads(Backend& backend, const Case& c, CheckRecord& record) {
   const Drawn d = supported_case(backend, c);
   decline_unrepresentable(backend, d.problem);  // the budget is the token-level truth's
   const AttentionShape& s = d.problem.shape;
@@ -304,11 +312,11 @@ void gqa_equals_repeated_kv_heads(Backend& backend, const Case& c) {
     return narrow;
   };
   const AttentionInputs repeated_inputs{d.inputs.q, repeat(d.inputs.k), repeat(d.inputs.v), d.inputs.d_o};
-  const AttentionResult wide = run_or_fail(backend, repeated, repeated_inputs);
+  const AttentionResult wide = run_or_fail(backend, repeated, repeated_inputs, record);
   AttentionResult want{wide.o, wide.lse, std::nullopt};
   if (wide.grads) want.grads = AttentionGradients{wide.grads->dq, sum_back(wide.grads->dk), sum_back(wide.grads->dv)};
-  classify(s.heads_kv == 1, "MQA");
-  assert_relation_holds(backend, d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs), want);
+  record.classify(s.heads_kv == 1, "MQA");
+  assert_relation_holds(backend, d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs, record), want, record);
 }
 
 // The windowed problem of a draw: its left bound with right bound 0, on padding
@@ -330,7 +338,7 @@ Case draw_windowed(const DrawContext& context) {
 // the drawn one, so mostly -1: the plain causal mask. Both problems must be
 // representable (docs/semantics.md#the-kernels-index-rule-and-representability: kernels realise the
 // token-level mask only there; matchesReference is where the rest is judged).
-void causal_window_equals_top_left_causal(Backend& backend, const Case& c) {
+void causal_window_equals_top_left_causal(Backend& backend, const Case& c, CheckRecord& record) {
   const Drawn d = supported_case(backend, c);
   const AttentionProblem& windowed = d.problem;
   const MaskKind mask = windowed.batch.mask;
@@ -342,19 +350,19 @@ void causal_window_equals_top_left_causal(Backend& backend, const Case& c) {
   require_attention_takes(backend, causal);
   decline_unrepresentable(backend, windowed);
   decline_unrepresentable(backend, causal);
-  classify(windowed.batch.window.left >= 0, "left bounded");
-  const AttentionResult want = run_or_fail(backend, causal, d.inputs);
-  assert_relation_holds(backend, windowed, d.inputs, run_or_fail(backend, windowed, d.inputs), want);
+  record.classify(windowed.batch.window.left >= 0, "left bounded");
+  const AttentionResult want = run_or_fail(backend, causal, d.inputs, record);
+  assert_relation_holds(backend, windowed, d.inputs, run_or_fail(backend, windowed, d.inputs, record), want, record);
 }
 
 // attention_into writes every logical output (tokens that attend nothing too)
 // and nothing else: o, lse, dq, dk, dv each sit between 64 NaN guard elements,
 // with the interior pre-filled with the same NaN; afterwards every guard holds
 // that exact bit pattern and no interior element is NaN.
-void guard_bands_stay_poisoned(Backend& backend, const Case& c) {
+void guard_bands_stay_poisoned(Backend& backend, const Case& c, CheckRecord& record) {
   const Drawn d = supported_case(backend, c);
   GuardedAttentionBuffers buffers(d.problem, backend.outputs());
-  if (auto e = call_attention_into(backend, d.problem, d.inputs, buffers.buffers()))
+  if (auto e = call_attention_into(backend, d.problem, d.inputs, buffers.buffers(), record))
     fail_with("attention_into rejected a valid input: ", *e);
   if (auto violation = buffers.first_violation()) fail_case(*violation);
 }

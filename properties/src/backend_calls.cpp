@@ -8,17 +8,18 @@
 namespace attn_oracle {
 namespace {
 
-thread_local double backend_seconds = 0.0;
-
-// Adds the time from its construction to its end (an exception included) to backend_seconds.
+// Adds the time from its construction to its end (an exception included) to the record's backend_seconds.
 class BackendStopwatch {
  public:
-  BackendStopwatch() = default;
+  explicit BackendStopwatch(CheckRecord& record) : record_(record) {}
   BackendStopwatch(const BackendStopwatch&) = delete;
   BackendStopwatch& operator=(const BackendStopwatch&) = delete;
-  ~BackendStopwatch() { backend_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  ~BackendStopwatch() {
+    record_.backend_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
 
  private:
+  CheckRecord& record_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
@@ -28,14 +29,12 @@ void decline_if(const std::optional<std::string>& reason) {
 
 }  // namespace
 
-double backend_seconds_on_this_thread() { return backend_seconds; }
-
 void require_metadata_takes(Backend& backend, const PackedBatch& batch) { decline_if(metadata_declines(backend, batch)); }
 
-Expected<Metadata> call_metadata(Backend& backend, const PackedBatch& batch) {
+Expected<Metadata> call_metadata(Backend& backend, const PackedBatch& batch, CheckRecord& record) {
   require_metadata_takes(backend, batch);
   Expected<Metadata> md = [&] {
-    BackendStopwatch timed;
+    BackendStopwatch timed(record);
     return backend.metadata()->metadata(batch);
   }();
   if (!md) decline_if_unsupported(md.error());
@@ -47,16 +46,17 @@ void require_attention_takes(Backend& backend, const AttentionProblem& problem) 
 }
 
 Expected<AttentionResult> call_attention(Backend& backend, const AttentionProblem& problem,
-                                         const AttentionInputs& inputs) {
+                                         const AttentionInputs& inputs, CheckRecord& record) {
   require_attention_takes(backend, problem);
-  BackendStopwatch timed;
+  BackendStopwatch timed(record);
   return backend.attention()->attention(problem, inputs);
 }
 
 std::optional<Error> call_attention_into(Backend& backend, const AttentionProblem& problem,
-                                         const AttentionInputs& inputs, const AttentionCapability::Buffers& buffers) {
+                                         const AttentionInputs& inputs, const AttentionCapability::Buffers& buffers,
+                                         CheckRecord& record) {
   require_attention_takes(backend, problem);
-  BackendStopwatch timed;
+  BackendStopwatch timed(record);
   return backend.attention()->attention_into(problem, inputs, buffers);
 }
 
@@ -67,9 +67,9 @@ void require_small_seq_takes(Backend& backend, const AttentionProblem& problem) 
 void require_inside_domain(Backend& backend, const AttentionProblem& problem) { decline_if(domain_declines(backend, problem)); }
 
 Expected<SmallSeqResult> call_small_seq(Backend& backend, const AttentionProblem& problem,
-                                        const AttentionInputs& inputs) {
+                                        const AttentionInputs& inputs, CheckRecord& record) {
   require_small_seq_takes(backend, problem);
-  BackendStopwatch timed;
+  BackendStopwatch timed(record);
   return backend.small_seq()->small_seq(problem, inputs);
 }
 

@@ -47,13 +47,13 @@ CpCall call_of(const Case& c) {
 ContextParallelCapability& cap_of(Backend& backend) { return *backend.context_parallel(); }
 
 // A drawn case is valid; a replayed one may not be: those are the invalid property's.
-CpCall valid_call(Backend& backend, const Case& c) {
+CpCall valid_call(Backend& backend, const Case& c, CheckRecord& record) {
   CpCall call = call_of(c);
   require_context_parallel_takes(backend, call.layout, call.problem);
   if (auto e = validate_cp(call.layout, call.problem))
     decline_case("not a valid layout (" + std::string(to_string(e->code)) + ": " + e->message +
                  "); invalidLayoutsAreRejectedExactly judges those");
-  for (const std::string& label : cp_classes(call.layout, call.problem)) classify(true, label);
+  for (const std::string& label : cp_classes(call.layout, call.problem)) record.classify(true, label);
   if (auto e = cap_of(backend).validate_layout(call.layout, call.problem)) fail_with("rejected a valid layout: ", *e);
   return call;
 }
@@ -108,8 +108,8 @@ void check_reorder(Backend& backend, const CpCall& call, const std::vector<int64
 std::vector<double> as_doubles(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
 
 // The layout's bijection, and its reorder there and back restores every tensor.
-void permutation_is_the_layouts(Backend& backend, const Case& c) {
-  const CpCall call = valid_call(backend, c);
+void permutation_is_the_layouts(Backend& backend, const Case& c, CheckRecord& record) {
+  const CpCall call = valid_call(backend, c, record);
   const std::vector<int64_t> got = backend_permutation(backend, call);
   const std::vector<int64_t> want = ref::cp_permutation(call.layout, call.problem).value();
   const int64_t local = cp_local_tokens(call.layout, call.tokens);
@@ -133,8 +133,8 @@ void permutation_is_the_layouts(Backend& backend, const Case& c) {
 }
 
 // ------------------------------------------------------------------- (b) per-rank metadata
-void rank_metadata_matches_the_oracle(Backend& backend, const Case& c) {
-  const CpCall call = valid_call(backend, c);
+void rank_metadata_matches_the_oracle(Backend& backend, const Case& c, CheckRecord& record) {
+  const CpCall call = valid_call(backend, c, record);
   for (int64_t rank = 0; rank < call.layout.cp; ++rank)
     for (int64_t step = 0; step < cp_steps(call.layout); ++step) {
       const std::string at = where(call.layout, rank, step);
@@ -154,8 +154,8 @@ void rank_metadata_matches_the_oracle(Backend& backend, const Case& c) {
 }
 
 // ------------------------------------------------------------------- (c) the run
-void run_matches_the_unsharded_reference(Backend& backend, const Case& c) {
-  const CpCall call = valid_call(backend, c);
+void run_matches_the_unsharded_reference(Backend& backend, const Case& c, CheckRecord& record) {
+  const CpCall call = valid_call(backend, c, record);
   const std::vector<int64_t> perm = backend_permutation(backend, call);
   const Expected<AttentionResult> got = cap_of(backend).cp_attention(call.layout, call.problem, call.inputs);
   if (!got) fail_with("the context-parallel run rejected a valid call: ", got.error());
@@ -163,8 +163,10 @@ void run_matches_the_unsharded_reference(Backend& backend, const Case& c) {
   if (!want) fail_with("generator bug: the reference rejects the unsharded problem: ", want.error());
   const Expected<AttentionResult> rows = unpermute_result(call.layout, got.value(), perm, call.problem);
   if (!rows) fail_with("", rows.error());
-  for (const ToleranceCheck& check : check_attention_tolerance(call.problem, call.inputs, rows.value(), want.value(),
-                                                               backend.outputs()))
+  const std::vector<ToleranceCheck> checks =
+      check_attention_tolerance(call.problem, call.inputs, rows.value(), want.value(), backend.outputs());
+  record.note(checks);
+  for (const ToleranceCheck& check : checks)
     if (!check.pass) fail_case("the run in row order vs unsharded: " + check.describe());
 }
 
@@ -183,24 +185,29 @@ RankRun oracle_rank_run(const CpLayout& layout, const CpCall& call, int64_t rank
   return {rp.problem, in};
 }
 
-void judge_rank_forward(Backend& backend, const RankRun& run, const AttentionResult& got, const std::string& what) {
+void judge_rank_forward(Backend& backend, const RankRun& run, const AttentionResult& got, const std::string& what,
+                        CheckRecord& record) {
   const Expected<AttentionResult> want = reference_calls().dense(run.problem, run.inputs);
   if (!want) fail_with("generator bug: the reference rejects " + what + "'s problem: ", want.error());
-  for (const ToleranceCheck& check : check_attention_tolerance(run.problem, run.inputs, got, want.value(), backend.outputs()))
+  const std::vector<ToleranceCheck> checks =
+      check_attention_tolerance(run.problem, run.inputs, got, want.value(), backend.outputs());
+  record.note(checks);
+  for (const ToleranceCheck& check : checks)
     if (!check.pass) fail_case(what + ": " + check.describe());
 }
 
 // Each step's partial result is its rank problem's, and the steps merged by lse
 // are the rank's queries against every key they meet.
-void ring_steps_merge_to_the_reference(Backend& backend, const Case& c) {
-  const CpCall call = valid_call(backend, c);
+void ring_steps_merge_to_the_reference(Backend& backend, const Case& c, CheckRecord& record) {
+  const CpCall call = valid_call(backend, c, record);
   const AttentionShape& shape = call.problem.shape;
   for (int64_t rank = 0; rank < call.layout.cp; ++rank) {
     AttentionResult merged;
     for (int64_t step = 0; step < cp_steps(call.layout); ++step) {
       const Expected<AttentionResult> part = cap_of(backend).rank_attention(call.layout, call.problem, call.inputs, rank, step);
       if (!part) fail_with(where(call.layout, rank, step) + ": rejected its rank problem: ", part.error());
-      judge_rank_forward(backend, oracle_rank_run(call.layout, call, rank, step), part.value(), where(call.layout, rank, step));
+      judge_rank_forward(backend, oracle_rank_run(call.layout, call, rank, step), part.value(), where(call.layout, rank, step),
+                         record);
       if (step == 0) {
         merged = part.value();
         continue;
@@ -212,7 +219,7 @@ void ring_steps_merge_to_the_reference(Backend& backend, const Case& c) {
     CpLayout gathered = call.layout;
     gathered.strategy = CpStrategy::all_gather;
     judge_rank_forward(backend, oracle_rank_run(gathered, call, rank, 0), merged,
-                       "rank " + str(rank) + ", its " + str(call.layout.cp) + " ring steps merged by lse");
+                       "rank " + str(rank) + ", its " + str(call.layout.cp) + " ring steps merged by lse", record);
   }
 }
 
@@ -224,12 +231,12 @@ std::string imbalance_label(CpBalance balance, double x) {
 
 // Every rank's attended pairs against the mean: reported for every draw, failed
 // past the bound the backend promises for it.
-void balance_within_the_declared_bound(Backend& backend, const Case& c) {
-  const CpCall call = valid_call(backend, c);
+void balance_within_the_declared_bound(Backend& backend, const Case& c, CheckRecord& record) {
+  const CpCall call = valid_call(backend, c, record);
   const std::vector<int64_t> perm = backend_permutation(backend, call);
   const std::vector<int64_t> pairs = ref::cp_rank_pairs(call.layout, call.problem, perm);
   const double imbalance = ref::cp_imbalance(pairs);
-  classify(true, imbalance_label(call.layout.balance, imbalance));
+  record.classify(true, imbalance_label(call.layout.balance, imbalance));
   const std::optional<double> bound = cap_of(backend).balance_bound(call.layout, call.problem);
   if (!bound || imbalance <= *bound * (1 + 1e-12)) return;
   const auto most = std::max_element(pairs.begin(), pairs.end());
@@ -250,14 +257,14 @@ Case draw_invalid(const DrawContext& context) {
 // A layout whose preconditions fail is rejected with its code by validation, by
 // the rank metadata and by the run alike (those the backend serves): a stack
 // that assumes them silently fails.
-void invalid_layouts_are_rejected_exactly(Backend& backend, const Case& c) {
+void invalid_layouts_are_rejected_exactly(Backend& backend, const Case& c, CheckRecord& record) {
   const CpCall call = call_of(c);
   require_context_parallel_takes(backend, call.layout, call.problem, /*layout_sizes=*/false);
   const std::optional<Error> want = validate_cp(call.layout, call.problem);
   if (!want) decline_case("a valid layout: the other context_parallel properties judge those");
   const std::string code(to_string(want->code));
   const std::string expected = drawn_value<std::string>(c, "expected_code", code);
-  classify(true, expected);
+  record.classify(true, expected);
   if (code != expected) fail_case("generator bug: validate_cp gives " + code + " where " + expected + " was due");
   auto judge = [&](const std::string& who, const std::optional<Error>& got) {
     if (!got) fail_case(who + " accepted a layout that must give " + code + " (" + want->message + ")");

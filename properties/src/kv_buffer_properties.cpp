@@ -74,19 +74,22 @@ std::string buffer_element(const KvBufferProblem& p, int64_t e) {
 
 // ---------------------------------------------------------------- the checks
 
-void streaming_matches_whole_sequence(Backend& backend, const KvBufferDraw& d) {
+void streaming_matches_whole_sequence(Backend& backend, const KvBufferDraw& d, CheckRecord& record) {
   const AttentionInputs in = inputs_of(backend, d);
   auto got = capability(backend).stream(d.problem, in);
   if (!got) decline_if_unsupported(got.error()), fail_case("stream rejected a valid problem: " + std::string(to_string(got.error().code)) + ": " + got.error().message);
   const AttentionResult want = ref::kv_buffer_whole_sequence(d.problem, in).value();
-  for (const ToleranceCheck& c : check_attention_tolerance(whole_sequence_problem(d.problem), in, got.value(), want))
+  const std::vector<ToleranceCheck> checks =
+      check_attention_tolerance(whole_sequence_problem(d.problem), in, got.value(), want);
+  record.note(checks);
+  for (const ToleranceCheck& c : checks)
     if (!c.pass) fail_case(c.describe());
 }
 
 // A varlen kernel reads micro-sequence i's keys at first_document_begin +
 // cu_seqlens_k: the backend's metadata must drive it bit for bit as the
 // reference's does, over a buffer that is NaN outside [first_document_begin, end).
-void metadata_drives_attention_like_the_reference(Backend& backend, const KvBufferDraw& d) {
+void metadata_drives_attention_like_the_reference(Backend& backend, const KvBufferDraw& d, CheckRecord&) {
   require_kv_buffer_takes(backend, d.problem);
   const KvBufferSizes z = sizes_of(d);
   for (int64_t i = 0; i < z.micro_sequences; ++i) {
@@ -98,7 +101,7 @@ void metadata_drives_attention_like_the_reference(Backend& backend, const KvBuff
   }
 }
 
-void metadata_is_canonical(Backend& backend, const KvBufferDraw& d) {
+void metadata_is_canonical(Backend& backend, const KvBufferDraw& d, CheckRecord&) {
   require_kv_buffer_takes(backend, d.problem);
   for (int64_t i = 0; i < sizes_of(d).micro_sequences; ++i) {
     auto got = capability(backend).micro_sequence(d.problem, i);
@@ -128,7 +131,7 @@ void metadata_is_canonical(Backend& backend, const KvBufferDraw& d) {
 
 // Every micro-sequence's backward, each into its own zero gradient buffer:
 // rows [0, fdb) must still be +0.0, bit for bit.
-void inactive_prefix_receives_exactly_zero(Backend& backend, const KvBufferDraw& d) {
+void inactive_prefix_receives_exactly_zero(Backend& backend, const KvBufferDraw& d, CheckRecord& record) {
   const AttentionInputs in = inputs_of(backend, d);
   const std::vector<double> buffer = full_buffer(d, in);
   const int64_t row = 2 * d.problem.shape.heads_kv * d.problem.shape.head_dim;
@@ -143,14 +146,15 @@ void inactive_prefix_receives_exactly_zero(Backend& backend, const KvBufferDraw&
         fail_case("micro-sequence " + str(i) + " (first_document_begin " + str(fdb) + ") put " + std::to_string(grad[e]) +
                 " into grad_buffer " + buffer_element(d.problem, e) + " of the inactive prefix; must be exactly 0");
   }
-  classify(any_prefix, "some micro-sequence has an inactive prefix");
+  record.classify(any_prefix, "some micro-sequence has an inactive prefix");
 }
 
 // Without an attend step the backend's metadata drives the suite's float64
 // varlen kernel (metadata_through_attention.hpp) over the clean and the
 // poisoned buffer: a wrong first_document_begin or cu_seqlens_k lets the
 // earlier documents in, or reads past the buffer.
-void earlier_documents_do_not_influence_through_the_kernel(Backend& backend, const KvBufferDraw& d) {
+void earlier_documents_do_not_influence_through_the_kernel(Backend& backend, const KvBufferDraw& d,
+                                                           CheckRecord& record) {
   require_kv_buffer_takes(backend, d.problem);
   const KvBufferSizes z = sizes_of(d);
   bool any_prefix = false;
@@ -165,13 +169,14 @@ void earlier_documents_do_not_influence_through_the_kernel(Backend& backend, con
                 ", attended by the suite's float64 varlen kernel: the backend serves no attend step), with documents "
                 "before " + str(want.first_document_begin) + " poisoned by NaN: " + *diff);
   }
-  classify(any_prefix, "some micro-sequence has an inactive prefix");
+  record.classify(any_prefix, "some micro-sequence has an inactive prefix");
 }
 
 // Documents entirely before fdb are NaN in a second copy of the buffer: every
 // output of the micro-sequence and every gradient row must be bit-identical.
-void earlier_documents_do_not_influence(Backend& backend, const KvBufferDraw& d) {
-  if (!capability(backend).steps().attend) return earlier_documents_do_not_influence_through_the_kernel(backend, d);
+void earlier_documents_do_not_influence(Backend& backend, const KvBufferDraw& d, CheckRecord& record) {
+  if (!capability(backend).steps().attend)
+    return earlier_documents_do_not_influence_through_the_kernel(backend, d, record);
   const AttentionInputs in = inputs_of(backend, d);
   const std::vector<double> clean = full_buffer(d, in);
   const int64_t row = 2 * d.problem.shape.heads_kv * d.problem.shape.head_dim;
@@ -199,7 +204,7 @@ void earlier_documents_do_not_influence(Backend& backend, const KvBufferDraw& d)
   }
 }
 
-using Check = void (*)(Backend&, const KvBufferDraw&);
+using Check = void (*)(Backend&, const KvBufferDraw&, CheckRecord&);
 
 // The case's problem and seed, validated.
 KvBufferDraw draw_of(const Case& c) {
@@ -226,7 +231,8 @@ const std::vector<Output> kStreamedOutputs = {Output::lse, Output::gradients};
 PropertyDef kv_property(const char* id, const char* summary, Check check, std::vector<KvBufferStep> steps,
                         std::vector<Output> needs = kStreamedOutputs) {
   return PropertyDef{id, Capability::kv_buffer, summary, [](const DrawContext& context) { return kv_case(*kv_buffer_draw(context.declared)); },
-                     [check](Backend& backend, const Case& c) { check(backend, draw_of(c)); }, std::nullopt,
+                     [check](Backend& backend, const Case& c, CheckRecord& record) { check(backend, draw_of(c), record); },
+                     std::nullopt,
                      std::move(needs), needs_drawn_shapes, std::move(steps)};
 }
 
@@ -236,9 +242,9 @@ Case draw_steps(const DrawContext& context) {
   return with_drawn(kv_case(d), {{"commands", draw_kv_buffer_steps(d)}});
 }
 
-void steps_match_model(Backend& backend, const Case& c) {
+void steps_match_model(Backend& backend, const Case& c, CheckRecord& record) {
   const nlohmann::json* steps = c.property && c.property->drawn.contains("commands") ? &c.property->drawn["commands"] : nullptr;
-  check_kv_buffer_steps(backend, draw_of(c), steps);
+  check_kv_buffer_steps(backend, draw_of(c), steps, record);
 }
 
 }  // namespace

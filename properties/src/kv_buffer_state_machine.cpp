@@ -53,6 +53,7 @@ struct KvSut {
   AttentionInputs inputs;
   AttentionResult oracle, naive;
   std::vector<double> buffer, grad;
+  CheckRecord* record = nullptr;  // the check's: the tolerance checks are noted there
   KvBufferCapability& cap() const { return *backend->kv_buffer(); }
   const KvBufferProblem& problem() const { return draw.problem; }
 };
@@ -69,9 +70,10 @@ std::vector<double> lse_rows(const std::vector<double>& lse, int64_t heads, int6
   return out;
 }
 
-void within_tolerance(const std::string& what, const std::vector<double>& got, const std::vector<double>& want,
-                      const std::vector<double>& naive, double k, Dtype dtype) {
+void within_tolerance(CheckRecord& record, const std::string& what, const std::vector<double>& got,
+                      const std::vector<double>& want, const std::vector<double>& naive, double k, Dtype dtype) {
   const ToleranceCheck c = check_tolerance(what, got, want, naive, k, dtype);
+  record.note(c);
   if (!c.pass) fail_case(c.describe());
 }
 
@@ -145,9 +147,9 @@ struct Attend : Command {
     if (!got) decline_if_unsupported(got.error()), fail_case("attend(" + str(i) + ") rejected: " + got.error().message);
     const int64_t n = static_cast<int64_t>(s.inputs.q.size()) / (sh.heads_q * sh.head_dim);
     auto rows = [&](const std::vector<double>& t) { return token_rows(t, r.begin, r.end, sh.heads_q, sh.head_dim); };
-    within_tolerance("o of micro-sequence " + str(i), got->o, rows(s.oracle.o), rows(s.naive.o), kOutputToleranceFactor,
+    within_tolerance(*s.record, "o of micro-sequence " + str(i), got->o, rows(s.oracle.o), rows(s.naive.o), kOutputToleranceFactor,
                      sh.dtype);
-    within_tolerance("lse of micro-sequence " + str(i), got->lse, lse_rows(s.oracle.lse, sh.heads_q, n, r.begin, r.end),
+    within_tolerance(*s.record, "lse of micro-sequence " + str(i), got->lse, lse_rows(s.oracle.lse, sh.heads_q, n, r.begin, r.end),
                      lse_rows(s.naive.lse, sh.heads_q, n, r.begin, r.end), kOutputToleranceFactor, Dtype::fp32);
   }
   void show(std::ostream& os) const override { os << "Attend"; }
@@ -170,7 +172,7 @@ struct Backward : Command {
     auto got = s.cap().attend(s.problem(), i, micro, s.buffer, &s.grad);
     if (!got) decline_if_unsupported(got.error());
     if (!got || !got->grads) fail_case("backward of micro-sequence " + str(i) + " failed" + (got ? "" : ": " + got.error().message));
-    within_tolerance("dq of micro-sequence " + str(i), got->grads->dq, rows(s.oracle.grads->dq), rows(s.naive.grads->dq),
+    within_tolerance(*s.record, "dq of micro-sequence " + str(i), got->grads->dq, rows(s.oracle.grads->dq), rows(s.naive.grads->dq),
                      kGradientToleranceFactor, sh.dtype);
     for (int64_t e = 0; e < fdb * row; ++e)
       if (std::bit_cast<uint64_t>(prefix[e]) != std::bit_cast<uint64_t>(s.grad[e]))
@@ -181,7 +183,7 @@ struct Backward : Command {
     std::vector<double> grad = s.grad;
     for (double& x : grad) x = round_to_dtype(x, sh.dtype);
     for (int part = 0; part < 2; ++part)
-      within_tolerance(part ? "final dv" : "final dk", buffer_part(grad, part, 0, n, sh.heads_kv, sh.head_dim),
+      within_tolerance(*s.record, part ? "final dv" : "final dk", buffer_part(grad, part, 0, n, sh.heads_kv, sh.head_dim),
                        part ? s.oracle.grads->dv : s.oracle.grads->dk, part ? s.naive.grads->dv : s.naive.grads->dk,
                        kGradientToleranceFactor, sh.dtype);
   }
@@ -250,8 +252,9 @@ nlohmann::json draw_kv_buffer_steps(const KvBufferDraw& d) {
   return steps;
 }
 
-void check_kv_buffer_steps(Backend& backend, const KvBufferDraw& d, const nlohmann::json* steps) {
+void check_kv_buffer_steps(Backend& backend, const KvBufferDraw& d, const nlohmann::json* steps, CheckRecord& record) {
   auto sut = make_sut(backend, d);
+  sut->record = &record;
   KvModel m = initial_model(d, sut->inputs);
   std::vector<std::shared_ptr<const Command>> commands;
   if (steps && steps->is_array())

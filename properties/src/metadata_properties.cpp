@@ -33,8 +33,8 @@ std::string describe(const Error& e) { return std::string(to_string(e.code)) + "
 
 // The backend's metadata of a valid batch (drawn or transformed); a decline
 // when the backend does not take it (backend_calls.hpp).
-Metadata metadata_or_fail(Backend& backend, const PackedBatch& batch) {
-  Expected<Metadata> md = call_metadata(backend, batch);
+Metadata metadata_or_fail(Backend& backend, const PackedBatch& batch, CheckRecord& record) {
+  Expected<Metadata> md = call_metadata(backend, batch, record);
   if (!md) fail_with("backend rejected a valid input: ", md.error());
   return md.value();
 }
@@ -42,8 +42,8 @@ Metadata metadata_or_fail(Backend& backend, const PackedBatch& batch) {
 // A drawn case is valid; a replayed one may not be, and only the code properties
 // judge those. Validity is what the independent rules and the model's validator
 // agree on (independent_rules.hpp), or the case fails.
-BatchLayout valid_layout_or_decline(const PackedBatch& batch) {
-  if (const auto v = agreed_batch_verdict(batch))
+BatchLayout valid_layout_or_decline(const PackedBatch& batch, CheckRecord& record) {
+  if (const auto v = agreed_batch_verdict(batch, record))
     decline_case("not a valid input (" + v->describe() + "); rejectsInvalidInputsWithTheirCode judges those");
   return reference_calls().validate_batch(batch).value();
 }
@@ -91,10 +91,10 @@ bool shifts(const std::vector<Side>& sides, Side s) { return std::find(sides.beg
 
 // ---------------------------------------------------------------- the properties
 
-void matches_reference(Backend& backend, const Case& c) {
+void matches_reference(Backend& backend, const Case& c, CheckRecord& record) {
   const PackedBatch& batch = batch_of(c);
-  valid_layout_or_decline(batch);
-  const std::string diff = first_difference(metadata_or_fail(backend, batch), ref::metadata(batch).value());
+  valid_layout_or_decline(batch, record);
+  const std::string diff = first_difference(metadata_or_fail(backend, batch, record), ref::metadata(batch).value());
   if (!diff.empty()) fail_case(diff);
 }
 
@@ -107,24 +107,24 @@ Case draw_invalid(const DrawContext& context) {
 // is held to the code of the independent rules, which the model's validator must
 // give too (independent_rules.hpp; a generator's tag and the rules agree on
 // every draw, tests/independent_rules_test.cpp).
-void rejects_invalid_inputs(Backend& backend, const Case& c) {
+void rejects_invalid_inputs(Backend& backend, const Case& c, CheckRecord& record) {
   const PackedBatch& batch = batch_of(c);
-  const std::optional<RuleVerdict> rules = agreed_batch_verdict(batch);
+  const std::optional<RuleVerdict> rules = agreed_batch_verdict(batch, record);
   const std::string fallback = rules ? std::string(to_string(rules->code)) : "";
   const std::string expected = drawn_value<std::string>(c, "expected_code", fallback);
   if (expected.empty()) decline_case("a valid input: matchesReference judges those");
-  const Expected<Metadata> got = call_metadata(backend, batch);
+  const Expected<Metadata> got = call_metadata(backend, batch, record);
   if (got) fail_case("accepted an input that must give " + expected);
   if (to_string(got.error().code) != expected)
     fail_with("gave ", got.error(), " where " + expected + " was due");
 }
 
 // Small arbitrary inputs, valid or not: the same metadata, or the same code.
-void arbitrary_inputs_match_reference(Backend& backend, const Case& c) {
+void arbitrary_inputs_match_reference(Backend& backend, const Case& c, CheckRecord& record) {
   const PackedBatch& batch = batch_of(c);
-  agreed_batch_verdict(batch);
-  const Expected<Metadata> want = ref::metadata(batch), got = call_metadata(backend, batch);
-  classify(true, want ? std::string("valid") : std::string(to_string(want.error().code)));
+  agreed_batch_verdict(batch, record);
+  const Expected<Metadata> want = ref::metadata(batch), got = call_metadata(backend, batch, record);
+  record.classify(true, want ? std::string("valid") : std::string(to_string(want.error().code)));
   if (want && !got) fail_case("rejected with " + describe(got.error()) + "; the reference accepts it");
   if (!want && got) fail_with("accepted; the reference gives ", want.error());
   if (!want && got.error().code != want.error().code)
@@ -137,10 +137,10 @@ void arbitrary_inputs_match_reference(Backend& backend, const Case& c) {
 
 // Pairing: the s-th compacted entries of both sides are the same document of the
 // same row; lengths agree with the per-slot seqlens; offsets stay inside rows.
-void compacted_form_pairs_documents(Backend& backend, const Case& c) {
+void compacted_form_pairs_documents(Backend& backend, const Case& c, CheckRecord& record) {
   const PackedBatch& batch = batch_of(c);
-  const BatchLayout l = valid_layout_or_decline(batch);
-  const Metadata md = metadata_or_fail(backend, batch);
+  const BatchLayout l = valid_layout_or_decline(batch, record);
+  const Metadata md = metadata_or_fail(backend, batch, record);
   const int64_t M = l.max_segments, S = md.documents(), rows = l.rows();
   const size_t entries = md.cu_seqlens_q.size();
   require(md.cu_seqlens_kv.size() == entries && md.ragged_offsets_q.size() == entries &&
@@ -189,13 +189,13 @@ void compacted_form_pairs_documents(Backend& backend, const Case& c) {
 }
 
 // Row b computed alone equals row b of the batch.
-void rows_are_independent(Backend& backend, const Case& c) {
+void rows_are_independent(Backend& backend, const Case& c, CheckRecord& record) {
   const PackedBatch& batch = batch_of(c);
-  valid_layout_or_decline(batch);
-  const Metadata whole = metadata_or_fail(backend, batch);
+  valid_layout_or_decline(batch, record);
+  const Metadata whole = metadata_or_fail(backend, batch, record);
   const int64_t B = whole.batch, slices = shape_product(whole.extra);
   for (int64_t b = 0; b < B; ++b) {
-    const Metadata alone = metadata_or_fail(backend, keep_row(batch, b));
+    const Metadata alone = metadata_or_fail(backend, keep_row(batch, b), record);
     for (int64_t e = 0; e < slices; ++e)
       require_same_rows("row " + std::to_string(b) + " (slice " + std::to_string(e) + ")", alone, e, whole,
                         e * B + b, "computed alone", "in the batch");
@@ -208,9 +208,9 @@ PackedBatch padding_kind(PackedBatch batch) {
 }
 
 // A padding-kind batch (the transformations insert padding), or a decline.
-const PackedBatch& padding_batch_of(const Case& c) {
+const PackedBatch& padding_batch_of(const Case& c, CheckRecord& record) {
   const PackedBatch& batch = batch_of(c);
-  valid_layout_or_decline(batch);
+  valid_layout_or_decline(batch, record);
   if (!allows_padding(batch.mask)) decline_case("mask " + std::string(to_string(batch.mask)) + " allows no padding");
   return batch;
 }
@@ -242,13 +242,13 @@ std::string draw_side(const InputDomain& domain) {
 }
 
 // Appending padding at the end of every row changes no length and no offset.
-void trailing_padding_changes_nothing(Backend& backend, const Case& c) {
-  const PackedBatch& batch = padding_batch_of(c);
+void trailing_padding_changes_nothing(Backend& backend, const Case& c, CheckRecord& record) {
+  const PackedBatch& batch = padding_batch_of(c, record);
   const int64_t pads = drawn_value<int64_t>(c, "pads", 1);
-  const Metadata before = metadata_or_fail(backend, batch);
+  const Metadata before = metadata_or_fail(backend, batch, record);
   PackedBatch padded = batch;
   for (Side side : sides_of(c)) padded = pad_side(padded, side, {}, pads);
-  const Metadata after = metadata_or_fail(backend, padded);
+  const Metadata after = metadata_or_fail(backend, padded, record);
   const std::string what = std::to_string(pads) + " trailing pads on the " + sides_name(c);
   for (auto [name, a, b] : {std::tuple{"q_seqlens", &after.q_seqlens, &before.q_seqlens},
                             std::tuple{"kv_seqlens", &after.kv_seqlens, &before.kv_seqlens},
@@ -260,18 +260,18 @@ void trailing_padding_changes_nothing(Backend& backend, const Case& c) {
 }
 
 // Shifting row b of one side right by k padding tokens adds k to its offsets.
-void shifting_a_row_shifts_its_offsets(Backend& backend, const Case& c) {
-  const PackedBatch& batch = padding_batch_of(c);
+void shifting_a_row_shifts_its_offsets(Backend& backend, const Case& c, CheckRecord& record) {
+  const PackedBatch& batch = padding_batch_of(c, record);
   const std::vector<Side> sides = sides_of(c);
   const BatchLayout l = validate_shapes(batch).value();
   const int64_t b = drawn_value<int64_t>(c, "row", 0), k = drawn_value<int64_t>(c, "shift", 1);
   if (b < 0 || b >= l.batch || k < 0) decline_case("row " + std::to_string(b) + " shifted by " + std::to_string(k));
   std::vector<int64_t> leading(l.batch, 0);
   leading[b] = k;
-  const Metadata before = metadata_or_fail(backend, batch);
+  const Metadata before = metadata_or_fail(backend, batch, record);
   PackedBatch shifted = batch;
   for (Side side : sides) shifted = pad_side(shifted, side, leading, 0);
-  const Metadata after = metadata_or_fail(backend, shifted);
+  const Metadata after = metadata_or_fail(backend, shifted, record);
   const std::string what = "row " + std::to_string(b) + " of the " + sides_name(c) + " shifted by " + std::to_string(k);
   require_same_row("q_seqlens with " + what, after.q_seqlens, before.q_seqlens, "shifted", "unshifted");
   require_same_row("kv_seqlens with " + what, after.kv_seqlens, before.kv_seqlens, "shifted", "unshifted");
@@ -288,13 +288,13 @@ void shifting_a_row_shifts_its_offsets(Backend& backend, const Case& c) {
 }
 
 // Batched over extra dims == every slice computed on its own.
-void extra_dims_equal_slice_by_slice(Backend& backend, const Case& c) {
+void extra_dims_equal_slice_by_slice(Backend& backend, const Case& c, CheckRecord& record) {
   const PackedBatch& batch = batch_of(c);
-  const BatchLayout l = valid_layout_or_decline(batch);
-  classify(!l.extra.empty(), "extra dims");
-  const Metadata whole = metadata_or_fail(backend, batch);
+  const BatchLayout l = valid_layout_or_decline(batch, record);
+  record.classify(!l.extra.empty(), "extra dims");
+  const Metadata whole = metadata_or_fail(backend, batch, record);
   for (int64_t e = 0; e < shape_product(l.extra); ++e) {
-    const Metadata slice = metadata_or_fail(backend, extra_slice(batch, l, e));
+    const Metadata slice = metadata_or_fail(backend, extra_slice(batch, l, e), record);
     for (int64_t b = 0; b < l.batch; ++b)
       require_same_rows("slice " + std::to_string(e) + ", row " + std::to_string(b), slice, b, whole, e * l.batch + b,
                         "the slice alone", "batched");
@@ -303,9 +303,9 @@ void extra_dims_equal_slice_by_slice(Backend& backend, const Case& c) {
 
 // Positions moved to the top of the int64 range change no metadata integer
 // (trimming compares a position with another plus a run length: no wrap).
-void extreme_positions_change_nothing(Backend& backend, const Case& c) {
+void extreme_positions_change_nothing(Backend& backend, const Case& c, CheckRecord& record) {
   const PackedBatch& batch = batch_of(c);
-  valid_layout_or_decline(batch);
+  valid_layout_or_decline(batch, record);
   const int64_t top = drawn_value<int64_t>(c, "top", INT64_MAX), margin = drawn_value<int64_t>(c, "margin", 0);
   const PackedBatch extreme = at_extreme_integers(batch, margin, -1, -1, top);
   const Metadata want = ref::metadata(batch).value();
@@ -313,7 +313,7 @@ void extreme_positions_change_nothing(Backend& backend, const Case& c) {
   if (!truth) fail_with("the reference rejected the extreme form: ", truth.error(), " (oracle suspect)");
   if (const std::string diff = first_difference(truth.value(), want); !diff.empty())
     fail_case("the reference changed with the extreme positions (oracle suspect): " + diff);
-  const std::string diff = first_difference(metadata_or_fail(backend, extreme), want);
+  const std::string diff = first_difference(metadata_or_fail(backend, extreme, record), want);
   if (!diff.empty())
     fail_case("with the largest position moved to " + std::string(top == INT64_MAX ? "INT64_MAX" : std::to_string(top)) +
               " - " + std::to_string(margin) + ": " + diff);
@@ -332,10 +332,10 @@ Case draw_valid(const DrawContext& context) { return metadata_case(*packed_batch
 // with NaN wherever no document is (metadata_through_attention.hpp): it must
 // compute what the reference's metadata makes it compute, bit for bit. A wrong
 // integer that attention never reads passes here and fails matchesReference.
-void drives_attention_like_the_reference(Backend& backend, const Case& c) {
+void drives_attention_like_the_reference(Backend& backend, const Case& c, CheckRecord& record) {
   const PackedBatch& batch = batch_of(c);
-  valid_layout_or_decline(batch);
-  const Metadata got = metadata_or_fail(backend, batch);
+  valid_layout_or_decline(batch, record);
+  const Metadata got = metadata_or_fail(backend, batch, record);
   if (auto difference = attention_difference(batch, got, ref::metadata(batch).value())) fail_case(*difference);
 }
 Case draw_arbitrary(const DrawContext& context) { return metadata_case(*arbitrary_batch(context.domain)); }

@@ -87,13 +87,13 @@ void require_same(const char* which, const AttentionResult& got, const Attention
   if (!diff.empty()) fail_case(std::string(which) + " reference vs its scalar loops: " + diff);
 }
 
-void oracle_arithmetic_matches_scalar_loops(Backend&, const Case& c) {
+void oracle_arithmetic_matches_scalar_loops(Backend&, const Case& c, CheckRecord& record) {
   const AttentionCase& a = payload_of<AttentionCase>(c);
   const Expected<AttentionInputs> inputs = attention_inputs(a);
   if (!inputs) fail_with("the case has no inputs: ", inputs.error());
   const Expected<AttentionSizes> sizes = validate_attention(a.problem, &inputs.value());
   if (!sizes) decline_case("not a valid problem: " + std::string(to_string(sizes.error().code)));
-  classify(a.problem.shape.backward, "backward");
+  record.classify(a.problem.shape.backward, "backward");
   const auto run = [&](const char* which, ReferenceCalls::Attention oracle_fn, ReferenceCalls::Attention scalar_fn) {
     const Expected<AttentionResult> got = oracle_fn(a.problem, inputs.value());
     const Expected<AttentionResult> want = scalar_fn(a.problem, inputs.value());
@@ -103,7 +103,7 @@ void oracle_arithmetic_matches_scalar_loops(Backend&, const Case& c) {
   };
   run("dense", reference_calls().dense, ref::scalar::attention_dense_masked);
   const bool representable = ref::representability(a.problem.batch).representable;
-  classify(representable, "per-document compared");
+  record.classify(representable, "per-document compared");
   if (representable) run("per-document", reference_calls().per_document, ref::scalar::attention_per_document);
 }
 

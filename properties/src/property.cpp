@@ -11,8 +11,6 @@
 namespace attn_oracle {
 namespace {
 
-thread_local std::vector<std::string>* current_labels = nullptr;
-
 // "backend B serves kv_buffer without the steps write_slice and attend, which this property calls".
 std::optional<std::string> kv_steps_not_served(const PropertyDef& property, Backend& backend) {
   if (property.needs_kv_steps.empty() || !backend.kv_buffer()) return std::nullopt;
@@ -46,12 +44,11 @@ std::string over_budget_reason(const Error& e) { return "over the memory budget 
 Trial run_trial(const PropertyDef& p, Backend& backend, const rc::Shrinkable<Case>& shrinkable,
                 const std::function<void(const Case&)>& before_check) {
   Trial t;
-  ToleranceRatioSink ratios;
-  current_labels = &t.labels;
+  CheckRecord record;
   try {
     t.c = shrinkable.value();
     if (before_check) before_check(*t.c);
-    p.check(backend, *t.c);
+    p.check(backend, *t.c, record);
   } catch (const CaseFailure& f) {
     t.kind = Trial::Kind::failed, t.message = f.message;
   } catch (const CaseDeclined& d) {
@@ -70,8 +67,9 @@ Trial run_trial(const PropertyDef& p, Backend& backend, const rc::Shrinkable<Cas
   } catch (...) {
     t.kind = Trial::Kind::failed, t.message = "an exception that is not a std::exception";
   }
-  current_labels = nullptr;
-  t.worst_ratio = ratios.worst();
+  t.labels = std::move(record.labels);
+  t.worst_ratio = record.worst_ratio;
+  t.backend_seconds = record.backend_seconds;
   return t;
 }
 
@@ -124,8 +122,12 @@ void fail_with(const std::string& before, const Error& error, const std::string&
   fail_case(before + std::string(to_string(error.code)) + " (" + error.message + ")" + after);
 }
 
-void classify(bool holds, const std::string& label) {
-  if (holds && current_labels) current_labels->push_back(label);
+void CheckRecord::note(const ToleranceCheck& check) {
+  if (!worst_ratio || !(check.ratio <= *worst_ratio)) worst_ratio = check.ratio;  // a NaN ratio is the worst there is
+}
+
+void CheckRecord::note(const std::vector<ToleranceCheck>& checks) {
+  for (const ToleranceCheck& c : checks) note(c);
 }
 
 std::string_view op_name(const Case& c) { return op_of(c).name(); }

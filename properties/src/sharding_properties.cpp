@@ -46,14 +46,14 @@ ShardingDraw nearest_representable(ShardingDraw d) {
   return d;
 }
 
-void classify_draw(const ShardingDraw& d) {
+void classify_draw(const ShardingDraw& d, CheckRecord& record) {
   const Sharding& s = d.sharding;
-  classify(s.mesh.device_count() > 1, "several devices");
-  classify(shard_count(s.mesh, s.q.dims[kSequenceDim]) > 1, "context parallel");
-  classify(shard_count(s.mesh, s.q.dims[kBatchDim]) > 1, "batch sharded");
-  classify(shard_count(s.mesh, s.q.dims[kHeadsDim]) > 1, "heads sharded");
-  classify(uses_gqa_head_exception(s), "GQA head exception");
-  classify(d.problem.shape.heads_q > d.problem.shape.heads_kv, "GQA");
+  record.classify(s.mesh.device_count() > 1, "several devices");
+  record.classify(shard_count(s.mesh, s.q.dims[kSequenceDim]) > 1, "context parallel");
+  record.classify(shard_count(s.mesh, s.q.dims[kBatchDim]) > 1, "batch sharded");
+  record.classify(shard_count(s.mesh, s.q.dims[kHeadsDim]) > 1, "heads sharded");
+  record.classify(uses_gqa_head_exception(s), "GQA head exception");
+  record.classify(d.problem.shape.heads_q > d.problem.shape.heads_kv, "GQA");
 }
 
 // The case's sharding, problem and inputs (a sharding case that runs).
@@ -89,20 +89,24 @@ Case draw_valid(const DrawContext& context) {
 
 // Any valid spec triple gives the unsharded float64 result (outputs and
 // gradients) within the backend's tolerance.
-void valid_triples_match_unsharded_run(Backend& backend, const Case& c) {
+void valid_triples_match_unsharded_run(Backend& backend, const Case& c, CheckRecord& record) {
   ShardingCapability& cap = *backend.sharding();
   const Drawn d = drawn_of(c);
   if (!cap.token_level_mask() && !every_device_representable(d.draw))
     decline_case("a device's problem is not representable");
   const ShardedShapes shapes = shapes_or_decline(backend, d.draw);
-  if (auto v = agreed_sharding_verdict(d.draw.sharding, shapes)) decline_case("an invalid sharding: " + v->describe());
-  classify_draw(d.draw);
+  if (auto v = agreed_sharding_verdict(d.draw.sharding, shapes, record))
+    decline_case("an invalid sharding: " + v->describe());
+  classify_draw(d.draw, record);
   if (auto e = cap.validate_sharding(d.draw.sharding, shapes)) fail_with("rejected a valid sharding: ", *e);
   const Expected<AttentionResult> got = cap.sharded_attention(d.draw.sharding, d.draw.problem, d.inputs);
   if (!got) fail_with("the sharded run rejected a valid call: ", got.error());
   const Expected<AttentionResult> want = reference_calls().dense(d.draw.problem, d.inputs);
   if (!want) fail_with("generator bug: the reference rejects the unsharded problem: ", want.error());
-  for (const ToleranceCheck& check : check_attention_tolerance(d.draw.problem, d.inputs, got.value(), want.value(), backend.outputs()))
+  const std::vector<ToleranceCheck> checks =
+      check_attention_tolerance(d.draw.problem, d.inputs, got.value(), want.value(), backend.outputs());
+  record.note(checks);
+  for (const ToleranceCheck& check : checks)
     if (!check.pass) fail_case("sharded vs unsharded: " + check.describe());
 }
 
@@ -116,14 +120,14 @@ Case draw_invalid(const DrawContext&) {
 // validator must give too, naming what they name, and the model's exact message
 // (for Q/K/V specs that differ, the message of docs/semantics.md#9-sharding); no result is
 // computed.
-void invalid_triples_are_rejected_exactly(Backend& backend, const Case& c) {
+void invalid_triples_are_rejected_exactly(Backend& backend, const Case& c, CheckRecord& record) {
   ShardingCapability& cap = *backend.sharding();
   const Drawn d = drawn_of(c);
   const ShardedShapes shapes = shapes_or_decline(backend, d.draw);
-  const std::optional<RuleVerdict> rules = agreed_sharding_verdict(d.draw.sharding, shapes);
+  const std::optional<RuleVerdict> rules = agreed_sharding_verdict(d.draw.sharding, shapes, record);
   if (!rules) decline_case("a valid sharding: validTriplesMatchTheUnshardedRun judges those");
   const std::string expected = drawn_value<std::string>(c, "expected_code", std::string(to_string(rules->code)));
-  classify(true, expected);
+  record.classify(true, expected);
   if (to_string(rules->code) != expected)
     fail_case("generator bug: the independent rules give " + rules->describe() + " where " + expected + " was due");
   const std::optional<Error> want = reference_calls().validate_sharding(d.draw.sharding, shapes);

@@ -47,7 +47,7 @@ struct Drawn {
 };
 
 // A valid, supported small-seq case and its inputs.
-Drawn supported_case(Backend& backend, const Case& c) {
+Drawn supported_case(Backend& backend, const Case& c, CheckRecord& record) {
   const SmallSeqCase& s = payload_of<SmallSeqCase>(c);
   const Expected<AttentionInputs> inputs = attention_inputs(s);
   if (!inputs) fail_with("the case has no inputs: ", inputs.error());
@@ -55,28 +55,29 @@ Drawn supported_case(Backend& backend, const Case& c) {
     decline_case("not a valid small-seq problem (" + describe(docs.error()) + "); rejectsInvalidInputsWithTheirCode judges those");
   require_small_seq_takes(backend, s.problem);
   if (s.problem.shape.backward && !backend.outputs().gradients) decline_case("the backend produces no gradients");
-  classify(s.problem.shape.heads_q > s.problem.shape.heads_kv, "GQA");
-  classify(s.problem.batch.window.left >= 0 || s.problem.batch.window.right >= 0, "window");
+  record.classify(s.problem.shape.heads_q > s.problem.shape.heads_kv, "GQA");
+  record.classify(s.problem.batch.window.left >= 0 || s.problem.batch.window.right >= 0, "window");
   return Drawn{s.problem, inputs.value()};
 }
 
-SmallSeqResult run_or_fail(Backend& backend, const AttentionProblem& p, const AttentionInputs& in) {
-  Expected<SmallSeqResult> r = call_small_seq(backend, p, in);
+SmallSeqResult run_or_fail(Backend& backend, const AttentionProblem& p, const AttentionInputs& in, CheckRecord& record) {
+  Expected<SmallSeqResult> r = call_small_seq(backend, p, in, record);
   if (!r) fail_with("backend rejected a valid small-seq input: ", r.error());
   return std::move(r).value();
 }
 
-void assert_within_tolerance(const std::vector<ToleranceCheck>& checks) {
+void assert_within_tolerance(const std::vector<ToleranceCheck>& checks, CheckRecord& record) {
+  record.note(checks);
   for (const ToleranceCheck& check : checks)
     if (!check.pass) fail_case(check.describe());
 }
 
 // o, P and the gradients against the float64 reference.
-void matches_reference(Backend& backend, const Case& c) {
-  const Drawn d = supported_case(backend, c);
+void matches_reference(Backend& backend, const Case& c, CheckRecord& record) {
+  const Drawn d = supported_case(backend, c, record);
   const SmallSeqResult want = ref::small_seq(d.problem, d.inputs).value();
   assert_within_tolerance(
-      check_small_seq_tolerance(d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs), want, backend.outputs()));
+      check_small_seq_tolerance(d.problem, d.inputs, run_or_fail(backend, d.problem, d.inputs, record), want, backend.outputs()), record);
 }
 
 // The small-seq path and the same backend's general fused attention agree on o
@@ -84,27 +85,27 @@ void matches_reference(Backend& backend, const Case& c) {
 // inputs (docs/semantics.md#the-kernels-index-rule-and-representability), so the others are
 // declined; decode-like documents under top-left causal never are (the query is past its keys),
 // which is why the generator also puts queries at position 0.
-void matches_general_attention(Backend& backend, const Case& c) {
-  const Drawn d = supported_case(backend, c);
+void matches_general_attention(Backend& backend, const Case& c, CheckRecord& record) {
+  const Drawn d = supported_case(backend, c, record);
   require_attention_takes(backend, d.problem);
   if (!backend.attention()->token_level_mask())
     if (const auto r = ref::representability(d.problem.batch); !r.representable)
       decline_case("not representable: " + r.first_difference);
-  const SmallSeqResult small = run_or_fail(backend, d.problem, d.inputs);
-  Expected<AttentionResult> general = call_attention(backend, d.problem, d.inputs);
+  const SmallSeqResult small = run_or_fail(backend, d.problem, d.inputs, record);
+  Expected<AttentionResult> general = call_attention(backend, d.problem, d.inputs, record);
   if (!general) fail_with("the backend's attention rejected a valid input: ", general.error());
   // Two runs of one backend: the budget is the float64 truth's (tolerance.hpp), lse aside.
   const AttentionResult got{small.o, general->lse, small.grads};
-  assert_within_tolerance(check_relation_tolerance(d.problem, d.inputs, got, general.value(), backend.outputs()));
+  assert_within_tolerance(check_relation_tolerance(d.problem, d.inputs, got, general.value(), backend.outputs()), record);
 }
 
 // P [docs, Hq, 16]: a query that attends some key has a row summing to 1 over
 // its document's unmasked keys (within the dtype's floor); masked slots and
 // slots past the keys are exactly 0; a query that attends nothing has a zero row.
-void probability_rows_sum_to_one(Backend& backend, const Case& c) {
-  const Drawn d = supported_case(backend, c);
+void probability_rows_sum_to_one(Backend& backend, const Case& c, CheckRecord& record) {
+  const Drawn d = supported_case(backend, c, record);
   const std::vector<SmallSeqDocument> docs = small_seq_documents(d.problem, &d.inputs).value();
-  const SmallSeqResult got = run_or_fail(backend, d.problem, d.inputs);
+  const SmallSeqResult got = run_or_fail(backend, d.problem, d.inputs, record);
   const int64_t Hq = d.problem.shape.heads_q, width = kSmallSeqMaxKeys;
   if (got.p.size() != docs.size() * Hq * width)
     fail_case("P has " + std::to_string(got.p.size()) + " elements, expected [" + std::to_string(docs.size()) + ", " +
@@ -116,7 +117,7 @@ void probability_rows_sum_to_one(Backend& backend, const Case& c) {
     const ref::RowMask mask = ref::explicit_mask(d.problem.batch, l, doc.row, /*with_window=*/true);
     bool attends = false;
     for (int64_t j = 0; j < doc.keys; ++j) attends = attends || mask(doc.query, doc.first_key + j);
-    classify(!attends, "fully masked query");
+    record.classify(!attends, "fully masked query");
     for (int64_t h = 0; h < Hq; ++h) {
       const double* row = &got.p[(k * Hq + h) * width];
       const std::string at = "P[doc " + std::to_string(k) + ", head " + std::to_string(h) + "]";
@@ -162,7 +163,7 @@ Case draw_invalid(const DrawContext& context) {
 }
 
 // The code the generator planted (drawn); a replayed case without one is held to the reference's.
-void rejects_invalid_inputs(Backend& backend, const Case& c) {
+void rejects_invalid_inputs(Backend& backend, const Case& c, CheckRecord& record) {
   const SmallSeqCase& s = payload_of<SmallSeqCase>(c);
   const Expected<AttentionInputs> inputs = attention_inputs(s);
   if (!inputs) fail_with("the case has no inputs: ", inputs.error());
@@ -170,7 +171,7 @@ void rejects_invalid_inputs(Backend& backend, const Case& c) {
   const std::string expected =
       drawn_value<std::string>(c, "expected_code", want ? "" : std::string(to_string(want.error().code)));
   if (expected.empty()) decline_case("a valid input: matchesReference judges those");
-  classify(true, expected);
+  record.classify(true, expected);
   // The hook may assume a valid problem: only the domain is asked here.
   require_inside_domain(backend, s.problem);
   const Expected<SmallSeqResult> got = backend.small_seq()->small_seq(s.problem, inputs.value());

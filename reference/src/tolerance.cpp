@@ -318,23 +318,6 @@ ToleranceCheck compare_within(std::string_view tensor, const std::vector<double>
   return c;
 }
 
-thread_local ToleranceRatioSink* current_ratio_sink = nullptr;
-
-}  // namespace
-
-ToleranceRatioSink::ToleranceRatioSink() : previous_(current_ratio_sink) { current_ratio_sink = this; }
-ToleranceRatioSink::~ToleranceRatioSink() { current_ratio_sink = previous_; }
-
-void ToleranceRatioSink::note(double ratio) {
-  if (!worst_ || !(ratio <= *worst_)) worst_ = ratio;  // a NaN ratio is the worst there is
-}
-
-static ToleranceCheck observed(ToleranceCheck c) {
-  if (current_ratio_sink) current_ratio_sink->note(c.ratio);
-  return c;
-}
-
-namespace {
 
 // A backend that rounds its 16-bit outputs one way (truncation instead of
 // round-to-nearest-even) stays inside the budget, whose absolute floor exceeds
@@ -390,7 +373,7 @@ ToleranceCheck check_tolerance(std::string_view tensor, const std::vector<double
   // naive run may do at different points.
   if (c.pass && tensor == "o")
     if (auto bias = rounding_bias(backend, ref64, naive, dtype)) c.pass = false, c.detail = *bias;
-  return observed(c);
+  return c;
 }
 
 std::string ToleranceCheck::describe() const {
@@ -480,7 +463,7 @@ std::vector<ToleranceCheck> check_relation_tolerance(const AttentionProblem& pro
   const int64_t terms = longest_naive_sum(problem);
   const auto check = [&](const char* name, const std::vector<double>& g, const std::vector<double>& e,
                          const std::vector<double>& n, const std::vector<double>& t, double k, Dtype d) {
-    return observed(compare_within(name, g, e, naive_error_of(n, t), k, d, 2, terms));
+    return compare_within(name, g, e, naive_error_of(n, t), k, d, 2, terms);
   };
   std::vector<ToleranceCheck> checks;
   checks.push_back(check("o", got.o, expected.o, naive.o, truth.o, kOutputToleranceFactor, dtype));

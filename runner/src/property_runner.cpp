@@ -2,7 +2,6 @@
 #include "attn_oracle/runner/property_runner.hpp"
 #include "attn_oracle/runner/draw_log.hpp"
 
-#include "attn_oracle/properties/backend_calls.hpp"
 
 #include <cctype>
 #include <chrono>
@@ -208,7 +207,7 @@ void save(PropertyFailure& f, const PropertyOutcome& out, const RunSettings& s, 
 
 // One search draw, appended to s.draw_log (draw_log.hpp).
 void log_draw(const RunSettings& s, const PropertyOutcome& out, int k, double run_start, const Trial& t,
-              double backend_seconds, std::chrono::steady_clock::duration took) {
+              std::chrono::steady_clock::duration took) {
   DrawObservation o;
   o.property = out.property, o.backend = out.backend, o.backend_version = out.backend_version;
   o.seed = s.seed, o.draw = k, o.cases = s.cases, o.size = size_for(s, k);
@@ -216,7 +215,7 @@ void log_draw(const RunSettings& s, const PropertyOutcome& out, int k, double ru
   o.status = t.kind == Trial::Kind::passed ? "passed" : t.kind == Trial::Kind::declined ? "gave_up" : "failed";
   o.reason = t.kind == Trial::Kind::passed ? "" : t.message;
   o.drawn = t.c ? &*t.c : nullptr;
-  o.seconds = std::chrono::duration<double>(took).count(), o.backend_seconds = backend_seconds;
+  o.seconds = std::chrono::duration<double>(took).count(), o.backend_seconds = t.backend_seconds;
   append_json_line(s.draw_log, observation_json(o));
 }
 
@@ -256,13 +255,11 @@ PropertyOutcome run_property(const PropertyDef& property, Backend& backend, cons
     const rc::Shrinkable<Case> shrinkable = gen(random_for(s.seed, k), size_for(s, k));
     listener.before_trial(k, {});
     const auto draw_start = std::chrono::steady_clock::now();
-    const double backend_before = backend_seconds_on_this_thread();
     Trial t = run_trial(property, backend, shrinkable);
     out.draw_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - draw_start).count();
-    out.backend_seconds += backend_seconds_on_this_thread() - backend_before;
+    out.backend_seconds += t.backend_seconds;
     listener.after_draw(k, t.kind == Trial::Kind::passed ? "passed" : t.kind == Trial::Kind::declined ? "declined" : "failed");
-    if (!s.draw_log.empty()) log_draw(s, out, k, run_start, t, backend_seconds_on_this_thread() - backend_before,
-                                      std::chrono::steady_clock::now() - draw_start);
+    if (!s.draw_log.empty()) log_draw(s, out, k, run_start, t, std::chrono::steady_clock::now() - draw_start);
     ++out.drawn;
     if (t.c) {
       tally_mix(*t.c, out);

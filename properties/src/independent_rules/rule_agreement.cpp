@@ -36,18 +36,19 @@ std::string RuleVerdict::describe() const {
   return out + ")";
 }
 
-std::optional<RuleVerdict> agreed_sharding_verdict(const Sharding& sharding, const ShardedShapes& shapes) {
-  for (const std::string& edge : sharding_rule_edges(sharding, shapes)) classify(true, edge);
+std::optional<RuleVerdict> agreed_sharding_verdict(const Sharding& sharding, const ShardedShapes& shapes,
+                                                   CheckRecord& record) {
+  for (const std::string& edge : sharding_rule_edges(sharding, shapes)) record.classify(true, edge);
   const std::optional<RuleVerdict> rules = sharding_rules_verdict(sharding, shapes);
-  if (rules) classify(true, "rule " + std::string(to_string(rules->code)));
+  if (rules) record.classify(true, "rule " + std::string(to_string(rules->code)));
   require_agreement("validate_sharding", reference_calls().validate_sharding(sharding, shapes), rules);
   return rules;
 }
 
-std::optional<RuleVerdict> agreed_batch_verdict(const PackedBatch& batch) {
-  for (const std::string& edge : batch_rule_edges(batch)) classify(true, edge);
+std::optional<RuleVerdict> agreed_batch_verdict(const PackedBatch& batch, CheckRecord& record) {
+  for (const std::string& edge : batch_rule_edges(batch)) record.classify(true, edge);
   const std::optional<RuleVerdict> rules = batch_rules_verdict(batch);
-  if (rules) classify(true, "rule " + std::string(to_string(rules->code)));
+  if (rules) record.classify(true, "rule " + std::string(to_string(rules->code)));
   const Expected<BatchLayout> model = reference_calls().validate_batch(batch);
   require_agreement("validate", model ? std::nullopt : std::optional<Error>(model.error()), rules);
   return rules;

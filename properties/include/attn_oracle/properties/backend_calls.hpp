@@ -12,36 +12,37 @@
 #include <optional>
 #include <string>
 
+#include "attn_oracle/properties/property_check.hpp"
 #include "attn_oracle/seam/backend_takes.hpp"
 
 namespace attn_oracle {
 
-// ---------------------------------------------------------------- time
-// Seconds this thread has spent inside a backend's metadata, attention and
-// small-seq calls (these helpers), so that a run can say what a draw costs in
-// the backend and what in the suite (the float64 oracle, the naive run, the
-// checks). K/V-buffer and sharding steps are called directly and count as suite time.
-double backend_seconds_on_this_thread();
+// The metadata, attention and small-seq calls add their time to the check's
+// record (CheckRecord::backend_seconds), so that a run can say what a draw
+// costs in the backend and what in the suite (the float64 oracle, the naive
+// run, the checks). K/V-buffer and sharding steps are called directly and count
+// as suite time.
 
 // ---------------------------------------------------------------- metadata
 // Declines the case unless the backend takes `batch`.
 void require_metadata_takes(Backend& backend, const PackedBatch& batch);
 // The backend's metadata, asked first; an `unsupported` answer is a decline too.
-Expected<Metadata> call_metadata(Backend& backend, const PackedBatch& batch);
+Expected<Metadata> call_metadata(Backend& backend, const PackedBatch& batch, CheckRecord& record);
 
 // ---------------------------------------------------------------- attention
 void require_attention_takes(Backend& backend, const AttentionProblem& problem);
 Expected<AttentionResult> call_attention(Backend& backend, const AttentionProblem& problem,
-                                         const AttentionInputs& inputs);
+                                         const AttentionInputs& inputs, CheckRecord& record);
 std::optional<Error> call_attention_into(Backend& backend, const AttentionProblem& problem,
-                                         const AttentionInputs& inputs, const AttentionCapability::Buffers& buffers);
+                                         const AttentionInputs& inputs, const AttentionCapability::Buffers& buffers,
+                                         CheckRecord& record);
 
 // ---------------------------------------------------------------- small-seq
 void require_small_seq_takes(Backend& backend, const AttentionProblem& problem);
 // The domain alone: for an invalid problem, which a small-seq hook may assume away.
 void require_inside_domain(Backend& backend, const AttentionProblem& problem);
 Expected<SmallSeqResult> call_small_seq(Backend& backend, const AttentionProblem& problem,
-                                        const AttentionInputs& inputs);
+                                        const AttentionInputs& inputs, CheckRecord& record);
 
 // ---------------------------------------------------------------- K/V buffer
 // A K/V buffer problem is asked once: every step of the capability (metadata,

@@ -33,6 +33,8 @@
 
 namespace attn_oracle {
 
+struct CheckRecord;  // property_check.hpp
+
 // A rule broken: its code, the rule in words and what the model's message must
 // start with and hold ("" for nothing).
 struct RuleVerdict {
@@ -57,8 +59,9 @@ std::vector<std::string> batch_rule_edges(const PackedBatch& batch);
 
 // Inside a property check: the independent verdict, after failing the case when
 // reference_calls().validate_sharding / validate_batch disagrees with it (code, or what
-// the message names). Classifies the draw's rule edges.
-std::optional<RuleVerdict> agreed_sharding_verdict(const Sharding& sharding, const ShardedShapes& shapes);
-std::optional<RuleVerdict> agreed_batch_verdict(const PackedBatch& batch);
+// the message names). Classifies the draw's rule edges in the check's record.
+std::optional<RuleVerdict> agreed_sharding_verdict(const Sharding& sharding, const ShardedShapes& shapes,
+                                                   CheckRecord& record);
+std::optional<RuleVerdict> agreed_batch_verdict(const PackedBatch& batch, CheckRecord& record);
 
 }  // namespace attn_oracle

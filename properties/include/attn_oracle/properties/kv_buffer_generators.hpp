@@ -32,6 +32,8 @@
 
 namespace attn_oracle {
 
+struct CheckRecord;  // property_check.hpp
+
 struct KvBufferDraw {
   KvBufferProblem problem;
   uint64_t seed = 0;  // generate_kv_buffer_inputs(problem, seed)
@@ -43,8 +45,8 @@ void showValue(const KvBufferDraw& draw, std::ostream& os);
 // a command sequence drawn for the problem, recorded as strings ("WriteSlice(2)",
 // "WriteOutside", "Attend", "Backward"); and the check that runs one (the
 // canonical schedule when `steps` is null: every slice written, a write past the
-// end, forward in order, backward in reverse).
+// end, forward in order, backward in reverse); its tolerance checks are noted in `record`.
 nlohmann::json draw_kv_buffer_steps(const KvBufferDraw& draw);
-void check_kv_buffer_steps(Backend& backend, const KvBufferDraw& draw, const nlohmann::json* steps);
+void check_kv_buffer_steps(Backend& backend, const KvBufferDraw& draw, const nlohmann::json* steps, CheckRecord& record);
 
 }  // namespace attn_oracle

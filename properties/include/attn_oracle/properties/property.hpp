@@ -42,7 +42,7 @@ struct PropertyDef {
   Capability needs;      // skipped, with the reason, on a backend without it
   std::string summary;   // one line for reports
   std::function<Case(const DrawContext&)> draw;        // one case, from generators
-  std::function<void(Backend&, const Case&)> check;    // fail_case / decline_case
+  std::function<void(Backend&, const Case&, CheckRecord&)> check;  // fail_case / decline_case; notes in the record
   std::optional<Capability> also_needs = std::nullopt;  // a second capability, skipped likewise
   std::vector<Output> needs_outputs = {};  // skipped, with the reason, on a backend that does not produce one
   // Why this property cannot draw inside a backend's domain (input_domain.hpp):
@@ -67,7 +67,8 @@ std::optional<std::string> skipped_before_drawing(const PropertyDef& property, c
 std::vector<std::string> outputs_not_compared(const PropertyDef& property, const ProducedOutputs& produced);
 
 // One case drawn and checked: what the check said, the labels it classified
-// the case with, and the worst error / budget of its float comparisons.
+// the case with, the worst error / budget of its float comparisons and its
+// time inside the backend (its CheckRecord).
 struct Trial {
   enum class Kind { passed, failed, declined };
   Kind kind = Kind::passed;
@@ -75,6 +76,7 @@ struct Trial {
   std::optional<Case> c;  // absent when the draw itself threw
   std::vector<std::string> labels;
   std::optional<double> worst_ratio;
+  double backend_seconds = 0.0;
   std::string backend_log;  // what a failed worker printed (BackendFailure)
   bool hung = false;        // the backend ran out of time: no shrinking, no more draws
 };

@@ -4,10 +4,13 @@
 // it reports with these exceptions rather than RapidCheck's macros:
 //   fail_case("q_offsets[5]: backend 3, reference 4")   the property does not hold
 //   decline_case("not representable: ...")              the case says nothing here
-// and reads what the draw recorded besides the case with drawn_value().
+// reads what the draw recorded besides the case with drawn_value(), and
+// notes what the runner reports besides the verdict in its CheckRecord.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -38,9 +41,24 @@ inline void decline_if_unsupported(const Error& e) {
   if (e.code == ErrorCode::unsupported) decline_case("unsupported: " + e.message);
 }
 
-// Records a label of the drawn mix for the case being checked (counted over the
-// passing cases of a run); a no-op outside a run.
-void classify(bool holds, const std::string& label);
+struct ToleranceCheck;  // reference/tolerance.hpp
+
+// What one check notes about its case besides the verdict, handed to the check
+// and returned with the trial (property.hpp) for the run's report.
+struct CheckRecord {
+  std::vector<std::string> labels;  // the drawn mix's labels, counted over the passing cases of a run
+  // The worst error / budget of the case's tolerance checks; nullopt when none
+  // ran (exact properties: metadata, error codes).
+  std::optional<double> worst_ratio;
+  double backend_seconds = 0.0;  // inside the backend's metadata, attention and small-seq calls (backend_calls.hpp)
+
+  void classify(bool holds, const std::string& label) {
+    if (holds) labels.push_back(label);
+  }
+  // Every check of a comparison, noted before any is judged.
+  void note(const ToleranceCheck& check);
+  void note(const std::vector<ToleranceCheck>& checks);
+};
 
 std::string_view op_name(const Case& c);  // "metadata", "attention", ...
 

@@ -79,24 +79,6 @@ ToleranceCheck check_tolerance(std::string_view tensor, const std::vector<double
 // longest document side (times the GQA group for the queries).
 int64_t longest_naive_sum(const AttentionProblem& problem);
 
-// Collects the worst error / budget ratio of every check_tolerance call made on
-// this thread while it lives (the innermost sink when they nest), so that a
-// property runner can report how close a passing backend came to its budget
-// without every property passing its checks on.
-class ToleranceRatioSink {
- public:
-  ToleranceRatioSink();
-  ~ToleranceRatioSink();
-  ToleranceRatioSink(const ToleranceRatioSink&) = delete;
-  ToleranceRatioSink& operator=(const ToleranceRatioSink&) = delete;
-  void note(double ratio);
-  // nullopt when no tolerance check ran (exact properties: metadata, error codes).
-  const std::optional<double>& worst() const { return worst_; }
-
- private:
-  ToleranceRatioSink* previous_;
-  std::optional<double> worst_;
-};
 
 // Runs naive_same_precision itself and checks o and lse (k = 2; lse is fp32 on
 // every device, so its floor is fp32's), then dq, dk, dv (k = 3) when the
