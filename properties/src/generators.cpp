@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 #include "attn_oracle/properties/shrinking_choice.hpp"
+#include "batch_spec.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -13,6 +13,7 @@
 // Checked by tests/small_seq_generators_test.cpp: every valid draw is accepted by
 // small_seq_documents, every invalid draw gives its tagged code on ref::small_seq.
 #include <algorithm>
+#include <vector>
 
 #include "attn_oracle/properties/generators.hpp"
 #include "attn_oracle/model/small_seq.hpp"
@@ -20,6 +21,32 @@
 
 namespace attn_oracle {
 namespace {
+
+// Where a document's query sits: at its first key's position (with unit key
+// stride always representable,
+// docs/semantics.md#the-kernels-index-rule-and-representability; what a failure
+// shrinks towards), one past its last key (decode), at its last key, or at an
+// explicit position.
+enum class QueryAt { first_key, after_keys, last_key, explicit_pos };
+
+struct SmallSeqDocSpec {
+  int keys = 1;                // 1..16; 0 or > 16 only in invalid draws
+  int queries = 1;             // 1; 2 only in invalid draws
+  int q_gap = 0, kv_gap = 0;   // padding tokens before it (padding kinds)
+  int id_step = 1;             // id = previous id + id_step (>= 1)
+  int kv_start = 0;            // position of the first key
+  QueryAt query_at = QueryAt::after_keys;
+  int query_pos = 0;           // QueryAt::explicit_pos
+};
+
+struct SmallSeqSpec {
+  MaskKind mask = MaskKind::padding;
+  Window window;
+  int kv_stride = 1;                    // key positions kv_start + kv_stride * j
+  bool all_at_first_key = false;        // every query at QueryAt::first_key (representable)
+  int q_trailing = 0, kv_trailing = 0;  // padding after the last document (padding kinds)
+  std::vector<std::vector<SmallSeqDocSpec>> rows;
+};
 
 struct Token {
   int64_t id = 0, pos = 0;
@@ -67,8 +94,9 @@ void write_side(PackedSide& side, const std::vector<std::vector<Token>>& rows, i
     }
 }
 
-}  // namespace
-
+// Padding kinds pad rows to one length; non-padding kinds keep the first n
+// documents of every row (n = the fewest in a row) and fill short kv rows with a
+// kv-only document (ignored by small-seq: it has no query). M = the highest id.
 PackedBatch build_small_seq_batch(const SmallSeqSpec& spec) {
   const bool padding = allows_padding(spec.mask);
   size_t keep = SIZE_MAX;
@@ -107,8 +135,6 @@ PackedBatch build_small_seq_batch(const SmallSeqSpec& spec) {
   write_side(batch.kv, kv, kv_len);
   return batch;
 }
-
-namespace {
 
 rc::Gen<Window> small_seq_window() {
   auto side = shrinking_weighted<int64_t>(

@@ -32,114 +32,24 @@
 #include <rapidcheck.h>
 
 #include "attn_oracle/model/attention.hpp"
-#include "attn_oracle/cases/document_sizes.hpp"
-#include "attn_oracle/model/error.hpp"
-#include "attn_oracle/seam/input_domain.hpp"
-#include "attn_oracle/model/packed_batch.hpp"
 #include "attn_oracle/properties/draw_settings.hpp"
+#include "attn_oracle/properties/generator_types.hpp"
 
 namespace attn_oracle {
 
-// ------------------------------------------------------------------- specs
-struct DocSpec {
-  int q_len = 1, kv_len = 1;  // 0 = the document is missing on that side
-  int q_gap = 0, kv_gap = 0;  // padding tokens before it (padding kinds only)
-  int id_step = 1;            // id = previous id + id_step (>= 1)
-  int q_start = 0, kv_start = 0;  // first position, in offset / striped modes
-};
-
-enum class PositionMode { contiguous, offset, striped };
-
-struct SideSpec {
-  PositionMode mode = PositionMode::contiguous;
-  int stride = 1;               // striped: positions start + stride * i
-  bool broadcast_pos = false;   // positions [B, T] shared over extra dims
-  Shape extra;                  // extra leading dims of this side
-};
-
-struct BatchSpec {
-  MaskKind mask = MaskKind::padding;
-  Window window;
-  int spare_capacity = 0;  // M = highest id used + spare_capacity
-  int q_trailing = 0, kv_trailing = 0;  // extra trailing padding (padding kinds)
-  // A padding kind drawn without padding tokens: gaps and trailing padding are
-  // left out and short rows grow their last document, as non-padding kinds do.
-  bool no_padding = false;
-  // The highest id a row may hold (0: no limit), from a declared menu of M: a row a
-  // side leaves empty is filled with the highest id drawn below it, not a new one.
-  int64_t id_cap = 0;
-  // > 0 (kernel-tile draws): each document attends at most this many (query,
-  // key) pairs over the number of documents, and rows x Tq x Tkv (the scores
-  // of one head of a backend that holds them all) is at most max_cells; the q
-  // side, or both sides when q is kv, is cut to fit (cap_kernel_tile_sizes).
-  // Trailing padding keeps each side within max_row_tokens.
-  int64_t max_pairs = 0, max_cells = 0, max_row_tokens = 0;
-  SideSpec q, kv;
-  // One list of rows per broadcast slice: slices[s][b] is row b of slice s.
-  std::vector<std::vector<std::vector<DocSpec>>> slices;
-};
-
-PackedBatch build_batch(const BatchSpec& spec);
-// The spec inside spec.max_pairs, max_cells and max_row_tokens (unchanged when
-// 0): trailing padding cut to the row length, each document's q side cut to
-// its share of the pairs, then the q side's padding dropped and its longest
-// document halved until the cells fit.
-BatchSpec cap_kernel_tile_sizes(BatchSpec spec, bool q_is_kv);
-
 // ------------------------------------------------------------------- size profile
-// SizeProfile and DrawSettings: draw_settings.hpp.
-inline constexpr int kDeepMaxLen = 4100;
-
+// SizeProfile and DrawSettings: draw_settings.hpp; kDeepMaxLen, KernelTileBudget and
+// kPairOverhead: generator_types.hpp.
+//
 // The kernel-tile mode's sizes: a document side of up to kLongDocMax tokens
 // (uniform in 1..4096, or at the edges where kernels' tiles and key splits end:
 // 255..257, 352, 353, 511..513, 1023..1025, 2047..2049, 4095, 4096), rows up to
 // kLongRowMax tokens (BatchOptions::long_row_len), B up to 2 and no extra dims
 // (B = 1 for mask kinds without padding, where a short row would grow its last
 // document to the longest row). kLongDocMin, kLongDocMax, kLongRowMax: document_sizes.hpp.
-// What one draw may cost: pairs over every document and rows x Tq x Tkv
-// (kernel-tile draws: BatchSpec::max_pairs, max_cells); pairs x heads_q x
-// (head_dim + kPairOverhead) (work) where a document has kLongDocMin tokens or more; for every
-// attention draw rows x T x heads_q x head_dim (elements of a tensor) and
-// rows x Tq x Tkv x heads_q (cells: every score of a backend that holds them,
-// as a dense-mask path does). attention_draw takes kv heads, then the group,
-// then head_dim down to fit (short draws never need it). Release: 2^19 pairs,
-// 2^25 work, 2^21 elements, 2^26 cells (a document of 4096 keys beside 128
-// queries, or 724 on both sides; a batch of 2^25 cells, a 16k row beside a 2k
-// one, so that two query heads fit). Under
-// AddressSanitizer, where a pair costs about 20 times as much
-// (scripts/sanitize), a sixteenth of the pairs and work; 4 times all of it in
-// the deep profile.
-struct KernelTileBudget {
-  int64_t pairs = 0, work = 0, elements = 0, cells = 0;
-};
-// Work counts pairs x heads_q x (head_dim + kPairOverhead): a pair costs its
-// softmax (an exp, the masking, the row sums) besides its head_dim products.
-inline constexpr int64_t kPairOverhead = 16;
 KernelTileBudget kernel_tile_budget(SizeProfile profile);
 
 // ------------------------------------------------------------------- valid inputs
-struct BatchOptions {
-  int max_rows = 4;        // B in 1..max_rows
-  int max_docs = 6;        // ids per row <= max_docs - 1, plus a filler document: M in 1..6
-  int max_len = 64;        // T per side
-  bool extra_dims = true;  // draw extra leading dims
-  bool any_mask = true;    // all six kinds; false: padding kinds only
-  // Positions from 0 in every document (always representable,
-  // docs/semantics.md#the-kernels-index-rule-and-representability): for properties that compare a
-  // kernel with itself on two masks.
-  bool contiguous_positions = false;
-  int tile_edge_weight = 1;  // how often (of 21 + this + kernel_tile_weight) a batch draws tile-edge lengths
-  // How often a batch is drawn in the kernel-tile mode (0: never), and its rows' longest side.
-  int kernel_tile_weight = 0;
-  int long_row_len = kLongRowMax;
-  // The backend's domain (input_domain.hpp): batches are drawn inside it (q
-  // drawn and copied to kv for self-attention; no gaps or trailing padding;
-  // positions from 0; rows, extra dims, mask kinds and windows it takes), and
-  // attention_draw takes its dtypes and head dims.
-  InputDomain domain = {};
-  SizeProfile profile = SizeProfile::ci;  // deep: longer rows, more documents, tile edges more often
-};
-
 // The mask kinds a batch may be drawn with: the domain's, of the padding kinds
 // only when !any_mask. Empty when the two exclude each other.
 std::vector<MaskKind> drawable_masks(const BatchOptions& options);
@@ -179,38 +89,12 @@ int64_t menu_max_rows(const InputDomain& domain, int64_t otherwise);
 int64_t menu_max_docs(const InputDomain& domain, int64_t otherwise);
 
 // ------------------------------------------------------------------- invalid inputs
-// A batch with exactly one violation, tagged with the code it must produce.
-struct InvalidBatch {
-  PackedBatch batch;
-  ErrorCode expected;
-};
 // Drawn inside the domain's shape fields (input_domain.hpp): the base batch
 // within the domain, the violations the domain's calls can carry, planted into
 // both sides of a self-attention batch.
 rc::Gen<InvalidBatch> invalid_batch(const InputDomain& domain = {}, SizeProfile profile = SizeProfile::ci);
 
 // ------------------------------------------------------------------- attention
-struct AttentionDraw {
-  AttentionProblem problem;
-  uint64_t seed = 0;  // generate_inputs(problem, seed)
-};
-// Heads: heads_kv in 1..2, heads_q = heads_kv x group, group in {1, 2, 4, 8}
-// ({2, 4, 8} with `gqa`: Llama-3 70B's 8 query heads a kv head). Head dims
-// mostly {1, 2, 4, 8}, 4 draws in 14 the kernels' 64, 128 or 256; a domain with
-// head dims draws among those. Dtypes among the domain's. At most 2 rows;
-// documents mostly short, 5 batches in 29 in the tile-edge mode (sides of
-// 63..65 and 127..129 tokens: a kernel that drops keys past a tile or a buffer
-// shows there) and 3 in 29 in the kernel-tile mode (documents of 256..4096
-// tokens in rows of up to 16384: past one, two and many of the kernels' 64- to
-// 256-row query tiles and 64- to 176-key tiles, and past the 1k-token key
-// splits), heads and head_dim taken down to the work budget there.
-struct AttentionOptions {
-  BatchOptions batch{.max_rows = 2, .max_docs = 4, .max_len = 140, .extra_dims = false, .tile_edge_weight = 5,
-                     .kernel_tile_weight = 3};
-  bool backward = true;
-  bool low_precision = true;  // draw fp16 / bf16 as well as fp32
-  bool gqa = false;           // heads_q > heads_kv always (GQA, or MQA when heads_kv = 1)
-};
 rc::Gen<AttentionDraw> attention_draw(AttentionOptions options = {});
 
 // The nearest shape a kernel backend supports (kernels take only some head dims
@@ -227,42 +111,7 @@ AttentionShape nearest_supported_shape(const AttentionProblem& problem,
 // key), else the query at its first key's position (with unit key stride always
 // representable: docs/semantics.md#the-kernels-index-rule-and-representability; what a failure
 // shrinks towards), at its last key, or at an explicit position.
-enum class QueryAt { first_key, after_keys, last_key, explicit_pos };
 
-struct SmallSeqDocSpec {
-  int keys = 1;                // 1..16; 0 or > 16 only in invalid draws
-  int queries = 1;             // 1; 2 only in invalid draws
-  int q_gap = 0, kv_gap = 0;   // padding tokens before it (padding kinds)
-  int id_step = 1;             // id = previous id + id_step (>= 1)
-  int kv_start = 0;            // position of the first key
-  QueryAt query_at = QueryAt::after_keys;
-  int query_pos = 0;           // QueryAt::explicit_pos
-};
-
-struct SmallSeqSpec {
-  MaskKind mask = MaskKind::padding;
-  Window window;
-  int kv_stride = 1;                    // key positions kv_start + kv_stride * j
-  bool all_at_first_key = false;        // every query at QueryAt::first_key (representable)
-  int q_trailing = 0, kv_trailing = 0;  // padding after the last document (padding kinds)
-  std::vector<std::vector<SmallSeqDocSpec>> rows;
-};
-
-// Padding kinds pad rows to one length; non-padding kinds keep the first n
-// documents of every row (n = the fewest in a row) and fill short kv rows with a
-// kv-only document (ignored by small-seq: it has no query). M = the highest id.
-PackedBatch build_small_seq_batch(const SmallSeqSpec& spec);
-
-struct SmallSeqOptions {
-  int max_rows = 3;           // B in 1..3
-  int max_docs = 6;           // documents per row
-  bool backward = true;
-  bool low_precision = true;  // fp16 / bf16 as well as fp32
-  // The backend's domain: its mask kinds (non-padding ones for no padding),
-  // rows, windows, dtypes and head dims; positions from 0 put every query at
-  // its document's first key, position 0. Self-attention it cannot take.
-  InputDomain domain = {};
-};
 // Heads as attention_draw (heads_kv 1..2, group {1, 2, 4, 8}, head dims mostly
 // {1, 2, 4, 8}, sometimes 64), every mask kind, windows sometimes.
 rc::Gen<AttentionDraw> small_seq_draw(SmallSeqOptions options = {});
@@ -270,10 +119,6 @@ rc::Gen<AttentionDraw> small_seq_draw(SmallSeqOptions options = {});
 // A small-seq problem with exactly one violation, tagged with its code: two
 // queries in a document or a document with 0 or 17+ keys (small_seq_query_count,
 // small_seq_key_count), or heads_q % heads_kv != 0 (bad_heads). Padding kinds.
-struct InvalidSmallSeq {
-  AttentionDraw draw;
-  ErrorCode expected;
-};
 rc::Gen<InvalidSmallSeq> invalid_small_seq();
 
 // ------------------------------------------------------------------- showing
