@@ -1,6 +1,24 @@
 // document_generators.cpp: the rows of documents a packed batch is drawn with
 // (document_generators.hpp): how many documents a row holds, their q and kv
 // lengths, the padding before them, their id steps and first positions.
+//
+// Besides short documents (where packing bugs live and shrink to a few tokens),
+// weighted edge modes: all documents full (no padding, both sides), many
+// length-1 documents, an empty row, exactly M documents, a document on one side
+// only, documents longer than a 16-token kernel tile, sides at tile edges (63,
+// 64, 65, 127, 128, 129; deeper in the deep profile), and where opted in
+// (BatchOptions::kernel_tile_weight) the kernel-tile mode: documents where GPU
+// kernels tile, each length shrinking towards 1 (a bug past 256 keys shrinks to
+// 257, one that needs no length to a few tokens).
+//
+// The kernel-tile mode's sizes: a document side of up to kLongDocMax tokens
+// (uniform in 1..4096, or at the edges where kernels' tiles and key splits end:
+// 255..257, 352, 353, 511..513, 1023..1025, 2047..2049, 4095, 4096), rows up to
+// kLongRowMax tokens (BatchOptions::long_row_len), B up to 2 and no extra dims
+// (B = 1 for mask kinds without padding, where a short row would grow its last
+// document to the longest row), inside a budget of (query, key) pairs
+// (KernelTileBudget, cap_kernel_tile_sizes). kLongDocMin, kLongDocMax,
+// kLongRowMax: document_sizes.hpp.
 #include "document_generators.hpp"
 
 #include <algorithm>

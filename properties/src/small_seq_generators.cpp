@@ -8,7 +8,10 @@
 // is still a small-seq problem. Decode-like documents (the query one past its
 // last key) are the common case; the query at its first key (representable:
 // what matchesGeneralAttention can use), at its last key, or at an explicit
-// position are the others.
+// position are the others. Each document holds one query and 1..16 keys (16
+// drawn more often); heads as attention_draw's (heads_kv 1..2, group {1, 2, 4,
+// 8}, head dims mostly {1, 2, 4, 8}, sometimes 64), every mask kind the domain
+// takes, windows sometimes.
 //
 // Checked by tests/small_seq_generators_test.cpp: every valid draw is accepted by
 // small_seq_documents, every invalid draw gives its tagged code on ref::small_seq.
@@ -263,6 +266,9 @@ rc::Gen<AttentionDraw> small_seq_draw(SmallSeqOptions o) {
 }
 
 // ------------------------------------------------------------------- invalid
+// One violation a problem: two queries in a document or a document with 0 or
+// 17+ keys (small_seq_query_count, small_seq_key_count), or heads_q % heads_kv
+// != 0 (bad_heads). Padding kinds.
 
 namespace {
 
