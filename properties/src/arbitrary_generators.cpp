@@ -1,8 +1,11 @@
 // arbitrary_generators.cpp: small unstructured batches for the precedence of
 // error codes (docs/semantics.md#input-validation-in-precedence-order). Ids in -1..4, positions
 // near the token index, M in 0..4, extra dims that may or may not broadcast, positions either full
-// shape or a [B, T] suffix. About a third of the draws are valid. Inside a
-// domain's shape fields (input_domain.hpp), positions from 0 where it asks.
+// shape or a [B, T] suffix. About a third of the draws are valid. The ranges
+// are tiny so that several violations often meet in one input: valid or not,
+// the backend must give exactly the reference's answer, precedence included.
+// Inside a domain's shape fields (input_domain.hpp): its mask kinds, rows and
+// extra dims, positions from 0 where it asks, q copied to kv for self-attention.
 #include "attn_oracle/properties/generators.hpp"
 #include "attn_oracle/properties/shrinking_choice.hpp"
 

@@ -2,6 +2,8 @@
 // docs/semantics.md#input-validation-in-precedence-order, tagged with the code the validator must
 // give. Each injection is placed so that no code of higher precedence applies (for example a
 // too-large id goes on the last token of a row, where it cannot split a document into two runs).
+// Drawn inside the domain's shape fields (input_domain.hpp): the base batch within the domain, the
+// violations the domain's calls can carry, planted into both sides of a self-attention batch.
 #include <algorithm>
 #include <optional>
 

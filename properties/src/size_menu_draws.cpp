@@ -1,7 +1,28 @@
-// size_menu_draws.cpp: shape-stable draws (generators.hpp, "size menu"). A
-// batch is drawn as usual, within the menu's largest sizes, and then grown onto
-// the menu: shrinking acts on the spec underneath, so every shrunk case is on
-// the menu too.
+// size_menu_draws.cpp: shape-stable draws (generators.hpp, "size menu") for
+// backends that compile once per shape. A batch is drawn as usual, within the
+// menu's largest sizes, and then grown onto the menu: shrinking acts on the
+// spec underneath, so every shrunk case is on the menu too.
+//
+// Under a size menu (input_domain.hpp) packed_batch draws within the menu's
+// largest T and B and grows each batch onto the menu: T of each side and B to
+// the next size on it (padding tokens where the mask kind and the domain allow
+// padding, else each row's last document runs on and new rows are one
+// document), M likewise; attention_draw draws the menu's heads. Invalid-input
+// draws plant their violation into a batch on the menu (a violation of shape
+// takes it off). Left as they are: small_seq, kv_buffer, sharding and
+// arbitrary-input draws, whose sizes are their subject. The menu costs
+// coverage, said where it shows (shape_stable_note): tile-edge sides (63, 127,
+// 129) only as padding inside a longer side or grown to the next size, no
+// sides without tokens, no extra dims, exactly M documents only for M on the
+// menu.
+//
+// The domain the generators draw in (drawing_domain): the backend's, with
+// default_size_menu() folded in under shape-stable draws (`check
+// --shape-stable`, DrawSettings::shape_stable) when it declares no menu (no
+// extra dims, kMenuHeadDims when it lists no head dims). A run computes it
+// once (DrawContext, property_runner.hpp).
+//
+// Checked by tests/size_menu_test.cpp.
 #include <algorithm>
 #include <string>
 

@@ -8,11 +8,15 @@
 // is still a small-seq problem. Decode-like documents (the query one past its
 // last key) are the common case; the query at its first key (representable:
 // what matchesGeneralAttention can use), at its last key, or at an explicit
-// position are the others.
+// position are the others. Each document holds one query and 1..16 keys (16
+// drawn more often); heads as attention_draw's (heads_kv 1..2, group {1, 2, 4,
+// 8}, head dims mostly {1, 2, 4, 8}, sometimes 64), every mask kind the domain
+// takes, windows sometimes.
 //
 // Checked by tests/small_seq_generators_test.cpp: every valid draw is accepted by
 // small_seq_documents, every invalid draw gives its tagged code on ref::small_seq.
 #include <algorithm>
+#include <vector>
 
 #include "attn_oracle/properties/generators.hpp"
 #include "attn_oracle/model/small_seq.hpp"
@@ -20,6 +24,32 @@
 
 namespace attn_oracle {
 namespace {
+
+// Where a document's query sits: at its first key's position (with unit key
+// stride always representable,
+// docs/semantics.md#the-kernels-index-rule-and-representability; what a failure
+// shrinks towards), one past its last key (decode), at its last key, or at an
+// explicit position.
+enum class QueryAt { first_key, after_keys, last_key, explicit_pos };
+
+struct SmallSeqDocSpec {
+  int keys = 1;                // 1..16; 0 or > 16 only in invalid draws
+  int queries = 1;             // 1; 2 only in invalid draws
+  int q_gap = 0, kv_gap = 0;   // padding tokens before it (padding kinds)
+  int id_step = 1;             // id = previous id + id_step (>= 1)
+  int kv_start = 0;            // position of the first key
+  QueryAt query_at = QueryAt::after_keys;
+  int query_pos = 0;           // QueryAt::explicit_pos
+};
+
+struct SmallSeqSpec {
+  MaskKind mask = MaskKind::padding;
+  Window window;
+  int kv_stride = 1;                    // key positions kv_start + kv_stride * j
+  bool all_at_first_key = false;        // every query at QueryAt::first_key (representable)
+  int q_trailing = 0, kv_trailing = 0;  // padding after the last document (padding kinds)
+  std::vector<std::vector<SmallSeqDocSpec>> rows;
+};
 
 struct Token {
   int64_t id = 0, pos = 0;
@@ -67,8 +97,9 @@ void write_side(PackedSide& side, const std::vector<std::vector<Token>>& rows, i
     }
 }
 
-}  // namespace
-
+// Padding kinds pad rows to one length; non-padding kinds keep the first n
+// documents of every row (n = the fewest in a row) and fill short kv rows with a
+// kv-only document (ignored by small-seq: it has no query). M = the highest id.
 PackedBatch build_small_seq_batch(const SmallSeqSpec& spec) {
   const bool padding = allows_padding(spec.mask);
   size_t keep = SIZE_MAX;
@@ -107,8 +138,6 @@ PackedBatch build_small_seq_batch(const SmallSeqSpec& spec) {
   write_side(batch.kv, kv, kv_len);
   return batch;
 }
-
-namespace {
 
 rc::Gen<Window> small_seq_window() {
   auto side = shrinking_weighted<int64_t>(
@@ -237,6 +266,9 @@ rc::Gen<AttentionDraw> small_seq_draw(SmallSeqOptions o) {
 }
 
 // ------------------------------------------------------------------- invalid
+// One violation a problem: two queries in a document or a document with 0 or
+// 17+ keys (small_seq_query_count, small_seq_key_count), or heads_q % heads_kv
+// != 0 (bad_heads). Padding kinds.
 
 namespace {
 
