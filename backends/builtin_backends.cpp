@@ -15,7 +15,7 @@
 #include "attn_oracle/seam/context_parallel.hpp"
 #include "attn_oracle/seam/sharded_execution.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline backends {
 namespace {
 
 gpu::AttentionOutputs outputs_of(const AttentionCapability::Buffers& b) {
@@ -155,4 +155,4 @@ std::string production_device() {
   return gpu::cuda_available(&device) ? device : "no device";
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::backends

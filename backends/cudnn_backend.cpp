@@ -20,7 +20,7 @@
 #include "cudnn_backend.hpp"
 #include "cudnn_sdpa.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline backends {
 namespace {
 
 int device_dtype(Dtype dtype) { return dtype == Dtype::bf16 ? gpu::kBf16 : gpu::kFp16; }
@@ -188,4 +188,4 @@ std::string cudnn_backend_note() {
   return "";
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::backends

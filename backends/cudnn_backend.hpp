@@ -9,7 +9,7 @@
 
 #include "attn_oracle/seam/backend.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline backends {
 
 // Adds `cudnn` to the registry when it can run here.
 void register_cudnn_backend(BackendRegistry& registry);
@@ -17,4 +17,4 @@ void register_cudnn_backend(BackendRegistry& registry);
 // Why `cudnn` is absent on this machine or in this build, or "".
 std::string cudnn_backend_note();
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::backends

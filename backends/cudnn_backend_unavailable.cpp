@@ -2,7 +2,7 @@
 // backend (no CUDA, no cuDNN 9, or no frontend headers; see cmake/AttnOracleCudnn.cmake).
 #include "cudnn_backend.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline backends {
 
 void register_cudnn_backend(BackendRegistry&) {}
 
@@ -11,4 +11,4 @@ std::string cudnn_backend_note() {
          "installs, see ATTN_ORACLE_CUDNN)";
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::backends

@@ -24,7 +24,7 @@
 
 #include "attn_oracle/model/packed_batch.hpp"
 
-namespace attn_oracle::cudnn {
+namespace attn_oracle::inline backends::cudnn {
 
 struct Band {
   bool bottom_right = false;          // DiagonalAlignment_t::BOTTOM_RIGHT, else TOP_LEFT
@@ -52,4 +52,4 @@ inline bool cudnn_band_keeps(const Band& band, int64_t r, int64_t c, int64_t s_q
   return true;
 }
 
-}  // namespace attn_oracle::cudnn
+}  // namespace attn_oracle::backends::cudnn

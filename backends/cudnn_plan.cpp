@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <limits>
 
-namespace attn_oracle::cudnn {
+namespace attn_oracle::inline backends::cudnn {
 namespace {
 
 // One document per row, at the row's first token, on both sides.
@@ -64,4 +64,4 @@ std::string describe(const Plan& plan) {
          " s_max=" + std::to_string(plan.s_max_q) + "/" + std::to_string(plan.s_max_kv);
 }
 
-}  // namespace attn_oracle::cudnn
+}  // namespace attn_oracle::backends::cudnn

@@ -22,7 +22,7 @@
 
 #include "attn_oracle/model/metadata.hpp"
 
-namespace attn_oracle::cudnn {
+namespace attn_oracle::inline backends::cudnn {
 
 enum class Layout { bshd, thd };
 inline const char* to_string(Layout layout) { return layout == Layout::bshd ? "bshd" : "thd"; }
@@ -51,4 +51,4 @@ std::vector<float> lse_from_stats(const Plan& plan, int64_t heads_q, const std::
 // "thd S=3 s_max=64/128" for messages and the backend's version line.
 std::string describe(const Plan& plan);
 
-}  // namespace attn_oracle::cudnn
+}  // namespace attn_oracle::backends::cudnn

@@ -24,7 +24,7 @@
 #include "device_array.cuh"
 #include "event_timer.cuh"
 
-namespace attn_oracle::cudnn {
+namespace attn_oracle::inline backends::cudnn {
 namespace {
 
 namespace fe = cudnn_frontend;
@@ -348,4 +348,4 @@ bool sdpa_on_device(const SdpaCall& call, SdpaOutputs& out) {
   return true;
 }
 
-}  // namespace attn_oracle::cudnn
+}  // namespace attn_oracle::backends::cudnn

@@ -20,7 +20,7 @@
 #include "cudnn_plan.hpp"
 #include "cudnn_support.hpp"
 
-namespace attn_oracle::cudnn {
+namespace attn_oracle::inline backends::cudnn {
 
 // cuDNN's version and the current device; version 0 and device "" when no CUDA
 // device is present or libcudnn cannot be loaded.
@@ -58,4 +58,4 @@ std::optional<std::string> graph_unsupported(const Plan& plan, const AttentionSh
 // shape.backward, the backward graph, downloads. False with out.failure otherwise.
 bool sdpa_on_device(const SdpaCall& call, SdpaOutputs& out);
 
-}  // namespace attn_oracle::cudnn
+}  // namespace attn_oracle::backends::cudnn

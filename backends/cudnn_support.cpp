@@ -3,7 +3,7 @@
 // version guards its frontend applies; every reason names the value that failed.
 #include "cudnn_support.hpp"
 
-namespace attn_oracle::cudnn {
+namespace attn_oracle::inline backends::cudnn {
 namespace {
 
 std::string platform_text(const Platform& p) {
@@ -48,4 +48,4 @@ std::optional<std::string> unsupported(const Platform& p, const AttentionShape& 
   return std::nullopt;
 }
 
-}  // namespace attn_oracle::cudnn
+}  // namespace attn_oracle::backends::cudnn

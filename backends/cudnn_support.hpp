@@ -14,7 +14,7 @@
 #include "cudnn_band.hpp"
 #include "cudnn_plan.hpp"
 
-namespace attn_oracle::cudnn {
+namespace attn_oracle::inline backends::cudnn {
 
 struct Platform {
   int64_t version = 0;  // cudnnGetVersion(): 91900 for 9.19.0
@@ -32,4 +32,4 @@ std::optional<std::string> unsupported(const Platform& platform, const Attention
 // Ragged offsets are int64 from cuDNN 9.6 on, int32 before.
 inline bool ragged_offsets_int64(const Platform& platform) { return platform.version >= 90600; }
 
-}  // namespace attn_oracle::cudnn
+}  // namespace attn_oracle::backends::cudnn

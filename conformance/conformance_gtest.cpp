@@ -40,7 +40,7 @@
 #include "attn_oracle/harness/test_lists.hpp"
 #include "attn_oracle/runner/repro.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline conformance {
 namespace {
 
 // "<backend>__<property>" with every other character an underscore: a test name.
@@ -196,4 +196,4 @@ void register_property_checks(const Settings& settings) {
 const bool kRegistered = add_conformance_suite(register_property_checks);
 
 }  // namespace
-}  // namespace attn_oracle
+}  // namespace attn_oracle::conformance

@@ -9,7 +9,7 @@
 #include "attn_oracle/backends/production_backends.hpp"
 #include "attn_oracle/cases/reference_backend.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline tools {
 
 inline void register_builtin_backends() {
   register_reference_backend();
@@ -18,4 +18,4 @@ inline void register_builtin_backends() {
 
 inline std::string builtin_backends_note() { return production_backends_note(); }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::tools

@@ -10,11 +10,11 @@
 
 #include "attn_oracle/cases/attention_case.hpp"
 
-namespace attn_oracle::case_json {
+namespace attn_oracle::inline cases::case_json {
 
 // batch_keys() + shape_keys() + data, tensors.
 const std::set<std::string>& attention_keys();
 AttentionCase parse_attention_case(const nlohmann::json& j);
 nlohmann::json attention_case_to_json(const AttentionCase& c);
 
-}  // namespace attn_oracle::case_json
+}  // namespace attn_oracle::cases::case_json

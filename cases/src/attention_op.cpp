@@ -17,7 +17,7 @@
 #include "case_json.hpp"
 #include "judging.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 namespace {
 
 using nlohmann::json;
@@ -298,4 +298,4 @@ json small_seq_result_to_json(const AttentionProblem& problem, const SmallSeqRes
   return j;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

@@ -1,7 +1,7 @@
 // case.cpp: see case.hpp.
 #include "attn_oracle/cases/case.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 
 const AttentionCase* attention_fields(const CasePayload& payload) {
   if (auto* a = std::get_if<AttentionCase>(&payload)) return a;
@@ -19,4 +19,4 @@ nlohmann::json error_to_json(const Error& e) {
   return {{"error", {{"code", std::string(to_string(e.code))}, {"message", e.message}}}};
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

@@ -14,7 +14,7 @@
 #include "attn_oracle/cases/case_op.hpp"
 #include "case_json.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 namespace {
 
 using nlohmann::json;
@@ -194,4 +194,4 @@ bool write_case_file(const std::string& path, const Case& c) {
   }
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-namespace attn_oracle::case_json {
+namespace attn_oracle::inline cases::case_json {
 
 void fail(ErrorCode code, const std::string& message) { throw CaseFieldError{Error{code, message}}; }
 
@@ -212,4 +212,4 @@ json shape_to_json(const AttentionShape& s) {
   return j;
 }
 
-}  // namespace attn_oracle::case_json
+}  // namespace attn_oracle::cases::case_json

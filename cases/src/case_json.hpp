@@ -14,7 +14,7 @@
 #include "attn_oracle/model/error.hpp"
 #include "attn_oracle/model/packed_batch.hpp"
 
-namespace attn_oracle::case_json {
+namespace attn_oracle::inline cases::case_json {
 
 using nlohmann::json;
 
@@ -57,4 +57,4 @@ const std::set<std::string>& shape_keys();
 AttentionShape parse_shape(const json& j);
 json shape_to_json(const AttentionShape& shape);
 
-}  // namespace attn_oracle::case_json
+}  // namespace attn_oracle::cases::case_json

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 
 Evaluation Evaluation::of(const Expected<nlohmann::json>& r) {
   if (r) return Evaluation{Kind::result, r.value(), ""};
@@ -65,4 +65,4 @@ const CaseOp* find_case_op(std::string_view name) {
 
 const CaseOp& op_of(const Case& c) { return *case_ops()[c.payload.index()]; }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

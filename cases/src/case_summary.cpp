@@ -6,7 +6,7 @@
 #include "attn_oracle/cases/case_file.hpp"
 #include "attn_oracle/cases/case_op.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 namespace {
 
 std::string ints(const IntArray& a) {
@@ -69,4 +69,4 @@ std::vector<std::string> case_summary_lines(const std::string& path) {
   return out;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

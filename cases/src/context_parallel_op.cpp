@@ -13,7 +13,7 @@
 #include "case_json.hpp"
 #include "judging.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 namespace {
 
 using nlohmann::json;
@@ -235,4 +235,4 @@ std::string permutation_defect(const std::vector<int64_t>& perm, int64_t rows, i
   return "";
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

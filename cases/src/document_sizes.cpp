@@ -7,7 +7,7 @@
 
 #include "attn_oracle/model/validate.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 
 DocumentSizes document_sizes(const PackedBatch& batch) {
   DocumentSizes out;
@@ -30,4 +30,4 @@ DocumentSizes document_sizes(const PackedBatch& batch) {
   return out;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

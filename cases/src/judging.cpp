@@ -5,7 +5,7 @@
 
 #include "attn_oracle/cases/document_sizes.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 namespace {
 
 // "[1, 0, 2]" for flat index 5 of shape [2, 2, 3].
@@ -103,4 +103,4 @@ void add_shape_coverage(const AttentionShape& s, CoverageCell& cell) {
   cell.dtypes.insert(std::string(to_string(s.dtype)) + (s.backward ? " fwd+bwd" : " fwd"));
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

@@ -8,7 +8,7 @@
 #include "attn_oracle/seam/backend_takes.hpp"
 #include "attn_oracle/reference/tolerance.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 
 std::string missing_capability(const Backend& backend, Capability capability);
 
@@ -59,4 +59,4 @@ void add_shape_coverage(const AttentionShape& shape, CoverageCell& cell);
 // of the kernels' wide path (document_sizes.hpp), where their rescale lives.
 void add_tile_edge_coverage(const AttentionProblem& problem, CoverageCell& cell);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

@@ -15,7 +15,7 @@
 #include "case_json.hpp"
 #include "judging.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 namespace {
 
 using nlohmann::json;
@@ -188,4 +188,4 @@ json kv_buffer_result_to_json(const KvBufferProblem& p, const std::vector<MicroS
   return j;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

@@ -9,7 +9,7 @@
 #include "case_json.hpp"
 #include "judging.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 namespace {
 
 using nlohmann::json;
@@ -76,4 +76,4 @@ json metadata_to_json(const Metadata& md) {
   return out;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

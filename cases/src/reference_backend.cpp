@@ -11,7 +11,7 @@
 #include "attn_oracle/reference/attention.hpp"
 #include "attn_oracle/reference/small_seq.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 namespace {
 
 class ReferenceBackend final : public Backend, MetadataCapability, AttentionCapability, SmallSeqCapability {
@@ -71,4 +71,4 @@ void register_reference_backend() {
   (void)once;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

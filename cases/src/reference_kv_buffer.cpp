@@ -5,7 +5,7 @@
 #include "attn_oracle/cases/reference_backend.hpp"
 #include "attn_oracle/reference/kv_buffer.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 namespace {
 
 class ReferenceKvBuffer final : public KvBufferCapability {
@@ -33,4 +33,4 @@ KvBufferCapability& reference_kv_buffer() {
   return instance;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

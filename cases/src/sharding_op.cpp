@@ -18,7 +18,7 @@
 #include "case_json.hpp"
 #include "judging.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 namespace {
 
 using nlohmann::json;
@@ -250,4 +250,4 @@ Expected<Sharding> sharding_from_json(const json& j) {
   }
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

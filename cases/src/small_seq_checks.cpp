@@ -10,7 +10,7 @@
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/model/validate.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 
 std::vector<double> small_seq_naive_p(const AttentionProblem& problem, const AttentionInputs& inputs) {
   const auto docs = small_seq_documents(problem, &inputs);
@@ -64,4 +64,4 @@ std::vector<ToleranceCheck> check_small_seq_tolerance(const AttentionProblem& pr
   return checks;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

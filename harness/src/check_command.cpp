@@ -30,7 +30,7 @@
 #include "attn_oracle/runner/property_runner.hpp"
 #include "attn_oracle/runner/repro.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -345,4 +345,4 @@ int run_check_command(const CheckOptions& options, const CheckEnvironment& env) 
   return report.failures() == 0 && error.empty() ? 0 : 1;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

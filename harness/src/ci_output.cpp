@@ -10,7 +10,7 @@
 
 #include "attn_oracle/runner/repro.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 namespace {
 
 // Text as XML character data or an attribute value: the five entities, and the
@@ -180,4 +180,4 @@ bool write_ci_output(const CheckReport& report, const CheckOptions& options, std
 }
 
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

@@ -40,7 +40,7 @@
 #include "attn_oracle/harness/repro.hpp"
 #include "attn_oracle/runner/replay.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 namespace {
 
 using nlohmann::json;
@@ -568,4 +568,4 @@ int run_cli(const std::vector<std::string>& argv, const CheckEnvironment& env) {
   }
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

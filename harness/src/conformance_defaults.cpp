@@ -4,7 +4,7 @@
 #include <utility>
 #include <vector>
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 namespace {
 
 ConformanceDefaults& stored() {
@@ -47,4 +47,4 @@ void register_conformance_suites(const Settings& settings) {
   for (ConformanceSuite suite : suites()) suite(settings);
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

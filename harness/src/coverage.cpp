@@ -10,7 +10,7 @@
 #include "attn_oracle/cases/case_op.hpp"
 #include "attn_oracle/runner/property_runner.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 namespace {
 
 // Layout words of the packed-batch ops in the order the table prints them; an
@@ -105,4 +105,4 @@ std::string coverage_table(bool markdown) {
   return os.str();
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 namespace {
 
 bool matches(const CoverageTargets::Target& t, const CheckResult& r) {
@@ -79,4 +79,4 @@ std::vector<std::string> CoverageTargets::unmatched_warnings(const std::vector<C
   return out;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

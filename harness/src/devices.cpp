@@ -19,7 +19,7 @@
 
 extern char** environ;
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 namespace {
 
 namespace fs = std::filesystem;
@@ -200,4 +200,4 @@ int run_check_on_devices(const CheckOptions& options, const CheckEnvironment& en
   return r.failures() == 0 && error.empty() && !broken ? 0 : 1;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

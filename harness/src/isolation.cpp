@@ -24,7 +24,7 @@
 
 extern char** environ;
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 namespace {
 
 constexpr int kProtocolFd = 3;  // child -> supervisor: what it is doing, what it found
@@ -511,4 +511,4 @@ PropertyOutcome run_property_isolated(const PropertyDef& property, Backend& back
   return out;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

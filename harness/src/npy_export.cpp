@@ -12,7 +12,7 @@
 #include "attn_oracle/cases/case_file.hpp"
 #include "attn_oracle/cases/case_op.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 namespace {
 
 namespace fs = std::filesystem;
@@ -177,4 +177,4 @@ int export_npy(const std::string& fixtures_dir, const std::string& out_dir) {
   return 0;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

@@ -13,7 +13,7 @@
 #include <map>
 #include <sstream>
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 namespace {
 
 using nlohmann::json;
@@ -411,4 +411,4 @@ Expected<CheckReport> merge_reports(const std::vector<CheckReport>& shards) {
   return merged;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

@@ -22,7 +22,7 @@
 #include "attn_oracle/cases/reference_backend.hpp"
 #include "attn_oracle/runner/replay.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 namespace {
 
 std::string number(double x) {
@@ -267,4 +267,4 @@ int repro_command(const ReproOptions& options) {
   return 0;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <sstream>
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 namespace {
 
 // "max_success=200 seed=7": RapidCheck's RC_PARAMS syntax; other keys are RapidCheck's own.
@@ -89,4 +89,4 @@ void install_process_settings(const Settings& settings) {
 
 RunSettings default_run_settings() { return resolve_settings(read_environment()).run; }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

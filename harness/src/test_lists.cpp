@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 namespace {
 
 std::string trimmed(const std::string& s) {
@@ -84,4 +84,4 @@ std::string TestIdList::where(const Entry& e) const {
   return path_ + ":" + std::to_string(e.line) + (e.reason.empty() ? "" : ": " + e.reason);
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

@@ -27,7 +27,7 @@
 #include "attn_oracle/model/memory_budget.hpp"
 #include "attn_oracle/model/validate.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 
 // ---------------------------------------------------------------------------
 // Dtype names and rounding
@@ -372,4 +372,4 @@ AttentionInputs generate_inputs(const AttentionProblem& problem, uint64_t seed) 
   return in;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

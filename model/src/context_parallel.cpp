@@ -8,7 +8,7 @@
 
 #include "attn_oracle/model/validate.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 namespace {
 
 constexpr std::array<std::string_view, 3> kStrategyNames = {"all_gather", "ring", "all_to_all"};
@@ -308,4 +308,4 @@ Expected<std::vector<int64_t>> cp_permutation(const CpLayout& l, const Attention
   return perm;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

@@ -6,7 +6,7 @@
 
 extern char** environ;
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 namespace {
 
 constexpr EnvironmentVariable kVariables[] = {
@@ -71,4 +71,4 @@ std::string environment_value(const Environment& environment, std::string_view n
   return it == environment.end() || it->second.empty() ? otherwise : it->second;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

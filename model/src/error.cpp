@@ -3,7 +3,7 @@
 
 #include <array>
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 namespace {
 constexpr std::array<std::string_view, 40> kNames = {
     "bad_mask",          "bad_window",
@@ -36,4 +36,4 @@ std::optional<ErrorCode> error_code_from_string(std::string_view name) {
   return std::nullopt;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

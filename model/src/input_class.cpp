@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <limits>
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 namespace {
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
@@ -57,4 +57,4 @@ std::vector<InputClass> input_classes(const PackedBatch& batch) {
   return out;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

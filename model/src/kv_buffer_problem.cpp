@@ -11,7 +11,7 @@
 
 #include "attn_oracle/model/memory_budget.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 namespace {
 
 int64_t total_tokens(const KvBufferProblem& p) {
@@ -153,4 +153,4 @@ std::optional<Error> check_buffer_size(const char* name, const std::vector<doubl
   return check_size(name, t, tokens * 2 * z.heads_kv * z.head_dim, dims({tokens, 2, z.heads_kv, z.head_dim}));
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

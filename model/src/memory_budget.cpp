@@ -6,7 +6,7 @@
 #include <charconv>
 #include <thread>
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 namespace {
 
 std::atomic<int64_t> g_budget{0};   // 0: not set, kDefaultMemoryBudget
@@ -100,4 +100,4 @@ std::optional<Error> MemoryNeed::check(std::string_view operation) const {
   return Error{ErrorCode::over_memory_budget, message + raise};
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

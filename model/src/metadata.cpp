@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 namespace {
 
 int64_t longest(const std::vector<int64_t>& cu) {
@@ -47,4 +47,4 @@ std::vector<OptionalMetadataField> returned_optional_fields(const Metadata& got,
   return out;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

@@ -4,7 +4,7 @@
 #include <array>
 #include <sstream>
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 
 int64_t shape_product(const Shape& shape) {
   int64_t n = 1;
@@ -93,4 +93,4 @@ RowView side_row(const PackedSide& side, const Shape& side_extra, const BatchLay
                  side.segment_pos.data.data() + pos_row_index * len, len};
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

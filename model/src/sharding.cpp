@@ -5,7 +5,7 @@
 
 #include <set>
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 namespace {
 
 constexpr const char* kDimNames[] = {"batch", "sequence", "heads", "head_dim"};
@@ -179,4 +179,4 @@ std::optional<Error> validate_sharding(const Sharding& s, const ShardedShapes& s
   return std::nullopt;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

@@ -10,7 +10,7 @@
 #include "attn_oracle/model/small_seq.hpp"
 #include "attn_oracle/model/validate.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 namespace {
 
 std::string where(int64_t row, int64_t token) {
@@ -72,4 +72,4 @@ Expected<std::vector<SmallSeqDocument>> small_seq_documents(const AttentionProbl
   return docs;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

@@ -7,7 +7,7 @@
 
 #include "attn_oracle/model/memory_budget.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 namespace {
 
 Error make_error(ErrorCode code, const std::string& message) { return Error{code, message}; }
@@ -198,4 +198,4 @@ Expected<BatchLayout> validate(const PackedBatch& batch) {
   return layout;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

@@ -9,7 +9,7 @@
 #include "attn_oracle/properties/generators.hpp"
 #include "attn_oracle/properties/shrinking_choice.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 rc::Gen<Shape> extra_dims(bool enabled) {
@@ -150,4 +150,4 @@ rc::Gen<PackedBatch> arbitrary_batch(const InputDomain& domain) {
   }));
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -17,7 +17,7 @@
 #include "attn_oracle/properties/generators.hpp"
 #include "attn_oracle/properties/shrinking_choice.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 // The domain's dtypes among those the options draw; all of the domain's when
@@ -160,4 +160,4 @@ AttentionShape nearest_supported_shape(const AttentionProblem& problem,
   return problem.shape;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -24,7 +24,7 @@
 #include "attn_oracle/model/validate.hpp"
 #include "attn_oracle/reference/attention.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 using nlohmann::json;
@@ -414,4 +414,4 @@ std::vector<PropertyDef> attention_properties() {
   };
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -5,7 +5,7 @@
 
 #include "attn_oracle/properties/property_check.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 // Adds the time from its construction to its end (an exception included) to the record's backend_seconds.
@@ -87,4 +87,4 @@ void require_context_parallel_takes(Backend& backend, const CpLayout& layout, co
   decline_if(context_parallel_declines(backend, layout, problem, layout_sizes));
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

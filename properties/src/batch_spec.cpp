@@ -10,7 +10,7 @@
 #include <cmath>
 #include <utility>
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 // The highest M spare capacity reaches (build_batch).
@@ -180,4 +180,4 @@ BatchSpec cap_kernel_tile_sizes(BatchSpec spec, bool q_is_kv) {
   return spec;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -11,7 +11,7 @@
 
 #include "attn_oracle/model/packed_batch.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 
 struct DocSpec {
   int q_len = 1, kv_len = 1;  // 0 = the document is missing on that side
@@ -58,4 +58,4 @@ PackedBatch build_batch(const BatchSpec& spec);
 // document halved until the cells fit.
 BatchSpec cap_kernel_tile_sizes(BatchSpec spec, bool q_is_kv);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

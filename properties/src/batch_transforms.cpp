@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <tuple>
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 // Rows of `a` (shape [..., R, T] flattened to rows) selected by `rows`, new shape `shape`.
@@ -94,9 +94,9 @@ std::vector<int64_t> row_slice(const std::vector<int64_t>& per_row, int64_t widt
   return std::vector<int64_t>(per_row.begin() + r * width, per_row.begin() + (r + 1) * width);
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 struct DocTokens {
@@ -191,4 +191,4 @@ std::vector<double> gather_tokens(const std::vector<double>& in, const std::vect
   return out;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -8,7 +8,7 @@
 
 #include "attn_oracle/properties/shrinking_choice.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 // Uniform in [lo, hi] whatever RapidCheck's size, shrinking towards lo.
@@ -531,4 +531,4 @@ void showValue(const InvalidCpDraw& d, std::ostream& os) {
   os << " expecting " << to_string(d.expected);
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

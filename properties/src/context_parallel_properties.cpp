@@ -22,7 +22,7 @@
 #include "attn_oracle/reference/context_parallel.hpp"
 #include "attn_oracle/reference/tolerance.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 std::string str(int64_t v) { return std::to_string(v); }
@@ -316,4 +316,4 @@ std::vector<PropertyDef> context_parallel_properties() {
   };
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

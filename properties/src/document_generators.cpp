@@ -25,7 +25,7 @@
 
 #include "attn_oracle/properties/shrinking_choice.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 // Lengths where kernels break: each side of a multiple of a tile (64, 128,
@@ -169,4 +169,4 @@ rc::Gen<std::vector<DocSpec>> row_spec(EdgeMode mode, bool padding, BatchOptions
   });
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -10,7 +10,7 @@
 #include "attn_oracle/properties/generator_types.hpp"
 #include "batch_spec.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 
 // How a batch's document lengths are drawn: the edge modes where packing and
 // kernels break, beside `normal`.
@@ -26,4 +26,4 @@ rc::Gen<bool> kernel_tile_mode(int tile_edge_weight, int weight);
 // One row of documents that fit o.max_len and o.max_docs; shrinks towards one document of 1 token a side.
 rc::Gen<std::vector<DocSpec>> row_spec(EdgeMode mode, bool padding, BatchOptions o);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -11,7 +11,7 @@
 #include "attn_oracle/properties/shrinking_choice.hpp"
 #include "attn_oracle/model/validate.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 enum class Violation {
@@ -253,4 +253,4 @@ rc::Gen<InvalidBatch> invalid_batch(const InputDomain& declared, SizeProfile pro
   });
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

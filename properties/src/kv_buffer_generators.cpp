@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 // Uniform in [lo, hi] whatever RapidCheck's size (inRange alone scales with it).
@@ -126,4 +126,4 @@ void showValue(const KvBufferDraw& d, std::ostream& os) {
      << ", head_dim " << p.shape.head_dim << ", " << to_string(p.shape.dtype) << ", seed " << d.seed;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -16,7 +16,7 @@
 #include "attn_oracle/reference/tolerance.hpp"
 #include "attn_oracle/reference/kv_buffer.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 std::string str(int64_t x) { return std::to_string(x); }
@@ -278,4 +278,4 @@ std::vector<PropertyDef> kv_buffer_properties() {
   };
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -33,7 +33,7 @@
 #include "attn_oracle/reference/tolerance.hpp"
 #include "attn_oracle/reference/kv_buffer.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 struct KvModel {
@@ -267,4 +267,4 @@ void check_kv_buffer_steps(Backend& backend, const KvBufferDraw& d, const nlohma
   }
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -5,7 +5,7 @@
 #include <sstream>
 #include <vector>
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 // Flat entry i of a per-slot field [..., B, width] as its index into that shape
@@ -64,4 +64,4 @@ std::string first_difference(const Metadata& got, const Metadata& want) {
   return "";
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

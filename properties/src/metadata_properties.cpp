@@ -20,7 +20,7 @@
 #include "attn_oracle/model/validate.hpp"
 #include "attn_oracle/properties/shrinking_choice.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 using nlohmann::json;
@@ -415,4 +415,4 @@ std::vector<PropertyDef> metadata_properties() {
   };
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -11,7 +11,7 @@
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/model/validate.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -311,4 +311,4 @@ std::optional<std::string> micro_sequence_prefix_influence(int64_t buffer_tokens
          std::to_string(got.first_document_begin) + " + cu_seqlens_k [" + keys.str() + "]";
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

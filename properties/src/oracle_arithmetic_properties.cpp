@@ -24,7 +24,7 @@
 #include "attn_oracle/reference/metadata.hpp"
 #include "scalar_attention.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 constexpr double kRelative = 1e-12;
@@ -116,4 +116,4 @@ std::vector<PropertyDef> oracle_arithmetic_properties() {
            draw_small, oracle_arithmetic_matches_scalar_loops}};
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -18,7 +18,7 @@
 #include "batch_spec.hpp"
 #include "document_generators.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 // A property that needs a kind the domain excludes is skipped before it draws;
@@ -218,4 +218,4 @@ BatchOptions within(const InputDomain& domain, BatchOptions options) {
   options.domain = domain;
   return options;
 }
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

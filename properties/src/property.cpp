@@ -8,7 +8,7 @@
 #include "attn_oracle/properties/property_check.hpp"
 #include "attn_oracle/reference/tolerance.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 // "backend B serves kv_buffer without the steps write_slice and attend, which this property calls".
@@ -178,4 +178,4 @@ const PropertyDef* find_property(const std::string& id) {
   return nullptr;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -1,7 +1,7 @@
 // reference_calls.cpp: see reference_calls.hpp.
 #include "attn_oracle/properties/reference_calls.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 ReferenceCalls current;
 }  // namespace
@@ -11,4 +11,4 @@ const ReferenceCalls& reference_calls() { return current; }
 ScopedReferenceCalls::ScopedReferenceCalls(ReferenceCalls replacement) : previous_(current) { current = replacement; }
 ScopedReferenceCalls::~ScopedReferenceCalls() { current = previous_; }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

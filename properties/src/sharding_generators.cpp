@@ -13,7 +13,7 @@
 #include "attn_oracle/properties/generators.hpp"
 #include "attn_oracle/properties/shrinking_choice.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 namespace gen = rc::gen;
@@ -362,4 +362,4 @@ void showValue(const InvalidShardingDraw& d, std::ostream& os) {
   showValue(d.draw, os);
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

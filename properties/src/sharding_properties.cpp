@@ -26,7 +26,7 @@
 #include "attn_oracle/reference/tolerance.hpp"
 #include "attn_oracle/reference/attention.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 std::string describe(const Error& e) { return std::string(to_string(e.code)) + ": " + e.message; }
@@ -160,4 +160,4 @@ std::vector<PropertyDef> sharding_properties() {
   };
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

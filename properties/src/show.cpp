@@ -4,7 +4,7 @@
 
 #include "attn_oracle/properties/generators.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 void show_rows(const IntArray& a, std::ostream& os) {
@@ -43,4 +43,4 @@ void showValue(const AttentionDraw& d, std::ostream& os) {
   showValue(d.problem.batch, os);
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -28,7 +28,7 @@
 
 #include "attn_oracle/properties/generators.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 int64_t max_id(const PackedSide& side) {
@@ -139,4 +139,4 @@ int64_t menu_max_docs(const InputDomain& domain, int64_t otherwise) {
   return std::min(otherwise, largest(domain.sizes.max_segments, otherwise - 1) + 1);
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -22,7 +22,7 @@
 #include "attn_oracle/model/small_seq.hpp"
 #include "attn_oracle/properties/shrinking_choice.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 // Where a document's query sits: at its first key's position (with unit key
@@ -325,4 +325,4 @@ void showValue(const InvalidSmallSeq& d, std::ostream& os) {
   showValue(d.draw, os);
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

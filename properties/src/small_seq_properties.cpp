@@ -18,7 +18,7 @@
 #include "attn_oracle/model/validate.hpp"
 #include "attn_oracle/reference/small_seq.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 std::string describe(const Error& e) { return std::string(to_string(e.code)) + ": " + e.message; }
@@ -208,4 +208,4 @@ std::vector<PropertyDef> small_seq_properties() {
   };
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -36,7 +36,7 @@
 #include "attn_oracle/model/validate.hpp"
 #include "attn_oracle/reference/attention.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::ref {
 namespace {
 
 using RowMajor = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -87,7 +87,6 @@ void small_seq_bwd(const double* p_slots, const ConstVecMap& q, const ConstKeyMa
 
 }  // namespace
 
-namespace ref {
 Expected<SmallSeqResult> small_seq(const AttentionProblem& problem, const AttentionInputs& in) {
   auto listed = small_seq_documents(problem, &in);
   if (!listed) return listed.error();
@@ -138,5 +137,4 @@ Expected<SmallSeqResult> small_seq(const AttentionProblem& problem, const Attent
   return out;
 }
 
-}  // namespace ref
-}  // namespace attn_oracle
+}  // namespace attn_oracle::ref

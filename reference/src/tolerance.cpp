@@ -27,7 +27,7 @@
 #include "attn_oracle/reference/metadata.hpp"
 #include "attn_oracle/model/validate.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline reference {
 
 // ---------------------------------------------------------------------------
 // The absolute floor
@@ -449,9 +449,9 @@ std::vector<ToleranceCheck> check_attention_tolerance(const AttentionProblem& pr
   return checks;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::reference
 
-namespace attn_oracle {
+namespace attn_oracle::inline reference {
 
 std::vector<ToleranceCheck> check_relation_tolerance(const AttentionProblem& problem, const AttentionInputs& inputs,
                                                      const AttentionResult& got, const AttentionResult& expected,
@@ -483,4 +483,4 @@ std::vector<ToleranceCheck> check_relation_tolerance(const AttentionProblem& pro
   return checks;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::reference

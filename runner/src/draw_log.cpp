@@ -8,7 +8,7 @@
 #include "attn_oracle/runner/run_outcome.hpp"
 #include "attn_oracle/cases/case_summary.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline runner {
 
 nlohmann::ordered_json observation_json(const DrawObservation& o) {
   nlohmann::ordered_json features = nlohmann::ordered_json::object(), arguments = {{"draw", o.draw}};
@@ -46,4 +46,4 @@ bool append_json_line(const std::string& path, const nlohmann::ordered_json& lin
   return ok;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::runner

@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 
-namespace attn_oracle {
+namespace attn_oracle::inline runner {
 namespace {
 
 namespace fs = std::filesystem;
@@ -217,4 +217,4 @@ std::vector<std::string> orphaned_store_notes(const std::string& dir, const Back
   return notes;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::runner

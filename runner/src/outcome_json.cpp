@@ -6,7 +6,7 @@
 
 #include "attn_oracle/runner/run_outcome.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline runner {
 namespace {
 
 using nlohmann::json;
@@ -167,4 +167,4 @@ PropertyOutcome outcome_from_json(const json& j) {
   return o;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::runner

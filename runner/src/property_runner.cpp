@@ -15,7 +15,7 @@
 #include "attn_oracle/properties/generators.hpp"
 #include "attn_oracle/runner/replay.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline runner {
 namespace {
 
 // Trials one level below the declined candidates of a shrink step, at most: a
@@ -344,4 +344,4 @@ TrialResult run_draw(const PropertyDef& property, const DrawContext& context, co
   return {};
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::runner

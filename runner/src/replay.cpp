@@ -10,7 +10,7 @@
 #include "attn_oracle/properties/property.hpp"
 #include "attn_oracle/cases/reference_backend.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline runner {
 namespace {
 
 using nlohmann::json;
@@ -106,4 +106,4 @@ Case promote_case(Case c, const std::string& note) {
   return c;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::runner

@@ -15,7 +15,7 @@
 #include "attn_oracle/runner/replay.hpp"
 #include "attn_oracle/cases/sharding_case.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline runner {
 namespace {
 
 // The backend as a property sees it, with every metadata, attention and
@@ -175,4 +175,4 @@ std::vector<std::string> failure_lines(const PropertyFailure& f) {
   return out;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::runner

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <string>
 
-namespace attn_oracle {
+namespace attn_oracle::inline runner {
 
 std::string stored_case_word(int n) { return n == 1 ? "saved failure" : "saved failures"; }
 
@@ -236,4 +236,4 @@ void merge_outcome(PropertyOutcome& into, const PropertyOutcome& add) {
   if (into.message.empty()) into.message = add.message;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::runner

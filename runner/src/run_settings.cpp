@@ -5,7 +5,7 @@
 #include <charconv>
 #include <stdexcept>
 
-namespace attn_oracle {
+namespace attn_oracle::inline runner {
 namespace {
 
 std::optional<int> whole_number(std::string_view text) {
@@ -82,4 +82,4 @@ ResumePoint resume_point_from_json(const nlohmann::json& j) {
   return r;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::runner

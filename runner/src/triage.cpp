@@ -9,7 +9,7 @@
 #include <set>
 #include "attn_oracle/model/validate.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline runner {
 namespace {
 
 bool starts_with(const std::string& s, std::string_view prefix) { return s.rfind(prefix, 0) == 0; }
@@ -357,4 +357,4 @@ std::string failure_signature(const std::string& message) {
   return std::regex_replace(blank_numbers(lead.substr(0, 120)), index, "[#]");
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::runner

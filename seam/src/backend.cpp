@@ -7,7 +7,7 @@
 #include <cmath>
 #include <sstream>
 
-namespace attn_oracle {
+namespace attn_oracle::inline seam {
 
 std::string_view to_string(Capability capability) {
   switch (capability) {
@@ -146,4 +146,4 @@ std::optional<std::string> GuardedAttentionBuffers::first_violation() const {
 }
 
 // ------------------------------------------------------------------- registry
-}  // namespace attn_oracle
+}  // namespace attn_oracle::seam

@@ -4,7 +4,7 @@
 #include "attn_oracle/seam/backend.hpp"
 #include "attn_oracle/seam/process_backend.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline seam {
 
 BackendRegistry& BackendRegistry::instance() {
   static BackendRegistry registry;
@@ -34,4 +34,4 @@ std::unique_ptr<Backend> BackendRegistry::make(const std::string& name) const {
   return nullptr;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::seam

@@ -1,7 +1,7 @@
 // backend_takes.cpp: see backend_takes.hpp.
 #include "attn_oracle/seam/backend_takes.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline seam {
 namespace {
 
 std::optional<std::string> domain(std::optional<std::string> why) {
@@ -63,4 +63,4 @@ std::optional<std::string> context_parallel_declines(Backend& backend, const CpL
   return hook(backend.context_parallel()->unsupported(layout, problem));
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::seam

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-namespace attn_oracle {
+namespace attn_oracle::inline seam {
 namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
@@ -312,4 +312,4 @@ Expected<AttentionResult> SimulatedContextParallel::cp_attention(const CpLayout&
   return out;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::seam

@@ -7,7 +7,7 @@
 
 #include "attn_oracle/model/validate.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline seam {
 namespace {
 
 template <class T>
@@ -199,4 +199,4 @@ std::optional<std::string> outside_domain(const InputDomain& d, const CpLayout& 
   return outside_domain(d, problem);
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::seam

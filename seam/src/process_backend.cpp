@@ -10,7 +10,7 @@
 
 #include "worker_process.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline seam {
 namespace {
 
 using nlohmann::json;
@@ -471,4 +471,4 @@ std::unique_ptr<Backend> make_process_backend(const std::string& command) {
   return std::make_unique<ProcessBackend>(command);
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::seam

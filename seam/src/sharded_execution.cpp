@@ -10,7 +10,7 @@
 
 #include "attn_oracle/model/validate.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline seam {
 namespace {
 
 // rows x tokens block of a row-major [B, T] array.
@@ -244,4 +244,4 @@ Expected<std::vector<AttentionProblem>> device_problems(const Sharding& sharding
   return out;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::seam

@@ -18,7 +18,7 @@
 
 #include "attn_oracle/seam/backend.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline seam {
 namespace {
 
 constexpr size_t kStderrKeep = 64 * 1024;
@@ -257,4 +257,4 @@ void WorkerProcess::fail(const std::string& what, bool hang) {
   throw BackendFailure(what, stderr_tail(), hang);
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::seam

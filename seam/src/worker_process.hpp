@@ -14,7 +14,7 @@
 #include "attn_oracle/seam/backend.hpp"
 #include "worker_protocol.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline seam {
 
 class WorkerProcess {
  public:
@@ -60,4 +60,4 @@ class WorkerProcess {
   bool failed_ = false;  // the last worker was stopped by fail(): the next start is a restart
 };
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::seam

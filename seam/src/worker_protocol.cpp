@@ -9,7 +9,7 @@
 #include "attn_oracle/model/memory_budget.hpp"
 #include "attn_oracle/model/validate.hpp"
 
-namespace attn_oracle::wire {
+namespace attn_oracle::inline seam::wire {
 namespace {
 
 static_assert(std::endian::native == std::endian::little, "the protocol's arrays are little-endian, as is this host");
@@ -453,4 +453,4 @@ InputDomain read_domain(const nlohmann::json& domain) {
   return d;
 }
 
-}  // namespace attn_oracle::wire
+}  // namespace attn_oracle::seam::wire

@@ -24,7 +24,7 @@
 #include "attn_oracle/model/sharding.hpp"
 #include "attn_oracle/model/small_seq.hpp"
 
-namespace attn_oracle::wire {
+namespace attn_oracle::inline seam::wire {
 
 // The protocol this build speaks (docs/protocol.md); a worker's hello must name it.
 inline constexpr const char* kWorkerProtocol = "attn-oracle-worker/1";
@@ -120,4 +120,4 @@ std::optional<double> read_balance_bound(const Message& m);
 // ProtocolError naming the key.
 InputDomain read_domain(const nlohmann::json& domain);
 
-}  // namespace attn_oracle::wire
+}  // namespace attn_oracle::seam::wire

@@ -14,7 +14,7 @@
 #include "attn_oracle/properties/independent_rules.hpp"
 #include "attn_oracle/model/memory_budget.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 using Tokens = std::vector<int64_t>;
@@ -211,4 +211,4 @@ std::vector<std::string> batch_rule_edges(const PackedBatch& batch) {
   return edges;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

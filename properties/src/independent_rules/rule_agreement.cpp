@@ -6,7 +6,7 @@
 #include "attn_oracle/properties/reference_calls.hpp"
 #include "attn_oracle/properties/property_check.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 std::string model_answer(const std::optional<Error>& e) {
@@ -54,4 +54,4 @@ std::optional<RuleVerdict> agreed_batch_verdict(const PackedBatch& batch, CheckR
   return rules;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

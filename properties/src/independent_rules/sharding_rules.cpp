@@ -10,7 +10,7 @@
 
 #include "attn_oracle/properties/independent_rules.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 namespace {
 
 // The product of the sizes of the named axes; nullopt if one is not in the mesh.
@@ -188,4 +188,4 @@ std::vector<std::string> sharding_rule_edges(const Sharding& s, const ShardedSha
   return edges;
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

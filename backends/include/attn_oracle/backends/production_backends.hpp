@@ -8,7 +8,7 @@
 
 #include <string>
 
-namespace attn_oracle {
+namespace attn_oracle::inline backends {
 
 // Adds cpu, and cuda / cudnn where this build and machine can run them (idempotent).
 void register_production_backends();
@@ -17,4 +17,4 @@ std::string production_backends_note();
 // The CUDA device these backends would run on, or "no device".
 std::string production_device();
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::backends

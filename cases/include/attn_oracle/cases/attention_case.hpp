@@ -21,7 +21,7 @@
 #include "attn_oracle/model/error.hpp"
 #include "attn_oracle/model/small_seq.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 
 struct AttentionCase {
   AttentionProblem problem;
@@ -43,4 +43,4 @@ nlohmann::json attention_result_to_json(const AttentionProblem& problem, const A
 // o, p [docs][Hq][16] and, with backward, dq, dk, dv.
 nlohmann::json small_seq_result_to_json(const AttentionProblem& problem, const SmallSeqResult& r);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

@@ -17,7 +17,7 @@
 #include "attn_oracle/cases/sharding_case.hpp"
 #include "attn_oracle/model/error.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 
 inline constexpr const char* kCaseSchema = "attn-oracle.case/2";
 inline constexpr const char* kCaseSchemaV1 = "attn-oracle.case/1";  // read, never written
@@ -52,4 +52,4 @@ AttentionCase* attention_fields(CasePayload& payload);
 
 nlohmann::json error_to_json(const Error& e);  // {"error": {"code", "message"}}
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

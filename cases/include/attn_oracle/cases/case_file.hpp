@@ -27,7 +27,7 @@
 #include "attn_oracle/cases/case.hpp"
 #include "attn_oracle/model/error.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 
 Expected<Case> case_from_json(const nlohmann::json& j);
 Expected<Case> read_case_file(const std::string& path);
@@ -35,4 +35,4 @@ nlohmann::json case_to_json(const Case& c);
 // One key per line in a fixed order, arrays of numbers on one line.
 bool write_case_file(const std::string& path, const Case& c);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

@@ -18,7 +18,7 @@
 #include "attn_oracle/seam/backend.hpp"
 #include "attn_oracle/cases/case.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 
 // What `attn-oracle eval` prints for a case on one backend.
 struct Evaluation {
@@ -112,4 +112,4 @@ class TypedCaseOp : public CaseOp {
   virtual CaseSize size_of(const Payload& p) const = 0;
 };
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

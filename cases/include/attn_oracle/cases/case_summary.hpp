@@ -7,7 +7,7 @@
 
 #include "attn_oracle/cases/case.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 
 // "metadata causal_bottom_right M=2 | q ids [[1,2]] pos [[2,0]] | kv ids [[1,2]] pos [[3,0]]", the
 // attention shape on a second line, a K/V-buffer problem in one line.
@@ -15,4 +15,4 @@ std::string case_summary(const Case& c);
 // case_summary of a case file, line by line; one line saying why when it cannot be read.
 std::vector<std::string> case_summary_lines(const std::string& path);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

@@ -21,7 +21,7 @@
 #include "attn_oracle/model/context_parallel.hpp"
 #include "attn_oracle/model/error.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 
 struct ContextParallelCase {
   CpLayout layout;
@@ -43,4 +43,4 @@ Expected<AttentionResult> unpermute_result(const CpLayout& layout, const Attenti
 // row's tokens ("row 0, slot 3: token 5 is listed already at slot 1"), or "".
 std::string permutation_defect(const std::vector<int64_t>& permutation, int64_t rows, int64_t row_tokens);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

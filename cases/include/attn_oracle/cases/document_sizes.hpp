@@ -8,7 +8,7 @@
 
 #include "attn_oracle/model/packed_batch.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 
 // Over the documents of every row (the tokens of one id on each side): the
 // sum of Lq x Lkv, the (query, key) pairs any mask kind may attend and what the
@@ -29,4 +29,4 @@ DocumentSizes document_sizes(const PackedBatch& batch);
 // kLongDocMax a side in rows of up to kLongRowMax, generators.hpp).
 inline constexpr int kLongDocMin = 256, kLongDocMax = 4096, kLongRowMax = 16384;
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

@@ -21,7 +21,7 @@
 
 #include "attn_oracle/model/kv_buffer.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 
 struct KvBufferCase {
   KvBufferProblem problem;
@@ -36,4 +36,4 @@ nlohmann::json micro_sequence_to_json(const MicroSequenceMetadata& md);
 nlohmann::json kv_buffer_result_to_json(const KvBufferProblem& problem, const std::vector<MicroSequenceMetadata>& plans,
                                         const AttentionResult& r);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

@@ -9,7 +9,7 @@
 #include "attn_oracle/model/metadata.hpp"
 #include "attn_oracle/model/packed_batch.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 
 struct MetadataCase {
   PackedBatch batch;
@@ -19,4 +19,4 @@ struct MetadataCase {
 // What eval prints: seqlens [..][B][M], offsets [..][B][M+1], then the compacted form.
 nlohmann::json metadata_to_json(const Metadata& md);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

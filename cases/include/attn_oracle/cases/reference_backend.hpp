@@ -7,7 +7,7 @@
 
 #include "attn_oracle/seam/backend.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 
 std::unique_ptr<Backend> make_reference_backend();
 // Its K/V buffer capability (stateless): the float64 steps of reference/kv_buffer.hpp.
@@ -15,4 +15,4 @@ KvBufferCapability& reference_kv_buffer();
 // Adds "reference" to the registry (idempotent).
 void register_reference_backend();
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

@@ -22,7 +22,7 @@
 #include "attn_oracle/model/error.hpp"
 #include "attn_oracle/model/sharding.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 
 struct ShardingCase {
   Sharding sharding;
@@ -35,4 +35,4 @@ Expected<Sharding> sharding_from_json(const nlohmann::json& case_json);
 nlohmann::json mesh_to_json(const Mesh& mesh);
 nlohmann::json specs_to_json(const Sharding& sharding);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

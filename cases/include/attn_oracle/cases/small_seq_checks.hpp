@@ -14,7 +14,7 @@
 #include "attn_oracle/model/small_seq.hpp"
 #include "attn_oracle/reference/tolerance.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline cases {
 
 // [docs, Hq, 16] for a valid small-seq problem; empty when it is not one.
 std::vector<double> small_seq_naive_p(const AttentionProblem& problem, const AttentionInputs& inputs);
@@ -27,4 +27,4 @@ std::vector<ToleranceCheck> check_small_seq_tolerance(const AttentionProblem& pr
                                                       const SmallSeqResult& reference,
                                                       const ProducedOutputs& produced = {});
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::cases

@@ -12,7 +12,7 @@
 
 #include "attn_oracle/harness/settings.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 
 // The flags of `check`: each overrides what CheckEnvironment::settings holds.
 struct CheckOptions {
@@ -62,4 +62,4 @@ struct CheckEnvironment {
 // interrupted (SIGINT), in which case the report holds the finished properties.
 int run_check_command(const CheckOptions& options, const CheckEnvironment& environment);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

@@ -19,7 +19,7 @@
 #include "attn_oracle/harness/check.hpp"
 #include "attn_oracle/harness/report.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 
 std::string junit_xml(const CheckReport& report);
 // `relative_to`: case paths under this directory are written relative to it (the
@@ -31,4 +31,4 @@ std::vector<std::string> github_annotations(const CheckReport& report, const std
 // file cannot be written.
 bool write_ci_output(const CheckReport& report, const CheckOptions& options, std::string& error);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

@@ -15,11 +15,11 @@
 
 #include "attn_oracle/harness/check.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 
 // True for a verb run_cli answers (a program's main dispatches those to it).
 bool is_cli_verb(const std::string& word);
 // Runs one command line (without the program name); returns the exit status.
 int run_cli(const std::vector<std::string>& args, const CheckEnvironment& environment);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

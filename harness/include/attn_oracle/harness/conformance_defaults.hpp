@@ -11,7 +11,7 @@
 
 #include "attn_oracle/harness/settings.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 
 struct ConformanceDefaults {
   std::string failures_dir;  // unless ATTN_ORACLE_FAILURES_DIR
@@ -37,4 +37,4 @@ using ConformanceSuite = void (*)(const Settings& settings);
 bool add_conformance_suite(ConformanceSuite suite);
 void register_conformance_suites(const Settings& settings);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

@@ -14,7 +14,7 @@
 
 #include <string>
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 
 inline constexpr int kCoverageCasesPerProperty = 200;
 inline constexpr uint64_t kCoverageSeed = 20261122;
@@ -22,4 +22,4 @@ inline constexpr uint64_t kCoverageSeed = 20261122;
 // The coverage table as Markdown (markdown) or aligned text.
 std::string coverage_table(bool markdown);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

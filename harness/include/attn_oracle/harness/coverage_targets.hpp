@@ -20,7 +20,7 @@
 
 #include "attn_oracle/harness/report.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 
 class CoverageTargets {
  public:
@@ -44,4 +44,4 @@ class CoverageTargets {
   std::vector<Target> targets_;
 };
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

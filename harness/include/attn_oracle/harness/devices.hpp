@@ -25,7 +25,7 @@
 #include "attn_oracle/model/environment.hpp"
 #include "attn_oracle/model/error.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 
 // The CUDA_VISIBLE_DEVICES value of each worker: "0,1" over an outer list
 // (nullptr or "" when unset). Errors name the device and the outer list: an
@@ -41,4 +41,4 @@ Expected<std::optional<std::string>> ctest_gpu_allocation(const Environment& env
 // check --devices: the children, their merged report; the exit status `check` returns.
 int run_check_on_devices(const CheckOptions& options, const CheckEnvironment& env);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

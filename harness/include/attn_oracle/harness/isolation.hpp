@@ -23,7 +23,7 @@
 
 #include "attn_oracle/runner/property_runner.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 
 struct IsolationSettings {
   std::string program;                  // printed in replay lines (the executable itself is /proc/self/exe)
@@ -38,4 +38,4 @@ bool is_isolation_child_verb(const std::string& verb);
 // Runs one child verb in this process; returns its exit status.
 int run_isolation_child(const std::vector<std::string>& args);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

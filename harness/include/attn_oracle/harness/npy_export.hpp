@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 
 // NPY 1.0 bytes of a C-order array; `descr` is "<i8" or "<f8", `data` the raw
 // little-endian elements.
@@ -29,4 +29,4 @@ std::string npy_bytes(const std::string& descr, const std::vector<int64_t>& shap
 // status (0, or 1 after printing why on stderr).
 int export_npy(const std::string& fixtures_dir, const std::string& out_dir);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

@@ -6,7 +6,7 @@
 #include <string>
 #include <system_error>
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 
 inline std::string this_program() {
   std::error_code ec;
@@ -14,4 +14,4 @@ inline std::string this_program() {
   return ec ? std::string("attn-oracle") : path.string();
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

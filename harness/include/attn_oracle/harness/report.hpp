@@ -26,7 +26,7 @@
 #include "attn_oracle/model/error.hpp"
 #include "attn_oracle/runner/property_runner.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 
 // passed / FAILED / skipped come from the property (or the skips list), xfail /
 // XPASS from the expected-failure list. XPASS fails the run (a fixed bug must
@@ -114,4 +114,4 @@ bool write_report_files(const CheckReport& report, const std::string& dir, std::
 // (failed over passed, xfail / XPASS kept from the lists).
 Expected<CheckReport> merge_reports(const std::vector<CheckReport>& shards);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

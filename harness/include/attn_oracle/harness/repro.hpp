@@ -22,7 +22,7 @@
 #include "attn_oracle/seam/backend.hpp"
 #include "attn_oracle/runner/repro.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 
 // The GoogleTest source for `d`, found on `backend` from the counterexample at `case_path`.
 std::string gtest_reproduction(const Disagreement& d, const Backend& backend, const std::string& case_path,
@@ -37,4 +37,4 @@ struct ReproOptions {
 };
 int repro_command(const ReproOptions& options);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

@@ -24,7 +24,7 @@
 #include "attn_oracle/seam/process_backend.hpp"
 #include "attn_oracle/runner/property_runner.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline harness {
 
 struct Settings {
   // RC_PARAMS (max_success, max_size, seed), ATTN_ORACLE_FAILURES_DIR,
@@ -62,4 +62,4 @@ void install_process_settings(const Settings& settings);
 // from its environment over RunSettings' defaults.
 RunSettings default_run_settings();
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

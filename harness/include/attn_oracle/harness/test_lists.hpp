@@ -23,9 +23,10 @@
 #include <string>
 #include <vector>
 
-namespace attn_oracle {
+#include "attn_oracle/seam/backend.hpp"
 
-class Backend;
+namespace attn_oracle::inline harness {
+
 // The architecture a backend's tests run on: `forced` (ATTN_ORACLE_ARCH, Settings::arch)
 // when set, else Backend::arch().
 std::string run_arch(const Backend& backend, const std::string& forced);
@@ -57,4 +58,4 @@ class TestIdList {
   std::vector<Entry> entries_;
 };
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::harness

@@ -21,7 +21,7 @@
 #include "attn_oracle/model/error.hpp"
 #include "attn_oracle/model/packed_batch.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 
 enum class Dtype { fp32, fp16, bf16 };
 std::string_view to_string(Dtype dtype);
@@ -135,4 +135,4 @@ std::optional<Error> check_attention_values(const AttentionShape& shape, const A
 // rounded to the problem's dtype.
 AttentionInputs generate_inputs(const AttentionProblem& problem, uint64_t seed);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

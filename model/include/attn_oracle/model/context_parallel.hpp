@@ -49,7 +49,7 @@
 #include "attn_oracle/model/error.hpp"
 #include "attn_oracle/model/packed_batch.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 
 enum class CpStrategy { all_gather, ring, all_to_all };
 enum class CpBalance { contiguous, dual_chunk_swap, striped, head_tail, explicit_indices };
@@ -131,4 +131,4 @@ CpRankProblem cp_rank_problem(const CpLayout& layout, const AttentionProblem& pr
 AttentionInputs cp_rank_inputs(const CpRankProblem& rank_problem, const AttentionProblem& problem,
                                const AttentionInputs& inputs);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

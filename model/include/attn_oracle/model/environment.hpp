@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 
 struct EnvironmentVariable {
   std::string_view name;
@@ -37,4 +37,4 @@ Environment read_environment();
 // The value of `name`, or `otherwise` when it is unset or empty.
 std::string environment_value(const Environment& environment, std::string_view name, std::string otherwise = "");
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

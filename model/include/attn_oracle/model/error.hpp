@@ -28,7 +28,7 @@
 #include <stdexcept>
 #include <variant>
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 
 enum class ErrorCode {
   bad_mask,
@@ -113,4 +113,4 @@ class Expected {
   std::variant<T, Error> state_;
 };
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

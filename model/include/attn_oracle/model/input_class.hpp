@@ -14,7 +14,7 @@
 
 #include "attn_oracle/model/packed_batch.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 
 enum class InputClass {
   empty_side,  // a row of a side has no token that is not padding (T = 0 included)
@@ -33,4 +33,4 @@ bool in_input_class(const PackedBatch& batch, InputClass c);
 // Those the batch is in, in kInputClasses order; empty for an ordinary batch.
 std::vector<InputClass> input_classes(const PackedBatch& batch);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

@@ -44,7 +44,7 @@
 #include "attn_oracle/model/attention.hpp"
 #include "attn_oracle/model/error.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 
 struct KvBufferProblem {
   std::vector<int64_t> doc_lengths;  // [docs], each >= 1; N = their sum
@@ -111,4 +111,4 @@ std::vector<double> buffer_part(const std::vector<double>& buffer, int part, int
 // The slice micro-sequence i writes: [end - begin, 2, Hkv, D] from k and v [N, Hkv, D].
 std::vector<double> kv_slice_of(const KvBufferProblem& problem, int64_t i, const AttentionInputs& inputs);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

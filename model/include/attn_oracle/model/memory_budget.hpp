@@ -20,7 +20,7 @@
 #include "attn_oracle/model/error.hpp"
 #include "attn_oracle/model/environment.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 
 inline constexpr int64_t kDefaultMemoryBudget = int64_t{4} << 30;  // 4 GiB
 
@@ -73,4 +73,4 @@ class MemoryNeed {
   int64_t largest_bytes_ = 0;
 };
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

@@ -8,7 +8,7 @@
 
 #include "attn_oracle/model/packed_batch.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 
 struct Metadata {
   Shape extra;                     // broadcast extra leading dims
@@ -47,4 +47,4 @@ struct OptionalMetadataField {
 };
 std::vector<OptionalMetadataField> returned_optional_fields(const Metadata& got, const Metadata& want);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

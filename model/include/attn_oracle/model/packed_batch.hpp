@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 
 using Shape = std::vector<int64_t>;
 
@@ -102,4 +102,4 @@ struct RowView {
 RowView side_row(const PackedSide& side, const Shape& side_extra, const BatchLayout& layout,
                  int64_t row);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

@@ -46,7 +46,7 @@
 
 #include "attn_oracle/model/error.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 
 struct MeshAxis {
   std::string name;
@@ -109,4 +109,4 @@ bool uses_gqa_head_exception(const Sharding& s);
 // Every check above, first violation wins; nullopt when the call is valid.
 std::optional<Error> validate_sharding(const Sharding& sharding, const ShardedShapes& shapes);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

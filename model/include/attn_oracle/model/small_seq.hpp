@@ -27,7 +27,7 @@
 #include "attn_oracle/model/attention.hpp"
 #include "attn_oracle/model/error.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 
 inline constexpr int64_t kSmallSeqMaxKeys = 16;
 
@@ -49,4 +49,4 @@ struct SmallSeqDocument {
 Expected<std::vector<SmallSeqDocument>> small_seq_documents(const AttentionProblem& problem,
                                                             const AttentionInputs* inputs = nullptr);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

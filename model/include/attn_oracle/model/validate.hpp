@@ -15,7 +15,7 @@
 #include "attn_oracle/model/error.hpp"
 #include "attn_oracle/model/packed_batch.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline model {
 
 // Shape checks only (the whole-input codes); gives the layout on success.
 Expected<BatchLayout> validate_shapes(const PackedBatch& batch);
@@ -23,4 +23,4 @@ Expected<BatchLayout> validate_shapes(const PackedBatch& batch);
 // Every check of docs/semantics.md#input-validation-in-precedence-order.
 Expected<BatchLayout> validate(const PackedBatch& batch);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::model

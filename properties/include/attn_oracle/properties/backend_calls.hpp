@@ -15,7 +15,7 @@
 #include "attn_oracle/properties/property_check.hpp"
 #include "attn_oracle/seam/backend_takes.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 
 // The metadata, attention and small-seq calls add their time to the check's
 // record (CheckRecord::backend_seconds), so that a run can say what a draw
@@ -60,4 +60,4 @@ void require_sharding_takes(Backend& backend, const Sharding& sharding, const Sh
 void require_context_parallel_takes(Backend& backend, const CpLayout& layout, const AttentionProblem& problem,
                                     bool layout_sizes = true);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -10,7 +10,7 @@
 #include "attn_oracle/model/metadata.hpp"
 #include "attn_oracle/model/packed_batch.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 
 enum class Side { q, kv };
 
@@ -43,9 +43,9 @@ PackedBatch at_extreme_integers(const PackedBatch& batch, int64_t margin, int64_
 // Slices of metadata for broadcast row r (flat over extra x B).
 std::vector<int64_t> row_slice(const std::vector<int64_t>& per_row, int64_t width, int64_t r);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 
 // Documents of every row reordered (their tokens moved together, ids relabelled
 // in the new order, padding moved to the end). q_from[t] / kv_from[t] is the old
@@ -61,4 +61,4 @@ PermutedBatch permute_documents(const PackedBatch& batch, uint64_t order_seed);
 std::vector<double> gather_tokens(const std::vector<double>& in, const std::vector<int64_t>& from,
                                   int64_t width);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

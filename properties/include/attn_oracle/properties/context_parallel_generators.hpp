@@ -36,7 +36,7 @@
 #include "attn_oracle/model/context_parallel.hpp"
 #include "attn_oracle/seam/input_domain.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 
 struct CpDraw {
   CpLayout layout;
@@ -68,4 +68,4 @@ std::vector<std::string> cp_classes(const CpLayout& layout, const AttentionProbl
 void showValue(const CpDraw& draw, std::ostream& os);
 void showValue(const InvalidCpDraw& draw, std::ostream& os);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

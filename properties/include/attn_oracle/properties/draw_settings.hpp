@@ -8,7 +8,7 @@
 #include <optional>
 #include <string_view>
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 
 // How large the drawn inputs get (generators.hpp):
 //  - ci (the default, every ctest run): documents up to 48 tokens, in a
@@ -34,4 +34,4 @@ struct DrawSettings {
   bool shape_stable = false;  // sizes from a small menu (drawing_domain, generators.hpp)
 };
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -12,7 +12,7 @@
 #include "attn_oracle/properties/draw_settings.hpp"
 #include "attn_oracle/seam/input_domain.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 
 // ------------------------------------------------------------------- sizes
 // SizeProfile and DrawSettings: draw_settings.hpp. The deep profile's rows.
@@ -108,4 +108,4 @@ struct InvalidSmallSeq {
   ErrorCode expected;
 };
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

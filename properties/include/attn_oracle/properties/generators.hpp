@@ -25,7 +25,7 @@
 
 #include "attn_oracle/properties/generator_types.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 
 // ------------------------------------------------------------------- packed batches
 // batch_spec.cpp, document_generators.cpp, packed_batch_generators.cpp.
@@ -87,4 +87,4 @@ void showValue(const InvalidBatch& draw, std::ostream& os);
 void showValue(const AttentionDraw& draw, std::ostream& os);
 void showValue(const InvalidSmallSeq& draw, std::ostream& os);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -31,7 +31,7 @@
 #include "attn_oracle/model/packed_batch.hpp"
 #include "attn_oracle/model/sharding.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 
 struct CheckRecord;  // property_check.hpp
 
@@ -64,4 +64,4 @@ std::optional<RuleVerdict> agreed_sharding_verdict(const Sharding& sharding, con
                                                    CheckRecord& record);
 std::optional<RuleVerdict> agreed_batch_verdict(const PackedBatch& batch, CheckRecord& record);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

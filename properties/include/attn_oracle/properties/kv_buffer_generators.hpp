@@ -30,7 +30,7 @@
 #include "attn_oracle/seam/input_domain.hpp"
 #include "attn_oracle/model/kv_buffer.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 
 struct CheckRecord;  // property_check.hpp
 
@@ -49,4 +49,4 @@ void showValue(const KvBufferDraw& draw, std::ostream& os);
 nlohmann::json draw_kv_buffer_steps(const KvBufferDraw& draw);
 void check_kv_buffer_steps(Backend& backend, const KvBufferDraw& draw, const nlohmann::json* steps, CheckRecord& record);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -21,7 +21,7 @@
 #include "attn_oracle/model/metadata.hpp"
 #include "attn_oracle/model/packed_batch.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 
 // Packed tokens of one head: q [q_tokens, dim], k and v [kv_tokens, dim].
 struct VarlenInputs {
@@ -63,4 +63,4 @@ std::optional<std::string> micro_sequence_attention_difference(int64_t buffer_to
 std::optional<std::string> micro_sequence_prefix_influence(int64_t buffer_tokens, const MicroSequenceMetadata& got,
                                                            const MicroSequenceMetadata& want);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -23,7 +23,7 @@
 #include "attn_oracle/properties/property_check.hpp"
 #include "attn_oracle/seam/backend.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 
 // What a property's draw depends on besides RapidCheck's Random: the backend
 // (its outputs and declines shape a draw), its domain, the domain the run
@@ -105,4 +105,4 @@ std::vector<PropertyDef> kv_buffer_properties();
 std::vector<PropertyDef> sharding_properties();
 std::vector<PropertyDef> context_parallel_properties();
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -15,8 +15,9 @@
 #include <nlohmann/json.hpp>
 
 #include "attn_oracle/cases/case_file.hpp"
+#include "attn_oracle/reference/tolerance.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 
 struct CaseFailure {
   std::string message;  // one line: the first mismatch
@@ -40,8 +41,6 @@ inline void require(bool holds, const std::string& message) {
 inline void decline_if_unsupported(const Error& e) {
   if (e.code == ErrorCode::unsupported) decline_case("unsupported: " + e.message);
 }
-
-struct ToleranceCheck;  // reference/tolerance.hpp
 
 // What one check notes about its case besides the verdict, handed to the check
 // and returned with the trial (property.hpp) for the run's report.
@@ -83,4 +82,4 @@ T drawn_value(const Case& c, const char* key, T fallback) {
   }
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -12,7 +12,7 @@
 #include "attn_oracle/model/sharding.hpp"
 #include "attn_oracle/model/validate.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 
 struct ReferenceCalls {
   using Attention = Expected<AttentionResult> (*)(const AttentionProblem&, const AttentionInputs&);
@@ -40,4 +40,4 @@ class ScopedReferenceCalls {
   ReferenceCalls previous_;
 };
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

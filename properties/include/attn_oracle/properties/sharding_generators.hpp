@@ -30,7 +30,7 @@
 #include "attn_oracle/cases/case_file.hpp"
 #include "attn_oracle/model/sharding.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 
 struct ShardingDraw {
   Sharding sharding;
@@ -52,4 +52,4 @@ Case sharding_case(const ShardingDraw& draw);
 void showValue(const ShardingDraw& draw, std::ostream& os);
 void showValue(const InvalidShardingDraw& draw, std::ostream& os);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -11,7 +11,7 @@
 
 #include <rapidcheck.h>
 
-namespace attn_oracle {
+namespace attn_oracle::inline properties {
 
 // One of `values`, equally likely, shrinking towards values[0].
 template <typename T>
@@ -34,4 +34,4 @@ rc::Gen<T> shrinking_weighted(std::vector<std::pair<int, rc::Gen<T>>> alternativ
   });
 }
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::properties

@@ -25,7 +25,7 @@
 
 #include "attn_oracle/model/attention.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline reference {
 
 inline constexpr double kOutputToleranceFactor = 2.0;    // k for o and lse
 inline constexpr double kGradientToleranceFactor = 3.0;  // k for dq, dk, dv
@@ -111,4 +111,4 @@ std::vector<ToleranceCheck> check_relation_tolerance(const AttentionProblem& pro
                                                      const AttentionResult& expected,
                                                      const ProducedOutputs& produced = {});
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::reference

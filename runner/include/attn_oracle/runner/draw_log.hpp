@@ -26,7 +26,7 @@
 #include "attn_oracle/cases/case.hpp"
 #include "attn_oracle/runner/run_settings.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline runner {
 
 struct DrawObservation {
   std::string property, backend, backend_version;
@@ -44,4 +44,4 @@ nlohmann::ordered_json observation_json(const DrawObservation& o);
 // Appends `line` and a newline to `path` in one write (O_APPEND); false when it cannot.
 bool append_json_line(const std::string& path, const nlohmann::ordered_json& line);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::runner

@@ -38,7 +38,7 @@
 #include "attn_oracle/properties/property.hpp"
 #include "attn_oracle/runner/run_outcome.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline runner {
 
 
 // A stored case that passes this many runs in a row is deleted.
@@ -73,4 +73,4 @@ void replay_stored_failures(const PropertyDef& property, Backend& backend, const
 // property this build does not have: its cases are never replayed.
 std::vector<std::string> orphaned_store_notes(const std::string& dir, const BackendIdentity& who);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::runner

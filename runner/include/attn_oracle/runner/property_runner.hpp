@@ -25,7 +25,7 @@
 #include "attn_oracle/runner/triage.hpp"
 #include "attn_oracle/seam/backend.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline runner {
 
 // The run of `property` on `backend`: the draws of settings.shard from
 // resume.first_draw on, each told to `listener` (run_settings.hpp) as it goes.
@@ -44,4 +44,4 @@ struct TrialResult {
 TrialResult run_draw(const PropertyDef& property, const DrawContext& context, const RunSettings& settings, int draw,
                      const std::vector<size_t>& path, const std::function<void(const Case&)>& before_check = {});
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::runner

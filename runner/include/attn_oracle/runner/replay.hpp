@@ -14,7 +14,7 @@
 
 #include "attn_oracle/cases/case_op.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline runner {
 
 Evaluation evaluate_case(Backend& backend, const Case& c);
 Judgement judge_case(Backend& backend, const Case& c);
@@ -29,4 +29,4 @@ Expected<Judgement> replay_file(Backend& backend, const std::string& path);
 // The case with the reference's evaluation as `expected` and `note` (a fixture).
 Case promote_case(Case c, const std::string& note);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::runner

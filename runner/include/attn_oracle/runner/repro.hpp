@@ -19,7 +19,7 @@
 #include "attn_oracle/cases/case_file.hpp"
 #include "attn_oracle/cases/case_summary.hpp"  // case_summary, which failure_lines prints
 
-namespace attn_oracle {
+namespace attn_oracle::inline runner {
 
 struct Disagreement {
   Case direct;                     // the call as a case without a property record or `expected`
@@ -47,4 +47,4 @@ struct PropertyFailure;
 // and rerun commands. The check's output, ctest's and the pytest plugin's.
 std::vector<std::string> failure_lines(const PropertyFailure& f);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::runner

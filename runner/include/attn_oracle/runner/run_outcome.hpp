@@ -18,7 +18,7 @@
 #include "attn_oracle/runner/run_settings.hpp"
 #include "attn_oracle/runner/triage.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline runner {
 
 // What the replay of a property's stored cases found (PropertyOutcome::store).
 struct StoreReplay {
@@ -161,4 +161,4 @@ std::vector<TriageEntry> triage_entries(const PropertyOutcome& outcome);
 // "40 failing draws in 3 clusters; 2 shrunk (87 trials), 1 one line", or "" without failures.
 std::string triage_cost_line(const PropertyOutcome& outcome);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::runner

@@ -22,7 +22,7 @@
 #include "attn_oracle/cases/case.hpp"
 #include "attn_oracle/properties/draw_settings.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline runner {
 
 // The seed of every run that is not given one: runs are reproducible by default.
 inline constexpr uint64_t kDefaultSeed = 20261122;
@@ -95,4 +95,4 @@ class RunListener {
   virtual void store_replayed(const StoreReplay&) {}
 };
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::runner

@@ -32,7 +32,7 @@
 #include "attn_oracle/cases/case_file.hpp"
 #include "attn_oracle/model/input_class.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline runner {
 
 enum class FailureKind { wrong_answer, exception, crash };
 // A check's message read as one of the three: "exception: ...", "the worker's
@@ -151,4 +151,4 @@ std::string failure_signature(const std::string& message);
 // Text with every number as "#": "head_dim 96" and "head_dim 40" read alike.
 std::string blank_numbers(const std::string& text);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::runner

@@ -23,7 +23,7 @@
 #include "attn_oracle/model/sharding.hpp"
 #include "attn_oracle/model/small_seq.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline seam {
 
 // `attention_buffers`: the attention capability can also write into caller-owned
 // buffers (AttentionCapability::supports_attention_into), which the guard-band
@@ -312,7 +312,7 @@ class GuardedAttentionBuffers {
   AttentionCapability::Buffers buffers_;
 };
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::seam
 
 #define ATTN_ORACLE_CONCAT_INNER(a, b) a##b
 #define ATTN_ORACLE_CONCAT(a, b) ATTN_ORACLE_CONCAT_INNER(a, b)

@@ -19,7 +19,7 @@
 
 #include "attn_oracle/seam/backend.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline seam {
 
 std::optional<std::string> metadata_declines(Backend& backend, const PackedBatch& batch);
 std::optional<std::string> attention_declines(Backend& backend, const AttentionProblem& problem);
@@ -37,4 +37,4 @@ std::optional<std::string> sharding_declines(Backend& backend, const Sharding& s
 std::optional<std::string> context_parallel_declines(Backend& backend, const CpLayout& layout,
                                                      const AttentionProblem& problem, bool layout_sizes = true);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::seam

@@ -34,7 +34,7 @@
 #include "attn_oracle/model/context_parallel.hpp"
 #include "attn_oracle/seam/backend.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline seam {
 
 class SimulatedContextParallel : public ContextParallelCapability {
  public:
@@ -80,4 +80,4 @@ class SimulatedContextParallel : public ContextParallelCapability {
   MetadataCapability& metadata_;
 };
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::seam

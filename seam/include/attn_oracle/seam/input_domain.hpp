@@ -25,7 +25,7 @@
 #include "attn_oracle/model/kv_buffer.hpp"
 #include "attn_oracle/model/packed_batch.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline seam {
 
 // The sizes a compiled backend is built for: JAX's jit and torch.compile
 // compile once per new shape, and nearly every unconstrained draw has one. An
@@ -129,4 +129,4 @@ std::optional<std::string> outside_domain(const InputDomain& domain, const KvBuf
 std::optional<std::string> outside_domain(const InputDomain& domain, const CpLayout& layout,
                                           const AttentionProblem& problem);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::seam

@@ -23,7 +23,7 @@
 
 #include "attn_oracle/seam/backend.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline seam {
 
 // The per-call time limit in seconds of the workers started from now on:
 // kDefaultWorkerTimeout unless the program's edge sets another (from
@@ -35,4 +35,4 @@ void set_worker_timeout_seconds(double seconds);
 // A backend named "exec:" + command; nothing starts until it is first asked.
 std::unique_ptr<Backend> make_process_backend(const std::string& command);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::seam

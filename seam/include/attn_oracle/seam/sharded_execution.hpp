@@ -41,7 +41,7 @@
 #include "attn_oracle/seam/backend.hpp"
 #include "attn_oracle/model/sharding.hpp"
 
-namespace attn_oracle {
+namespace attn_oracle::inline seam {
 
 // Runs one device's piece of a sharded call.
 class DeviceRunner {
@@ -120,4 +120,4 @@ Expected<ShardedShapes> sharded_shapes(const AttentionProblem& problem);
 // with the default gather; an error otherwise (the code sharded_attention gives).
 Expected<std::vector<AttentionProblem>> device_problems(const Sharding& sharding, const AttentionProblem& problem);
 
-}  // namespace attn_oracle
+}  // namespace attn_oracle::seam
