@@ -236,23 +236,10 @@ bool launch_dkdv(const AttentionBwdParams& p, const BackwardGrid& grid, std::str
 int backward_kv_block(int head_dim) { return flash_dkdv_tile(head_dim).block_n; }
 
 bool backward_dkdv(const AttentionBwdParams& p, const BackwardGrid& grid, std::string& failure) {
-  const bool bf16 = p.dtype == kBf16;
-#ifdef ATTN_FLASH_DEV_DIM  // development: one instantiation compiles in a fraction of the time
-  if (bf16 && p.head_dim == ATTN_FLASH_DEV_DIM) return launch_dkdv<DkdvConfig<bfloat16_t, ATTN_FLASH_DEV_DIM>>(p, grid, failure);
-  failure = "flash backward: this development build has one head dim alone";
-  return false;
-#else
-  switch (p.head_dim) {
-    case 64: return bf16 ? launch_dkdv<DkdvConfig<bfloat16_t, 64>>(p, grid, failure)
-                         : launch_dkdv<DkdvConfig<half_t, 64>>(p, grid, failure);
-    case 128: return bf16 ? launch_dkdv<DkdvConfig<bfloat16_t, 128>>(p, grid, failure)
-                          : launch_dkdv<DkdvConfig<half_t, 128>>(p, grid, failure);
-    case 256: return bf16 ? launch_dkdv<DkdvConfig<bfloat16_t, 256>>(p, grid, failure)
-                          : launch_dkdv<DkdvConfig<half_t, 256>>(p, grid, failure);
-  }
-  failure = "flash backward: no kernel for head_dim " + std::to_string(p.head_dim);
-  return false;
-#endif
+  return switch_flash_instance(p.dtype, p.head_dim, "flash backward", failure, [&](auto instance) {
+    using I = decltype(instance);
+    return launch_dkdv<DkdvConfig<typename I::Element, I::kDim>>(p, grid, failure);
+  });
 }
 
 }  // namespace attn_oracle::gpu::flash

@@ -224,33 +224,16 @@ bool launch_dq(const AttentionBwdParams& p, const BackwardGrid& grid, std::strin
                        Cfg::kSmemBytes, "flash backward dQ", failure, p, grid.q_block_prefix);
 }
 
-template <class T>
-bool launch_backward(const AttentionBwdParams& p, const BackwardGrid& grid, std::string& failure) {
-  if (!launch_delta<T>(p, failure) || !backward_dkdv(p, grid, failure)) return false;
-#ifdef ATTN_FLASH_DEV_DIM  // development: one instantiation compiles in a fraction of the time
-  if (p.head_dim == ATTN_FLASH_DEV_DIM) return launch_dq<DqConfig<T, ATTN_FLASH_DEV_DIM>>(p, grid, failure);
-#else
-  switch (p.head_dim) {
-    case 64: return launch_dq<DqConfig<T, 64>>(p, grid, failure);
-    case 128: return launch_dq<DqConfig<T, 128>>(p, grid, failure);
-    case 256: return launch_dq<DqConfig<T, 256>>(p, grid, failure);
-  }
-#endif
-  failure = "flash backward: no kernel for head_dim " + std::to_string(p.head_dim);
-  return false;
-}
-
 }  // namespace
 
 int backward_q_block(int head_dim) { return flash_dq_tile(head_dim).block_m; }
 
 bool backward(const AttentionBwdParams& p, const BackwardGrid& grid, std::string& failure) {
-  if (p.dtype == kBf16) return launch_backward<bfloat16_t>(p, grid, failure);
-#ifndef ATTN_FLASH_DEV_DIM
-  if (p.dtype == kFp16) return launch_backward<half_t>(p, grid, failure);
-#endif
-  failure = "flash backward: no kernel for dtype " + std::to_string(p.dtype);
-  return false;
+  return switch_flash_instance(p.dtype, p.head_dim, "flash backward", failure, [&](auto instance) {
+    using I = decltype(instance);
+    return launch_delta<typename I::Element>(p, failure) && backward_dkdv(p, grid, failure) &&
+           launch_dq<DqConfig<typename I::Element, I::kDim>>(p, grid, failure);
+  });
 }
 
 }  // namespace attn_oracle::gpu::flash

@@ -228,34 +228,16 @@ bool launch_forward(const AttentionFwdParams& p, const int64_t* prefix, int64_t 
 const char* missing() { return nullptr; }
 
 bool instantiated(int dtype, int head_dim) {
-#ifdef ATTN_FLASH_DEV_DIM
-  return dtype == kBf16 && head_dim == ATTN_FLASH_DEV_DIM;
-#else
-  return (dtype == kFp16 || dtype == kBf16) && (head_dim == 64 || head_dim == 128 || head_dim == 256);
-#endif
+  return FlashDtypes::contains(dtype) && FlashHeadDims::contains(head_dim);
 }
 
 int forward_block_m(int head_dim) { return flash_forward_tile(head_dim).block_m; }
 
 bool forward(const AttentionFwdParams& p, const int64_t* q_tile_prefix, int64_t q_tiles, std::string& failure) {
-  const bool bf16 = p.dtype == kBf16;
-#ifdef ATTN_FLASH_DEV_DIM  // development: one instantiation compiles in a fraction of the time
-  if (bf16 && p.head_dim == ATTN_FLASH_DEV_DIM)
-    return launch_forward<ForwardConfig<bfloat16_t, ATTN_FLASH_DEV_DIM>>(p, q_tile_prefix, q_tiles, failure);
-  failure = "flash forward: this development build has one head dim alone";
-  return false;
-#else
-  switch (p.head_dim) {
-    case 64: return bf16 ? launch_forward<ForwardConfig<bfloat16_t, 64>>(p, q_tile_prefix, q_tiles, failure)
-                         : launch_forward<ForwardConfig<half_t, 64>>(p, q_tile_prefix, q_tiles, failure);
-    case 128: return bf16 ? launch_forward<ForwardConfig<bfloat16_t, 128>>(p, q_tile_prefix, q_tiles, failure)
-                          : launch_forward<ForwardConfig<half_t, 128>>(p, q_tile_prefix, q_tiles, failure);
-    case 256: return bf16 ? launch_forward<ForwardConfig<bfloat16_t, 256>>(p, q_tile_prefix, q_tiles, failure)
-                          : launch_forward<ForwardConfig<half_t, 256>>(p, q_tile_prefix, q_tiles, failure);
-  }
-  failure = "flash forward: no kernel for head_dim " + std::to_string(p.head_dim);
-  return false;
-#endif
+  return switch_flash_instance(p.dtype, p.head_dim, "flash forward", failure, [&](auto instance) {
+    using I = decltype(instance);
+    return launch_forward<ForwardConfig<typename I::Element, I::kDim>>(p, q_tile_prefix, q_tiles, failure);
+  });
 }
 
 }  // namespace attn_oracle::gpu::flash
