@@ -40,6 +40,7 @@
 #include "device_array.cuh"
 #include "dispatch_switch.hpp"
 #include "event_timer.cuh"
+#include "kernel_launch.cuh"
 
 namespace attn_oracle::gpu {
 namespace {
@@ -242,11 +243,6 @@ bool dispatch(int dtype, int head_dim, int max_keys, F&& f) {
 
 // ------------------------------------------------------------------ host side
 
-bool fail(std::string& failure, const std::string& what, cudaError_t e = cudaGetLastError()) {
-  failure = what + ": " + cudaGetErrorString(e);
-  return false;
-}
-
 size_t bwd_smem_bytes(const SmallSeqParams& p) {
   return size_t(kWarpsPerBlock) * 2 * (p.heads_q / p.heads_kv) * kSmallSeqSlots * sizeof(float);
 }
@@ -259,12 +255,7 @@ bool launch(void (*kernel)(SmallSeqParams), const SmallSeqParams& p, size_t smem
     failure = std::string(name) + ": " + std::to_string(blocks) + " blocks exceed CUDA's grid";
     return false;
   }
-  if (smem > 48 * 1024 &&
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
-    return fail(failure, std::string(name) + " shared memory attribute");
-  kernel<<<unsigned(blocks), kWarpsPerBlock * kLanes, smem>>>(p);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return fail(failure, name, e);
-  return true;
+  return launch_kernel(kernel, dim3(unsigned(blocks)), kWarpsPerBlock * kLanes, smem, name, failure, p);
 }
 
 bool run_forward(const SmallSeqParams& p, int max_keys, std::string& failure) {
@@ -316,11 +307,11 @@ bool small_seq_on_device(const DeviceSmallSeqInputs& in, DeviceSmallSeqOutputs& 
   DeviceArray<float> probs(p_elems);
   if (!q_token.ok() || !first_key.ok() || !q_pos.ok() || !kv_pos.ok() || !keys.ok() || !q.ok() || !k.ok() ||
       !v.ok() || !o.ok() || !probs.ok())
-    return fail(out.failure, "allocation");
+    return cuda_failure(out.failure, "allocation");
   if (!q_token.upload(in.q_token) || !first_key.upload(in.first_key) || !q_pos.upload(in.q_pos) ||
       !kv_pos.upload(in.kv_pos) || !keys.upload(in.keys) || !q.upload(in.q) || !k.upload(in.k) || !v.upload(in.v))
-    return fail(out.failure, "upload");
-  if (!o.zero() || !probs.zero()) return fail(out.failure, "o fill");  // tokens of no document: o = 0
+    return cuda_failure(out.failure, "upload");
+  if (!o.zero() || !probs.zero()) return cuda_failure(out.failure, "o fill");  // tokens of no document: o = 0
 
   SmallSeqParams p = shape;
   p.q = q.ptr, p.k = k.ptr, p.v = v.ptr, p.o = o.ptr, p.p = probs.ptr;
@@ -330,13 +321,13 @@ bool small_seq_on_device(const DeviceSmallSeqInputs& in, DeviceSmallSeqOutputs& 
   DeviceArray<uint16_t> d_o(in.backward ? q_elems : 0), dq(in.backward ? q_elems : 0);
   DeviceArray<uint16_t> dk(in.backward ? kv_elems : 0), dv(in.backward ? kv_elems : 0);
   if (in.backward) {
-    if (!d_o.ok() || !dq.ok() || !dk.ok() || !dv.ok()) return fail(out.failure, "allocation");
-    if (!d_o.upload(in.d_o)) return fail(out.failure, "upload");
-    if (!dq.zero() || !dk.zero() || !dv.zero()) return fail(out.failure, "gradient fill");
+    if (!d_o.ok() || !dq.ok() || !dk.ok() || !dv.ok()) return cuda_failure(out.failure, "allocation");
+    if (!d_o.upload(in.d_o)) return cuda_failure(out.failure, "upload");
+    if (!dq.zero() || !dk.zero() || !dv.zero()) return cuda_failure(out.failure, "gradient fill");
     p.d_o = d_o.ptr, p.dq = dq.ptr, p.dk = dk.ptr, p.dv = dv.ptr;
     if (!run_backward(p, max_keys, out.failure)) return false;
   }
-  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return fail(out.failure, "small-seq kernels", e);
+  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return cuda_failure(out.failure, "small-seq kernels", e);
 
   if (in.timing_reps > 0) {  // every pass rewrites the same outputs: rerunning is harmless
     out.fwd_ms = median_event_ms(in.timing_reps, [&] { return run_forward(p, max_keys, out.failure); });
@@ -344,9 +335,9 @@ bool small_seq_on_device(const DeviceSmallSeqInputs& in, DeviceSmallSeqOutputs& 
     if (out.fwd_ms < 0 || out.bwd_ms < 0) return false;
   }
 
-  if (!o.download(out.o) || !probs.download(out.p)) return fail(out.failure, "download");
+  if (!o.download(out.o) || !probs.download(out.p)) return cuda_failure(out.failure, "download");
   if (in.backward && (!dq.download(out.dq) || !dk.download(out.dk) || !dv.download(out.dv)))
-    return fail(out.failure, "download");
+    return cuda_failure(out.failure, "download");
   return true;
 }
 

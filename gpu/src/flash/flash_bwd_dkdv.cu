@@ -18,7 +18,6 @@
 // Grid: x = the flattened (document, key block) index, y = kv head, z = column part.
 #include <cuda_runtime.h>
 
-#include <climits>
 #include <string>
 
 #include "attn_oracle/gpu/attention/attention_params.hpp"
@@ -219,18 +218,6 @@ __global__ void __launch_bounds__(Cfg::kThreads) dkdv_kernel(AttentionBwdParams 
   store_accumulator<Cfg>(mma, acc_dv, make_tensor(make_smem_ptr(smem_v), typename Cfg::SmemOut{}), gDV, out_keys, thread);
 }
 
-template <class Cfg>
-bool launch_dkdv(const AttentionBwdParams& p, const BackwardGrid& grid, std::string& failure) {
-  if (grid.kv_blocks == 0 || p.heads_kv == 0) return true;
-  if (grid.kv_blocks > INT_MAX || p.heads_kv > 65535) {
-    failure = "flash backward dK/dV: grid of " + std::to_string(grid.kv_blocks) + " blocks x " +
-              std::to_string(p.heads_kv) + " heads exceeds CUDA's grid limits";
-    return false;
-  }
-  return launch_blocks(dkdv_kernel<Cfg>, dim3(unsigned(grid.kv_blocks), unsigned(p.heads_kv), unsigned(Cfg::kSplit)),
-                       Cfg::kThreads, Cfg::kSmemBytes, "flash backward dK/dV", failure, p, grid.kv_block_prefix);
-}
-
 }  // namespace
 
 int backward_kv_block(int head_dim) { return flash_dkdv_tile(head_dim).block_n; }
@@ -238,7 +225,9 @@ int backward_kv_block(int head_dim) { return flash_dkdv_tile(head_dim).block_n; 
 bool backward_dkdv(const AttentionBwdParams& p, const BackwardGrid& grid, std::string& failure) {
   return switch_flash_instance(p.dtype, p.head_dim, "flash backward", failure, [&](auto instance) {
     using I = decltype(instance);
-    return launch_dkdv<DkdvConfig<typename I::Element, I::kDim>>(p, grid, failure);
+    using Cfg = DkdvConfig<typename I::Element, I::kDim>;
+    return launch_tiles<Cfg>(dkdv_kernel<Cfg>, "flash backward dK/dV", grid.kv_blocks, "blocks", p.heads_kv,
+                             unsigned(Cfg::kSplit), failure, p, grid.kv_block_prefix);
   });
 }
 

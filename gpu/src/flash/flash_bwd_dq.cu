@@ -209,19 +209,7 @@ bool launch_delta(const AttentionBwdParams& p, std::string& failure) {
     failure = "flash backward delta: " + std::to_string(blocks) + " blocks exceed CUDA's grid limits";
     return false;
   }
-  return launch_blocks(delta_kernel<T>, dim3(unsigned(blocks)), kDeltaThreads, 0, "flash backward delta", failure, p);
-}
-
-template <class Cfg>
-bool launch_dq(const AttentionBwdParams& p, const BackwardGrid& grid, std::string& failure) {
-  if (grid.q_blocks == 0 || p.heads_q == 0) return true;
-  if (grid.q_blocks > INT_MAX || p.heads_q > 65535) {
-    failure = "flash backward dQ: grid of " + std::to_string(grid.q_blocks) + " blocks x " +
-              std::to_string(p.heads_q) + " heads exceeds CUDA's grid limits";
-    return false;
-  }
-  return launch_blocks(dq_kernel<Cfg>, dim3(unsigned(grid.q_blocks), unsigned(p.heads_q)), Cfg::kThreads,
-                       Cfg::kSmemBytes, "flash backward dQ", failure, p, grid.q_block_prefix);
+  return launch_kernel(delta_kernel<T>, dim3(unsigned(blocks)), kDeltaThreads, 0, "flash backward delta", failure, p);
 }
 
 }  // namespace
@@ -231,8 +219,10 @@ int backward_q_block(int head_dim) { return flash_dq_tile(head_dim).block_m; }
 bool backward(const AttentionBwdParams& p, const BackwardGrid& grid, std::string& failure) {
   return switch_flash_instance(p.dtype, p.head_dim, "flash backward", failure, [&](auto instance) {
     using I = decltype(instance);
+    using Cfg = DqConfig<typename I::Element, I::kDim>;
     return launch_delta<typename I::Element>(p, failure) && backward_dkdv(p, grid, failure) &&
-           launch_dq<DqConfig<typename I::Element, I::kDim>>(p, grid, failure);
+           launch_tiles<Cfg>(dq_kernel<Cfg>, "flash backward dQ", grid.q_blocks, "blocks", p.heads_q, 1, failure, p,
+                             grid.q_block_prefix);
   });
 }
 

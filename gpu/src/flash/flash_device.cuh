@@ -2,11 +2,12 @@
 // (flash_fwd.cu, flash_bwd_dkdv.cu, flash_bwd_dq.cu): global tiles into shared
 // memory by cp.async, the two products (operands from shared memory through
 // ldmatrix, or A already in registers), a row's allowed keys inside a key block,
-// and an fp32 accumulator out to global memory through shared memory.
+// and an fp32 accumulator out to global memory through shared memory; and their launch.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <string>
 
 #include "attn_oracle/gpu/attention/attention_params.hpp"
@@ -14,6 +15,7 @@
 #include "attn_oracle/gpu/attention/flash_tile.hpp"
 #include "attn_oracle/gpu/attention/index_mask.hpp"
 #include "flash/flash_config.hpp"
+#include "kernel_launch.cuh"
 
 namespace attn_oracle::gpu::flash {
 
@@ -130,21 +132,20 @@ __device__ void store_accumulator(const Mma& mma, const Acc& acc, const S& s, co
   store_fragment<Cfg>(mma, out, s, g, valid, thread);
 }
 
-// Raises the kernel's dynamic shared memory limit (past the default 48 KiB) and
-// launches it on the default stream; false with `failure` on either error.
-template <class... Params, class... Args>
-bool launch_blocks(void (*kernel)(Params...), dim3 grid, int threads, size_t smem_bytes, const char* name,
-                   std::string& failure, const Args&... args) {
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes)) != cudaSuccess) {
-    failure = std::string(name) + ": shared memory attribute: " + cudaGetErrorString(cudaGetLastError());
+// Launches a kernel of configuration Cfg over its grid flattened over the documents'
+// tiles ("tiles" or "blocks", as `unit` says) x heads x parts: nothing to do without
+// tiles or heads; false with `failure` past CUDA's grid limits or on a CUDA error.
+template <class Cfg, class... Params, class... Args>
+bool launch_tiles(void (*kernel)(Params...), const char* name, int64_t tiles, const char* unit, int heads,
+                  unsigned parts, std::string& failure, const Args&... args) {
+  if (tiles == 0 || heads == 0) return true;
+  if (tiles > INT_MAX || heads > 65535) {
+    failure = std::string(name) + ": grid of " + std::to_string(tiles) + " " + unit + " x " + std::to_string(heads) +
+              " heads exceeds CUDA's grid limits";
     return false;
   }
-  kernel<<<grid, threads, smem_bytes>>>(args...);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
-    failure = std::string(name) + ": " + cudaGetErrorString(e);
-    return false;
-  }
-  return true;
+  return launch_kernel(kernel, dim3(unsigned(tiles), unsigned(heads), parts), Cfg::kThreads, Cfg::kSmemBytes, name,
+                       failure, args...);
 }
 
 }  // namespace attn_oracle::gpu::flash

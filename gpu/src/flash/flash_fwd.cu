@@ -17,7 +17,6 @@
 // of a causal document start first), y = query head.
 #include <cuda_runtime.h>
 
-#include <climits>
 #include <string>
 
 #include "attn_oracle/gpu/attention/attention_params.hpp"
@@ -202,27 +201,6 @@ __global__ void __launch_bounds__(Cfg::kThreads) forward_kernel(AttentionFwdPara
   store_fragment<Cfg>(mma, o_out, sQ, go, rows, thread);
 }
 
-template <class Cfg>
-bool launch_forward(const AttentionFwdParams& p, const int64_t* prefix, int64_t tiles, std::string& failure) {
-  if (tiles == 0 || p.heads_q == 0) return true;
-  if (tiles > INT_MAX || p.heads_q > 65535) {
-    failure = "flash forward: grid of " + std::to_string(tiles) + " tiles x " + std::to_string(p.heads_q) +
-              " heads exceeds CUDA's grid limits";
-    return false;
-  }
-  auto kernel = forward_kernel<Cfg>;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::kSmemBytes)) != cudaSuccess) {
-    failure = std::string("flash forward: shared memory attribute: ") + cudaGetErrorString(cudaGetLastError());
-    return false;
-  }
-  kernel<<<dim3(unsigned(tiles), unsigned(p.heads_q)), Cfg::kThreads, Cfg::kSmemBytes>>>(p, prefix);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
-    failure = std::string("flash forward: ") + cudaGetErrorString(e);
-    return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 const char* missing() { return nullptr; }
@@ -236,7 +214,9 @@ int forward_block_m(int head_dim) { return flash_forward_tile(head_dim).block_m;
 bool forward(const AttentionFwdParams& p, const int64_t* q_tile_prefix, int64_t q_tiles, std::string& failure) {
   return switch_flash_instance(p.dtype, p.head_dim, "flash forward", failure, [&](auto instance) {
     using I = decltype(instance);
-    return launch_forward<ForwardConfig<typename I::Element, I::kDim>>(p, q_tile_prefix, q_tiles, failure);
+    using Cfg = ForwardConfig<typename I::Element, I::kDim>;
+    return launch_tiles<Cfg>(forward_kernel<Cfg>, "flash forward", q_tiles, "tiles", p.heads_q, 1, failure, p,
+                             q_tile_prefix);
   });
 }
 
