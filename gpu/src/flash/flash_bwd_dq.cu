@@ -80,29 +80,17 @@ __global__ void __launch_bounds__(Cfg::kThreads) dq_kernel(AttentionBwdParams p,
   constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN, D = Cfg::kDim;
   extern __shared__ __align__(128) unsigned char smem[];
   const int thread = threadIdx.x;
-  const TileItem item = locate_tile(q_blocks, p.docs, int64_t(gridDim.x) - 1 - blockIdx.x);
-  const DocSpan span = doc_span(p, item.doc);
-  const int h = blockIdx.y, g = kv_head_of(h, p.heads_q, p.heads_kv);
-  const int64_t a0 = item.tile * BM;
-  const int rows = int(span.lq - a0 < BM ? span.lq - a0 : BM);
+  const BlockTile<D> tile = block_tile<TileRows::queries, BM, D>(p, q_blocks, int64_t(gridDim.x) - 1 - blockIdx.x);
+  const DocSpan& span = tile.span;
+  const int64_t a0 = tile.first;
+  const int rows = tile.rows, h = blockIdx.y, g = kv_head_of(h, p.heads_q, p.heads_kv);
   const TileRange kv = kv_tile_range(p.mask, p.window_left, p.window_right, a0, a0 + rows, span.lq, span.lkv, BN);
-
-  // Global tiles: row stride heads * D; the K/V pointers move by a tile per step.
-  const int64_t q_stride = int64_t(p.heads_q) * D, kv_stride = int64_t(p.heads_kv) * D;
-  const int64_t q_offset = (span.q0 + a0) * q_stride + int64_t(h) * D;
-  const int64_t kv_offset = span.kv0 * kv_stride + int64_t(g) * D;
+  const int64_t q_offset = tile.q_offset(a0, h);
   auto q_shape = Shape<Int<BM>, Int<D>>{};
-  auto kv_shape = Shape<Int<BN>, Int<D>>{};
-  Tensor gQ = make_tensor(make_gmem_ptr(reinterpret_cast<const T*>(p.q) + q_offset), q_shape,
-                          make_stride(q_stride, _1{}));
-  Tensor gDO = make_tensor(make_gmem_ptr(reinterpret_cast<const T*>(p.d_o) + q_offset), q_shape,
-                           make_stride(q_stride, _1{}));
-  Tensor gK0 = make_tensor(make_gmem_ptr(reinterpret_cast<const T*>(p.k) + kv_offset), kv_shape,
-                           make_stride(kv_stride, _1{}));
-  Tensor gV0 = make_tensor(make_gmem_ptr(reinterpret_cast<const T*>(p.v) + kv_offset), kv_shape,
-                           make_stride(kv_stride, _1{}));
+  Tensor gQ = global_tile<T, BM, D>(p.q, q_offset, tile.q_stride);
+  Tensor gDO = global_tile<T, BM, D>(p.d_o, q_offset, tile.q_stride);
 
-  // Shared memory: Q, dO; stage s of K at smem_kv + 2 s kKV and V kKV after it.
+  // Shared memory: Q, dO; then the K/V stages (kv_stage_loader).
   constexpr int kQ = cosize(typename Cfg::SmemQ{}), kKV = cosize(typename Cfg::SmemKV{});
   T* smem_q = reinterpret_cast<T*>(smem);
   T* smem_kv = smem_q + 2 * kQ;
@@ -115,18 +103,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) dq_kernel(AttentionBwdParams p,
   typename Cfg::GmemLoad load;
   auto load_thr = load.get_slice(thread);
   Tensor cQ = load_thr.partition_S(make_identity_tensor(q_shape));
-  Tensor cKV = load_thr.partition_S(make_identity_tensor(kv_shape));
-  Tensor load_sK = load_thr.partition_D(sK);
-  Tensor load_sV = load_thr.partition_D(sV);
-  Tensor load_gK = load_thr.partition_S(gK0);
-  Tensor load_gV = load_thr.partition_S(gV0);
-  auto load_kv = [&](int64_t n, int stage) {
-    const int valid = int(span.lkv - n * BN < BN ? span.lkv - n * BN : BN);
-    const int to = stage * 2 * kKV;
-    const int64_t from = n * BN * kv_stride;
-    load_rows(load, shifted(load_gK, from), shifted(load_sK, to), cKV, valid);
-    load_rows(load, shifted(load_gV, from), shifted(load_sV, to), cKV, valid);
-  };
+  auto load_kv = kv_stage_loader<Cfg>(load, load_thr, p, tile, g, smem_kv);
 
   typename Cfg::Mma mma;
   auto thr_mma = mma.get_slice(thread);
@@ -196,7 +173,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) dq_kernel(AttentionBwdParams p,
   for (int i = 0; i < size(acc_dq); ++i) acc_dq(i) *= p.scale;
   cp_async_wait<0>();  // with no kv tile, Q's copy may still be landing where dQ goes
   __syncthreads();     // and every warp is past Q
-  Tensor gDQ = make_tensor(make_gmem_ptr(reinterpret_cast<T*>(p.dq) + q_offset), q_shape, make_stride(q_stride, _1{}));
+  Tensor gDQ = global_tile<T, BM, D>(p.dq, q_offset, tile.q_stride);
   store_accumulator<Cfg>(mma, acc_dq, sQ, gDQ, rows, thread);
 }
 

@@ -84,50 +84,27 @@ __global__ void __launch_bounds__(Cfg::kThreads) forward_kernel(AttentionFwdPara
   constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN, D = Cfg::kDim;
   extern __shared__ __align__(128) unsigned char smem[];
   const int thread = threadIdx.x;
-  const TileItem item = locate_tile(q_tiles, p.docs, int64_t(gridDim.x) - 1 - blockIdx.x);
-  const DocSpan span = doc_span(p, item.doc);
-  const int h = blockIdx.y, g = kv_head_of(h, p.heads_q, p.heads_kv);
-  const int64_t a0 = item.tile * BM;
-  const int rows = int(span.lq - a0 < BM ? span.lq - a0 : BM);
+  const BlockTile<D> tile = block_tile<TileRows::queries, BM, D>(p, q_tiles, int64_t(gridDim.x) - 1 - blockIdx.x);
+  const DocSpan& span = tile.span;
+  const int64_t a0 = tile.first;
+  const int rows = tile.rows, h = blockIdx.y, g = kv_head_of(h, p.heads_q, p.heads_kv);
   const TileRange kv = kv_tile_range(p.mask, p.window_left, p.window_right, a0, a0 + rows, span.lq, span.lkv, BN);
-
-  // Global tiles: row stride heads * D; the K/V pointers move by a tile per step.
-  const int64_t q_stride = int64_t(p.heads_q) * D, kv_stride = int64_t(p.heads_kv) * D;
-  const T* q_ptr = reinterpret_cast<const T*>(p.q) + (span.q0 + a0) * q_stride + int64_t(h) * D;
-  const T* k_base = reinterpret_cast<const T*>(p.k) + span.kv0 * kv_stride + int64_t(g) * D;
-  const T* v_base = reinterpret_cast<const T*>(p.v) + span.kv0 * kv_stride + int64_t(g) * D;
+  const int64_t q_offset = tile.q_offset(a0, h);
   auto tile_shape = Shape<Int<BM>, Int<D>>{};
-  auto kv_shape = Shape<Int<BN>, Int<D>>{};
-  Tensor gQ = make_tensor(make_gmem_ptr(q_ptr), tile_shape, make_stride(q_stride, _1{}));
-  // K / V tile n: the copy's partition of tile 0, moved by n tiles of rows.
-  Tensor gK0 = make_tensor(make_gmem_ptr(k_base), kv_shape, make_stride(kv_stride, _1{}));
-  Tensor gV0 = make_tensor(make_gmem_ptr(v_base), kv_shape, make_stride(kv_stride, _1{}));
+  Tensor gQ = global_tile<T, BM, D>(p.q, q_offset, tile.q_stride);
 
+  // Shared memory: Q, then the K/V stages (kv_stage_loader).
   T* smem_q = reinterpret_cast<T*>(smem);
   T* smem_kv = smem_q + cosize(typename Cfg::SmemQ{});
   constexpr int kKV = cosize(typename Cfg::SmemKV{});
   Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Cfg::SmemQ{});
-  // Stage s of K starts at smem_kv + 2 s kKV and V kKV after it; a stage is a whole
-  // number of swizzle periods, so one partition serves both, moved by a pointer offset.
   Tensor sK = make_tensor(make_smem_ptr(smem_kv), typename Cfg::SmemKV{});
-  Tensor sV = make_tensor(make_smem_ptr(smem_kv + kKV), typename Cfg::SmemKV{});
   Tensor sVt = make_tensor(make_smem_ptr(smem_kv + kKV), typename Cfg::SmemVt{});
 
   typename Cfg::GmemLoad load;
   auto load_thr = load.get_slice(thread);
   Tensor cQ = load_thr.partition_S(make_identity_tensor(tile_shape));
-  Tensor cKV = load_thr.partition_S(make_identity_tensor(kv_shape));
-  Tensor load_sK = load_thr.partition_D(sK);
-  Tensor load_sV = load_thr.partition_D(sV);
-  Tensor load_gK = load_thr.partition_S(gK0);
-  Tensor load_gV = load_thr.partition_S(gV0);
-  auto load_kv = [&](int64_t n, int stage) {
-    const int valid = int(span.lkv - n * BN < BN ? span.lkv - n * BN : BN);
-    const int offset = stage * 2 * kKV;
-    const int64_t rows_before = n * BN * kv_stride;
-    load_rows(load, shifted(load_gK, rows_before), shifted(load_sK, offset), cKV, valid);
-    load_rows(load, shifted(load_gV, rows_before), shifted(load_sV, offset), cKV, valid);
-  };
+  auto load_kv = kv_stage_loader<Cfg>(load, load_thr, p, tile, g, smem_kv);
 
   typename Cfg::Mma mma;
   auto thr_mma = mma.get_slice(thread);
@@ -196,8 +173,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) forward_kernel(AttentionFwdPara
   Tensor o_out = rounded<T>(acc_o);
   cp_async_wait<0>();  // with no kv tile, Q's copy may still be landing where O goes
   __syncthreads();
-  Tensor go = make_tensor(make_gmem_ptr(reinterpret_cast<T*>(p.o) + (span.q0 + a0) * q_stride + int64_t(h) * D),
-                          tile_shape, make_stride(q_stride, _1{}));
+  Tensor go = global_tile<T, BM, D>(p.o, q_offset, tile.q_stride);
   store_fragment<Cfg>(mma, o_out, sQ, go, rows, thread);
 }
 
