@@ -22,6 +22,7 @@
 #include "device_array.cuh"
 #include "event_timer.cuh"
 #include "flash/flash_launch.hpp"
+#include "kernel_launch.cuh"
 
 namespace attn_oracle::gpu {
 namespace {
@@ -29,11 +30,6 @@ namespace {
 __global__ void fill_kernel(float* x, int64_t n, float value) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     x[i] = value;
-}
-
-bool fail(std::string& failure, const std::string& what, cudaError_t e = cudaGetLastError()) {
-  failure = what + ": " + cudaGetErrorString(e);
-  return false;
 }
 
 // Per-document tile prefix [docs + 1] from cu_seqlens: prefix[d] = tiles before document d.
@@ -85,11 +81,11 @@ bool attention_on_device(const DeviceAttentionInputs& in, DeviceAttentionOutputs
   DeviceArray<float> lse(lse_elems);
   if (!cu_q.ok() || !cu_kv.ok() || !ragged_q.ok() || !ragged_kv.ok() || !fwd_prefix.ok() || !kv_blocks.ok() ||
       !q_blocks.ok() || !q.ok() || !k.ok() || !v.ok() || !o.ok() || !lse.ok())
-    return fail(out.failure, "allocation");
+    return cuda_failure(out.failure, "allocation");
   if (!cu_q.upload(in.cu_seqlens_q) || !cu_kv.upload(in.cu_seqlens_kv) || !ragged_q.upload(in.ragged_offsets_q) ||
       !ragged_kv.upload(in.ragged_offsets_kv) || !fwd_prefix.upload(fwd_host) || !kv_blocks.upload(kv_blocks_host) ||
       !q_blocks.upload(q_blocks_host) || !q.upload(in.q) || !k.upload(in.k) || !v.upload(in.v))
-    return fail(out.failure, "upload");
+    return cuda_failure(out.failure, "upload");
 
   AttentionFwdParams p = shape;
   p.q = q.ptr, p.k = k.ptr, p.v = v.ptr, p.o = o.ptr, p.lse = lse.ptr;
@@ -98,12 +94,10 @@ bool attention_on_device(const DeviceAttentionInputs& in, DeviceAttentionOutputs
   auto forward = [&] { return flash::forward(p, fwd_prefix.ptr, fwd_host.back(), out.failure); };
 
   // Tokens outside every document keep these: o = 0, lse = -inf.
-  if (!o.zero()) return fail(out.failure, "o fill");
-  if (lse_elems > 0) {
-    fill_kernel<<<unsigned(std::min<size_t>((lse_elems + 255) / 256, 4096)), 256>>>(lse.ptr, int64_t(lse_elems),
-                                                                                     -INFINITY);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return fail(out.failure, "lse fill", e);
-  }
+  if (!o.zero()) return cuda_failure(out.failure, "o fill");
+  if (lse_elems > 0 && !launch_kernel(fill_kernel, dim3(unsigned(std::min<size_t>((lse_elems + 255) / 256, 4096))),
+                                      256, 0, "lse fill", out.failure, lse.ptr, int64_t(lse_elems), -INFINITY))
+    return false;
   if (!forward()) return false;
 
   AttentionBwdParams b;
@@ -115,15 +109,15 @@ bool attention_on_device(const DeviceAttentionInputs& in, DeviceAttentionOutputs
                                  in.backward ? q_blocks_host.back() : 0};
   auto backward = [&] { return flash::backward(b, grid, out.failure); };
   if (in.backward) {
-    if (!d_o.ok() || !dq.ok() || !dk.ok() || !dv.ok() || !delta.ok()) return fail(out.failure, "allocation");
-    if (!d_o.upload(in.d_o)) return fail(out.failure, "upload");
+    if (!d_o.ok() || !dq.ok() || !dk.ok() || !dv.ok() || !delta.ok()) return cuda_failure(out.failure, "allocation");
+    if (!d_o.upload(in.d_o)) return cuda_failure(out.failure, "upload");
     // Tokens outside every document: dq = dk = dv = 0 (delta is never read there).
-    if (!dq.zero() || !dk.zero() || !dv.zero() || !delta.zero()) return fail(out.failure, "gradient fill");
+    if (!dq.zero() || !dk.zero() || !dv.zero() || !delta.zero()) return cuda_failure(out.failure, "gradient fill");
     b.d_o = d_o.ptr, b.lse_in = lse.ptr, b.o_in = o.ptr, b.dq = dq.ptr, b.dk = dk.ptr, b.dv = dv.ptr;
     b.delta = delta.ptr;
     if (!backward()) return false;
   }
-  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return fail(out.failure, "attention kernels", e);
+  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return cuda_failure(out.failure, "attention kernels", e);
 
   if (in.timing_reps > 0) {  // every pass rewrites the same outputs: rerunning is harmless
     out.fwd_ms = median_event_ms(in.timing_reps, forward);
@@ -131,9 +125,9 @@ bool attention_on_device(const DeviceAttentionInputs& in, DeviceAttentionOutputs
     if (out.fwd_ms < 0 || out.bwd_ms < 0) return false;
   }
 
-  if (!o.download(out.o) || !lse.download(out.lse)) return fail(out.failure, "download");
+  if (!o.download(out.o) || !lse.download(out.lse)) return cuda_failure(out.failure, "download");
   if (in.backward && (!dq.download(out.dq) || !dk.download(out.dk) || !dv.download(out.dv)))
-    return fail(out.failure, "download");
+    return cuda_failure(out.failure, "download");
   return true;
 }
 

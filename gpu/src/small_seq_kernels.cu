@@ -20,9 +20,9 @@
 // masked to -inf, so they get P = 0 and contribute exactly 0.
 //
 // The key bound KMAX in {4, 8, 16} is the smallest covering the batch's longest
-// document, chosen at run time in `dispatch` below (the one place), with dtype and
-// head dim. Registers: K or V rows are not kept across query heads (re-read from
-// L1 / L2 for GQA), so a lane holds O(D / 32) floats plus 3 x 16 slots.
+// document, chosen at run time in `dispatch` below, with dtype and head dim
+// (dispatch_switch.hpp). Registers: K or V rows are not kept across query heads
+// (re-read from L1 / L2 for GQA), so a lane holds O(D / 32) floats plus 3 x 16 slots.
 // Checked by the small-seq properties on the `cuda` backend; without a device,
 // only compiled (CI).
 #include <cuda_bf16.h>
@@ -32,14 +32,15 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "attn_oracle/gpu/attention/numeric.hpp"
 #include "attn_oracle/gpu/small_seq/small_seq_rows.hpp"
 #include "attn_oracle/gpu/small_seq_device.hpp"
 #include "device_array.cuh"
+#include "dispatch_switch.hpp"
 #include "event_timer.cuh"
+#include "kernel_launch.cuh"
 
 namespace attn_oracle::gpu {
 namespace {
@@ -214,52 +215,33 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kLanes) small_seq_bwd_kernel(
   }
 }
 
-// ------------------------------------------------------------------ dispatch (the one place)
+// ------------------------------------------------------------------ dispatch
+using SmallSeqDtypes = Dtypes<DtypeElement<kFp16, __half>, DtypeElement<kBf16, __nv_bfloat16>>;
+using SmallSeqHeadDims = HeadDims<64, 128, 192, 256, 320, 384, 448, 512>;
+
 template <class T, int D, int KMAX>
-struct Instance {
-  using Type = T;
+struct SmallSeqInstance {
+  using Element = T;
   static constexpr int kDim = D, kKeys = KMAX;
 };
 
-// {fp16, bf16} x head_dim {64, 128, ..., 512} x key bound {4, 8, 16}: calls
-// f(Instance<T, D, KMAX>{}) and returns true, or returns false for anything else.
+// {fp16, bf16} x head_dim {64, 128, ..., 512} (dispatch_switch.hpp) x key bound
+// {4, 8, 16}: returns f(SmallSeqInstance<T, D, KMAX>{}), or false for anything else.
 template <class F>
 bool dispatch(int dtype, int head_dim, int max_keys, F&& f) {
-  auto by_keys = [&](auto type, auto dim) {
-    using T = typename decltype(type)::Type;
-    constexpr int D = decltype(dim)::value;
-    if (max_keys < 1 || max_keys > kSmallSeqSlots) return false;
-    if (max_keys <= 4) f(Instance<T, D, 4>{});
-    else if (max_keys <= 8) f(Instance<T, D, 8>{});
-    else f(Instance<T, D, 16>{});
-    return true;
-  };
-  auto by_dim = [&](auto type) {
-    switch (head_dim) {
-      case 64: return by_keys(type, std::integral_constant<int, 64>{});
-      case 128: return by_keys(type, std::integral_constant<int, 128>{});
-      case 192: return by_keys(type, std::integral_constant<int, 192>{});
-      case 256: return by_keys(type, std::integral_constant<int, 256>{});
-      case 320: return by_keys(type, std::integral_constant<int, 320>{});
-      case 384: return by_keys(type, std::integral_constant<int, 384>{});
-      case 448: return by_keys(type, std::integral_constant<int, 448>{});
-      case 512: return by_keys(type, std::integral_constant<int, 512>{});
-      default: return false;
-    }
-  };
-  struct Half { using Type = __half; };
-  struct Bf16 { using Type = __nv_bfloat16; };
-  if (dtype == kFp16) return by_dim(Half{});
-  if (dtype == kBf16) return by_dim(Bf16{});
-  return false;
+  if (max_keys < 1 || max_keys > kSmallSeqSlots) return false;
+  return switch_dtype_head_dim(
+      SmallSeqDtypes{}, SmallSeqHeadDims{}, dtype, head_dim,
+      [&](auto instance) {
+        using I = decltype(instance);
+        if (max_keys <= 4) return f(SmallSeqInstance<typename I::Element, I::kDim, 4>{});
+        if (max_keys <= 8) return f(SmallSeqInstance<typename I::Element, I::kDim, 8>{});
+        return f(SmallSeqInstance<typename I::Element, I::kDim, 16>{});
+      },
+      [] { return false; });
 }
 
 // ------------------------------------------------------------------ host side
-
-bool fail(std::string& failure, const std::string& what, cudaError_t e = cudaGetLastError()) {
-  failure = what + ": " + cudaGetErrorString(e);
-  return false;
-}
 
 size_t bwd_smem_bytes(const SmallSeqParams& p) {
   return size_t(kWarpsPerBlock) * 2 * (p.heads_q / p.heads_kv) * kSmallSeqSlots * sizeof(float);
@@ -273,38 +255,29 @@ bool launch(void (*kernel)(SmallSeqParams), const SmallSeqParams& p, size_t smem
     failure = std::string(name) + ": " + std::to_string(blocks) + " blocks exceed CUDA's grid";
     return false;
   }
-  if (smem > 48 * 1024 &&
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
-    return fail(failure, std::string(name) + " shared memory attribute");
-  kernel<<<unsigned(blocks), kWarpsPerBlock * kLanes, smem>>>(p);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return fail(failure, name, e);
-  return true;
+  return launch_kernel(kernel, dim3(unsigned(blocks)), kWarpsPerBlock * kLanes, smem, name, failure, p);
 }
 
 bool run_forward(const SmallSeqParams& p, int max_keys, std::string& failure) {
-  bool ok = true;
-  dispatch(p.dtype, p.head_dim, max_keys, [&](auto instance) {
+  return dispatch(p.dtype, p.head_dim, max_keys, [&](auto instance) {
     using I = decltype(instance);
-    ok = launch(small_seq_fwd_kernel<typename I::Type, I::kDim, I::kKeys>, p, 0, failure, "small_seq_fwd_kernel");
+    return launch(small_seq_fwd_kernel<typename I::Element, I::kDim, I::kKeys>, p, 0, failure,
+                  "small_seq_fwd_kernel");
   });
-  return ok;
 }
 
 bool run_backward(const SmallSeqParams& p, int max_keys, std::string& failure) {
-  bool ok = true;
-  dispatch(p.dtype, p.head_dim, max_keys, [&](auto instance) {
+  return dispatch(p.dtype, p.head_dim, max_keys, [&](auto instance) {
     using I = decltype(instance);
-    ok = launch(small_seq_bwd_kernel<typename I::Type, I::kDim, I::kKeys>, p, bwd_smem_bytes(p), failure,
-                "small_seq_bwd_kernel");
+    return launch(small_seq_bwd_kernel<typename I::Element, I::kDim, I::kKeys>, p, bwd_smem_bytes(p), failure,
+                  "small_seq_bwd_kernel");
   });
-  return ok;
 }
-
 
 }  // namespace
 
 bool small_seq_kernels_instantiated(int dtype, int head_dim, int max_keys) {
-  return dispatch(dtype, head_dim, max_keys, [](auto) {});
+  return dispatch(dtype, head_dim, max_keys, [](auto) { return true; });
 }
 
 bool small_seq_on_device(const DeviceSmallSeqInputs& in, DeviceSmallSeqOutputs& out) {
@@ -334,11 +307,11 @@ bool small_seq_on_device(const DeviceSmallSeqInputs& in, DeviceSmallSeqOutputs& 
   DeviceArray<float> probs(p_elems);
   if (!q_token.ok() || !first_key.ok() || !q_pos.ok() || !kv_pos.ok() || !keys.ok() || !q.ok() || !k.ok() ||
       !v.ok() || !o.ok() || !probs.ok())
-    return fail(out.failure, "allocation");
+    return cuda_failure(out.failure, "allocation");
   if (!q_token.upload(in.q_token) || !first_key.upload(in.first_key) || !q_pos.upload(in.q_pos) ||
       !kv_pos.upload(in.kv_pos) || !keys.upload(in.keys) || !q.upload(in.q) || !k.upload(in.k) || !v.upload(in.v))
-    return fail(out.failure, "upload");
-  if (!o.zero() || !probs.zero()) return fail(out.failure, "o fill");  // tokens of no document: o = 0
+    return cuda_failure(out.failure, "upload");
+  if (!o.zero() || !probs.zero()) return cuda_failure(out.failure, "o fill");  // tokens of no document: o = 0
 
   SmallSeqParams p = shape;
   p.q = q.ptr, p.k = k.ptr, p.v = v.ptr, p.o = o.ptr, p.p = probs.ptr;
@@ -348,13 +321,13 @@ bool small_seq_on_device(const DeviceSmallSeqInputs& in, DeviceSmallSeqOutputs& 
   DeviceArray<uint16_t> d_o(in.backward ? q_elems : 0), dq(in.backward ? q_elems : 0);
   DeviceArray<uint16_t> dk(in.backward ? kv_elems : 0), dv(in.backward ? kv_elems : 0);
   if (in.backward) {
-    if (!d_o.ok() || !dq.ok() || !dk.ok() || !dv.ok()) return fail(out.failure, "allocation");
-    if (!d_o.upload(in.d_o)) return fail(out.failure, "upload");
-    if (!dq.zero() || !dk.zero() || !dv.zero()) return fail(out.failure, "gradient fill");
+    if (!d_o.ok() || !dq.ok() || !dk.ok() || !dv.ok()) return cuda_failure(out.failure, "allocation");
+    if (!d_o.upload(in.d_o)) return cuda_failure(out.failure, "upload");
+    if (!dq.zero() || !dk.zero() || !dv.zero()) return cuda_failure(out.failure, "gradient fill");
     p.d_o = d_o.ptr, p.dq = dq.ptr, p.dk = dk.ptr, p.dv = dv.ptr;
     if (!run_backward(p, max_keys, out.failure)) return false;
   }
-  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return fail(out.failure, "small-seq kernels", e);
+  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return cuda_failure(out.failure, "small-seq kernels", e);
 
   if (in.timing_reps > 0) {  // every pass rewrites the same outputs: rerunning is harmless
     out.fwd_ms = median_event_ms(in.timing_reps, [&] { return run_forward(p, max_keys, out.failure); });
@@ -362,9 +335,9 @@ bool small_seq_on_device(const DeviceSmallSeqInputs& in, DeviceSmallSeqOutputs& 
     if (out.fwd_ms < 0 || out.bwd_ms < 0) return false;
   }
 
-  if (!o.download(out.o) || !probs.download(out.p)) return fail(out.failure, "download");
+  if (!o.download(out.o) || !probs.download(out.p)) return cuda_failure(out.failure, "download");
   if (in.backward && (!dq.download(out.dq) || !dk.download(out.dk) || !dv.download(out.dv)))
-    return fail(out.failure, "download");
+    return cuda_failure(out.failure, "download");
   return true;
 }
 

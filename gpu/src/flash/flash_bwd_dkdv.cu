@@ -18,7 +18,6 @@
 // Grid: x = the flattened (document, key block) index, y = kv head, z = column part.
 #include <cuda_runtime.h>
 
-#include <climits>
 #include <string>
 
 #include "attn_oracle/gpu/attention/attention_params.hpp"
@@ -58,11 +57,10 @@ __global__ void __launch_bounds__(Cfg::kThreads) dkdv_kernel(AttentionBwdParams 
   constexpr int BN = Cfg::kBlockN, BM = Cfg::kBlockM, D = Cfg::kDim, DP = Cfg::kDimPart;
   extern __shared__ __align__(128) unsigned char smem[];
   const int thread = threadIdx.x;
-  const TileItem item = locate_tile(kv_blocks, p.docs, blockIdx.x);
-  const DocSpan span = doc_span(p, item.doc);
-  const int g = blockIdx.y, part = blockIdx.z, group = p.heads_q / p.heads_kv;
-  const int64_t b0 = item.tile * BN;
-  const int keys = int(span.lkv - b0 < BN ? span.lkv - b0 : BN);
+  const BlockTile<D> tile = block_tile<TileRows::keys, BN, D>(p, kv_blocks, blockIdx.x);
+  const DocSpan& span = tile.span;
+  const int64_t b0 = tile.first;
+  const int keys = tile.rows, g = blockIdx.y, part = blockIdx.z, group = p.heads_q / p.heads_kv;
   const TileRange qr = q_tile_range(p.mask, p.window_left, p.window_right, b0, b0 + keys, span.lq, span.lkv, BM);
   // Steps (query head of the group, q block), heads outer; 32-bit counters (a document
   // of 2^31 q blocks would not fit a device) leave registers to the accumulators.
@@ -70,19 +68,14 @@ __global__ void __launch_bounds__(Cfg::kThreads) dkdv_kernel(AttentionBwdParams 
   auto head_of = [&](int s) { return g * group + s / per_head; };
   auto a0_of = [&](int s) { return (qr.begin + s % per_head) * BM; };
 
-  // Global tiles: row stride heads * D; Q / dO of a step move from head 0's first row.
-  const int64_t q_stride = int64_t(p.heads_q) * D, kv_stride = int64_t(p.heads_kv) * D;
-  const int64_t kv_offset = (span.kv0 + b0) * kv_stride + int64_t(g) * D;
+  // Global tiles; Q / dO of a step move from head 0's first row.
+  const int64_t kv_offset = tile.kv_offset(b0, g);
+  Tensor gK = global_tile<T, BN, D>(p.k, kv_offset, tile.kv_stride);
+  Tensor gV = global_tile<T, BN, D>(p.v, kv_offset, tile.kv_stride);
+  Tensor gQ0 = global_tile<T, BM, D>(p.q, tile.q_offset(0, 0), tile.q_stride);
+  Tensor gDO0 = global_tile<T, BM, D>(p.d_o, tile.q_offset(0, 0), tile.q_stride);
   auto kv_shape = Shape<Int<BN>, Int<D>>{};
   auto q_shape = Shape<Int<BM>, Int<D>>{};
-  Tensor gK = make_tensor(make_gmem_ptr(reinterpret_cast<const T*>(p.k) + kv_offset), kv_shape,
-                          make_stride(kv_stride, _1{}));
-  Tensor gV = make_tensor(make_gmem_ptr(reinterpret_cast<const T*>(p.v) + kv_offset), kv_shape,
-                          make_stride(kv_stride, _1{}));
-  Tensor gQ0 = make_tensor(make_gmem_ptr(reinterpret_cast<const T*>(p.q) + span.q0 * q_stride), q_shape,
-                           make_stride(q_stride, _1{}));
-  Tensor gDO0 = make_tensor(make_gmem_ptr(reinterpret_cast<const T*>(p.d_o) + span.q0 * q_stride), q_shape,
-                            make_stride(q_stride, _1{}));
 
   // Shared memory: K, V; stage s of Q at smem_q + 2 s kQ and dO kQ after it; then
   // lse of stages 0, 1 and delta of stages 0, 1.
@@ -111,7 +104,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) dkdv_kernel(AttentionBwdParams 
   auto load_step = [&](int s, int stage) {
     const int64_t a0 = a0_of(s);
     const int rows = int(span.lq - a0 < BM ? span.lq - a0 : BM);
-    const int64_t from = a0 * q_stride + int64_t(head_of(s)) * D;
+    const int64_t from = a0 * tile.q_stride + int64_t(head_of(s)) * D;
     const int to = stage * 2 * kQ;
     load_rows(load, shifted(load_gQ, from), shifted(load_sQ, to), cQ, rows);
     load_rows(load, shifted(load_gDO, from), shifted(load_sDO, to), cQ, rows);
@@ -205,30 +198,12 @@ __global__ void __launch_bounds__(Cfg::kThreads) dkdv_kernel(AttentionBwdParams 
   __syncthreads();  // every warp is past K and V, whose places dK and dV take
   // The block's place again, read anew past the barrier rather than held in
   // registers through the loop (they spilled there: 255 registers in use).
-  const TileItem out_item = locate_tile(kv_blocks, p.docs, blockIdx.x);
-  const DocSpan out_span = doc_span(p, out_item.doc);
-  const int64_t out_b0 = out_item.tile * BN;
-  const int out_keys = int(out_span.lkv - out_b0 < BN ? out_span.lkv - out_b0 : BN);
-  const int64_t out_offset = (out_span.kv0 + out_b0) * kv_stride + int64_t(blockIdx.y) * D + int64_t(blockIdx.z) * DP;
-  auto out_shape = Shape<Int<BN>, Int<DP>>{};
-  Tensor gDK = make_tensor(make_gmem_ptr(reinterpret_cast<T*>(p.dk) + out_offset), out_shape,
-                           make_stride(kv_stride, _1{}));
-  Tensor gDV = make_tensor(make_gmem_ptr(reinterpret_cast<T*>(p.dv) + out_offset), out_shape,
-                           make_stride(kv_stride, _1{}));
-  store_accumulator<Cfg>(mma, acc_dk, make_tensor(make_smem_ptr(smem_k), typename Cfg::SmemOut{}), gDK, out_keys, thread);
-  store_accumulator<Cfg>(mma, acc_dv, make_tensor(make_smem_ptr(smem_v), typename Cfg::SmemOut{}), gDV, out_keys, thread);
-}
-
-template <class Cfg>
-bool launch_dkdv(const AttentionBwdParams& p, const BackwardGrid& grid, std::string& failure) {
-  if (grid.kv_blocks == 0 || p.heads_kv == 0) return true;
-  if (grid.kv_blocks > INT_MAX || p.heads_kv > 65535) {
-    failure = "flash backward dK/dV: grid of " + std::to_string(grid.kv_blocks) + " blocks x " +
-              std::to_string(p.heads_kv) + " heads exceeds CUDA's grid limits";
-    return false;
-  }
-  return launch_blocks(dkdv_kernel<Cfg>, dim3(unsigned(grid.kv_blocks), unsigned(p.heads_kv), unsigned(Cfg::kSplit)),
-                       Cfg::kThreads, Cfg::kSmemBytes, "flash backward dK/dV", failure, p, grid.kv_block_prefix);
+  const BlockTile<D> out = block_tile<TileRows::keys, BN, D>(p, kv_blocks, blockIdx.x);
+  const int64_t out_offset = out.kv_offset(out.first, blockIdx.y) + int64_t(blockIdx.z) * DP;
+  Tensor gDK = global_tile<T, BN, DP>(p.dk, out_offset, out.kv_stride);
+  Tensor gDV = global_tile<T, BN, DP>(p.dv, out_offset, out.kv_stride);
+  store_accumulator<Cfg>(mma, acc_dk, make_tensor(make_smem_ptr(smem_k), typename Cfg::SmemOut{}), gDK, out.rows, thread);
+  store_accumulator<Cfg>(mma, acc_dv, make_tensor(make_smem_ptr(smem_v), typename Cfg::SmemOut{}), gDV, out.rows, thread);
 }
 
 }  // namespace
@@ -236,23 +211,12 @@ bool launch_dkdv(const AttentionBwdParams& p, const BackwardGrid& grid, std::str
 int backward_kv_block(int head_dim) { return flash_dkdv_tile(head_dim).block_n; }
 
 bool backward_dkdv(const AttentionBwdParams& p, const BackwardGrid& grid, std::string& failure) {
-  const bool bf16 = p.dtype == kBf16;
-#ifdef ATTN_FLASH_DEV_DIM  // development: one instantiation compiles in a fraction of the time
-  if (bf16 && p.head_dim == ATTN_FLASH_DEV_DIM) return launch_dkdv<DkdvConfig<bfloat16_t, ATTN_FLASH_DEV_DIM>>(p, grid, failure);
-  failure = "flash backward: this development build has one head dim alone";
-  return false;
-#else
-  switch (p.head_dim) {
-    case 64: return bf16 ? launch_dkdv<DkdvConfig<bfloat16_t, 64>>(p, grid, failure)
-                         : launch_dkdv<DkdvConfig<half_t, 64>>(p, grid, failure);
-    case 128: return bf16 ? launch_dkdv<DkdvConfig<bfloat16_t, 128>>(p, grid, failure)
-                          : launch_dkdv<DkdvConfig<half_t, 128>>(p, grid, failure);
-    case 256: return bf16 ? launch_dkdv<DkdvConfig<bfloat16_t, 256>>(p, grid, failure)
-                          : launch_dkdv<DkdvConfig<half_t, 256>>(p, grid, failure);
-  }
-  failure = "flash backward: no kernel for head_dim " + std::to_string(p.head_dim);
-  return false;
-#endif
+  return switch_flash_instance(p.dtype, p.head_dim, "flash backward", failure, [&](auto instance) {
+    using I = decltype(instance);
+    using Cfg = DkdvConfig<typename I::Element, I::kDim>;
+    return launch_tiles<Cfg>(dkdv_kernel<Cfg>, "flash backward dK/dV", grid.kv_blocks, "blocks", p.heads_kv,
+                             unsigned(Cfg::kSplit), failure, p, grid.kv_block_prefix);
+  });
 }
 
 }  // namespace attn_oracle::gpu::flash

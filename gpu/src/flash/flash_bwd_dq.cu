@@ -80,29 +80,17 @@ __global__ void __launch_bounds__(Cfg::kThreads) dq_kernel(AttentionBwdParams p,
   constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN, D = Cfg::kDim;
   extern __shared__ __align__(128) unsigned char smem[];
   const int thread = threadIdx.x;
-  const TileItem item = locate_tile(q_blocks, p.docs, int64_t(gridDim.x) - 1 - blockIdx.x);
-  const DocSpan span = doc_span(p, item.doc);
-  const int h = blockIdx.y, g = kv_head_of(h, p.heads_q, p.heads_kv);
-  const int64_t a0 = item.tile * BM;
-  const int rows = int(span.lq - a0 < BM ? span.lq - a0 : BM);
+  const BlockTile<D> tile = block_tile<TileRows::queries, BM, D>(p, q_blocks, int64_t(gridDim.x) - 1 - blockIdx.x);
+  const DocSpan& span = tile.span;
+  const int64_t a0 = tile.first;
+  const int rows = tile.rows, h = blockIdx.y, g = kv_head_of(h, p.heads_q, p.heads_kv);
   const TileRange kv = kv_tile_range(p.mask, p.window_left, p.window_right, a0, a0 + rows, span.lq, span.lkv, BN);
-
-  // Global tiles: row stride heads * D; the K/V pointers move by a tile per step.
-  const int64_t q_stride = int64_t(p.heads_q) * D, kv_stride = int64_t(p.heads_kv) * D;
-  const int64_t q_offset = (span.q0 + a0) * q_stride + int64_t(h) * D;
-  const int64_t kv_offset = span.kv0 * kv_stride + int64_t(g) * D;
+  const int64_t q_offset = tile.q_offset(a0, h);
   auto q_shape = Shape<Int<BM>, Int<D>>{};
-  auto kv_shape = Shape<Int<BN>, Int<D>>{};
-  Tensor gQ = make_tensor(make_gmem_ptr(reinterpret_cast<const T*>(p.q) + q_offset), q_shape,
-                          make_stride(q_stride, _1{}));
-  Tensor gDO = make_tensor(make_gmem_ptr(reinterpret_cast<const T*>(p.d_o) + q_offset), q_shape,
-                           make_stride(q_stride, _1{}));
-  Tensor gK0 = make_tensor(make_gmem_ptr(reinterpret_cast<const T*>(p.k) + kv_offset), kv_shape,
-                           make_stride(kv_stride, _1{}));
-  Tensor gV0 = make_tensor(make_gmem_ptr(reinterpret_cast<const T*>(p.v) + kv_offset), kv_shape,
-                           make_stride(kv_stride, _1{}));
+  Tensor gQ = global_tile<T, BM, D>(p.q, q_offset, tile.q_stride);
+  Tensor gDO = global_tile<T, BM, D>(p.d_o, q_offset, tile.q_stride);
 
-  // Shared memory: Q, dO; stage s of K at smem_kv + 2 s kKV and V kKV after it.
+  // Shared memory: Q, dO; then the K/V stages (kv_stage_loader).
   constexpr int kQ = cosize(typename Cfg::SmemQ{}), kKV = cosize(typename Cfg::SmemKV{});
   T* smem_q = reinterpret_cast<T*>(smem);
   T* smem_kv = smem_q + 2 * kQ;
@@ -115,18 +103,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) dq_kernel(AttentionBwdParams p,
   typename Cfg::GmemLoad load;
   auto load_thr = load.get_slice(thread);
   Tensor cQ = load_thr.partition_S(make_identity_tensor(q_shape));
-  Tensor cKV = load_thr.partition_S(make_identity_tensor(kv_shape));
-  Tensor load_sK = load_thr.partition_D(sK);
-  Tensor load_sV = load_thr.partition_D(sV);
-  Tensor load_gK = load_thr.partition_S(gK0);
-  Tensor load_gV = load_thr.partition_S(gV0);
-  auto load_kv = [&](int64_t n, int stage) {
-    const int valid = int(span.lkv - n * BN < BN ? span.lkv - n * BN : BN);
-    const int to = stage * 2 * kKV;
-    const int64_t from = n * BN * kv_stride;
-    load_rows(load, shifted(load_gK, from), shifted(load_sK, to), cKV, valid);
-    load_rows(load, shifted(load_gV, from), shifted(load_sV, to), cKV, valid);
-  };
+  auto load_kv = kv_stage_loader<Cfg>(load, load_thr, p, tile, g, smem_kv);
 
   typename Cfg::Mma mma;
   auto thr_mma = mma.get_slice(thread);
@@ -196,7 +173,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) dq_kernel(AttentionBwdParams p,
   for (int i = 0; i < size(acc_dq); ++i) acc_dq(i) *= p.scale;
   cp_async_wait<0>();  // with no kv tile, Q's copy may still be landing where dQ goes
   __syncthreads();     // and every warp is past Q
-  Tensor gDQ = make_tensor(make_gmem_ptr(reinterpret_cast<T*>(p.dq) + q_offset), q_shape, make_stride(q_stride, _1{}));
+  Tensor gDQ = global_tile<T, BM, D>(p.dq, q_offset, tile.q_stride);
   store_accumulator<Cfg>(mma, acc_dq, sQ, gDQ, rows, thread);
 }
 
@@ -209,35 +186,7 @@ bool launch_delta(const AttentionBwdParams& p, std::string& failure) {
     failure = "flash backward delta: " + std::to_string(blocks) + " blocks exceed CUDA's grid limits";
     return false;
   }
-  return launch_blocks(delta_kernel<T>, dim3(unsigned(blocks)), kDeltaThreads, 0, "flash backward delta", failure, p);
-}
-
-template <class Cfg>
-bool launch_dq(const AttentionBwdParams& p, const BackwardGrid& grid, std::string& failure) {
-  if (grid.q_blocks == 0 || p.heads_q == 0) return true;
-  if (grid.q_blocks > INT_MAX || p.heads_q > 65535) {
-    failure = "flash backward dQ: grid of " + std::to_string(grid.q_blocks) + " blocks x " +
-              std::to_string(p.heads_q) + " heads exceeds CUDA's grid limits";
-    return false;
-  }
-  return launch_blocks(dq_kernel<Cfg>, dim3(unsigned(grid.q_blocks), unsigned(p.heads_q)), Cfg::kThreads,
-                       Cfg::kSmemBytes, "flash backward dQ", failure, p, grid.q_block_prefix);
-}
-
-template <class T>
-bool launch_backward(const AttentionBwdParams& p, const BackwardGrid& grid, std::string& failure) {
-  if (!launch_delta<T>(p, failure) || !backward_dkdv(p, grid, failure)) return false;
-#ifdef ATTN_FLASH_DEV_DIM  // development: one instantiation compiles in a fraction of the time
-  if (p.head_dim == ATTN_FLASH_DEV_DIM) return launch_dq<DqConfig<T, ATTN_FLASH_DEV_DIM>>(p, grid, failure);
-#else
-  switch (p.head_dim) {
-    case 64: return launch_dq<DqConfig<T, 64>>(p, grid, failure);
-    case 128: return launch_dq<DqConfig<T, 128>>(p, grid, failure);
-    case 256: return launch_dq<DqConfig<T, 256>>(p, grid, failure);
-  }
-#endif
-  failure = "flash backward: no kernel for head_dim " + std::to_string(p.head_dim);
-  return false;
+  return launch_kernel(delta_kernel<T>, dim3(unsigned(blocks)), kDeltaThreads, 0, "flash backward delta", failure, p);
 }
 
 }  // namespace
@@ -245,12 +194,13 @@ bool launch_backward(const AttentionBwdParams& p, const BackwardGrid& grid, std:
 int backward_q_block(int head_dim) { return flash_dq_tile(head_dim).block_m; }
 
 bool backward(const AttentionBwdParams& p, const BackwardGrid& grid, std::string& failure) {
-  if (p.dtype == kBf16) return launch_backward<bfloat16_t>(p, grid, failure);
-#ifndef ATTN_FLASH_DEV_DIM
-  if (p.dtype == kFp16) return launch_backward<half_t>(p, grid, failure);
-#endif
-  failure = "flash backward: no kernel for dtype " + std::to_string(p.dtype);
-  return false;
+  return switch_flash_instance(p.dtype, p.head_dim, "flash backward", failure, [&](auto instance) {
+    using I = decltype(instance);
+    using Cfg = DqConfig<typename I::Element, I::kDim>;
+    return launch_delta<typename I::Element>(p, failure) && backward_dkdv(p, grid, failure) &&
+           launch_tiles<Cfg>(dq_kernel<Cfg>, "flash backward dQ", grid.q_blocks, "blocks", p.heads_q, 1, failure, p,
+                             grid.q_block_prefix);
+  });
 }
 
 }  // namespace attn_oracle::gpu::flash

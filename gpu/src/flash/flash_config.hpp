@@ -1,8 +1,9 @@
 // flash_config.hpp: the CuTe types of the tensor-core attention kernels (tiled MMA,
-// shared-memory layouts, copy atoms) and the register-layout views the kernels'
-// row steps use. Host code too: tests/flash_layout_test.cpp builds these same
-// types with g++ and checks, thread by thread, the coordinates every fragment
-// holds (the views below, the quad that shares a row), which no CPU can run.
+// shared-memory layouts, copy atoms), the register-layout views the kernels' row
+// steps use, and the (dtype, head dim) grid they are instantiated for. Host code
+// too: tests/flash_layout_test.cpp builds these same types with g++ and checks,
+// thread by thread, the coordinates every fragment holds (the views below, the
+// quad that shares a row), which no CPU can run.
 //
 // MMA: SM80's m16n8k16 (fp16 / bf16 in, fp32 accumulate), the warps stacked along
 // M, the tile permuted to 16 columns so that one ldmatrix.x4 feeds two atoms.
@@ -17,11 +18,36 @@
 #include <cute/atom/mma_atom.hpp>
 // clang-format on
 
+#include <string>
+
 #include "attn_oracle/gpu/attention/flash_tile.hpp"
+#include "dispatch_switch.hpp"
 
 namespace attn_oracle::gpu::flash {
 
 using namespace cute;
+
+// The grid every CuTe kernel is instantiated for: fp16 / bf16 x head dims 64, 128,
+// 256. A development build (-DATTN_FLASH_DEV_DIM=D) compiles bf16 at D alone, in a
+// fraction of the time.
+#ifdef ATTN_FLASH_DEV_DIM
+using FlashDtypes = Dtypes<DtypeElement<kBf16, bfloat16_t>>;
+using FlashHeadDims = HeadDims<ATTN_FLASH_DEV_DIM>;
+#else
+using FlashDtypes = Dtypes<DtypeElement<kFp16, half_t>, DtypeElement<kBf16, bfloat16_t>>;
+using FlashHeadDims = HeadDims<64, 128, 256>;
+#endif
+
+// f(KernelInstance<T, D>{}) for the problem's (dtype, head dim); outside the grid,
+// false with `entry`'s failure, which names the dtype when it is the one missing.
+template <class F>
+bool switch_flash_instance(int dtype, int head_dim, const char* entry, std::string& failure, F&& f) {
+  return switch_dtype_head_dim(FlashDtypes{}, FlashHeadDims{}, dtype, head_dim, f, [&] {
+    failure = std::string(entry) + ": no kernel for " +
+              (FlashDtypes::contains(dtype) ? "head_dim " + std::to_string(head_dim) : "dtype " + std::to_string(dtype));
+    return false;
+  });
+}
 
 template <class T>
 struct MmaOp;

@@ -1,12 +1,14 @@
 // flash_device.cuh: the device steps the tensor-core attention kernels share
-// (flash_fwd.cu, flash_bwd_dkdv.cu, flash_bwd_dq.cu): global tiles into shared
-// memory by cp.async, the two products (operands from shared memory through
-// ldmatrix, or A already in registers), a row's allowed keys inside a key block,
-// and an fp32 accumulator out to global memory through shared memory.
+// (flash_fwd.cu, flash_bwd_dkdv.cu, flash_bwd_dq.cu): where a block works and its
+// global tiles, global tiles into shared memory by cp.async (the K/V stages of a
+// query block among them), the two products (operands from shared memory through
+// ldmatrix, or A already in registers), a row's allowed keys inside a key block, an
+// fp32 accumulator out to global memory through shared memory; and their launch.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <string>
 
 #include "attn_oracle/gpu/attention/attention_params.hpp"
@@ -14,8 +16,55 @@
 #include "attn_oracle/gpu/attention/flash_tile.hpp"
 #include "attn_oracle/gpu/attention/index_mask.hpp"
 #include "flash/flash_config.hpp"
+#include "kernel_launch.cuh"
 
 namespace attn_oracle::gpu::flash {
+
+// Which rows a block's tile counts: query rows (forward, dQ) or keys (dK/dV).
+enum class TileRows { queries, keys };
+
+// Where a block works, read once from the metadata: its document, the document rows
+// [first, first + rows) of its tile (the tile's rows past the document are
+// zero-filled and never stored), and where a row starts in the THD tensors.
+template <int D>
+struct BlockTile {
+  DocSpan span;
+  int64_t first;
+  int rows;
+  int64_t q_stride, kv_stride;  // elements from one token to the next: heads * D
+
+  // Document row a (b) at query head h (kv head g): its first element in q, o, dO
+  // and dQ (k, v, dK and dV).
+  __device__ int64_t q_offset(int64_t a, int h) const { return (span.q0 + a) * q_stride + int64_t(h) * D; }
+  __device__ int64_t kv_offset(int64_t b, int g) const { return (span.kv0 + b) * kv_stride + int64_t(g) * D; }
+};
+
+// Block `block` of a grid flattened over the documents' tiles of kTile rows
+// (tile_prefix: the tiles before each document, locate_tile). Forced inline, so that
+// it joins the kernel before the kernel is optimized, as locate_tile and doc_span
+// (ATTN_HD) do: inlined later, it left the forward at D = 256 with 36 bytes of
+// spills (ptxas -v, sm_90).
+template <TileRows kRows, int kTile, int D>
+__device__ __forceinline__ BlockTile<D> block_tile(const AttentionFwdParams& p, const int64_t* tile_prefix, int64_t block) {
+  const TileItem item = locate_tile(tile_prefix, p.docs, block);
+  const DocSpan span = doc_span(p, item.doc);
+  const int64_t first = item.tile * kTile, length = kRows == TileRows::queries ? span.lq : span.lkv;
+  return BlockTile<D>{span, first, int(length - first < kTile ? length - first : kTile), int64_t(p.heads_q) * D,
+                      int64_t(p.heads_kv) * D};
+}
+
+// A (kRows, D) tile of a [tokens, heads, D] tensor of T from element `offset`, tokens
+// `stride` elements apart; read-only for the inputs.
+template <class T, int kRows, int D>
+__device__ auto global_tile(const void* tensor, int64_t offset, int64_t stride) {
+  return make_tensor(make_gmem_ptr(static_cast<const T*>(tensor) + offset), Shape<Int<kRows>, Int<D>>{},
+                     make_stride(stride, _1{}));
+}
+template <class T, int kRows, int D>
+__device__ auto global_tile(void* tensor, int64_t offset, int64_t stride) {
+  return make_tensor(make_gmem_ptr(static_cast<T*>(tensor) + offset), Shape<Int<kRows>, Int<D>>{},
+                     make_stride(stride, _1{}));
+}
 
 // Rows [0, valid) of a (rows, D) global tile into shared memory by cp.async, the
 // rest zero-filled; `coord` is the copy's partition of the tile's identity.
@@ -59,6 +108,32 @@ __device__ void gemm_rs(const Mma& mma, Acc& acc, const RA& ra, RB& rb, const SB
 template <class Tensor_, class Offset>
 __device__ auto shifted(const Tensor_& t, Offset offset) {
   return make_tensor(t.data() + offset, t.layout());
+}
+
+// The K and V tiles a query block visits (forward, dQ), each into one of two
+// shared-memory stages: stage s of K at smem_kv + 2 s kKV, V kKV after it. A stage
+// is a whole number of swizzle periods, so one partition serves both stages, moved
+// by a pointer offset; key tile n is the partition of tile 0 moved by n tiles of rows.
+// Returns load(n, stage): key tile n of kv head g into that stage, by cp.async.
+template <class Cfg, class LoadThr>
+__device__ auto kv_stage_loader(const typename Cfg::GmemLoad& load, const LoadThr& load_thr,
+                                const AttentionFwdParams& p, const BlockTile<Cfg::kDim>& tile, int g,
+                                typename Cfg::Element* smem_kv) {
+  using T = typename Cfg::Element;
+  constexpr int BN = Cfg::kBlockN, D = Cfg::kDim, kKV = cosize(typename Cfg::SmemKV{});
+  const int64_t kv_offset = tile.kv_offset(0, g), lkv = tile.span.lkv, kv_stride = tile.kv_stride;
+  Tensor load_gK = load_thr.partition_S(global_tile<T, BN, D>(p.k, kv_offset, kv_stride));
+  Tensor load_gV = load_thr.partition_S(global_tile<T, BN, D>(p.v, kv_offset, kv_stride));
+  Tensor load_sK = load_thr.partition_D(make_tensor(make_smem_ptr(smem_kv), typename Cfg::SmemKV{}));
+  Tensor load_sV = load_thr.partition_D(make_tensor(make_smem_ptr(smem_kv + kKV), typename Cfg::SmemKV{}));
+  Tensor cKV = load_thr.partition_S(make_identity_tensor(Shape<Int<BN>, Int<D>>{}));
+  return [=](int64_t n, int stage) {
+    const int valid = int(lkv - n * BN < BN ? lkv - n * BN : BN);
+    const int to = stage * 2 * kKV;
+    const int64_t from = n * BN * kv_stride;
+    load_rows(load, shifted(load_gK, from), shifted(load_sK, to), cKV, valid);
+    load_rows(load, shifted(load_gV, from), shifted(load_sV, to), cKV, valid);
+  };
 }
 
 // A query's allowed keys relative to a key block's first key b0, clamped to
@@ -130,21 +205,20 @@ __device__ void store_accumulator(const Mma& mma, const Acc& acc, const S& s, co
   store_fragment<Cfg>(mma, out, s, g, valid, thread);
 }
 
-// Raises the kernel's dynamic shared memory limit (past the default 48 KiB) and
-// launches it on the default stream; false with `failure` on either error.
-template <class... Params, class... Args>
-bool launch_blocks(void (*kernel)(Params...), dim3 grid, int threads, size_t smem_bytes, const char* name,
-                   std::string& failure, const Args&... args) {
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes)) != cudaSuccess) {
-    failure = std::string(name) + ": shared memory attribute: " + cudaGetErrorString(cudaGetLastError());
+// Launches a kernel of configuration Cfg over its grid flattened over the documents'
+// tiles ("tiles" or "blocks", as `unit` says) x heads x parts: nothing to do without
+// tiles or heads; false with `failure` past CUDA's grid limits or on a CUDA error.
+template <class Cfg, class... Params, class... Args>
+bool launch_tiles(void (*kernel)(Params...), const char* name, int64_t tiles, const char* unit, int heads,
+                  unsigned parts, std::string& failure, const Args&... args) {
+  if (tiles == 0 || heads == 0) return true;
+  if (tiles > INT_MAX || heads > 65535) {
+    failure = std::string(name) + ": grid of " + std::to_string(tiles) + " " + unit + " x " + std::to_string(heads) +
+              " heads exceeds CUDA's grid limits";
     return false;
   }
-  kernel<<<grid, threads, smem_bytes>>>(args...);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
-    failure = std::string(name) + ": " + cudaGetErrorString(e);
-    return false;
-  }
-  return true;
+  return launch_kernel(kernel, dim3(unsigned(tiles), unsigned(heads), parts), Cfg::kThreads, Cfg::kSmemBytes, name,
+                       failure, args...);
 }
 
 }  // namespace attn_oracle::gpu::flash

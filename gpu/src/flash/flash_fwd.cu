@@ -17,7 +17,6 @@
 // of a causal document start first), y = query head.
 #include <cuda_runtime.h>
 
-#include <climits>
 #include <string>
 
 #include "attn_oracle/gpu/attention/attention_params.hpp"
@@ -85,50 +84,27 @@ __global__ void __launch_bounds__(Cfg::kThreads) forward_kernel(AttentionFwdPara
   constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN, D = Cfg::kDim;
   extern __shared__ __align__(128) unsigned char smem[];
   const int thread = threadIdx.x;
-  const TileItem item = locate_tile(q_tiles, p.docs, int64_t(gridDim.x) - 1 - blockIdx.x);
-  const DocSpan span = doc_span(p, item.doc);
-  const int h = blockIdx.y, g = kv_head_of(h, p.heads_q, p.heads_kv);
-  const int64_t a0 = item.tile * BM;
-  const int rows = int(span.lq - a0 < BM ? span.lq - a0 : BM);
+  const BlockTile<D> tile = block_tile<TileRows::queries, BM, D>(p, q_tiles, int64_t(gridDim.x) - 1 - blockIdx.x);
+  const DocSpan& span = tile.span;
+  const int64_t a0 = tile.first;
+  const int rows = tile.rows, h = blockIdx.y, g = kv_head_of(h, p.heads_q, p.heads_kv);
   const TileRange kv = kv_tile_range(p.mask, p.window_left, p.window_right, a0, a0 + rows, span.lq, span.lkv, BN);
-
-  // Global tiles: row stride heads * D; the K/V pointers move by a tile per step.
-  const int64_t q_stride = int64_t(p.heads_q) * D, kv_stride = int64_t(p.heads_kv) * D;
-  const T* q_ptr = reinterpret_cast<const T*>(p.q) + (span.q0 + a0) * q_stride + int64_t(h) * D;
-  const T* k_base = reinterpret_cast<const T*>(p.k) + span.kv0 * kv_stride + int64_t(g) * D;
-  const T* v_base = reinterpret_cast<const T*>(p.v) + span.kv0 * kv_stride + int64_t(g) * D;
+  const int64_t q_offset = tile.q_offset(a0, h);
   auto tile_shape = Shape<Int<BM>, Int<D>>{};
-  auto kv_shape = Shape<Int<BN>, Int<D>>{};
-  Tensor gQ = make_tensor(make_gmem_ptr(q_ptr), tile_shape, make_stride(q_stride, _1{}));
-  // K / V tile n: the copy's partition of tile 0, moved by n tiles of rows.
-  Tensor gK0 = make_tensor(make_gmem_ptr(k_base), kv_shape, make_stride(kv_stride, _1{}));
-  Tensor gV0 = make_tensor(make_gmem_ptr(v_base), kv_shape, make_stride(kv_stride, _1{}));
+  Tensor gQ = global_tile<T, BM, D>(p.q, q_offset, tile.q_stride);
 
+  // Shared memory: Q, then the K/V stages (kv_stage_loader).
   T* smem_q = reinterpret_cast<T*>(smem);
   T* smem_kv = smem_q + cosize(typename Cfg::SmemQ{});
   constexpr int kKV = cosize(typename Cfg::SmemKV{});
   Tensor sQ = make_tensor(make_smem_ptr(smem_q), typename Cfg::SmemQ{});
-  // Stage s of K starts at smem_kv + 2 s kKV and V kKV after it; a stage is a whole
-  // number of swizzle periods, so one partition serves both, moved by a pointer offset.
   Tensor sK = make_tensor(make_smem_ptr(smem_kv), typename Cfg::SmemKV{});
-  Tensor sV = make_tensor(make_smem_ptr(smem_kv + kKV), typename Cfg::SmemKV{});
   Tensor sVt = make_tensor(make_smem_ptr(smem_kv + kKV), typename Cfg::SmemVt{});
 
   typename Cfg::GmemLoad load;
   auto load_thr = load.get_slice(thread);
   Tensor cQ = load_thr.partition_S(make_identity_tensor(tile_shape));
-  Tensor cKV = load_thr.partition_S(make_identity_tensor(kv_shape));
-  Tensor load_sK = load_thr.partition_D(sK);
-  Tensor load_sV = load_thr.partition_D(sV);
-  Tensor load_gK = load_thr.partition_S(gK0);
-  Tensor load_gV = load_thr.partition_S(gV0);
-  auto load_kv = [&](int64_t n, int stage) {
-    const int valid = int(span.lkv - n * BN < BN ? span.lkv - n * BN : BN);
-    const int offset = stage * 2 * kKV;
-    const int64_t rows_before = n * BN * kv_stride;
-    load_rows(load, shifted(load_gK, rows_before), shifted(load_sK, offset), cKV, valid);
-    load_rows(load, shifted(load_gV, rows_before), shifted(load_sV, offset), cKV, valid);
-  };
+  auto load_kv = kv_stage_loader<Cfg>(load, load_thr, p, tile, g, smem_kv);
 
   typename Cfg::Mma mma;
   auto thr_mma = mma.get_slice(thread);
@@ -197,30 +173,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) forward_kernel(AttentionFwdPara
   Tensor o_out = rounded<T>(acc_o);
   cp_async_wait<0>();  // with no kv tile, Q's copy may still be landing where O goes
   __syncthreads();
-  Tensor go = make_tensor(make_gmem_ptr(reinterpret_cast<T*>(p.o) + (span.q0 + a0) * q_stride + int64_t(h) * D),
-                          tile_shape, make_stride(q_stride, _1{}));
+  Tensor go = global_tile<T, BM, D>(p.o, q_offset, tile.q_stride);
   store_fragment<Cfg>(mma, o_out, sQ, go, rows, thread);
-}
-
-template <class Cfg>
-bool launch_forward(const AttentionFwdParams& p, const int64_t* prefix, int64_t tiles, std::string& failure) {
-  if (tiles == 0 || p.heads_q == 0) return true;
-  if (tiles > INT_MAX || p.heads_q > 65535) {
-    failure = "flash forward: grid of " + std::to_string(tiles) + " tiles x " + std::to_string(p.heads_q) +
-              " heads exceeds CUDA's grid limits";
-    return false;
-  }
-  auto kernel = forward_kernel<Cfg>;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Cfg::kSmemBytes)) != cudaSuccess) {
-    failure = std::string("flash forward: shared memory attribute: ") + cudaGetErrorString(cudaGetLastError());
-    return false;
-  }
-  kernel<<<dim3(unsigned(tiles), unsigned(p.heads_q)), Cfg::kThreads, Cfg::kSmemBytes>>>(p, prefix);
-  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) {
-    failure = std::string("flash forward: ") + cudaGetErrorString(e);
-    return false;
-  }
-  return true;
 }
 
 }  // namespace
@@ -228,34 +182,18 @@ bool launch_forward(const AttentionFwdParams& p, const int64_t* prefix, int64_t 
 const char* missing() { return nullptr; }
 
 bool instantiated(int dtype, int head_dim) {
-#ifdef ATTN_FLASH_DEV_DIM
-  return dtype == kBf16 && head_dim == ATTN_FLASH_DEV_DIM;
-#else
-  return (dtype == kFp16 || dtype == kBf16) && (head_dim == 64 || head_dim == 128 || head_dim == 256);
-#endif
+  return FlashDtypes::contains(dtype) && FlashHeadDims::contains(head_dim);
 }
 
 int forward_block_m(int head_dim) { return flash_forward_tile(head_dim).block_m; }
 
 bool forward(const AttentionFwdParams& p, const int64_t* q_tile_prefix, int64_t q_tiles, std::string& failure) {
-  const bool bf16 = p.dtype == kBf16;
-#ifdef ATTN_FLASH_DEV_DIM  // development: one instantiation compiles in a fraction of the time
-  if (bf16 && p.head_dim == ATTN_FLASH_DEV_DIM)
-    return launch_forward<ForwardConfig<bfloat16_t, ATTN_FLASH_DEV_DIM>>(p, q_tile_prefix, q_tiles, failure);
-  failure = "flash forward: this development build has one head dim alone";
-  return false;
-#else
-  switch (p.head_dim) {
-    case 64: return bf16 ? launch_forward<ForwardConfig<bfloat16_t, 64>>(p, q_tile_prefix, q_tiles, failure)
-                         : launch_forward<ForwardConfig<half_t, 64>>(p, q_tile_prefix, q_tiles, failure);
-    case 128: return bf16 ? launch_forward<ForwardConfig<bfloat16_t, 128>>(p, q_tile_prefix, q_tiles, failure)
-                          : launch_forward<ForwardConfig<half_t, 128>>(p, q_tile_prefix, q_tiles, failure);
-    case 256: return bf16 ? launch_forward<ForwardConfig<bfloat16_t, 256>>(p, q_tile_prefix, q_tiles, failure)
-                          : launch_forward<ForwardConfig<half_t, 256>>(p, q_tile_prefix, q_tiles, failure);
-  }
-  failure = "flash forward: no kernel for head_dim " + std::to_string(p.head_dim);
-  return false;
-#endif
+  return switch_flash_instance(p.dtype, p.head_dim, "flash forward", failure, [&](auto instance) {
+    using I = decltype(instance);
+    using Cfg = ForwardConfig<typename I::Element, I::kDim>;
+    return launch_tiles<Cfg>(forward_kernel<Cfg>, "flash forward", q_tiles, "tiles", p.heads_q, 1, failure, p,
+                             q_tile_prefix);
+  });
 }
 
 }  // namespace attn_oracle::gpu::flash
