@@ -398,7 +398,7 @@ int run_isolation_child(const std::vector<std::string>& args) {
 
 namespace {
 
-// One child's share of a run: from settings.first_draw until it ends or
+// One child's share of a run: from its resume point's first draw until it ends or
 // crashes. What it reported before a crash (draws, shrunk failures) is kept.
 struct ChildRun {
   PropertyOutcome outcome;  // the child's own, or what it reported before it died
