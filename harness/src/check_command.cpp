@@ -194,12 +194,12 @@ CheckResult run_one(const PropertyDef& property, Backend& backend, const RunSett
     print_result(r);
     return r;
   }
-  struct : RunListener {
-    ProgressLine* line;
-    void progress(int done, int total) override { line->update(done, total); }
-  } progress;
   ProgressLine line(property.id + " on " + backend.name());
-  progress.line = &line;
+  struct ToLine : RunListener {
+    explicit ToLine(ProgressLine& l) : line(l) {}
+    void progress(int done, int total) override { line.update(done, total); }
+    ProgressLine& line;
+  } progress(line);
   // A backend that isolates itself (a worker process) runs here, so that its
   // one worker serves every property of the run; a child process per property
   // would start a worker per property.

@@ -472,13 +472,12 @@ PropertyOutcome run_property_isolated(const PropertyDef& property, Backend& back
   out.seed = settings.seed;
   const auto start = std::chrono::steady_clock::now();
   const int total = draws_in_shard(settings.cases, settings.shard);
-  const RunSettings& s = settings;
   ResumePoint resume;
   bool no_child = false;  // the program could not run a child at all
   for (;;) {
     resume.known_signatures.clear();
     for (const PropertyFailure& f : out.failures) resume.known_signatures.insert(f.signature);
-    ChildRun run = run_child(property, backend, s, resume, isolation, total, out.drawn, listener);
+    ChildRun run = run_child(property, backend, settings, resume, isolation, total, out.drawn, listener);
     merge_outcome(out, run.outcome);
     if (!run.crashed) break;
     if (!run.spoke) {  // the program itself cannot run a child: nothing to shrink, and retrying repeats it
@@ -488,7 +487,7 @@ PropertyOutcome run_property_isolated(const PropertyDef& property, Backend& back
       break;
     }
     if (!run.stored_case.empty()) {  // a stored case crashed it: a failure as it is, and no replay again
-      out.failures.push_back(stored_crash(property, backend, s, run.stored_case, run.how));
+      out.failures.push_back(stored_crash(property, backend, settings, run.stored_case, run.how));
       ++out.store.replayed, ++out.store.still_failing;
       resume.replay_store = false;
       continue;
@@ -496,7 +495,7 @@ PropertyOutcome run_property_isolated(const PropertyDef& property, Backend& back
     // A crash in the search is a draw that failed; in a shrink, that draw was counted already.
     if (run.path.empty()) ++out.drawn, ++out.failed;
     if (!resume.known_signatures.count(std::string(kCrashSignature)))
-      out.failures.push_back(shrink_crash(property, backend, s, isolation, run.draw, run.path, run.how, run.timed_out));
+      out.failures.push_back(shrink_crash(property, backend, settings, isolation, run.draw, run.path, run.how, run.timed_out));
     else  // the crash shown already: one more draw of its cluster
       for (const PropertyFailure& f : out.failures)
         if (f.signature == kCrashSignature) merge_clusters(out.clusters, {cluster_of_message(f.message, run.draw)});
