@@ -26,57 +26,10 @@
 #include "flash/flash_config.hpp"
 #include "flash/flash_device.cuh"
 #include "flash/flash_launch.hpp"
+#include "flash/flash_softmax.cuh"
 
 namespace attn_oracle::gpu::flash {
 namespace {
-
-__device__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
-}
-
-__device__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffff, x, 1);
-  return x + __shfl_xor_sync(0xffffffff, x, 2);
-}
-
-// The running softmax of one thread's rows; l holds this thread's columns only
-// until the end (a sum is linear in its parts, rescaling included).
-template <int kRows>
-struct RowState {
-  float m[kRows], l[kRows];
-};
-
-// Scores (raw q . k) -> P in place, the rows' state and O rescaled: one kv tile.
-template <bool kMasked, int kBlockN, class S, class C, class O, int kRows>
-__device__ void softmax_tile(S& s, const C& coord, O& o, RowState<kRows>& st, const AttentionFwdParams& p,
-                             const DocSpan& span, int64_t a0, int64_t b0, float scale_log2) {
-  CUTE_UNROLL
-  for (int i = 0; i < kRows; ++i) {
-    TileKeys keys{0, kBlockN - 1};
-    if (kMasked) keys = tile_keys<kBlockN>(p, span, a0 + get<0>(coord(i, 0)), b0);
-    float row_max = st.m[i];
-    CUTE_UNROLL
-    for (int j = 0; j < size<1>(s); ++j) {
-      const int b = get<1>(coord(i, j));
-      const float x = score_log2(s(i, j), scale_log2);
-      s(i, j) = !kMasked || (b >= keys.lo && b <= keys.hi) ? x : -INFINITY;
-      row_max = fmaxf(row_max, s(i, j));
-    }
-    row_max = quad_max(row_max);
-    const float alpha = rescale_factor(st.m[i], row_max);
-    st.m[i] = row_max;
-    float sum = 0.0f;
-    CUTE_UNROLL
-    for (int j = 0; j < size<1>(s); ++j) {
-      s(i, j) = softmax_weight(s(i, j), row_max);
-      sum += s(i, j);
-    }
-    st.l[i] = st.l[i] * alpha + sum;
-    CUTE_UNROLL
-    for (int j = 0; j < size<1>(o); ++j) o(i, j) *= alpha;
-  }
-}
 
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads) forward_kernel(AttentionFwdParams p, const int64_t* q_tiles) {
@@ -125,8 +78,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) forward_kernel(AttentionFwdPara
 
   constexpr int kRows = decltype(size<0>(rowcol(acc_o.layout())))::value;
   RowState<kRows> st;
-  CUTE_UNROLL
-  for (int i = 0; i < kRows; ++i) st.m[i] = -INFINITY, st.l[i] = 0.0f;
+  st.reset();
   const float scale_log2 = p.scale * kLog2e;
 
   load_rows(load, load_thr.partition_S(gQ), load_thr.partition_D(sQ), cQ, rows);
@@ -145,11 +97,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) forward_kernel(AttentionFwdPara
     gemm_ss(mma, acc_s, rQ, sQ_a, copy_a, rK, shifted(sK_b, offset), copy_b, thread);
     Tensor s = make_tensor(acc_s.data(), rowcol(acc_s.layout()));
     Tensor o = make_tensor(acc_o.data(), rowcol(acc_o.layout()));
-    const int64_t b0 = n * BN;
-    if (tile_fully_allowed(p.mask, p.window_left, p.window_right, a0, a0 + rows, b0, b0 + BN, span.lq, span.lkv))
-      softmax_tile<false, BN>(s, rowcol_cs, o, st, p, span, a0, b0, scale_log2);
-    else
-      softmax_tile<true, BN>(s, rowcol_cs, o, st, p, span, a0, b0, scale_log2);
+    softmax_tile_scores<BN>(s, rowcol_cs, st, p, span, a0, rows, n * BN, scale_log2, RescaleRow<decltype(o)>{o});
 
     Tensor p_tile = make_tensor_like<T>(acc_s);
     CUTE_UNROLL
@@ -160,16 +108,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) forward_kernel(AttentionFwdPara
 
   // Finalize: O / l, lse; O through shared memory (Q's, once every warp is past it).
   Tensor o = make_tensor(acc_o.data(), rowcol(acc_o.layout()));
-  CUTE_UNROLL
-  for (int i = 0; i < kRows; ++i) {
-    const float l = quad_sum(st.l[i]);
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    CUTE_UNROLL
-    for (int j = 0; j < size<1>(o); ++j) o(i, j) *= inv;
-    const int r = get<0>(rowcol_cs(i, 0));
-    if (get<1>(rowcol_cs(i, 0)) == 0 && r < rows)
-      p.lse[int64_t(h) * p.total_q + span.q0 + a0 + r] = lse_from_log2(st.m[i], l);
-  }
+  finish_rows(o, rowcol_cs, st, p, span, h, a0, rows);
   Tensor o_out = rounded<T>(acc_o);
   cp_async_wait<0>();  // with no kv tile, Q's copy may still be landing where O goes
   __syncthreads();
@@ -185,7 +124,7 @@ bool instantiated(int dtype, int head_dim) {
   return FlashDtypes::contains(dtype) && FlashHeadDims::contains(head_dim);
 }
 
-int forward_block_m(int head_dim) { return flash_forward_tile(head_dim).block_m; }
+int forward_block_m(int head_dim, FlashArch arch) { return flash_forward_tile(head_dim, arch).block_m; }
 
 bool forward(const AttentionFwdParams& p, const int64_t* q_tile_prefix, int64_t q_tiles, std::string& failure) {
   return switch_flash_instance(p.dtype, p.head_dim, "flash forward", failure, [&](auto instance) {

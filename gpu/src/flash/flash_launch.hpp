@@ -7,6 +7,7 @@
 #include <string>
 
 #include "attn_oracle/gpu/attention/attention_params.hpp"
+#include "attn_oracle/gpu/attention/flash_tile.hpp"
 
 namespace attn_oracle::gpu::flash {
 
@@ -19,12 +20,18 @@ const char* missing();
 bool instantiated(int dtype, int head_dim);
 
 // Query rows per forward block at this head dim: the tile of the q-tile prefix.
-int forward_block_m(int head_dim);
+int forward_block_m(int head_dim, FlashArch arch = FlashArch::sm80);
 
 // Queues the forward over `q_tiles` blocks per head; q_tile_prefix (device, [docs + 1])
 // counts the forward_block_m tiles before each document. o and lse must already
 // hold 0 and -inf where no document is. False with `failure` on a launch failure.
 bool forward(const AttentionFwdParams& p, const int64_t* q_tile_prefix, int64_t q_tiles, std::string& failure);
+
+// The Hopper forward (flash_fwd_sm90.cu, sm_90a: a device of compute capability
+// 9.0 only), as `forward` on forward_block_m(head_dim, FlashArch::sm90) tiles, for
+// problems it fits: token counts TMA's 32-bit coordinates address, at least one key.
+bool forward_sm90_fits(const AttentionFwdParams& p);
+bool forward_sm90(const AttentionFwdParams& p, const int64_t* q_tile_prefix, int64_t q_tiles, std::string& failure);
 
 // Backward tiles (flash_tile.hpp): keys per dK/dV block, query rows per dQ block.
 int backward_kv_block(int head_dim);

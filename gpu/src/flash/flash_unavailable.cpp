@@ -12,11 +12,18 @@ const char* missing() { return kMissing; }
 
 bool instantiated(int, int) { return false; }
 
-int forward_block_m(int head_dim) { return flash_forward_tile(head_dim).block_m; }
+int forward_block_m(int head_dim, FlashArch arch) { return flash_forward_tile(head_dim, arch).block_m; }
 int backward_kv_block(int head_dim) { return flash_dkdv_tile(head_dim).block_n; }
 int backward_q_block(int head_dim) { return flash_dq_tile(head_dim).block_m; }
 
 bool forward(const AttentionFwdParams&, const int64_t*, int64_t, std::string& failure) {
+  failure = kMissing;
+  return false;
+}
+
+bool forward_sm90_fits(const AttentionFwdParams&) { return false; }
+
+bool forward_sm90(const AttentionFwdParams&, const int64_t*, int64_t, std::string& failure) {
   failure = kMissing;
   return false;
 }

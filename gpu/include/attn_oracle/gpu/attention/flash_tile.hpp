@@ -47,7 +47,15 @@ struct FlashTile {
   int block_m, block_n, warps;
 };
 
-ATTN_HD constexpr FlashTile flash_forward_tile(int head_dim) {
+// The two forward kernels: SM80's MMA (any device from sm_80 on) and Hopper's
+// warpgroup MMA fed by TMA (flash_fwd_sm90.cu, sm_90a only). Only their tiles
+// differ in the arithmetic; the twin takes the one it is asked for.
+enum class FlashArch : int { sm80 = 80, sm90 = 90 };
+
+// Hopper: 128 query rows (two consumer warpgroups of 64, 8 warps), keys by 128
+// (64 at D = 256: O's 128 fp32 values a thread leave room for S's 32 only).
+ATTN_HD constexpr FlashTile flash_forward_tile(int head_dim, FlashArch arch = FlashArch::sm80) {
+  if (arch == FlashArch::sm90) return head_dim <= 128 ? FlashTile{128, 128, 8} : FlashTile{128, 64, 8};
   return head_dim <= 128 ? FlashTile{128, 64, 8} : FlashTile{64, 64, 4};
 }
 

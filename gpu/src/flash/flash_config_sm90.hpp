@@ -1,0 +1,82 @@
+// flash_config_sm90.hpp: the CuTe types of the Hopper attention forward
+// (flash_fwd_sm90.cu): warpgroup MMAs (wgmma), shared-memory layouts in the
+// canonical GMMA forms TMA writes and wgmma reads, and the register views of the
+// row steps. Host code too: tests/flash_layout_test.cpp builds these types with g++
+// and checks, thread by thread, the coordinates every fragment holds.
+//
+// A block is three warpgroups: the first loads (one thread issues TMA copies), the
+// other two compute, 64 query rows each (kBlockM = 128). S = Q K^T reads both
+// operands from shared memory (K-major, 128-byte swizzle); O += P V takes P from
+// registers and V^T from shared memory through a transposed (MN-major) view of V's
+// tiles. K and V come in kStages stages.
+#pragma once
+
+// clang-format off: CuTe's tensor.hpp must come before its atoms.
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_atom.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+// clang-format on
+
+#include "attn_oracle/gpu/attention/flash_tile.hpp"
+
+namespace attn_oracle::gpu::flash {
+
+using namespace cute;
+
+template <class T, int D>
+struct ForwardSm90Config {
+  static constexpr FlashTile kTile = flash_forward_tile(D, FlashArch::sm90);
+  static constexpr int kBlockM = kTile.block_m, kBlockN = kTile.block_n, kDim = D;
+  static constexpr int kConsumerGroups = kBlockM / 64, kStages = 2;
+  static constexpr int kConsumerThreads = kConsumerGroups * 128, kThreads = kConsumerThreads + 128;
+  static_assert(kTile.warps == 4 * kConsumerGroups, "four warps a consumer warpgroup");
+  using Element = T;
+  using MmaQK = decltype(make_tiled_mma(GMMA::ss_op_selector<T, T, float, Shape<_64, Int<kBlockN>, Int<D>>>(),
+                                        Layout<Shape<Int<kConsumerGroups>, _1, _1>>{}));
+  using MmaPV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<T, T, float, Shape<_64, Int<D>, Int<kBlockN>>, GMMA::Major::K, GMMA::Major::MN>(),
+      Layout<Shape<Int<kConsumerGroups>, _1, _1>>{}));
+  using SmemQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, Shape<Int<kBlockM>, Int<D>>{}));
+  using SmemKV = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{},
+                                        Shape<Int<kBlockN>, Int<D>, Int<kStages>>{}));
+  // (d, n, stage) -> the element (n, d, stage) of V's stages: V^T, the B operand of P V.
+  using SmemVt = decltype(composition(
+      SmemKV{}, make_ordered_layout(Shape<Int<D>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+  static constexpr uint32_t kQBytes = uint32_t(kBlockM * D * sizeof(T));
+  static constexpr uint32_t kKVStageBytes = uint32_t(kBlockN * D * sizeof(T));
+};
+
+// The shared memory of one block: Q, K and V's stages (1024-byte aligned, as the
+// 128-byte swizzle needs), then the barriers: Q landed, K / V of a stage landed,
+// a stage free again (every consumer thread arrives once it is done with it).
+template <class Cfg>
+struct SharedSm90 {
+  using T = typename Cfg::Element;
+  alignas(1024) T q[cosize_v<typename Cfg::SmemQ>];
+  alignas(1024) T k[cosize_v<typename Cfg::SmemKV>];
+  alignas(1024) T v[cosize_v<typename Cfg::SmemKV>];
+  alignas(8) uint64_t q_full;
+  uint64_t k_full[Cfg::kStages], v_full[Cfg::kStages], kv_empty[Cfg::kStages];
+};
+
+// A warpgroup accumulator ((2, 2, N / 8), M, N) seen as (rows, cols) =
+// ((2, M), (2, N / 8, N)): the values of one thread on one row of the tile.
+template <class L>
+CUTE_HOST_DEVICE constexpr auto rowcol_gmma(L const& acc) {
+  static_assert(decltype(rank<0>(acc))::value == 3);
+  return make_layout(make_layout(get<0, 1>(acc), get<1>(acc)),
+                     make_layout(get<0, 0>(acc), get<0, 2>(acc), get<2>(acc)));
+}
+
+// The same accumulator as the register A operand of the next wgmma,
+// ((2, 2, 2), M, N / 16): two neighbouring 8-column groups are one k-block of 16.
+template <class L>
+CUTE_HOST_DEVICE constexpr auto acc_as_a_gmma(L const& acc) {
+  auto pairs = logical_divide(get<0, 2>(acc), Tile<_2>{});  // ((2, N / 16))
+  return make_layout(make_layout(get<0, 0>(acc), get<0, 1>(acc), get<0, 0>(pairs)), get<1>(acc),
+                     coalesce(make_layout(get<0, 1>(pairs), get<2>(acc))));
+}
+
+}  // namespace attn_oracle::gpu::flash
