@@ -2,8 +2,11 @@
 // seam (production_backends.hpp):
 //   cpu        the CPU twins of the production algorithms (gpu/, run on the host),
 //              small-seq included
+//   cpu-sm90   the same, the attention forward on the Hopper kernel's tiles
 //   cuda       the CUDA kernels (token-parallel metadata, CuTe tensor-core attention,
 //              small-seq, K/V buffer); registered only when a device is present
+//   cuda-sm90  the same with Hopper's attention forward (wgmma, TMA; sm_90a), only
+//              when the first device is sm_90
 //   cudnn      cuDNN SDPA (cudnn_backend.cpp); only in builds with cuDNN, with a device
 #include "attn_oracle/seam/backend.hpp"
 #include "attn_oracle/backends/production_backends.hpp"
@@ -49,33 +52,45 @@ class GpuKvBuffer final : public KvBufferCapability {
   gpu::KvDevice device_;
 };
 
+// The name of a backend whose attention forward is `arch`'s kernel: sm80's is the plain one.
+std::string arch_name(const char* base, gpu::FlashArch arch) {
+  return arch == gpu::FlashArch::sm90 ? std::string(base) + "-sm90" : std::string(base);
+}
+
 class CpuTwinBackend final : public Backend, MetadataCapability, AttentionCapability, SmallSeqCapability {
  public:
-  std::string name() const override { return "cpu"; }
-  std::string version() const override { return "CPU twins of the gpu/ kernels"; }
+  explicit CpuTwinBackend(gpu::FlashArch arch) : arch_(arch) {}
+  std::string name() const override { return arch_name("cpu", arch_); }
+  std::string version() const override {
+    return arch_ == gpu::FlashArch::sm90 ? "CPU twins of the gpu/ kernels, the forward on the sm_90a kernel's tiles"
+                                         : "CPU twins of the gpu/ kernels";
+  }
   MetadataCapability* metadata() override { return this; }
   Expected<Metadata> metadata(const PackedBatch& batch) override { return gpu::metadata_twin(batch); }
 
   AttentionCapability* attention() override { return this; }
   Expected<AttentionResult> attention(const AttentionProblem& problem, const AttentionInputs& inputs) override {
-    return gpu::attention_twin(problem, inputs);
+    return gpu::attention_twin(problem, inputs, arch_);
   }
   bool supports_attention_into() const override { return true; }
   std::optional<Error> attention_into(const AttentionProblem& problem, const AttentionInputs& inputs,
                                       const Buffers& out) override {
-    return gpu::attention_twin_into(problem, inputs, outputs_of(out));
+    return gpu::attention_twin_into(problem, inputs, outputs_of(out), arch_);
   }
 
-  SmallSeqCapability* small_seq() override { return this; }
+  // The small-seq kernel and the K/V buffer's attention are the same for both
+  // forwards: only the plain backend offers them, so they are not checked twice.
+  SmallSeqCapability* small_seq() override { return arch_ == gpu::FlashArch::sm80 ? this : nullptr; }
   Expected<SmallSeqResult> small_seq(const AttentionProblem& problem, const AttentionInputs& inputs) override {
     return gpu::small_seq_twin(problem, inputs);
   }
 
-  KvBufferCapability* kv_buffer() override { return &kv_buffer_; }
+  KvBufferCapability* kv_buffer() override { return arch_ == gpu::FlashArch::sm80 ? &kv_buffer_ : nullptr; }
   ShardingCapability* sharding() override { return &sharding_; }
   ContextParallelCapability* context_parallel() override { return &context_parallel_; }
 
  private:
+  gpu::FlashArch arch_;
   GpuKvBuffer kv_buffer_{gpu::KvDevice::twin};
   // Every simulated device runs the attention twin (index rule on trimmed runs).
   SimulatedSharding sharding_{static_cast<AttentionCapability&>(*this)};
@@ -86,9 +101,11 @@ class CpuTwinBackend final : public Backend, MetadataCapability, AttentionCapabi
 
 class CudaBackend final : public Backend, MetadataCapability, AttentionCapability {
  public:
-  CudaBackend() { gpu::cuda_available(&device_); }
-  std::string name() const override { return "cuda"; }
-  std::string version() const override { return "CUDA kernels on " + device_; }
+  explicit CudaBackend(gpu::FlashArch arch) : arch_(arch) { gpu::cuda_available(&device_); }
+  std::string name() const override { return arch_name("cuda", arch_); }
+  std::string version() const override {
+    return (arch_ == gpu::FlashArch::sm90 ? "CUDA kernels (sm_90a forward) on " : "CUDA kernels on ") + device_;
+  }
   std::string arch() const override { return gpu::cuda_arch(); }
   MetadataCapability* metadata() override { return this; }
   Expected<Metadata> metadata(const PackedBatch& batch) override { return gpu::metadata_cuda(batch); }
@@ -98,12 +115,12 @@ class CudaBackend final : public Backend, MetadataCapability, AttentionCapabilit
     return gpu::attention_cuda_unsupported(problem);
   }
   Expected<AttentionResult> attention(const AttentionProblem& problem, const AttentionInputs& inputs) override {
-    return gpu::attention_cuda(problem, inputs);
+    return gpu::attention_cuda(problem, inputs, arch_);
   }
   bool supports_attention_into() const override { return true; }
   std::optional<Error> attention_into(const AttentionProblem& problem, const AttentionInputs& inputs,
                                       const Buffers& out) override {
-    return gpu::attention_cuda_into(problem, inputs, outputs_of(out));
+    return gpu::attention_cuda_into(problem, inputs, outputs_of(out), arch_);
   }
 
   // Both capabilities have unsupported(AttentionProblem): this adapter tells them apart.
@@ -116,11 +133,12 @@ class CudaBackend final : public Backend, MetadataCapability, AttentionCapabilit
       return gpu::small_seq_cuda(problem, inputs);
     }
   };
-  SmallSeqCapability* small_seq() override { return &small_seq_; }
-  KvBufferCapability* kv_buffer() override { return &kv_buffer_; }
+  SmallSeqCapability* small_seq() override { return arch_ == gpu::FlashArch::sm80 ? &small_seq_ : nullptr; }
+  KvBufferCapability* kv_buffer() override { return arch_ == gpu::FlashArch::sm80 ? &kv_buffer_ : nullptr; }
   ContextParallelCapability* context_parallel() override { return &context_parallel_; }
 
  private:
+  gpu::FlashArch arch_;
   std::string device_;
   SmallSeq small_seq_;
   GpuKvBuffer kv_buffer_{gpu::KvDevice::cuda};
@@ -133,9 +151,13 @@ class CudaBackend final : public Backend, MetadataCapability, AttentionCapabilit
 void register_production_backends() {
   static const bool once = [] {
     BackendRegistry& r = BackendRegistry::instance();
-    r.add("cpu", [] { return std::unique_ptr<Backend>(new CpuTwinBackend()); });
+    using gpu::FlashArch;
+    r.add("cpu", [] { return std::unique_ptr<Backend>(new CpuTwinBackend(FlashArch::sm80)); });
+    r.add("cpu-sm90", [] { return std::unique_ptr<Backend>(new CpuTwinBackend(FlashArch::sm90)); });
     if (gpu::cuda_available()) {
-      r.add("cuda", [] { return std::unique_ptr<Backend>(new CudaBackend()); });
+      r.add("cuda", [] { return std::unique_ptr<Backend>(new CudaBackend(FlashArch::sm80)); });
+      if (gpu::attention_cuda_sm90_available())
+        r.add("cuda-sm90", [] { return std::unique_ptr<Backend>(new CudaBackend(FlashArch::sm90)); });
     }
     register_cudnn_backend(r);
     return true;
@@ -145,6 +167,8 @@ void register_production_backends() {
 
 std::string production_backends_note() {
   std::string note = gpu::cuda_available() ? "" : "cuda: not registered (no CUDA device on this machine, or a build without CUDA)";
+  if (gpu::cuda_available() && !gpu::attention_cuda_sm90_available())
+    note = "cuda-sm90: not registered (its kernels run on sm_90 alone; the device is " + gpu::cuda_arch() + ")";
   const std::string cudnn = cudnn_backend_note();
   if (!cudnn.empty()) note += (note.empty() ? "" : "; ") + cudnn;
   return note;

@@ -9,6 +9,7 @@
 //       4096 x 256 (2 documents a row), mask padding_causal; the kernels must equal
 //       the twin before anything is timed.
 //   attention/{fwd,bwd}/{cuda,cudnn}/D/L/{no_mask,causal}: bf16, 16 heads,
+//       (and attention/fwd/cuda-sm90/... on an sm_90 device: Hopper's forward),
 //       16384 tokens in one row split into documents of L = 512 .. 16384, head dims
 //       64, 128, 256. cuda = the tensor-core (CuTe) kernels of `cuda`, forward and
 //       deterministic backward (delta, dK/dV, dQ: no atomics); cudnn =
@@ -40,6 +41,7 @@
 #include "attn_oracle/gpu/metadata.hpp"
 #include "bench_support.hpp"
 #if ATTN_ORACLE_BENCH_CUDA
+#include "attn_oracle/gpu/attention.hpp"
 #include "attn_oracle/gpu/attention_device.hpp"
 #include "attn_oracle/gpu/metadata_device.hpp"
 #include "attn_oracle/gpu/small_seq/small_seq_plan.hpp"
@@ -138,6 +140,25 @@ void check_gradients(const gpu::DeviceAttentionOutputs& ours, const std::vector<
   }
 }
 
+// Hopper's forward (cuda-sm90) on the same input, where the device runs it: timed,
+// its o checked against the SM80 kernel's. A failure is reported in the line, not
+// fatal: the other measurements still stand.
+std::string hopper_forward(gpu::DeviceAttentionInputs in, const gpu::DeviceAttentionOutputs& ours, double flops,
+                           const std::string& tag) {
+  if (!gpu::attention_cuda_sm90_available()) return "";
+  in.backward = false;
+  in.d_o.clear();
+  in.forward_arch = gpu::FlashArch::sm90;
+  gpu::DeviceAttentionOutputs hopper;
+  if (!gpu::attention_on_device(in, hopper)) return "; cuda-sm90 fwd FAILED: " + hopper.failure;
+  if (hopper.forward_arch != gpu::FlashArch::sm90) return "; cuda-sm90 fwd: ran the sm80 kernel (too large for TMA)";
+  const double diff = max_abs_diff(ours.o, hopper.o);
+  if (!(diff <= 3e-2)) return "; cuda-sm90 fwd DISAGREES with cuda on o (max |diff| " + std::to_string(diff) + ")";
+  measured.push_back({"attention/fwd/cuda-sm90/" + tag, hopper.fwd_ms, {{"TFLOP/s", tflops(flops, hopper.fwd_ms)}}});
+  return "; cuda-sm90 fwd " + fixed(tflops(flops, hopper.fwd_ms), 1) + " TFLOP/s (" + format_ms(hopper.fwd_ms) +
+         " ms, " + fixed(ours.fwd_ms / hopper.fwd_ms, 2) + "x cuda)";
+}
+
 void attention_case(int D, int64_t L, bool causal, const std::string& device) {
   const int64_t docs = kTokens / L;
   PackedBatch batch;
@@ -162,6 +183,7 @@ void attention_case(int D, int64_t L, bool causal, const std::string& device) {
                      "), bwd " + fixed(tflops(2.5 * flops, ours.bwd_ms), 1) + " TFLOP/s (" +
                      format_ms(ours.bwd_ms) + " ms)";
   measured.push_back({"attention/bwd/cuda/" + tag, ours.bwd_ms, {{"TFLOP/s", tflops(2.5 * flops, ours.bwd_ms)}}});
+  line += hopper_forward(in, ours, flops, tag);
 #if ATTN_ORACLE_BENCH_CUDNN
   cudnn::SdpaCall call;
   call.plan = cudnn::make_plan(md.value(), 1, kTokens, kTokens);

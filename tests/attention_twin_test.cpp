@@ -12,6 +12,8 @@
 //    tiles, several documents per row, two rows, extra dims, GQA / MQA, head_dim
 //    64 and 1, each dtype, forward and backward. The worst error / budget per
 //    dtype and tensor is printed.
+//  - The Hopper forward's schedule (FlashArch::sm90) within tolerance on documents
+//    longer than its tiles, and not the SM80 schedule's bit for bit.
 //  - Determinism: two runs are bitwise identical.
 // The attention properties of the conformance suite run the twin on generated
 // inputs (`attn-oracle check --backend cpu`).
@@ -298,6 +300,41 @@ TEST(AttentionTwin, MatchesTheReferenceWithinToleranceInEveryDtype) {
     std::cout << "[ ratio    ] " << std::left << std::setw(10) << what << " worst error / budget " << ratio << "\n";
 }
 
+bool bitwise_equal(const std::vector<double>& a, const std::vector<double>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
+}
+
+// The Hopper forward's schedule (flash_tile.hpp: 128 x 128 tiles, 128 x 64 at head
+// dim 256) on documents longer than its tiles: within the tolerance rule, and its own
+// (the rounding of P follows the tiles' running max, so some output differs from
+// the SM80 schedule's: the arch reaches the tiles).
+TEST(AttentionTwin, HopperScheduleMatchesTheReferenceAndIsItsOwn) {
+  using M = MaskKind;
+  const std::vector<Case> cases = {
+      {"causal_gqa_three_key_tiles", problem(batch({run(1, 300)}, {run(1, 300)}, M::causal, 1), 4, 2, 64, true)},
+      {"causal_window_skips_tiles",
+       problem(batch({run(1, 290)}, {run(1, 290)}, M::causal, 1, {100, -1}), 1, 1, 64, true)},
+      {"bottom_right_two_documents",
+       problem(batch({cat({run(1, 150), run(2, 140)})}, {cat({run(1, 40), run(2, 250)})},
+                     M::padding_causal_bottom_right, 2), 2, 1, 32, true)},
+      {"head_dim_256", problem(batch({run(1, 200)}, {run(1, 200)}, M::causal, 1), 1, 1, 256, false)},
+  };
+  bool differs = false;
+  for (const Case& c : cases) {
+    AttentionProblem p = c.problem;
+    p.shape.dtype = Dtype::bf16;
+    SCOPED_TRACE(c.name);
+    const AttentionInputs in = generate_inputs(p, 90);
+    const AttentionResult want = ref::attention_dense_masked(p, in).value();
+    auto got = gpu::attention_twin(p, in, gpu::FlashArch::sm90);
+    ASSERT_TRUE(got.ok()) << got.error().message;
+    for (const ToleranceCheck& check : check_attention_tolerance(p, in, got.value(), want))
+      EXPECT_TRUE(check.pass) << check.describe();
+    differs = differs || !bitwise_equal(got->o, twin(p, in).o);
+  }
+  EXPECT_TRUE(differs) << "the sm90 schedule gave the sm80 schedule's outputs bit for bit on every case";
+}
+
 TEST(AttentionTwin, ForwardOnlyEqualsTheForwardOfABackwardRun) {
   for (const Case& c : handmade_cases()) {
     AttentionProblem p = c.problem;
@@ -312,10 +349,6 @@ TEST(AttentionTwin, ForwardOnlyEqualsTheForwardOfABackwardRun) {
     EXPECT_EQ(a.lse, b.lse) << c.name;
     EXPECT_FALSE(b.grads.has_value());
   }
-}
-
-bool bitwise_equal(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
 }
 
 TEST(AttentionTwin, TwoRunsAreBitwiseIdentical) {

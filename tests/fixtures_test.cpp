@@ -37,12 +37,16 @@ std::vector<std::string> fixture_paths() {
 }
 
 // "design/ex5b.case.json" -> "design_ex5b".
-std::string test_name(const std::string& path) {
-  std::string rel = fs::relative(path, ATTN_ORACLE_FIXTURES_DIR).string();
-  rel = rel.substr(0, rel.size() - 10);
-  for (char& ch : rel)
+// Every character a test name cannot hold becomes an underscore ("cpu-sm90" -> "cpu_sm90").
+std::string identifier(std::string s) {
+  for (char& ch : s)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return rel;
+  return s;
+}
+
+std::string test_name(const std::string& path) {
+  const std::string rel = fs::relative(path, ATTN_ORACLE_FIXTURES_DIR).string();
+  return identifier(rel.substr(0, rel.size() - 10));
 }
 
 struct FixtureParam {
@@ -81,7 +85,7 @@ TEST_P(Fixture, ReplaysToItsExpectedResult) {
 
 INSTANTIATE_TEST_SUITE_P(AllFixtures, Fixture, ::testing::ValuesIn(fixture_params()),
                          [](const ::testing::TestParamInfo<FixtureParam>& info) {
-                           return info.param.backend + "__" + test_name(info.param.path);
+                           return identifier(info.param.backend) + "__" + test_name(info.param.path);
                          });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Fixture);
 

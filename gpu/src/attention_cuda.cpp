@@ -52,7 +52,7 @@ struct DeviceRun {
 
 // `caller`: the buffers of attention_cuda_into, checked before any device work.
 Expected<DeviceRun> run_on_device(const AttentionProblem& problem, const AttentionInputs& inputs,
-                                  const AttentionOutputs* caller) {
+                                  const AttentionOutputs* caller, FlashArch arch) {
   Expected<Metadata> md = metadata_cuda(problem.batch);  // also "no CUDA device"
   if (!md) return md.error();
   const AttentionShape& shape = problem.shape;
@@ -89,6 +89,7 @@ Expected<DeviceRun> run_on_device(const AttentionProblem& problem, const Attenti
   p.window_left = problem.batch.window.left, p.window_right = problem.batch.window.right;
   p.dtype = run.dtype;
   in.backward = shape.backward;
+  in.forward_arch = arch;
   in.cu_seqlens_q = md->cu_seqlens_q, in.cu_seqlens_kv = md->cu_seqlens_kv;
   in.ragged_offsets_q = md->ragged_offsets_q, in.ragged_offsets_kv = md->ragged_offsets_kv;
   in.q = to_storage(inputs.q, run.dtype);
@@ -146,15 +147,18 @@ std::optional<std::string> attention_cuda_unsupported(const AttentionProblem& pr
   return std::nullopt;
 }
 
-Expected<AttentionResult> attention_cuda(const AttentionProblem& problem, const AttentionInputs& inputs) {
-  Expected<DeviceRun> run = run_on_device(problem, inputs, nullptr);
+bool attention_cuda_sm90_available() { return attention_device_missing() == nullptr && cuda_arch() == "sm_90"; }
+
+Expected<AttentionResult> attention_cuda(const AttentionProblem& problem, const AttentionInputs& inputs,
+                                         FlashArch arch) {
+  Expected<DeviceRun> run = run_on_device(problem, inputs, nullptr, arch);
   if (!run) return run.error();
   return result_of(run.value(), problem.shape.backward);
 }
 
 std::optional<Error> attention_cuda_into(const AttentionProblem& problem, const AttentionInputs& inputs,
-                                         const AttentionOutputs& out) {
-  Expected<DeviceRun> run = run_on_device(problem, inputs, &out);
+                                         const AttentionOutputs& out, FlashArch arch) {
+  Expected<DeviceRun> run = run_on_device(problem, inputs, &out, arch);
   if (!run) return run.error();
   scatter(run.value(), out);
   return std::nullopt;

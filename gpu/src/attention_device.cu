@@ -70,7 +70,10 @@ bool attention_on_device(const DeviceAttentionInputs& in, DeviceAttentionOutputs
 
   // The forward's q tiles; with backward, the dK/dV kernel's key blocks and the dQ
   // kernel's q blocks (flash_tile.hpp).
-  const std::vector<int64_t> fwd_host = tile_prefix(in.cu_seqlens_q, flash::forward_block_m(shape.head_dim));
+  out.forward_arch =
+      in.forward_arch == FlashArch::sm90 && flash::forward_sm90_fits(shape) ? FlashArch::sm90 : FlashArch::sm80;
+  const std::vector<int64_t> fwd_host =
+      tile_prefix(in.cu_seqlens_q, flash::forward_block_m(shape.head_dim, out.forward_arch));
   const std::vector<int64_t> kv_blocks_host =
       in.backward ? tile_prefix(in.cu_seqlens_kv, flash::backward_kv_block(shape.head_dim)) : std::vector<int64_t>{};
   const std::vector<int64_t> q_blocks_host =
@@ -91,7 +94,10 @@ bool attention_on_device(const DeviceAttentionInputs& in, DeviceAttentionOutputs
   p.q = q.ptr, p.k = k.ptr, p.v = v.ptr, p.o = o.ptr, p.lse = lse.ptr;
   p.cu_seqlens_q = cu_q.ptr, p.cu_seqlens_kv = cu_kv.ptr;
   p.ragged_offsets_q = ragged_q.ptr, p.ragged_offsets_kv = ragged_kv.ptr;
-  auto forward = [&] { return flash::forward(p, fwd_prefix.ptr, fwd_host.back(), out.failure); };
+  auto forward = [&] {
+    if (out.forward_arch == FlashArch::sm90) return flash::forward_sm90(p, fwd_prefix.ptr, fwd_host.back(), out.failure);
+    return flash::forward(p, fwd_prefix.ptr, fwd_host.back(), out.failure);
+  };
 
   // Tokens outside every document keep these: o = 0, lse = -inf.
   if (!o.zero()) return cuda_failure(out.failure, "o fill");

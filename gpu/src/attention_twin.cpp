@@ -127,10 +127,10 @@ float* row_of(void* t, int64_t token, int heads, int head, int d) {
 // ---------------------------------------------------------------- forward
 
 // One (document, query head, q tile of the tensor-core forward's kBlockM rows):
-// the kernel's thread block, over kv tiles of its kBlockN keys (flash_tile.hpp).
-void forward_q_tile(const AttentionFwdParams& p, const DocSpan& d, int h, int64_t q_tile) {
+// the kernel's thread block, over kv tiles of its kBlockN keys (flash_tile.hpp:
+// `tile` is the SM80 kernel's or Hopper's).
+void forward_q_tile(const AttentionFwdParams& p, const FlashTile& tile, const DocSpan& d, int h, int64_t q_tile) {
   const int D = p.head_dim, hk = kv_head_of(h, p.heads_q, p.heads_kv);
-  const FlashTile tile = flash_forward_tile(D);
   const int64_t a0 = q_tile * tile.block_m, rows = std::min<int64_t>(tile.block_m, d.lq - a0);
   const float scale_log2 = p.scale * kLog2e;
   std::vector<float> o(rows * D, 0.0f), m(rows, -INFINITY), l(rows, 0.0f), s(tile.block_n);
@@ -176,12 +176,12 @@ void forward_q_tile(const AttentionFwdParams& p, const DocSpan& d, int h, int64_
 }
 
 // o and lse must be zero / -inf filled: tokens outside every document keep that.
-void forward_pass(const AttentionFwdParams& p) {
+void forward_pass(const AttentionFwdParams& p, FlashArch arch) {
+  const FlashTile tile = flash_forward_tile(p.head_dim, arch);
   for (int64_t doc = 0; doc < p.docs; ++doc) {
     const DocSpan d = doc_span(p, doc);
     for (int h = 0; h < p.heads_q; ++h)
-      for (int64_t q_tile = 0; q_tile * flash_forward_tile(p.head_dim).block_m < d.lq; ++q_tile)
-        forward_q_tile(p, d, h, q_tile);
+      for (int64_t q_tile = 0; q_tile * tile.block_m < d.lq; ++q_tile) forward_q_tile(p, tile, d, h, q_tile);
   }
 }
 
@@ -314,7 +314,7 @@ Expected<Prepared> prepare(const AttentionProblem& problem, const AttentionInput
 
 // Runs the passes on the twin's buffers and writes exactly the logical outputs.
 void run(const AttentionProblem& problem, const AttentionInputs& inputs, const Prepared& w,
-         const AttentionOutputs& out) {
+         const AttentionOutputs& out, FlashArch arch) {
   const TwinSizes& z = w.z;
   const bool backward = problem.shape.backward;
   const int dtype = static_cast<int>(problem.shape.dtype);
@@ -326,7 +326,7 @@ void run(const AttentionProblem& problem, const AttentionInputs& inputs, const P
     b.dq.assign(z.q_elems(), 0.0f), b.dk.assign(z.kv_elems(), 0.0f), b.dv.assign(z.kv_elems(), 0.0f);
   }
   const AttentionBwdParams p = make_params(problem, z, w.md, b);
-  forward_pass(p);
+  forward_pass(p, arch);
   copy_out(b.o, out.o, dtype);  // o already holds dtype values
   copy_lse_out(b.lse, z, out.lse);
   if (!backward) return;
@@ -339,15 +339,16 @@ void run(const AttentionProblem& problem, const AttentionInputs& inputs, const P
 }  // namespace
 
 std::optional<Error> attention_twin_into(const AttentionProblem& problem, const AttentionInputs& inputs,
-                                         const AttentionOutputs& out) {
+                                         const AttentionOutputs& out, FlashArch arch) {
   auto prepared = prepare(problem, inputs);
   if (!prepared) return prepared.error();
   if (auto e = check_output_buffers(out, prepared->z.q_elems(), prepared->z.kv_elems(), problem.shape.backward)) return e;
-  run(problem, inputs, prepared.value(), out);
+  run(problem, inputs, prepared.value(), out, arch);
   return std::nullopt;
 }
 
-Expected<AttentionResult> attention_twin(const AttentionProblem& problem, const AttentionInputs& inputs) {
+Expected<AttentionResult> attention_twin(const AttentionProblem& problem, const AttentionInputs& inputs,
+                                         FlashArch arch) {
   auto prepared = prepare(problem, inputs);
   if (!prepared) return prepared.error();
   const TwinSizes& z = prepared->z;
@@ -360,7 +361,7 @@ Expected<AttentionResult> attention_twin(const AttentionProblem& problem, const 
                                  std::vector<double>(z.kv_elems())};
     out.dq = r.grads->dq.data(), out.dk = r.grads->dk.data(), out.dv = r.grads->dv.data();
   }
-  run(problem, inputs, prepared.value(), out);
+  run(problem, inputs, prepared.value(), out, arch);
   return r;
 }
 

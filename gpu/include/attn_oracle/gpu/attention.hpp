@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "attn_oracle/gpu/attention/flash_tile.hpp"
 #include "attn_oracle/model/attention.hpp"
 #include "attn_oracle/model/error.hpp"
 
@@ -27,17 +28,25 @@ struct AttentionOutputs {
   double* dv = nullptr;
 };
 
-// CPU twin: any head_dim, fp32 / fp16 / bf16, deterministic.
-Expected<AttentionResult> attention_twin(const AttentionProblem& problem, const AttentionInputs& inputs);
+// CPU twin: any head_dim, fp32 / fp16 / bf16, deterministic; the forward on the
+// tiles of `arch`'s kernel (flash_tile.hpp), the backward the same for both.
+Expected<AttentionResult> attention_twin(const AttentionProblem& problem, const AttentionInputs& inputs,
+                                         FlashArch arch = FlashArch::sm80);
 std::optional<Error> attention_twin_into(const AttentionProblem& problem, const AttentionInputs& inputs,
-                                         const AttentionOutputs& out);
+                                         const AttentionOutputs& out, FlashArch arch = FlashArch::sm80);
 
 // CUDA kernels: the token-parallel metadata, then the tensor-core (CuTe) forward
 // and deterministic backward; head_dim 64, 128 or 256, fp16 or bf16, in a build
 // with the CUTLASS headers. nullopt when supported, else why not.
+// `arch` = sm90: Hopper's forward (wgmma and TMA, flash_fwd_sm90.cu) where it fits
+// the problem (forward_sm90_fits), on a device of compute capability 9.0 only
+// (attention_cuda_sm90_available); the backward is the same for both.
 std::optional<std::string> attention_cuda_unsupported(const AttentionProblem& problem);
-Expected<AttentionResult> attention_cuda(const AttentionProblem& problem, const AttentionInputs& inputs);
+Expected<AttentionResult> attention_cuda(const AttentionProblem& problem, const AttentionInputs& inputs,
+                                         FlashArch arch = FlashArch::sm80);
 std::optional<Error> attention_cuda_into(const AttentionProblem& problem, const AttentionInputs& inputs,
-                                         const AttentionOutputs& out);
+                                         const AttentionOutputs& out, FlashArch arch = FlashArch::sm80);
+// Whether this build has the sm_90a kernels and the first device is sm_90 (an H100 or H200).
+bool attention_cuda_sm90_available();
 
 }  // namespace attn_oracle::gpu
