@@ -5,7 +5,7 @@
 //   cpu-sm90   the same, the attention forward on the Hopper kernel's tiles
 //   cuda       the CUDA kernels (token-parallel metadata, CuTe tensor-core attention,
 //              small-seq, K/V buffer); registered only when a device is present
-//   cuda-sm90  the same with Hopper's attention forward (wgmma, TMA; sm_90a), only
+//   cuda-sm90  the same with Hopper's attention kernels (wgmma, TMA; sm_90a), only
 //              when the first device is sm_90
 //   cudnn      cuDNN SDPA (cudnn_backend.cpp); only in builds with cuDNN, with a device
 #include "attn_oracle/seam/backend.hpp"
@@ -104,7 +104,7 @@ class CudaBackend final : public Backend, MetadataCapability, AttentionCapabilit
   explicit CudaBackend(gpu::FlashArch arch) : arch_(arch) { gpu::cuda_available(&device_); }
   std::string name() const override { return arch_name("cuda", arch_); }
   std::string version() const override {
-    return (arch_ == gpu::FlashArch::sm90 ? "CUDA kernels (sm_90a forward) on " : "CUDA kernels on ") + device_;
+    return (arch_ == gpu::FlashArch::sm90 ? "CUDA kernels (sm_90a attention) on " : "CUDA kernels on ") + device_;
   }
   std::string arch() const override { return gpu::cuda_arch(); }
   MetadataCapability* metadata() override { return this; }

@@ -10,7 +10,11 @@
 //  - acc_as_a_gmma(S) holds, value for value, the coordinates the P V wgmma's
 //    register A operand expects;
 //  - the V^T view names, for (d, n, stage), V's element (n, d, stage);
-//  - a block's shared memory fits the 227 KiB an sm_90 block may have.
+//  - a block's shared memory fits the 227 KiB an sm_90 block may have;
+// and for the backward (flash_bwd_sm90.cu): each step's S^T (dK / dV) or S (dQ),
+// rounded, is value for value the register A operand of the next product, whose
+// accumulator is stored by column pairs; the Q^T, dO^T and K^T views name the
+// elements they transpose; both blocks' shared memory fits.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -74,9 +78,70 @@ void check_forward_sm90_layouts() {
   EXPECT_LE(sizeof(SharedSm90<Cfg>), size_t(227 * 1024));
 }
 
+// The backward's two products of a step: MmaS gives S (or S^T) as an (M, K)
+// accumulator, whose rounded values are MmaG's register A operand; MmaG's (M, N)
+// accumulator is stored by column pairs.
+template <class MmaS, class MmaG, int M, int K, int N>
+void check_backward_products() {
+  MmaS mma_s;
+  MmaG mma_g;
+  ASSERT_EQ(int(size(mma_s)), 256);
+  ASSERT_EQ(int(size(mma_g)), 256);
+  std::set<std::pair<int, int>> covered;
+  for (int t = 0; t < 256; ++t) {
+    auto cs = mma_s.get_slice(t).partition_C(make_identity_tensor(Shape<Int<M>, Int<K>>{}));
+    auto rc = make_tensor(cs.data(), rowcol_gmma(cs.layout()));
+    for (int i = 0; i < size<0>(rc); ++i)
+      for (int j = 0; j < size<1>(rc); ++j) {
+        ASSERT_EQ(int(get<0>(rc(i, j))), int(get<0>(rc(i, 0)))) << "thread " << t << ": row index " << i;
+        ASSERT_TRUE(covered.insert({int(get<0>(rc(i, j))), int(get<1>(rc(i, j)))}).second) << "element held twice";
+      }
+    auto ca = mma_g.get_slice(t).partition_A(make_identity_tensor(Shape<Int<M>, Int<K>>{}));
+    auto pa = make_tensor(cs.data(), acc_as_a_gmma(cs.layout()));
+    ASSERT_EQ(int(size(ca)), int(size(pa)));
+    for (int v = 0; v < size(ca); ++v) {
+      ASSERT_EQ(int(get<0>(pa(v))), int(get<0>(ca(v)))) << "thread " << t << ", value " << v;
+      ASSERT_EQ(int(get<1>(pa(v))), int(get<1>(ca(v)))) << "thread " << t << ", value " << v;
+    }
+    auto cg = mma_g.get_slice(t).partition_C(make_identity_tensor(Shape<Int<M>, Int<N>>{}));
+    auto rg = make_tensor(cg.data(), rowcol_gmma(cg.layout()));
+    for (int i = 0; i < size<0>(rg); ++i)
+      for (int j = 0; j < size<1>(rg); j += 2) {
+        ASSERT_EQ(int(get<0>(rg(i, j + 1))), int(get<0>(rg(i, j))));
+        ASSERT_EQ(int(get<1>(rg(i, j + 1))), int(get<1>(rg(i, j))) + 1) << "thread " << t << ", column " << j;
+      }
+  }
+  EXPECT_EQ(int(covered.size()), M * K);
+}
+
+// A staged (rows, D) layout and its transposed view name the same elements.
+template <class Smem, class SmemT, int kRows, int D, int kStages>
+void check_transposed() {
+  Smem smem;
+  SmemT t;
+  for (int s = 0; s < kStages; ++s)
+    for (int r = 0; r < kRows; ++r)
+      for (int d = 0; d < D; ++d) ASSERT_EQ(int(t(d, r, s)), int(smem(r, d, s))) << "(" << d << ", " << r << ")";
+}
+
+template <class T, int D>
+void check_backward_sm90_layouts() {
+  using Kv = DkdvSm90Config<T, D>;
+  check_backward_products<typename Kv::MmaS, typename Kv::MmaG, Kv::kBlockN, Kv::kBlockM, D>();
+  check_transposed<typename Kv::SmemQ, typename Kv::SmemQt, Kv::kBlockM, D, Kv::kStages>();
+  EXPECT_LE(sizeof(SharedDkdvSm90<Kv>), size_t(227 * 1024));
+  using Q = DqSm90Config<T, D>;
+  check_backward_products<typename Q::MmaS, typename Q::MmaG, Q::kBlockM, Q::kBlockN, D>();
+  check_transposed<typename Q::SmemKV, typename Q::SmemKt, Q::kBlockN, D, Q::kStages>();
+  EXPECT_LE(sizeof(SharedDqSm90<Q>), size_t(227 * 1024));
+}
+
 TEST(FlashSm90Layouts, ForwardBf16HeadDim64) { check_forward_sm90_layouts<ForwardSm90Config<bfloat16_t, 64>>(); }
 TEST(FlashSm90Layouts, ForwardFp16HeadDim128) { check_forward_sm90_layouts<ForwardSm90Config<half_t, 128>>(); }
 TEST(FlashSm90Layouts, ForwardBf16HeadDim256) { check_forward_sm90_layouts<ForwardSm90Config<bfloat16_t, 256>>(); }
+
+TEST(FlashSm90Layouts, BackwardFp16HeadDim64) { check_backward_sm90_layouts<half_t, 64>(); }
+TEST(FlashSm90Layouts, BackwardBf16HeadDim128) { check_backward_sm90_layouts<bfloat16_t, 128>(); }
 
 }  // namespace
 }  // namespace attn_oracle::gpu::flash

@@ -89,7 +89,7 @@ Expected<DeviceRun> run_on_device(const AttentionProblem& problem, const Attenti
   p.window_left = problem.batch.window.left, p.window_right = problem.batch.window.right;
   p.dtype = run.dtype;
   in.backward = shape.backward;
-  in.forward_arch = arch;
+  in.arch = arch;
   in.cu_seqlens_q = md->cu_seqlens_q, in.cu_seqlens_kv = md->cu_seqlens_kv;
   in.ragged_offsets_q = md->ragged_offsets_q, in.ragged_offsets_kv = md->ragged_offsets_kv;
   in.q = to_storage(inputs.q, run.dtype);

@@ -71,7 +71,9 @@ bool attention_on_device(const DeviceAttentionInputs& in, DeviceAttentionOutputs
   // The forward's q tiles; with backward, the dK/dV kernel's key blocks and the dQ
   // kernel's q blocks (flash_tile.hpp).
   out.forward_arch =
-      in.forward_arch == FlashArch::sm90 && flash::forward_sm90_fits(shape) ? FlashArch::sm90 : FlashArch::sm80;
+      in.arch == FlashArch::sm90 && flash::forward_sm90_fits(shape) ? FlashArch::sm90 : FlashArch::sm80;
+  out.backward_arch =
+      in.arch == FlashArch::sm90 && flash::backward_sm90_fits(shape) ? FlashArch::sm90 : FlashArch::sm80;
   const std::vector<int64_t> fwd_host =
       tile_prefix(in.cu_seqlens_q, flash::forward_block_m(shape.head_dim, out.forward_arch));
   const std::vector<int64_t> kv_blocks_host =
@@ -113,7 +115,10 @@ bool attention_on_device(const DeviceAttentionInputs& in, DeviceAttentionOutputs
   DeviceArray<float> delta(in.backward ? lse_elems : 0);
   const flash::BackwardGrid grid{kv_blocks.ptr, in.backward ? kv_blocks_host.back() : 0, q_blocks.ptr,
                                  in.backward ? q_blocks_host.back() : 0};
-  auto backward = [&] { return flash::backward(b, grid, out.failure); };
+  auto backward = [&] {  // the same grid for both: Hopper's blocks are the SM80 backward's
+    if (out.backward_arch == FlashArch::sm90) return flash::backward_sm90(b, grid, out.failure);
+    return flash::backward(b, grid, out.failure);
+  };
   if (in.backward) {
     if (!d_o.ok() || !dq.ok() || !dk.ok() || !dv.ok() || !delta.ok()) return cuda_failure(out.failure, "allocation");
     if (!d_o.upload(in.d_o)) return cuda_failure(out.failure, "upload");

@@ -193,6 +193,12 @@ bool launch_delta(const AttentionBwdParams& p, std::string& failure) {
 
 int backward_q_block(int head_dim) { return flash_dq_tile(head_dim).block_m; }
 
+bool backward_delta(const AttentionBwdParams& p, std::string& failure) {
+  return switch_flash_instance(p.dtype, p.head_dim, "flash backward delta", failure, [&](auto instance) {
+    return launch_delta<typename decltype(instance)::Element>(p, failure);
+  });
+}
+
 bool backward(const AttentionBwdParams& p, const BackwardGrid& grid, std::string& failure) {
   return switch_flash_instance(p.dtype, p.head_dim, "flash backward", failure, [&](auto instance) {
     using I = decltype(instance);

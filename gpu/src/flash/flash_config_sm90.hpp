@@ -1,5 +1,5 @@
-// flash_config_sm90.hpp: the CuTe types of the Hopper attention forward
-// (flash_fwd_sm90.cu): warpgroup MMAs (wgmma), shared-memory layouts in the
+// flash_config_sm90.hpp: the CuTe types of the Hopper attention kernels
+// (flash_fwd_sm90.cu, flash_bwd_sm90.cu): warpgroup MMAs (wgmma), shared-memory layouts in the
 // canonical GMMA forms TMA writes and wgmma reads, and the register views of the
 // row steps. Host code too: tests/flash_layout_test.cpp builds these types with g++
 // and checks, thread by thread, the coordinates every fragment holds.
@@ -55,6 +55,85 @@ template <class Cfg>
 struct SharedSm90 {
   using T = typename Cfg::Element;
   alignas(1024) T q[cosize_v<typename Cfg::SmemQ>];
+  alignas(1024) T k[cosize_v<typename Cfg::SmemKV>];
+  alignas(1024) T v[cosize_v<typename Cfg::SmemKV>];
+  alignas(8) uint64_t q_full;
+  uint64_t k_full[Cfg::kStages], v_full[Cfg::kStages], kv_empty[Cfg::kStages];
+};
+
+// (d, r, stage) -> the element (r, d, stage) of a staged (rows, D) K-major layout:
+// its transpose, the MN-major B operand of a product whose K mode runs over the rows.
+template <class Smem, int kRows, int D, int kStages>
+using TransposedStages = decltype(composition(
+    Smem{}, make_ordered_layout(Shape<Int<D>, Int<kRows>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+
+template <class T, int kM, int kN, int kK>  // both operands from shared memory, K-major
+using SsMma = decltype(make_tiled_mma(GMMA::ss_op_selector<T, T, float, Shape<Int<kM>, Int<kN>, Int<kK>>>(),
+                                      Layout<Shape<_2, _1, _1>>{}));
+template <class T, int kM, int kN, int kK>  // A from registers, B MN-major from shared memory
+using RsMma = decltype(make_tiled_mma(
+    GMMA::rs_op_selector<T, T, float, Shape<Int<kM>, Int<kN>, Int<kK>>, GMMA::Major::K, GMMA::Major::MN>(),
+    Layout<Shape<_2, _1, _1>>{}));
+
+// Backward on Hopper (flash_bwd_sm90.cu), head dims 64 and 128 (at 256 the
+// accumulators of dK and dV alone would fill a thread's 240 registers; the SM80
+// backward runs there). The blocks are the SM80 backward's (flash_dkdv_tile,
+// flash_dq_tile: 128 keys, 128 query rows), so its grids serve both; the steps
+// inside them are smaller, to hold the accumulators in registers.
+// dK / dV: two consumer warpgroups of 64 keys each; per step (query head, q block
+// of kBlockM rows) S^T = K Q^T and dP^T = V dO^T, then dV += P^T dO and
+// dK += dS^T Q with P^T, dS^T in registers; Q, dO (and the rows' lse, delta) in
+// kStages stages.
+template <class T, int D>
+struct DkdvSm90Config {
+  static constexpr int kBlockN = flash_dkdv_tile(D).block_n, kBlockM = 64, kDim = D, kStages = 2;
+  static constexpr int kConsumerThreads = 256, kThreads = 384;
+  static_assert(kBlockN == 128 && D <= 128, "two warpgroups of 64 keys; dK and dV in registers");
+  using Element = T;
+  using MmaS = SsMma<T, 64, kBlockM, D>;   // S^T and dP^T: (keys, q rows)
+  using MmaG = RsMma<T, 64, D, kBlockM>;   // dV and dK: (keys, d)
+  using SmemKV = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, Shape<Int<kBlockN>, Int<D>>{}));
+  using SmemQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, Shape<Int<kBlockM>, Int<D>, Int<kStages>>{}));
+  using SmemQt = TransposedStages<SmemQ, kBlockM, D, kStages>;  // Q^T, dO^T
+  static constexpr uint32_t kKVBytes = uint32_t(kBlockN * D * sizeof(T));
+  static constexpr uint32_t kQStageBytes = uint32_t(kBlockM * D * sizeof(T));
+};
+
+template <class Cfg>
+struct SharedDkdvSm90 {
+  using T = typename Cfg::Element;
+  alignas(1024) T k[cosize_v<typename Cfg::SmemKV>];
+  alignas(1024) T v[cosize_v<typename Cfg::SmemKV>];
+  alignas(1024) T q[cosize_v<typename Cfg::SmemQ>];
+  alignas(1024) T d_o[cosize_v<typename Cfg::SmemQ>];
+  float lse_log2[Cfg::kStages][Cfg::kBlockM], delta[Cfg::kStages][Cfg::kBlockM];
+  alignas(8) uint64_t kv_full;
+  uint64_t q_full[Cfg::kStages], q_empty[Cfg::kStages];
+};
+
+// dQ: two consumer warpgroups of 64 query rows each; per key tile of kBlockN
+// S = Q K^T and dP = dO V^T, then dQ += dS K with dS in registers; K and V in
+// kStages stages.
+template <class T, int D>
+struct DqSm90Config {
+  static constexpr int kBlockM = flash_dq_tile(D).block_m, kBlockN = 64, kDim = D, kStages = 2;
+  static constexpr int kConsumerThreads = 256, kThreads = 384;
+  static_assert(kBlockM == 128 && D <= 128, "two warpgroups of 64 rows");
+  using Element = T;
+  using MmaS = SsMma<T, 64, kBlockN, D>;  // S and dP: (q rows, keys)
+  using MmaG = RsMma<T, 64, D, kBlockN>;  // dQ: (q rows, d)
+  using SmemQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, Shape<Int<kBlockM>, Int<D>>{}));
+  using SmemKV = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, Shape<Int<kBlockN>, Int<D>, Int<kStages>>{}));
+  using SmemKt = TransposedStages<SmemKV, kBlockN, D, kStages>;  // K^T
+  static constexpr uint32_t kQBytes = uint32_t(kBlockM * D * sizeof(T));
+  static constexpr uint32_t kKVStageBytes = uint32_t(kBlockN * D * sizeof(T));
+};
+
+template <class Cfg>
+struct SharedDqSm90 {
+  using T = typename Cfg::Element;
+  alignas(1024) T q[cosize_v<typename Cfg::SmemQ>];
+  alignas(1024) T d_o[cosize_v<typename Cfg::SmemQ>];
   alignas(1024) T k[cosize_v<typename Cfg::SmemKV>];
   alignas(1024) T v[cosize_v<typename Cfg::SmemKV>];
   alignas(8) uint64_t q_full;

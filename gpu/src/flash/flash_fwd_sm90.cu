@@ -25,10 +25,6 @@
 #include <cstdint>
 #include <string>
 
-#include <cutlass/arch/barrier.h>
-#include <cutlass/arch/reg_reconfig.h>
-#include <cutlass/device_kernel.h>
-
 #include "attn_oracle/gpu/attention/attention_params.hpp"
 #include "attn_oracle/gpu/attention/doc_span.hpp"
 #include "attn_oracle/gpu/attention/flash_tile.hpp"
@@ -37,27 +33,16 @@
 #include "flash/flash_config_sm90.hpp"
 #include "flash/flash_device.cuh"
 #include "flash/flash_launch.hpp"
+#include "flash/flash_sm90.cuh"
 #include "flash/flash_softmax.cuh"
 
 namespace attn_oracle::gpu::flash {
 namespace {
 
-using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
-using EmptyBarrier = cutlass::arch::ClusterBarrier;
-
-// A [tokens, heads, D] tensor as TMA addresses it: (token, d, head).
-template <class T, int D>
-auto tma_view(const void* x, int64_t tokens, int heads) {
-  return make_tensor(make_gmem_ptr(static_cast<const T*>(x)), make_shape(int(tokens), Int<D>{}, heads),
-                     make_stride(int64_t(heads) * D, _1{}, Int<D>{}));
-}
-
 template <class Cfg>
-using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, tma_view<typename Cfg::Element, Cfg::kDim>(nullptr, 1, 1),
-                                    typename Cfg::SmemQ{}));
+using TmaQ = TmaTile<typename Cfg::Element, Cfg::kDim, typename Cfg::SmemQ>;
 template <class Cfg>
-using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, tma_view<typename Cfg::Element, Cfg::kDim>(nullptr, 1, 1),
-                                     take<0, 2>(typename Cfg::SmemKV{})));
+using TmaKV = TmaTile<typename Cfg::Element, Cfg::kDim, decltype(take<0, 2>(typename Cfg::SmemKV{}))>;
 
 // What the kernel reads from its parameter space: TMA descriptors must live there.
 template <class Cfg>
@@ -68,50 +53,21 @@ struct Sm90Params {
   TmaKV<Cfg> tma_k, tma_v;
 };
 
-// The launch's shape: dynamic shared memory with room to align it to 1024 bytes.
-template <class Cfg>
-struct Sm90Launch {
-  static constexpr int kThreads = Cfg::kThreads;
-  static constexpr size_t kSmemBytes = sizeof(SharedSm90<Cfg>) + 1024;
-};
-
-// acc (+)= A B over the k-blocks as one batch of wgmma, committed, not awaited; A
-// from registers (kRegisterA, fenced as the accumulator is) or shared memory.
-template <bool kZeroInit, bool kRegisterA, class Mma, class A, class B, class C>
-__device__ __forceinline__ void wgmma_batch(Mma& mma, A& a, const B& b, C& acc) {
-  warpgroup_fence_operand(acc);
-  if constexpr (kRegisterA) warpgroup_fence_operand(a);
-  warpgroup_arrive();
-  if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(a); ++k) {
-    cute::gemm(mma, a(_, _, k), b(_, _, k), acc);
-    mma.accumulate_ = GMMA::ScaleOut::One;
-  }
-  warpgroup_commit_batch();
-  warpgroup_fence_operand(acc);
-  if constexpr (kRegisterA) warpgroup_fence_operand(a);
-}
-
 // The producer: Q, then every key tile's K and V into its stage once it is free.
 template <class Cfg>
 __device__ void produce(const Sm90Params<Cfg>& params, SharedSm90<Cfg>& shared, const BlockTile<Cfg::kDim>& tile,
                         int h, int g, const TileRange& kv) {
   constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN, D = Cfg::kDim, S = Cfg::kStages;
   const AttentionFwdParams& p = params.p;
-  Tensor mQ = params.tma_q.get_tma_tensor(make_shape(int(p.total_q), Int<D>{}, p.heads_q));
-  Tensor gQ = local_tile(domain_offset(make_coord(int(tile.span.q0 + tile.first), _0{}), mQ(_, _, h)),
-                         Shape<Int<BM>, Int<D>>{}, make_coord(_0{}, _0{}));
+  Tensor gQ = tma_rows<BM, D>(params.tma_q, p.total_q, p.heads_q, tile.span.q0 + tile.first, h);
   Tensor sQ = make_tensor(make_smem_ptr(shared.q), typename Cfg::SmemQ{});
   auto [tQg, tQs] = tma_partition(params.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
   FullBarrier::arrive_and_expect_tx(&shared.q_full, Cfg::kQBytes);
   copy(params.tma_q.with(shared.q_full), tQg, tQs);
 
   auto key_tiles = [&](const auto& tma, auto* smem) {
-    Tensor m = tma.get_tma_tensor(make_shape(int(p.total_kv), Int<D>{}, p.heads_kv));
-    Tensor gx = local_tile(domain_offset(make_coord(int(tile.span.kv0), _0{}), m(_, _, g)), Shape<Int<BN>, Int<D>>{},
-                           make_coord(_, _0{}));  // (BN, D, tile)
-    Tensor sx = make_tensor(make_smem_ptr(smem), typename Cfg::SmemKV{});  // (BN, D, stage)
+    Tensor gx = tma_row_tiles<BN, D>(tma, p.total_kv, p.heads_kv, tile.span.kv0, g);  // (BN, D, tile)
+    Tensor sx = make_tensor(make_smem_ptr(smem), typename Cfg::SmemKV{});            // (BN, D, stage)
     return tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(sx), group_modes<0, 2>(gx));
   };
   auto [tKg, tKs] = key_tiles(params.tma_k, shared.k);
@@ -124,22 +80,6 @@ __device__ void produce(const Sm90Params<Cfg>& params, SharedSm90<Cfg>& shared, 
     copy(params.tma_k.with(shared.k_full[s]), tKg(_, n), tKs(_, s));
     FullBarrier::arrive_and_expect_tx(&shared.v_full[s], Cfg::kKVStageBytes);
     copy(params.tma_v.with(shared.v_full[s]), tVg(_, n), tVs(_, s));
-  }
-}
-
-// O's pairs of neighbouring columns of rows [0, rows), 32 bits a store.
-template <class T, class O, class C>
-__device__ void store_o(const O& o, const C& coord, T* out, int64_t row_stride, int rows) {
-  CUTE_UNROLL
-  for (int i = 0; i < size<0>(o); ++i) {
-    const int r = get<0>(coord(i, 0));
-    if (r >= rows) continue;
-    CUTE_UNROLL
-    for (int j = 0; j < size<1>(o); j += 2) {
-      const T lo = T(o(i, j)), hi = T(o(i, j + 1));  // round to nearest even
-      const uint32_t bits = uint32_t(lo.raw()) | (uint32_t(hi.raw()) << 16);
-      *reinterpret_cast<uint32_t*>(out + r * row_stride + get<1>(coord(i, j))) = bits;
-    }
   }
 }
 
@@ -216,7 +156,7 @@ __device__ void consume(const AttentionFwdParams& p, SharedSm90<Cfg>& shared, co
     warpgroup_wait<0>();
   }
   finish_rows(o_rc, co_rc, st, p, tile.span, h, tile.first, tile.rows);
-  store_o<T>(o_rc, co_rc, static_cast<T*>(p.o) + tile.q_offset(tile.first, h), tile.q_stride, tile.rows);
+  store_pairs<T>(o_rc, co_rc, static_cast<T*>(p.o) + tile.q_offset(tile.first, h), tile.q_stride, tile.rows, 1.0f);
 }
 
 template <class Cfg>
@@ -224,7 +164,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) forward_sm90_kernel(CUTLASS_
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN, D = Cfg::kDim;
   extern __shared__ unsigned char smem_raw[];
-  auto& shared = *reinterpret_cast<SharedSm90<Cfg>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  auto& shared = aligned_shared<SharedSm90<Cfg>>(smem_raw);
   const AttentionFwdParams& p = params.p;
   const BlockTile<D> tile = block_tile<TileRows::queries, BM, D>(p, params.q_tiles, int64_t(gridDim.x) - 1 - blockIdx.x);
   const int h = blockIdx.y, g = kv_head_of(h, p.heads_q, p.heads_kv);
@@ -267,14 +207,12 @@ bool forward_sm90(const AttentionFwdParams& p, const int64_t* q_tile_prefix, int
     using I = decltype(instance);
     using Cfg = ForwardSm90Config<typename I::Element, I::kDim>;
     using T = typename Cfg::Element;
-    const Sm90Params<Cfg> params{
-        p, q_tile_prefix,
-        make_tma_copy(SM90_TMA_LOAD{}, tma_view<T, Cfg::kDim>(p.q, p.total_q, p.heads_q), typename Cfg::SmemQ{}),
-        make_tma_copy(SM90_TMA_LOAD{}, tma_view<T, Cfg::kDim>(p.k, p.total_kv, p.heads_kv),
-                      take<0, 2>(typename Cfg::SmemKV{})),
-        make_tma_copy(SM90_TMA_LOAD{}, tma_view<T, Cfg::kDim>(p.v, p.total_kv, p.heads_kv),
-                      take<0, 2>(typename Cfg::SmemKV{}))};
-    return launch_tiles<Sm90Launch<Cfg>>(forward_sm90_kernel<Cfg>, "flash forward (sm_90a)", q_tiles, "tiles",
+    constexpr int D = Cfg::kDim;
+    const Sm90Params<Cfg> params{p, q_tile_prefix,
+                                 make_tma_tile<T, D>(p.q, p.total_q, p.heads_q, typename Cfg::SmemQ{}),
+                                 make_tma_tile<T, D>(p.k, p.total_kv, p.heads_kv, take<0, 2>(typename Cfg::SmemKV{})),
+                                 make_tma_tile<T, D>(p.v, p.total_kv, p.heads_kv, take<0, 2>(typename Cfg::SmemKV{}))};
+    return launch_tiles<Sm90Launch<Cfg, SharedSm90<Cfg>>>(forward_sm90_kernel<Cfg>, "flash forward (sm_90a)", q_tiles, "tiles",
                                          p.heads_q, 1, failure, params);
   });
 }

@@ -54,4 +54,12 @@ bool backward(const AttentionBwdParams& p, const BackwardGrid& grid, std::string
 // The dK/dV kernel alone (flash_bwd_dkdv.cu), for backward.
 bool backward_dkdv(const AttentionBwdParams& p, const BackwardGrid& grid, std::string& failure);
 
+// delta = rowsum(dO * O) alone (flash_bwd_dq.cu), the first step of both backwards.
+bool backward_delta(const AttentionBwdParams& p, std::string& failure);
+
+// The Hopper backward (flash_bwd_sm90.cu, sm_90a), as `backward` on the same grid,
+// for what it fits: forward_sm90_fits's token counts, head dims 64 and 128.
+bool backward_sm90_fits(const AttentionFwdParams& p);
+bool backward_sm90(const AttentionBwdParams& p, const BackwardGrid& grid, std::string& failure);
+
 }  // namespace attn_oracle::gpu::flash

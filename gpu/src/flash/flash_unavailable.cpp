@@ -28,6 +28,18 @@ bool forward_sm90(const AttentionFwdParams&, const int64_t*, int64_t, std::strin
   return false;
 }
 
+bool backward_sm90_fits(const AttentionFwdParams&) { return false; }
+
+bool backward_sm90(const AttentionBwdParams&, const BackwardGrid&, std::string& failure) {
+  failure = kMissing;
+  return false;
+}
+
+bool backward_delta(const AttentionBwdParams&, std::string& failure) {
+  failure = kMissing;
+  return false;
+}
+
 bool backward(const AttentionBwdParams&, const BackwardGrid&, std::string& failure) {
   failure = kMissing;
   return false;

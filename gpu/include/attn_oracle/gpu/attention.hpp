@@ -38,9 +38,9 @@ std::optional<Error> attention_twin_into(const AttentionProblem& problem, const 
 // CUDA kernels: the token-parallel metadata, then the tensor-core (CuTe) forward
 // and deterministic backward; head_dim 64, 128 or 256, fp16 or bf16, in a build
 // with the CUTLASS headers. nullopt when supported, else why not.
-// `arch` = sm90: Hopper's forward (wgmma and TMA, flash_fwd_sm90.cu) where it fits
-// the problem (forward_sm90_fits), on a device of compute capability 9.0 only
-// (attention_cuda_sm90_available); the backward is the same for both.
+// `arch` = sm90: Hopper's kernels (wgmma and TMA, flash_{fwd,bwd}_sm90.cu) where they
+// fit the problem (flash_launch.hpp: the backward at head dims 64 and 128), on a device
+// of compute capability 9.0 only (attention_cuda_sm90_available).
 std::optional<std::string> attention_cuda_unsupported(const AttentionProblem& problem);
 Expected<AttentionResult> attention_cuda(const AttentionProblem& problem, const AttentionInputs& inputs,
                                          FlashArch arch = FlashArch::sm80);

@@ -38,9 +38,9 @@ struct DeviceAttentionInputs {
   // > 0: after the checked run, launch the forward (and backward) kernels this many
   // more times and report the median CUDA-event time of each pass (bench only).
   int timing_reps = 0;
-  // The forward kernel: SM80's, or Hopper's (sm_90a) where forward_sm90_fits says it
-  // can run the problem (else SM80's; DeviceAttentionOutputs::forward_arch says which ran).
-  FlashArch forward_arch = FlashArch::sm80;
+  // The kernels: SM80's, or Hopper's (sm_90a) forward and backward where they fit the
+  // problem (flash_launch.hpp; else SM80's: DeviceAttentionOutputs says which ran).
+  FlashArch arch = FlashArch::sm80;
 };
 
 struct DeviceAttentionOutputs {
@@ -51,7 +51,8 @@ struct DeviceAttentionOutputs {
   std::vector<uint16_t> dv;  // [total_kv, heads_kv, head_dim]
   float fwd_ms = 0.0f;       // median kernel time of one forward pass (timing_reps > 0)
   float bwd_ms = 0.0f;       // median of one backward pass: delta, dK/dV, dQ kernels
-  FlashArch forward_arch = FlashArch::sm80;  // the forward kernel that ran
+  FlashArch forward_arch = FlashArch::sm80;   // the forward kernel that ran
+  FlashArch backward_arch = FlashArch::sm80;  // the backward kernels that ran
   std::string failure;       // a CUDA failure or an unsupported shape, empty on success
 };
 

@@ -47,9 +47,11 @@ struct FlashTile {
   int block_m, block_n, warps;
 };
 
-// The two forward kernels: SM80's MMA (any device from sm_80 on) and Hopper's
-// warpgroup MMA fed by TMA (flash_fwd_sm90.cu, sm_90a only). Only their tiles
-// differ in the arithmetic; the twin takes the one it is asked for.
+// The two kernel families: SM80's MMA (any device from sm_80 on) and Hopper's
+// warpgroup MMA fed by TMA (flash_{fwd,bwd}_sm90.cu, sm_90a only). Only their
+// forward tiles differ in the arithmetic (the twin takes the one it is asked for):
+// the backward's sums are the same whatever its blocks, a masked pair adding
+// exactly 0, and the Hopper backward's blocks are the ones below.
 enum class FlashArch : int { sm80 = 80, sm90 = 90 };
 
 // Hopper: 128 query rows (two consumer warpgroups of 64, 8 warps), keys by 128

@@ -1,0 +1,103 @@
+// flash_sm90.cuh: the device steps the Hopper attention kernels share
+// (flash_fwd_sm90.cu, flash_bwd_sm90.cu): the THD tensors as TMA addresses them,
+// the mbarriers, a batch of warpgroup MMAs, an accumulator's column pairs stored
+// straight from registers, the shared memory aligned for the 128-byte swizzle.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/device_kernel.h>
+
+#include "flash/flash_config_sm90.hpp"
+
+namespace attn_oracle::gpu::flash {
+
+using FullBarrier = cutlass::arch::ClusterTransactionBarrier;  // TMA bytes (and arrivals) landed
+using EmptyBarrier = cutlass::arch::ClusterBarrier;            // a stage free again
+
+// A [tokens, heads, D] tensor as TMA addresses it: (token, d, head).
+template <class T, int D>
+auto tma_view(const void* x, int64_t tokens, int heads) {
+  return make_tensor(make_gmem_ptr(static_cast<const T*>(x)), make_shape(int(tokens), Int<D>{}, heads),
+                     make_stride(int64_t(heads) * D, _1{}, Int<D>{}));
+}
+
+// The TMA load of a (rows, D) tile of shared-memory layout Smem from such a tensor.
+template <class T, int D, class Smem>
+using TmaTile = decltype(make_tma_copy(SM90_TMA_LOAD{}, tma_view<T, D>(nullptr, 1, 1), Smem{}));
+
+template <class T, int D, class Smem>
+TmaTile<T, D, Smem> make_tma_tile(const void* x, int64_t tokens, int heads, Smem smem) {
+  return make_tma_copy(SM90_TMA_LOAD{}, tma_view<T, D>(x, tokens, heads), smem);
+}
+
+// A (rows, D) tile of that tensor from token `row` at head `head`, in TMA coordinates.
+template <int kRows, int D, class Tma>
+__device__ auto tma_rows(const Tma& tma, int64_t tokens, int heads, int64_t row, int head) {
+  Tensor m = tma.get_tma_tensor(make_shape(int(tokens), Int<D>{}, heads));
+  return local_tile(domain_offset(make_coord(int(row), _0{}), m(_, _, head)), Shape<Int<kRows>, Int<D>>{},
+                    make_coord(_0{}, _0{}));
+}
+
+// The same, as consecutive (rows, D) tiles: (rows, D, tile).
+template <int kRows, int D, class Tma>
+__device__ auto tma_row_tiles(const Tma& tma, int64_t tokens, int heads, int64_t row, int head) {
+  Tensor m = tma.get_tma_tensor(make_shape(int(tokens), Int<D>{}, heads));
+  return local_tile(domain_offset(make_coord(int(row), _0{}), m(_, _, head)), Shape<Int<kRows>, Int<D>>{},
+                    make_coord(_, _0{}));
+}
+
+// The launch's shape: dynamic shared memory with room to align it to 1024 bytes.
+template <class Cfg, class Shared>
+struct Sm90Launch {
+  static constexpr int kThreads = Cfg::kThreads;
+  static constexpr size_t kSmemBytes = sizeof(Shared) + 1024;
+};
+
+// The dynamic shared memory as `Shared`, at a 1024-byte boundary (the swizzle's period).
+template <class Shared>
+__device__ Shared& aligned_shared(unsigned char* raw) {
+  return *reinterpret_cast<Shared*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+}
+
+// acc (+)= A B over the k-blocks as one batch of wgmma, committed, not awaited; A
+// from registers (kRegisterA, fenced as the accumulator is) or shared memory.
+template <bool kZeroInit, bool kRegisterA, class Mma, class A, class B, class C>
+__device__ __forceinline__ void wgmma_batch(Mma& mma, A& a, const B& b, C& acc) {
+  warpgroup_fence_operand(acc);
+  if constexpr (kRegisterA) warpgroup_fence_operand(a);
+  warpgroup_arrive();
+  if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(a); ++k) {
+    cute::gemm(mma, a(_, _, k), b(_, _, k), acc);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  warpgroup_fence_operand(acc);
+  if constexpr (kRegisterA) warpgroup_fence_operand(a);
+}
+
+// An accumulator seen as (rows, cols) (rowcol_gmma), times `factor`, rounded to T
+// and stored by pairs of neighbouring columns (32 bits a store) for rows [0, rows)
+// of the tile at `out`, rows `row_stride` elements apart.
+template <class T, class Acc, class C>
+__device__ void store_pairs(const Acc& acc, const C& coord, T* out, int64_t row_stride, int rows, float factor) {
+  CUTE_UNROLL
+  for (int i = 0; i < size<0>(acc); ++i) {
+    const int r = get<0>(coord(i, 0));
+    if (r >= rows) continue;
+    CUTE_UNROLL
+    for (int j = 0; j < size<1>(acc); j += 2) {
+      const T lo = T(acc(i, j) * factor), hi = T(acc(i, j + 1) * factor);  // round to nearest even
+      const uint32_t bits = uint32_t(lo.raw()) | (uint32_t(hi.raw()) << 16);
+      *reinterpret_cast<uint32_t*>(out + r * row_stride + get<1>(coord(i, j))) = bits;
+    }
+  }
+}
+
+}  // namespace attn_oracle::gpu::flash
