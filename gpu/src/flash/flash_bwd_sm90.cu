@@ -233,10 +233,10 @@ __global__ void __launch_bounds__(K::kThreads, 1) dkdv_sm90_kernel(CUTLASS_GRID_
   }
   __syncthreads();
   if (threadIdx.x < 128) {
-    cutlass::arch::warpgroup_reg_dealloc<24>();
+    cutlass::arch::warpgroup_reg_dealloc<K::kProducerRegs>();
     if (threadIdx.x < 32) produce_dkdv<K>(params, sh, tile, steps, int(threadIdx.x));
   } else {
-    cutlass::arch::warpgroup_reg_alloc<240>();
+    cutlass::arch::warpgroup_reg_alloc<K::kConsumerRegs>();
     consume_dkdv<K>(p, sh, tile, steps, int(threadIdx.x) - 128);
   }
 #endif

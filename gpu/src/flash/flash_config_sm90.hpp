@@ -88,6 +88,10 @@ template <class T, int D>
 struct DkdvSm90Config {
   static constexpr int kBlockN = flash_dkdv_tile(D).block_n, kBlockM = 64, kDim = D, kStages = 2;
   static constexpr int kConsumerThreads = 256, kThreads = 384;
+  // setmaxnreg's split of the 168 x 384 registers a block starts with: at D = 64 the
+  // producer spilled 8 bytes with 24 (ptxas -v), at D = 128 the consumers with 232.
+  static constexpr int kProducerRegs = D <= 64 ? 32 : 24, kConsumerRegs = D <= 64 ? 232 : 240;
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 168 * 384);
   static_assert(kBlockN == 128 && D <= 128, "two warpgroups of 64 keys; dK and dV in registers");
   using Element = T;
   using MmaS = SsMma<T, 64, kBlockM, D>;   // S^T and dP^T: (keys, q rows)
