@@ -268,21 +268,8 @@ __device__ void produce_dq(const BwdSm90Params<K>& params, typename K::Shared& s
   copy(params.tma_a.with(sh.q_full), tQg, tQs);
   copy(params.tma_b.with(sh.q_full), tDg, tDs);
 
-  auto key_tiles = [&](const auto& tma, auto* smem) {
-    Tensor gx = tma_row_tiles<BN, D>(tma, p.total_kv, p.heads_kv, tile.span.kv0, g);  // (BN, D, tile)
-    Tensor sx = make_tensor(make_smem_ptr(smem), typename K::SmemKV{});            // (BN, D, stage)
-    return tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(sx), group_modes<0, 2>(gx));
-  };
-  auto [tKg, tKs] = key_tiles(params.tma_c, sh.k);
-  auto [tVg, tVs] = key_tiles(params.tma_d, sh.v);
-  for (int i = 0; i < int(kv.end - kv.begin); ++i) {
-    const int s = i % S, n = int(kv.begin) + i;
-    if (i >= S) EmptyBarrier::wait(&sh.kv_empty[s], ((i / S) & 1) ^ 1);  // tile i - S released it
-    FullBarrier::arrive_and_expect_tx(&sh.k_full[s], K::kKVStageBytes);
-    copy(params.tma_c.with(sh.k_full[s]), tKg(_, n), tKs(_, s));
-    FullBarrier::arrive_and_expect_tx(&sh.v_full[s], K::kKVStageBytes);
-    copy(params.tma_d.with(sh.v_full[s]), tVg(_, n), tVs(_, s));
-  }
+  produce_key_tiles<typename K::SmemKV, BN, D, S>(params.tma_c, params.tma_d, p, tile.span, g, kv, sh.k, sh.v,
+                                                  sh.k_full, sh.v_full, sh.kv_empty, K::kKVStageBytes);
 }
 
 // Raw S (the block's query rows, a key tile's keys) -> p in place (0 where masked),

@@ -65,22 +65,9 @@ __device__ void produce(const Sm90Params<Cfg>& params, SharedSm90<Cfg>& shared, 
   FullBarrier::arrive_and_expect_tx(&shared.q_full, Cfg::kQBytes);
   copy(params.tma_q.with(shared.q_full), tQg, tQs);
 
-  auto key_tiles = [&](const auto& tma, auto* smem) {
-    Tensor gx = tma_row_tiles<BN, D>(tma, p.total_kv, p.heads_kv, tile.span.kv0, g);  // (BN, D, tile)
-    Tensor sx = make_tensor(make_smem_ptr(smem), typename Cfg::SmemKV{});            // (BN, D, stage)
-    return tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(sx), group_modes<0, 2>(gx));
-  };
-  auto [tKg, tKs] = key_tiles(params.tma_k, shared.k);
-  auto [tVg, tVs] = key_tiles(params.tma_v, shared.v);
-  for (int i = 0; i < int(kv.end - kv.begin); ++i) {
-    const int s = i % S;
-    if (i >= S) EmptyBarrier::wait(&shared.kv_empty[s], ((i / S) & 1) ^ 1);  // tile i - S released it
-    const int n = int(kv.begin) + i;
-    FullBarrier::arrive_and_expect_tx(&shared.k_full[s], Cfg::kKVStageBytes);
-    copy(params.tma_k.with(shared.k_full[s]), tKg(_, n), tKs(_, s));
-    FullBarrier::arrive_and_expect_tx(&shared.v_full[s], Cfg::kKVStageBytes);
-    copy(params.tma_v.with(shared.v_full[s]), tVg(_, n), tVs(_, s));
-  }
+  produce_key_tiles<typename Cfg::SmemKV, BN, D, S>(params.tma_k, params.tma_v, p, tile.span, g, kv, shared.k,
+                                                    shared.v, shared.k_full, shared.v_full, shared.kv_empty,
+                                                    Cfg::kKVStageBytes);
 }
 
 // A consumer warpgroup's 64 rows of the tile (thread ct of the two groups' 256).

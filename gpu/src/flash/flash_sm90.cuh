@@ -1,6 +1,6 @@
 // flash_sm90.cuh: the device steps the Hopper attention kernels share
 // (flash_fwd_sm90.cu, flash_bwd_sm90.cu): the THD tensors as TMA addresses them,
-// the mbarriers, a batch of warpgroup MMAs, an accumulator's column pairs stored
+// the mbarriers, the producer's loop over key tiles, a batch of warpgroup MMAs, an accumulator's column pairs stored
 // straight from registers, the shared memory aligned for the 128-byte swizzle.
 #pragma once
 
@@ -12,6 +12,9 @@
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/device_kernel.h>
 
+#include "attn_oracle/gpu/attention/attention_params.hpp"
+#include "attn_oracle/gpu/attention/doc_span.hpp"
+#include "attn_oracle/gpu/attention/tile_range.hpp"
 #include "flash/flash_config_sm90.hpp"
 
 namespace attn_oracle::gpu::flash {
@@ -49,6 +52,31 @@ __device__ auto tma_row_tiles(const Tma& tma, int64_t tokens, int heads, int64_t
   Tensor m = tma.get_tma_tensor(make_shape(int(tokens), Int<D>{}, heads));
   return local_tile(domain_offset(make_coord(int(row), _0{}), m(_, _, head)), Shape<Int<kRows>, Int<D>>{},
                     make_coord(_, _0{}));
+}
+
+// The producer's loop over a query block's key tiles (forward, dQ): K and V of key
+// tile kv.begin + i (kv head g of `span`'s document) into stage i % kStages of
+// smem_k / smem_v (staged layout Smem) by TMA, once the consumers have released
+// that stage (kv_empty) from tile i - kStages; k_full / v_full count the bytes.
+template <class Smem, int kRows, int D, int kStages, class Tma, class T>
+__device__ void produce_key_tiles(const Tma& tma_k, const Tma& tma_v, const AttentionFwdParams& p, const DocSpan& span,
+                                  int g, const TileRange& kv, T* smem_k, T* smem_v, uint64_t* k_full, uint64_t* v_full,
+                                  uint64_t* kv_empty, uint32_t stage_bytes) {
+  auto key_tiles = [&](const Tma& tma, T* smem) {
+    Tensor gx = tma_row_tiles<kRows, D>(tma, p.total_kv, p.heads_kv, span.kv0, g);  // (rows, D, tile)
+    Tensor sx = make_tensor(make_smem_ptr(smem), Smem{});                             // (rows, D, stage)
+    return tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(sx), group_modes<0, 2>(gx));
+  };
+  auto [tKg, tKs] = key_tiles(tma_k, smem_k);
+  auto [tVg, tVs] = key_tiles(tma_v, smem_v);
+  for (int i = 0; i < int(kv.end - kv.begin); ++i) {
+    const int s = i % kStages, n = int(kv.begin) + i;
+    if (i >= kStages) EmptyBarrier::wait(&kv_empty[s], ((i / kStages) & 1) ^ 1);  // tile i - kStages released it
+    FullBarrier::arrive_and_expect_tx(&k_full[s], stage_bytes);
+    copy(tma_k.with(k_full[s]), tKg(_, n), tKs(_, s));
+    FullBarrier::arrive_and_expect_tx(&v_full[s], stage_bytes);
+    copy(tma_v.with(v_full[s]), tVg(_, n), tVs(_, s));
+  }
 }
 
 // The launch's shape: dynamic shared memory with room to align it to 1024 bytes.
