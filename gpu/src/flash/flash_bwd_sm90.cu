@@ -356,16 +356,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) dq_sm90_kernel(CUTLASS_GRID_CO
   const int h = blockIdx.y, g = kv_head_of(h, p.heads_q, p.heads_kv);
   const TileRange kv = kv_tile_range(p.mask, p.window_left, p.window_right, tile.first, tile.first + tile.rows,
                                      tile.span.lq, tile.span.lkv, K::kBlockN);
-  if (threadIdx.x == 0) {
-    FullBarrier::init(&sh.q_full, 1);
-    for (int s = 0; s < K::kStages; ++s) {
-      FullBarrier::init(&sh.k_full[s], 1);
-      FullBarrier::init(&sh.v_full[s], 1);
-      EmptyBarrier::init(&sh.kv_empty[s], K::kConsumerThreads);
-    }
-    cutlass::arch::fence_barrier_init();
-  }
-  __syncthreads();
+  init_query_block_barriers<K::kStages, K::kConsumerThreads>(sh);
   if (threadIdx.x < 128) {
     cutlass::arch::warpgroup_reg_dealloc<24>();
     if (threadIdx.x == 0) produce_dq<K>(params, sh, tile, h, g, kv);

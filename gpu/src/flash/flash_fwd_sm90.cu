@@ -157,16 +157,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) forward_sm90_kernel(CUTLASS_
   const int h = blockIdx.y, g = kv_head_of(h, p.heads_q, p.heads_kv);
   const TileRange kv = kv_tile_range(p.mask, p.window_left, p.window_right, tile.first, tile.first + tile.rows,
                                      tile.span.lq, tile.span.lkv, BN);
-  if (threadIdx.x == 0) {
-    FullBarrier::init(&shared.q_full, 1);
-    for (int s = 0; s < Cfg::kStages; ++s) {
-      FullBarrier::init(&shared.k_full[s], 1);
-      FullBarrier::init(&shared.v_full[s], 1);
-      EmptyBarrier::init(&shared.kv_empty[s], Cfg::kConsumerThreads);
-    }
-    cutlass::arch::fence_barrier_init();
-  }
-  __syncthreads();
+  init_query_block_barriers<Cfg::kStages, Cfg::kConsumerThreads>(shared);
   if (threadIdx.x < 128) {  // the producer warpgroup
     cutlass::arch::warpgroup_reg_dealloc<24>();
     if (threadIdx.x == 0) produce(params, shared, tile, h, g, kv);

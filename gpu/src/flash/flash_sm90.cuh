@@ -54,6 +54,23 @@ __device__ auto tma_row_tiles(const Tma& tma, int64_t tokens, int heads, int64_t
                     make_coord(_, _0{}));
 }
 
+// The barriers of a query block's kernel (forward, dQ), by thread 0, before any
+// thread passes: Q (and dO) landed once; K and V of a stage landed; a stage free,
+// once every consumer thread has arrived.
+template <int kStages, int kConsumerThreads, class Shared>
+__device__ void init_query_block_barriers(Shared& sh) {
+  if (threadIdx.x == 0) {
+    FullBarrier::init(&sh.q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      FullBarrier::init(&sh.k_full[s], 1);
+      FullBarrier::init(&sh.v_full[s], 1);
+      EmptyBarrier::init(&sh.kv_empty[s], kConsumerThreads);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+}
+
 // The producer's loop over a query block's key tiles (forward, dQ): K and V of key
 // tile kv.begin + i (kv head g of `span`'s document) into stage i % kStages of
 // smem_k / smem_v (staged layout Smem) by TMA, once the consumers have released
