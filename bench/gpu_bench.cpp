@@ -124,26 +124,33 @@ double max_abs(const std::vector<uint16_t>& a) {
   return m;
 }
 
-// Our dq, dk, dv against another implementation's: max |difference| within
-// 3e-2 of the larger tensor's largest |x| (a bf16 sum over thousands of keys), or die.
-void check_gradients(const gpu::DeviceAttentionOutputs& ours, const std::vector<uint16_t>& dq,
-                     const std::vector<uint16_t>& dk, const std::vector<uint16_t>& dv, const std::string& other,
-                     const std::string& tag) {
+// Our dq, dk, dv against another implementation's: max |difference| within 3e-2 of
+// the larger tensor's largest |x| (a bf16 sum over thousands of keys); empty when
+// all three agree, else the first that does not and by how much.
+std::string gradients_disagreement(const gpu::DeviceAttentionOutputs& ours, const std::vector<uint16_t>& dq,
+                                   const std::vector<uint16_t>& dk, const std::vector<uint16_t>& dv) {
   const std::pair<const char*, std::pair<const std::vector<uint16_t>*, const std::vector<uint16_t>*>> grads[] = {
       {"dq", {&ours.dq, &dq}}, {"dk", {&ours.dk, &dk}}, {"dv", {&ours.dv, &dv}}};
   for (const auto& [name, pair] : grads) {
     const double bound = 3e-2 * std::max({max_abs(*pair.first), max_abs(*pair.second), 1e-3});
     const double diff = max_abs_diff(*pair.first, *pair.second);
     if (!(diff <= bound))
-      die("cuda and " + other + " disagree on " + name + " at " + tag + " (max |diff| " + std::to_string(diff) +
-          ", bound " + std::to_string(bound) + "); not timing");
+      return std::string(name) + " (max |diff| " + std::to_string(diff) + ", bound " + std::to_string(bound) + ")";
   }
+  return "";
+}
+
+// The same, fatal: a number is not reported against disagreeing gradients.
+void check_gradients(const gpu::DeviceAttentionOutputs& ours, const std::vector<uint16_t>& dq,
+                     const std::vector<uint16_t>& dk, const std::vector<uint16_t>& dv, const std::string& other,
+                     const std::string& tag) {
+  const std::string disagreement = gradients_disagreement(ours, dq, dk, dv);
+  if (!disagreement.empty()) die("cuda and " + other + " disagree on " + disagreement + " at " + tag + "; not timing");
 }
 
 // Hopper's kernels (cuda-sm90) on the same input, where the device runs them: timed,
-// o and the gradients checked against the SM80 kernels' (as check_gradients does,
-// 3e-2 of the largest magnitude). A failure is reported in the line, not fatal:
-// the other measurements still stand.
+// o and the gradients checked against the SM80 kernels' (gradients_disagreement). A
+// failure is reported in the line, not fatal: the other measurements still stand.
 std::string hopper_kernels(gpu::DeviceAttentionInputs in, const gpu::DeviceAttentionOutputs& ours, double flops,
                            const std::string& tag) {
   if (!gpu::attention_cuda_sm90_available()) return "";
@@ -159,15 +166,8 @@ std::string hopper_kernels(gpu::DeviceAttentionInputs in, const gpu::DeviceAtten
             " ms, " + fixed(ours.fwd_ms / hopper.fwd_ms, 2) + "x cuda)";
   }
   if (in.backward && hopper.backward_arch == gpu::FlashArch::sm90) {
-    const std::pair<const char*, std::pair<const std::vector<uint16_t>*, const std::vector<uint16_t>*>> grads[] = {
-        {"dq", {&ours.dq, &hopper.dq}}, {"dk", {&ours.dk, &hopper.dk}}, {"dv", {&ours.dv, &hopper.dv}}};
-    for (const auto& [name, pair] : grads) {
-      const double bound = 3e-2 * std::max({max_abs(*pair.first), max_abs(*pair.second), 1e-3});
-      const double diff = max_abs_diff(*pair.first, *pair.second);
-      if (!(diff <= bound))
-        return line + "; cuda-sm90 DISAGREES with cuda on " + name + " (max |diff| " + std::to_string(diff) +
-               ", bound " + std::to_string(bound) + ")";
-    }
+    const std::string disagreement = gradients_disagreement(ours, hopper.dq, hopper.dk, hopper.dv);
+    if (!disagreement.empty()) return line + "; cuda-sm90 DISAGREES with cuda on " + disagreement;
     measured.push_back(
         {"attention/bwd/cuda-sm90/" + tag, hopper.bwd_ms, {{"TFLOP/s", tflops(2.5 * flops, hopper.bwd_ms)}}});
     line += ", bwd " + fixed(tflops(2.5 * flops, hopper.bwd_ms), 1) + " TFLOP/s (" + format_ms(hopper.bwd_ms) +

@@ -25,25 +25,38 @@ namespace attn_oracle::gpu::flash {
 
 using namespace cute;
 
+// (d, r, stage) -> the element (r, d, stage) of a staged (rows, D) K-major layout:
+// its transpose, the MN-major B operand of a product whose K mode runs over the rows.
+template <class Smem, int kRows, int D, int kStages>
+using TransposedStages = decltype(composition(
+    Smem{}, make_ordered_layout(Shape<Int<D>, Int<kRows>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+
+// A K-major (rows, D[, stages]) tile in shared memory, rows of 64 elements in the
+// 128-byte swizzle: what TMA writes and wgmma reads.
+template <class T, int... kDims>
+using GmmaTile = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, Shape<Int<kDims>...>{}));
+
+// The products of a block's two consumer warpgroups, stacked along M (64 rows each).
+template <class T, int kM, int kN, int kK>  // both operands from shared memory, K-major
+using SsMma = decltype(make_tiled_mma(GMMA::ss_op_selector<T, T, float, Shape<Int<kM>, Int<kN>, Int<kK>>>(),
+                                      Layout<Shape<_2, _1, _1>>{}));
+template <class T, int kM, int kN, int kK>  // A from registers, B MN-major from shared memory
+using RsMma = decltype(make_tiled_mma(
+    GMMA::rs_op_selector<T, T, float, Shape<Int<kM>, Int<kN>, Int<kK>>, GMMA::Major::K, GMMA::Major::MN>(),
+    Layout<Shape<_2, _1, _1>>{}));
+
 template <class T, int D>
 struct ForwardSm90Config {
   static constexpr FlashTile kTile = flash_forward_tile(D, FlashArch::sm90);
   static constexpr int kBlockM = kTile.block_m, kBlockN = kTile.block_n, kDim = D;
-  static constexpr int kConsumerGroups = kBlockM / 64, kStages = 2;
-  static constexpr int kConsumerThreads = kConsumerGroups * 128, kThreads = kConsumerThreads + 128;
-  static_assert(kTile.warps == 4 * kConsumerGroups, "four warps a consumer warpgroup");
+  static constexpr int kStages = 2, kConsumerThreads = 256, kThreads = 384;
+  static_assert(kBlockM == 128 && kTile.warps == 8, "two consumer warpgroups of 64 rows");
   using Element = T;
-  using MmaQK = decltype(make_tiled_mma(GMMA::ss_op_selector<T, T, float, Shape<_64, Int<kBlockN>, Int<D>>>(),
-                                        Layout<Shape<Int<kConsumerGroups>, _1, _1>>{}));
-  using MmaPV = decltype(make_tiled_mma(
-      GMMA::rs_op_selector<T, T, float, Shape<_64, Int<D>, Int<kBlockN>>, GMMA::Major::K, GMMA::Major::MN>(),
-      Layout<Shape<Int<kConsumerGroups>, _1, _1>>{}));
-  using SmemQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, Shape<Int<kBlockM>, Int<D>>{}));
-  using SmemKV = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{},
-                                        Shape<Int<kBlockN>, Int<D>, Int<kStages>>{}));
-  // (d, n, stage) -> the element (n, d, stage) of V's stages: V^T, the B operand of P V.
-  using SmemVt = decltype(composition(
-      SmemKV{}, make_ordered_layout(Shape<Int<D>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{})));
+  using MmaQK = SsMma<T, 64, kBlockN, D>;
+  using MmaPV = RsMma<T, 64, D, kBlockN>;
+  using SmemQ = GmmaTile<T, kBlockM, D>;
+  using SmemKV = GmmaTile<T, kBlockN, D, kStages>;
+  using SmemVt = TransposedStages<SmemKV, kBlockN, D, kStages>;  // V^T, the B operand of P V
   static constexpr uint32_t kQBytes = uint32_t(kBlockM * D * sizeof(T));
   static constexpr uint32_t kKVStageBytes = uint32_t(kBlockN * D * sizeof(T));
 };
@@ -60,20 +73,6 @@ struct SharedSm90 {
   alignas(8) uint64_t q_full;
   uint64_t k_full[Cfg::kStages], v_full[Cfg::kStages], kv_empty[Cfg::kStages];
 };
-
-// (d, r, stage) -> the element (r, d, stage) of a staged (rows, D) K-major layout:
-// its transpose, the MN-major B operand of a product whose K mode runs over the rows.
-template <class Smem, int kRows, int D, int kStages>
-using TransposedStages = decltype(composition(
-    Smem{}, make_ordered_layout(Shape<Int<D>, Int<kRows>, Int<kStages>>{}, Step<_2, _1, _3>{})));
-
-template <class T, int kM, int kN, int kK>  // both operands from shared memory, K-major
-using SsMma = decltype(make_tiled_mma(GMMA::ss_op_selector<T, T, float, Shape<Int<kM>, Int<kN>, Int<kK>>>(),
-                                      Layout<Shape<_2, _1, _1>>{}));
-template <class T, int kM, int kN, int kK>  // A from registers, B MN-major from shared memory
-using RsMma = decltype(make_tiled_mma(
-    GMMA::rs_op_selector<T, T, float, Shape<Int<kM>, Int<kN>, Int<kK>>, GMMA::Major::K, GMMA::Major::MN>(),
-    Layout<Shape<_2, _1, _1>>{}));
 
 // Backward on Hopper (flash_bwd_sm90.cu), head dims 64 and 128 (at 256 the
 // accumulators of dK and dV alone would fill a thread's 240 registers; the SM80
@@ -96,8 +95,8 @@ struct DkdvSm90Config {
   using Element = T;
   using MmaS = SsMma<T, 64, kBlockM, D>;   // S^T and dP^T: (keys, q rows)
   using MmaG = RsMma<T, 64, D, kBlockM>;   // dV and dK: (keys, d)
-  using SmemKV = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, Shape<Int<kBlockN>, Int<D>>{}));
-  using SmemQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, Shape<Int<kBlockM>, Int<D>, Int<kStages>>{}));
+  using SmemKV = GmmaTile<T, kBlockN, D>;
+  using SmemQ = GmmaTile<T, kBlockM, D, kStages>;
   using SmemQt = TransposedStages<SmemQ, kBlockM, D, kStages>;  // Q^T, dO^T
   static constexpr uint32_t kKVBytes = uint32_t(kBlockN * D * sizeof(T));
   static constexpr uint32_t kQStageBytes = uint32_t(kBlockM * D * sizeof(T));
@@ -126,8 +125,8 @@ struct DqSm90Config {
   using Element = T;
   using MmaS = SsMma<T, 64, kBlockN, D>;  // S and dP: (q rows, keys)
   using MmaG = RsMma<T, 64, D, kBlockN>;  // dQ: (q rows, d)
-  using SmemQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, Shape<Int<kBlockM>, Int<D>>{}));
-  using SmemKV = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, Shape<Int<kBlockN>, Int<D>, Int<kStages>>{}));
+  using SmemQ = GmmaTile<T, kBlockM, D>;
+  using SmemKV = GmmaTile<T, kBlockN, D, kStages>;
   using SmemKt = TransposedStages<SmemKV, kBlockN, D, kStages>;  // K^T
   static constexpr uint32_t kQBytes = uint32_t(kBlockM * D * sizeof(T));
   static constexpr uint32_t kKVStageBytes = uint32_t(kBlockN * D * sizeof(T));
