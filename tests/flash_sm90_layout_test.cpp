@@ -14,7 +14,8 @@
 // and for the backward (flash_bwd_sm90.cu): each step's S^T (dK / dV) or S (dQ),
 // rounded, is value for value the register A operand of the next product, whose
 // accumulator is stored by column pairs; the Q^T, dO^T and K^T views name the
-// elements they transpose; both blocks' shared memory fits.
+// elements they transpose, and each column part of Q^T, dO^T (D = 256) names its
+// own columns; both blocks' shared memory fits.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -124,11 +125,29 @@ void check_transposed() {
       for (int d = 0; d < D; ++d) ASSERT_EQ(int(t(d, r, s)), int(smem(r, d, s))) << "(" << d << ", " << r << ")";
 }
 
+// Part p of the (d, row, stage) view, kCols columns from p * kCols on, at the
+// offset the kernel adds (the staged layout at (0, p * kCols, 0)).
+template <class Smem, class SmemTPart, int kRows, int kCols, int kParts, int kStages>
+void check_column_parts() {
+  Smem smem;
+  SmemTPart part;
+  for (int p = 0; p < kParts; ++p) {
+    const int offset = smem(0, p * kCols, 0);
+    for (int s = 0; s < kStages; ++s)
+      for (int r = 0; r < kRows; ++r)
+        for (int d = 0; d < kCols; ++d)
+          ASSERT_EQ(int(part(d, r, s)) + offset, int(smem(r, p * kCols + d, s))) << "part " << p << " (" << d << ", "
+                                                                                   << r << ", " << s << ")";
+  }
+}
+
 template <class T, int D>
 void check_backward_sm90_layouts() {
   using Kv = DkdvSm90Config<T, D>;
-  check_backward_products<typename Kv::MmaS, typename Kv::MmaG, Kv::kBlockN, Kv::kBlockM, D>();
+  check_backward_products<typename Kv::MmaS, typename Kv::MmaG, Kv::kBlockN, Kv::kBlockM, Kv::kDimPart>();
   check_transposed<typename Kv::SmemQ, typename Kv::SmemQt, Kv::kBlockM, D, Kv::kStages>();
+  check_column_parts<typename Kv::SmemQ, typename Kv::SmemQtPart, Kv::kBlockM, Kv::kDimPart, Kv::kParts,
+                     Kv::kStages>();
   EXPECT_LE(sizeof(SharedDkdvSm90<Kv>), size_t(227 * 1024));
   using Q = DqSm90Config<T, D>;
   check_backward_products<typename Q::MmaS, typename Q::MmaG, Q::kBlockM, Q::kBlockN, D>();
@@ -142,6 +161,7 @@ TEST(FlashSm90Layouts, ForwardBf16HeadDim256) { check_forward_sm90_layouts<Forwa
 
 TEST(FlashSm90Layouts, BackwardFp16HeadDim64) { check_backward_sm90_layouts<half_t, 64>(); }
 TEST(FlashSm90Layouts, BackwardBf16HeadDim128) { check_backward_sm90_layouts<bfloat16_t, 128>(); }
+TEST(FlashSm90Layouts, BackwardFp16HeadDim256) { check_backward_sm90_layouts<half_t, 256>(); }
 
 }  // namespace
 }  // namespace attn_oracle::gpu::flash

@@ -1,7 +1,6 @@
 // flash_bwd_sm90.cu: the Hopper attention backward of the `cuda-sm90` backend
-// (CuTe, warpgroup MMA and TMA, built for sm_90a only), fp16 / bf16, head dims 64
-// and 128 (at 256 the SM80 backward runs: flash_config_sm90.hpp says why). The
-// schedule and element steps are flash_tile.hpp's, as the SM80 backward's: delta
+// (CuTe, warpgroup MMA and TMA, built for sm_90a only), fp16 / bf16, head dims 64,
+// 128 and 256 (flash_config_sm90.hpp sizes the steps). The schedule and element steps are flash_tile.hpp's, as the SM80 backward's: delta
 // first (the same kernel), then dK / dV per key block over the group's query heads
 // and their q blocks in order, then dQ per q block over its key tiles in order; no
 // atomics, every output summed by one block in a fixed order.
@@ -14,7 +13,9 @@
 //    lanes for the two vectors); S^T = K Q^T and dP^T = V dO^T from shared memory,
 //    p^T = backward_weight (0 where masked), ds^T = score_grad, both rounded to the
 //    storage type, then dV += p^T dO and dK += ds^T Q from registers against
-//    dO^T, Q^T (MN-major views); finally dK * scale, both stored from registers;
+//    dO^T, Q^T (MN-major views) for the block's column part (grid z; two at D =
+//    256, each recomputing S^T and dP^T); finally dK * scale, both stored from
+//    registers;
 //  - dQ: Q and dO once; per key tile of kv_tile_range K and V into a stage;
 //    S = Q K^T and dP = dO V^T, the same p and ds, dQ += ds K (K^T an MN-major
 //    view); finally dQ * scale.
@@ -157,9 +158,9 @@ __device__ void weights_and_grads_t(S& s, Dp& dp, const C& coord, const float* l
 
 template <class K>
 __device__ void consume_dkdv(const AttentionBwdParams& p, typename K::Shared& sh, const BlockTile<K::kDim>& tile,
-                             const DkdvSteps& steps, int ct) {
+                             const DkdvSteps& steps, int part, int ct) {
   using T = typename K::Element;
-  constexpr int BN = K::kBlockN, BM = K::kBlockM, D = K::kDim, S = K::kStages;
+  constexpr int BN = K::kBlockN, BM = K::kBlockM, DP = K::kDimPart, S = K::kStages;
   typename K::MmaS mma_s;
   typename K::MmaG mma_g;
   auto thr_s = mma_s.get_thread_slice(ct);
@@ -168,10 +169,11 @@ __device__ void consume_dkdv(const AttentionBwdParams& p, typename K::Shared& sh
   Tensor tV = thr_s.partition_fragment_A(make_tensor(make_smem_ptr(sh.v), typename K::SmemKV{}));
   Tensor tQ = thr_s.partition_fragment_B(make_tensor(make_smem_ptr(sh.q), typename K::SmemQ{}));     // (.., stage)
   Tensor tDO = thr_s.partition_fragment_B(make_tensor(make_smem_ptr(sh.d_o), typename K::SmemQ{}));  // (.., stage)
-  Tensor tQt = thr_g.partition_fragment_B(make_tensor(make_smem_ptr(sh.q), typename K::SmemQt{}));
-  Tensor tDOt = thr_g.partition_fragment_B(make_tensor(make_smem_ptr(sh.d_o), typename K::SmemQt{}));
-  Tensor acc_dk = partition_fragment_C(mma_g, Shape<Int<BN>, Int<D>>{});
-  Tensor acc_dv = partition_fragment_C(mma_g, Shape<Int<BN>, Int<D>>{});
+  const int part_offset = typename K::SmemQ{}(0, part * DP, 0);  // whole swizzle atoms (ColumnPart)
+  Tensor tQt = thr_g.partition_fragment_B(make_tensor(make_smem_ptr(sh.q + part_offset), typename K::SmemQtPart{}));
+  Tensor tDOt = thr_g.partition_fragment_B(make_tensor(make_smem_ptr(sh.d_o + part_offset), typename K::SmemQtPart{}));
+  Tensor acc_dk = partition_fragment_C(mma_g, Shape<Int<BN>, Int<DP>>{});
+  Tensor acc_dv = partition_fragment_C(mma_g, Shape<Int<BN>, Int<DP>>{});
   clear(acc_dk);
   clear(acc_dv);
   const auto cs = coords_rowcol<decltype(thr_s), BN, BM>(thr_s);
@@ -206,8 +208,8 @@ __device__ void consume_dkdv(const AttentionBwdParams& p, typename K::Shared& sh
     warpgroup_wait<0>();
     EmptyBarrier::arrive(&sh.q_empty[stage]);
   }
-  const auto cg = coords_rowcol<decltype(thr_g), BN, D>(thr_g);
-  const int64_t out = tile.kv_offset(tile.first, steps.g);
+  const auto cg = coords_rowcol<decltype(thr_g), BN, DP>(thr_g);
+  const int64_t out = tile.kv_offset(tile.first, steps.g) + part * DP;
   store_pairs<T>(as_rowcol(acc_dk), cg, static_cast<T*>(p.dk) + out, tile.kv_stride, tile.rows, p.scale);
   store_pairs<T>(as_rowcol(acc_dv), cg, static_cast<T*>(p.dv) + out, tile.kv_stride, tile.rows, 1.0f);
 }
@@ -237,7 +239,7 @@ __global__ void __launch_bounds__(K::kThreads, 1) dkdv_sm90_kernel(CUTLASS_GRID_
     if (threadIdx.x < 32) produce_dkdv<K>(params, sh, tile, steps, int(threadIdx.x));
   } else {
     cutlass::arch::warpgroup_reg_alloc<K::kConsumerRegs>();
-    consume_dkdv<K>(p, sh, tile, steps, int(threadIdx.x) - 128);
+    consume_dkdv<K>(p, sh, tile, steps, int(blockIdx.z), int(threadIdx.x) - 128);
   }
 #endif
 }
@@ -367,30 +369,40 @@ __global__ void __launch_bounds__(K::kThreads, 1) dq_sm90_kernel(CUTLASS_GRID_CO
 #endif
 }
 
+// A [tokens, heads, D] tensor a kernel loads by TMA.
+struct TmaSource {
+  const void* data;
+  int64_t tokens;
+  int heads;
+};
+
+// Kernel K over `blocks` x `heads` x K::kParts; a and b are loaded once (SmemOnce
+// tiles), c and d per step (one stage of SmemStaged).
 template <class K, class Kernel>
 bool launch_sm90(Kernel kernel, const char* name, const AttentionBwdParams& p, const int64_t* prefix, int64_t blocks,
-                 int heads, const void* a, const void* b, int64_t ab_tokens, int ab_heads, const void* c,
-                 const void* d, int64_t cd_tokens, int cd_heads, std::string& failure) {
+                 int heads, const TmaSource& a, const TmaSource& b, const TmaSource& c, const TmaSource& d,
+                 std::string& failure) {
   using T = typename K::Element;
   constexpr int D = K::kDim;
-  const BwdSm90Params<K> params{p, prefix,
-                                make_tma_tile<T, D>(a, ab_tokens, ab_heads, typename K::SmemOnce{}),
-                                make_tma_tile<T, D>(b, ab_tokens, ab_heads, typename K::SmemOnce{}),
-                                make_tma_tile<T, D>(c, cd_tokens, cd_heads, take<0, 2>(typename K::SmemStaged{})),
-                                make_tma_tile<T, D>(d, cd_tokens, cd_heads, take<0, 2>(typename K::SmemStaged{}))};
-  return launch_tiles<Sm90Launch<K, typename K::Shared>>(kernel, name, blocks, "blocks", heads, 1, failure, params);
+  auto once = [](const TmaSource& x) { return make_tma_tile<T, D>(x.data, x.tokens, x.heads, typename K::SmemOnce{}); };
+  auto staged = [](const TmaSource& x) {
+    return make_tma_tile<T, D>(x.data, x.tokens, x.heads, take<0, 2>(typename K::SmemStaged{}));
+  };
+  const BwdSm90Params<K> params{p, prefix, once(a), once(b), staged(c), staged(d)};
+  return launch_tiles<Sm90Launch<K, typename K::Shared>>(kernel, name, blocks, "blocks", heads, K::kParts, failure,
+                                                         params);
 }
 
 #ifdef ATTN_FLASH_DEV_DIM
 using Sm90BackwardHeadDims = HeadDims<ATTN_FLASH_DEV_DIM>;
 #else
-using Sm90BackwardHeadDims = HeadDims<64, 128>;
+using Sm90BackwardHeadDims = HeadDims<64, 128, 256>;
 #endif
 
 }  // namespace
 
 bool backward_sm90_fits(const AttentionFwdParams& p) {
-  return forward_sm90_fits(p) && Sm90BackwardHeadDims::contains(p.head_dim) && p.head_dim <= 128;
+  return forward_sm90_fits(p) && Sm90BackwardHeadDims::contains(p.head_dim);
 }
 
 bool backward_sm90(const AttentionBwdParams& p, const BackwardGrid& grid, std::string& failure) {
@@ -400,20 +412,16 @@ bool backward_sm90(const AttentionBwdParams& p, const BackwardGrid& grid, std::s
     return false;
   }
   if (!backward_delta(p, failure)) return false;
+  const TmaSource q{p.q, p.total_q, p.heads_q}, d_o{p.d_o, p.total_q, p.heads_q};
+  const TmaSource k{p.k, p.total_kv, p.heads_kv}, v{p.v, p.total_kv, p.heads_kv};
   return switch_dtype_head_dim(FlashDtypes{}, Sm90BackwardHeadDims{}, p.dtype, p.head_dim, [&](auto instance) {
     using I = decltype(instance);
-    if constexpr (I::kDim > 128) {
-      return false;  // not instantiated (backward_sm90_fits)
-    } else {
-      using T = typename I::Element;
-      using Kd = DkdvKernel<T, I::kDim>;
-      using Kq = DqKernel<T, I::kDim>;
-      return launch_sm90<Kd>(dkdv_sm90_kernel<Kd>, "flash backward dK/dV (sm_90a)", p, grid.kv_block_prefix,
-                             grid.kv_blocks, p.heads_kv, p.k, p.v, p.total_kv, p.heads_kv, p.q, p.d_o, p.total_q,
-                             p.heads_q, failure) &&
-             launch_sm90<Kq>(dq_sm90_kernel<Kq>, "flash backward dQ (sm_90a)", p, grid.q_block_prefix, grid.q_blocks,
-                             p.heads_q, p.q, p.d_o, p.total_q, p.heads_q, p.k, p.v, p.total_kv, p.heads_kv, failure);
-    }
+    using Kd = DkdvKernel<typename I::Element, I::kDim>;
+    using Kq = DqKernel<typename I::Element, I::kDim>;
+    return launch_sm90<Kd>(dkdv_sm90_kernel<Kd>, "flash backward dK/dV (sm_90a)", p, grid.kv_block_prefix,
+                           grid.kv_blocks, p.heads_kv, k, v, q, d_o, failure) &&
+           launch_sm90<Kq>(dq_sm90_kernel<Kq>, "flash backward dQ (sm_90a)", p, grid.q_block_prefix, grid.q_blocks,
+                           p.heads_q, q, d_o, k, v, failure);
   }, [&] {
     failure = "flash backward (sm_90a): no kernel for dtype " + std::to_string(p.dtype);
     return false;

@@ -31,6 +31,14 @@ template <class Smem, int kRows, int D, int kStages>
 using TransposedStages = decltype(composition(
     Smem{}, make_ordered_layout(Shape<Int<D>, Int<kRows>, Int<kStages>>{}, Step<_2, _1, _3>{})));
 
+// The first kCols columns of a (D, rows, stages) view: the columns of part 0 when D is
+// split into parts of kCols. Part p is the same view p * kCols columns on, which is
+// the layout evaluated at (0, p * kCols, 0) elements on: whole swizzle atoms (1024
+// bytes), so the swizzle, applied to the address, is unchanged.
+template <class SmemT, int kCols, int kRows, int D, int kStages>
+using ColumnPart = decltype(composition(
+    SmemT{}, make_layout(Shape<Int<kCols>, Int<kRows>, Int<kStages>>{}, make_stride(_1{}, Int<D>{}, Int<D * kRows>{}))));
+
 // A K-major (rows, D[, stages]) tile in shared memory, rows of 64 elements in the
 // 128-byte swizzle: what TMA writes and wgmma reads.
 template <class T, int... kDims>
@@ -74,30 +82,34 @@ struct SharedSm90 {
   uint64_t k_full[Cfg::kStages], v_full[Cfg::kStages], kv_empty[Cfg::kStages];
 };
 
-// Backward on Hopper (flash_bwd_sm90.cu), head dims 64 and 128 (at 256 the
-// accumulators of dK and dV alone would fill a thread's 240 registers; the SM80
-// backward runs there). The blocks are the SM80 backward's (flash_dkdv_tile,
-// flash_dq_tile: 128 keys, 128 query rows), so its grids serve both; the steps
-// inside them are smaller, to hold the accumulators in registers.
+// Backward on Hopper (flash_bwd_sm90.cu). The blocks are the SM80 backward's
+// (flash_dkdv_tile, flash_dq_tile: 128 keys, 128 query rows, dK / dV split in two
+// column parts at D = 256), so its grids serve both; the steps inside them are
+// smaller, to hold the accumulators in registers.
 // dK / dV: two consumer warpgroups of 64 keys each; per step (query head, q block
 // of kBlockM rows) S^T = K Q^T and dP^T = V dO^T, then dV += P^T dO and
-// dK += dS^T Q with P^T, dS^T in registers; Q, dO (and the rows' lse, delta) in
-// kStages stages.
+// dK += dS^T Q for the block's kDimPart columns, with P^T, dS^T in registers; Q,
+// dO (and the rows' lse, delta) in kStages stages. At D = 256 a step has 32 rows:
+// K, V and two stages of Q, dO are then 192 KiB, and a thread holds 128 values of
+// dK and dV (a part of 128 columns) and 32 of S^T and dP^T.
 template <class T, int D>
 struct DkdvSm90Config {
-  static constexpr int kBlockN = flash_dkdv_tile(D).block_n, kBlockM = 64, kDim = D, kStages = 2;
+  static constexpr FlashDkdvTile kTile = flash_dkdv_tile(D);
+  static constexpr int kBlockN = kTile.block_n, kBlockM = D <= 128 ? 64 : 32, kDim = D, kStages = 2;
+  static constexpr int kParts = kTile.d_split, kDimPart = D / kParts;
   static constexpr int kConsumerThreads = 256, kThreads = 384;
   // setmaxnreg's split of the 168 x 384 registers a block starts with: at D = 64 the
   // producer spilled 8 bytes with 24 (ptxas -v), at D = 128 the consumers with 232.
   static constexpr int kProducerRegs = D <= 64 ? 32 : 24, kConsumerRegs = D <= 64 ? 232 : 240;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 168 * 384);
-  static_assert(kBlockN == 128 && D <= 128, "two warpgroups of 64 keys; dK and dV in registers");
+  static_assert(kBlockN == 128 && kDimPart <= 128, "two warpgroups of 64 keys; dK and dV in registers");
   using Element = T;
-  using MmaS = SsMma<T, 64, kBlockM, D>;   // S^T and dP^T: (keys, q rows)
-  using MmaG = RsMma<T, 64, D, kBlockM>;   // dV and dK: (keys, d)
+  using MmaS = SsMma<T, 64, kBlockM, D>;         // S^T and dP^T: (keys, q rows)
+  using MmaG = RsMma<T, 64, kDimPart, kBlockM>;  // dV and dK: (keys, the part's d)
   using SmemKV = GmmaTile<T, kBlockN, D>;
   using SmemQ = GmmaTile<T, kBlockM, D, kStages>;
-  using SmemQt = TransposedStages<SmemQ, kBlockM, D, kStages>;  // Q^T, dO^T
+  using SmemQt = TransposedStages<SmemQ, kBlockM, D, kStages>;           // Q^T, dO^T
+  using SmemQtPart = ColumnPart<SmemQt, kDimPart, kBlockM, D, kStages>;  // their rows of part 0
   static constexpr uint32_t kKVBytes = uint32_t(kBlockN * D * sizeof(T));
   static constexpr uint32_t kQStageBytes = uint32_t(kBlockM * D * sizeof(T));
 };
@@ -115,13 +127,15 @@ struct SharedDkdvSm90 {
 };
 
 // dQ: two consumer warpgroups of 64 query rows each; per key tile of kBlockN
-// S = Q K^T and dP = dO V^T, then dQ += dS K with dS in registers; K and V in
-// kStages stages.
+// (flash_dq_tile's: 64, and 32 at D = 256, where Q, dO and two stages of K, V are
+// 192 KiB) S = Q K^T and dP = dO V^T, then dQ += dS K with dS in registers; K and
+// V in kStages stages.
 template <class T, int D>
 struct DqSm90Config {
-  static constexpr int kBlockM = flash_dq_tile(D).block_m, kBlockN = 64, kDim = D, kStages = 2;
+  static constexpr FlashTile kTile = flash_dq_tile(D);
+  static constexpr int kBlockM = kTile.block_m, kBlockN = kTile.block_n, kDim = D, kStages = 2, kParts = 1;
   static constexpr int kConsumerThreads = 256, kThreads = 384;
-  static_assert(kBlockM == 128 && D <= 128, "two warpgroups of 64 rows");
+  static_assert(kBlockM == 128, "two warpgroups of 64 rows");
   using Element = T;
   using MmaS = SsMma<T, 64, kBlockN, D>;  // S and dP: (q rows, keys)
   using MmaG = RsMma<T, 64, D, kBlockN>;  // dQ: (q rows, d)

@@ -17,8 +17,9 @@
 // TMA reads whole tiles: rows past a document are its neighbour's tokens (or zeros
 // past the tensor), finite by the seam's checks, masked by the row's key interval
 // (tile_keys) and never stored, as the SM80 kernel's zero-filled rows are.
-// Past what TMA's 32-bit coordinates address, or with no keys at all (no tensor for
-// a descriptor), the forward is the SM80 kernel's (forward_sm90_fits, attention_device.cu).
+// Past what TMA's 32-bit coordinates address, or with no query or no key tokens at
+// all (no tensor to describe: the backward's dK / dV blocks would still encode Q's),
+// the kernels are the SM80 ones (forward_sm90_fits, attention_device.cu).
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -171,14 +172,14 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1) forward_sm90_kernel(CUTLASS_
 }  // namespace
 
 bool forward_sm90_fits(const AttentionFwdParams& p) {
-  return p.total_q <= INT_MAX && p.total_kv <= INT_MAX && p.total_kv > 0;
+  return p.total_q > 0 && p.total_q <= INT_MAX && p.total_kv > 0 && p.total_kv <= INT_MAX;
 }
 
 bool forward_sm90(const AttentionFwdParams& p, const int64_t* q_tile_prefix, int64_t q_tiles, std::string& failure) {
   if (q_tiles == 0 || p.heads_q == 0) return true;
   if (!forward_sm90_fits(p)) {
     failure = "flash forward (sm_90a): " + std::to_string(p.total_q) + " query and " + std::to_string(p.total_kv) +
-              " key tokens are outside what TMA's 32-bit coordinates describe (1 to 2^31 - 1 keys)";
+              " key tokens are outside what TMA's 32-bit coordinates describe (1 to 2^31 - 1 of each)";
     return false;
   }
   return switch_flash_instance(p.dtype, p.head_dim, "flash forward (sm_90a)", failure, [&](auto instance) {

@@ -29,7 +29,8 @@ bool forward(const AttentionFwdParams& p, const int64_t* q_tile_prefix, int64_t 
 
 // The Hopper forward (flash_fwd_sm90.cu, sm_90a: a device of compute capability
 // 9.0 only), as `forward` on forward_block_m(head_dim, FlashArch::sm90) tiles, for
-// problems it fits: token counts TMA's 32-bit coordinates address, at least one key.
+// problems it fits: token counts TMA's 32-bit coordinates address, at least one
+// query token and one key token.
 bool forward_sm90_fits(const AttentionFwdParams& p);
 bool forward_sm90(const AttentionFwdParams& p, const int64_t* q_tile_prefix, int64_t q_tiles, std::string& failure);
 
@@ -58,7 +59,7 @@ bool backward_dkdv(const AttentionBwdParams& p, const BackwardGrid& grid, std::s
 bool backward_delta(const AttentionBwdParams& p, std::string& failure);
 
 // The Hopper backward (flash_bwd_sm90.cu, sm_90a), as `backward` on the same grid,
-// for what it fits: forward_sm90_fits's token counts, head dims 64 and 128.
+// for what it fits: forward_sm90_fits's token counts (every head dim it instantiates).
 bool backward_sm90_fits(const AttentionFwdParams& p);
 bool backward_sm90(const AttentionBwdParams& p, const BackwardGrid& grid, std::string& failure);
 
