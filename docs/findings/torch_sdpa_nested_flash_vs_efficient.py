@@ -1,10 +1,15 @@
 """SDPA on one nested (jagged) input, is_causal=True, under the flash and the efficient backends: a
 sequence of 2 queries and 1 key. SDPA documents is_causal as top-left, so both queries see the key and
-o == v for both. Needs a CUDA device; exit 1 where the two backends differ. Not yet run on a GPU."""
+o == v for both. Needs a CUDA device (exit 2 without one); exit 1 where the two backends differ.
+Not yet run on a GPU."""
 import sys
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+if not torch.cuda.is_available():
+    print("NOT RUN: needs a CUDA device")
+    sys.exit(2)
 
 torch.manual_seed(0)
 nt = lambda n: torch.nested.nested_tensor([torch.randn(n, 1, 8)], layout=torch.jagged, device="cuda",  # noqa: E731
