@@ -1,9 +1,10 @@
 // flash_bwd_sm90.cu: the Hopper attention backward of the `cuda-sm90` backend
 // (CuTe, warpgroup MMA and TMA, built for sm_90a only), fp16 / bf16, head dims 64,
-// 128 and 256 (flash_config_sm90.hpp sizes the steps). The schedule and element steps are flash_tile.hpp's, as the SM80 backward's: delta
-// first (the same kernel), then dK / dV per key block over the group's query heads
-// and their q blocks in order, then dQ per q block over its key tiles in order; no
-// atomics, every output summed by one block in a fixed order.
+// 128 and 256 (flash_config_sm90.hpp sizes the steps). The schedule and element
+// steps are flash_tile.hpp's, as the SM80 backward's: delta first (the same
+// kernel), then dK / dV per key block over the group's query heads and their q
+// blocks in order, then dQ per q block over its key tiles in order; no atomics,
+// every output summed by one block in a fixed order.
 //
 // Both kernels are three warpgroups, as the forward (flash_fwd_sm90.cu): the first
 // gives its registers away and loads by TMA; two consumer warpgroups of 64 rows
@@ -215,7 +216,8 @@ __device__ void consume_dkdv(const AttentionBwdParams& p, typename K::Shared& sh
 }
 
 template <class K>
-__global__ void __launch_bounds__(K::kThreads, 1) dkdv_sm90_kernel(CUTLASS_GRID_CONSTANT const BwdSm90Params<K> params) {
+__global__ void __launch_bounds__(K::kThreads, 1)
+    dkdv_sm90_kernel(CUTLASS_GRID_CONSTANT const BwdSm90Params<K> params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
   auto& sh = aligned_shared<typename K::Shared>(smem_raw);
@@ -348,7 +350,8 @@ __device__ void consume_dq(const AttentionBwdParams& p, typename K::Shared& sh, 
 }
 
 template <class K>
-__global__ void __launch_bounds__(K::kThreads, 1) dq_sm90_kernel(CUTLASS_GRID_CONSTANT const BwdSm90Params<K> params) {
+__global__ void __launch_bounds__(K::kThreads, 1)
+    dq_sm90_kernel(CUTLASS_GRID_CONSTANT const BwdSm90Params<K> params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char smem_raw[];
   auto& sh = aligned_shared<typename K::Shared>(smem_raw);

@@ -36,8 +36,8 @@ using TransposedStages = decltype(composition(
 // the layout evaluated at (0, p * kCols, 0) elements on: whole swizzle atoms (1024
 // bytes), so the swizzle, applied to the address, is unchanged.
 template <class SmemT, int kCols, int kRows, int D, int kStages>
-using ColumnPart = decltype(composition(
-    SmemT{}, make_layout(Shape<Int<kCols>, Int<kRows>, Int<kStages>>{}, make_stride(_1{}, Int<D>{}, Int<D * kRows>{}))));
+using ColumnPart = decltype(composition(SmemT{}, make_layout(Shape<Int<kCols>, Int<kRows>, Int<kStages>>{},
+                                                               make_stride(_1{}, Int<D>{}, Int<D * kRows>{}))));
 
 // A K-major (rows, D[, stages]) tile in shared memory, rows of 64 elements in the
 // 128-byte swizzle: what TMA writes and wgmma reads.

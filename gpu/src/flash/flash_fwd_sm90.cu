@@ -148,13 +148,15 @@ __device__ void consume(const AttentionFwdParams& p, SharedSm90<Cfg>& shared, co
 }
 
 template <class Cfg>
-__global__ void __launch_bounds__(Cfg::kThreads, 1) forward_sm90_kernel(CUTLASS_GRID_CONSTANT const Sm90Params<Cfg> params) {
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    forward_sm90_kernel(CUTLASS_GRID_CONSTANT const Sm90Params<Cfg> params) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = Cfg::kBlockM, BN = Cfg::kBlockN, D = Cfg::kDim;
   extern __shared__ unsigned char smem_raw[];
   auto& shared = aligned_shared<SharedSm90<Cfg>>(smem_raw);
   const AttentionFwdParams& p = params.p;
-  const BlockTile<D> tile = block_tile<TileRows::queries, BM, D>(p, params.q_tiles, int64_t(gridDim.x) - 1 - blockIdx.x);
+  const BlockTile<D> tile =
+      block_tile<TileRows::queries, BM, D>(p, params.q_tiles, int64_t(gridDim.x) - 1 - blockIdx.x);
   const int h = blockIdx.y, g = kv_head_of(h, p.heads_q, p.heads_kv);
   const TileRange kv = kv_tile_range(p.mask, p.window_left, p.window_right, tile.first, tile.first + tile.rows,
                                      tile.span.lq, tile.span.lkv, BN);
@@ -191,8 +193,8 @@ bool forward_sm90(const AttentionFwdParams& p, const int64_t* q_tile_prefix, int
                                  make_tma_tile<T, D>(p.q, p.total_q, p.heads_q, typename Cfg::SmemQ{}),
                                  make_tma_tile<T, D>(p.k, p.total_kv, p.heads_kv, take<0, 2>(typename Cfg::SmemKV{})),
                                  make_tma_tile<T, D>(p.v, p.total_kv, p.heads_kv, take<0, 2>(typename Cfg::SmemKV{}))};
-    return launch_tiles<Sm90Launch<Cfg, SharedSm90<Cfg>>>(forward_sm90_kernel<Cfg>, "flash forward (sm_90a)", q_tiles, "tiles",
-                                         p.heads_q, 1, failure, params);
+    return launch_tiles<Sm90Launch<Cfg, SharedSm90<Cfg>>>(forward_sm90_kernel<Cfg>, "flash forward (sm_90a)", q_tiles,
+                                                          "tiles", p.heads_q, 1, failure, params);
   });
 }
 
