@@ -31,26 +31,6 @@
 namespace attn_oracle::gpu::flash {
 namespace {
 
-// Raw scores S^T (keys as rows, queries as columns) -> p^T in place, 0 where masked;
-// `lse` holds the q block's rows' lse.
-template <bool kMasked, int kBlockN, class S, class C>
-__device__ void probabilities_t(S& s, const C& coord, const float* lse, const AttentionFwdParams& p,
-                                const DocSpan& span, int64_t a0, int64_t b0, float scale_log2) {
-  CUTE_UNROLL
-  for (int j = 0; j < size<1>(s); ++j) {
-    const int c = get<1>(coord(0, j));
-    const float lse2 = lse_log2_of(lse[c]);
-    TileKeys keys{0, kBlockN - 1};
-    if (kMasked) keys = tile_keys<kBlockN>(p, span, a0 + c, b0);
-    CUTE_UNROLL
-    for (int i = 0; i < size<0>(s); ++i) {
-      const int r = get<0>(coord(i, j));
-      const float w = backward_weight(s(i, j), scale_log2, lse2);
-      s(i, j) = !kMasked || (r >= keys.lo && r <= keys.hi) ? w : 0.0f;
-    }
-  }
-}
-
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads) dkdv_kernel(AttentionBwdParams p, const int64_t* kv_blocks) {
   using T = typename Cfg::Element;
@@ -166,21 +146,17 @@ __global__ void __launch_bounds__(Cfg::kThreads) dkdv_kernel(AttentionBwdParams 
     clear(acc_s);
     gemm_ss(mma, acc_s, rK, sK_a, copy_a, rQ, shifted(sQ_b, offset), copy_b, thread);
     Tensor st = make_tensor(acc_s.data(), rowcol(acc_s.layout()));
+    auto lse_log2 = [&](int c) { return lse_log2_of(lse[c]); };
     if (tile_fully_allowed(p.mask, p.window_left, p.window_right, a0, a0 + BM, b0, b0 + BN, span.lq, span.lkv))
-      probabilities_t<false, BN>(st, rowcol_cs, lse, p, span, a0, b0, scale_log2);
+      probabilities_t<false, BN>(st, rowcol_cs, lse_log2, p, span, a0, b0, scale_log2);
     else
-      probabilities_t<true, BN>(st, rowcol_cs, lse, p, span, a0, b0, scale_log2);
+      probabilities_t<true, BN>(st, rowcol_cs, lse_log2, p, span, a0, b0, scale_log2);
 
     Tensor acc_dp = partition_fragment_C(mma, Shape<Int<BN>, Int<BM>>{});
     clear(acc_dp);
     gemm_ss(mma, acc_dp, rV, sV_a, copy_a, rDO, shifted(sDO_b, offset), copy_b, thread);
     Tensor dpt = make_tensor(acc_dp.data(), rowcol(acc_dp.layout()));
-    CUTE_UNROLL
-    for (int j = 0; j < size<1>(dpt); ++j) {
-      const float dj = delta[get<1>(rowcol_cs(0, j))];
-      CUTE_UNROLL
-      for (int i = 0; i < size<0>(dpt); ++i) dpt(i, j) = score_grad(st(i, j), dpt(i, j), dj);
-    }
+    score_grads_t(st, dpt, rowcol_cs, delta);
 
     Tensor p_t = make_tensor_like<T>(acc_s);
     Tensor ds_t = make_tensor_like<T>(acc_dp);

@@ -57,23 +57,6 @@ __global__ void __launch_bounds__(kDeltaThreads) delta_kernel(AttentionBwdParams
   if (row < rows && lane == 0) p.delta[(row % p.heads_q) * p.total_q + row / p.heads_q] = acc;
 }
 
-// Raw scores S (queries as rows) -> p in place, 0 where masked.
-template <bool kMasked, int kBlockN, class S, class C, int kRows>
-__device__ void probabilities(S& s, const C& coord, const RowStats (&stats)[kRows], const AttentionFwdParams& p,
-                              const DocSpan& span, int64_t a0, int64_t b0, float scale_log2) {
-  CUTE_UNROLL
-  for (int i = 0; i < kRows; ++i) {
-    TileKeys keys{0, kBlockN - 1};
-    if (kMasked) keys = tile_keys<kBlockN>(p, span, a0 + get<0>(coord(i, 0)), b0);
-    CUTE_UNROLL
-    for (int j = 0; j < size<1>(s); ++j) {
-      const int b = get<1>(coord(i, j));
-      const float w = backward_weight(s(i, j), scale_log2, stats[i].lse_log2);
-      s(i, j) = !kMasked || (b >= keys.lo && b <= keys.hi) ? w : 0.0f;
-    }
-  }
-}
-
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads) dq_kernel(AttentionBwdParams p, const int64_t* q_blocks) {
   using T = typename Cfg::Element;

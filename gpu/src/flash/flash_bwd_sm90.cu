@@ -63,15 +63,6 @@ __device__ auto as_rowcol(Acc& acc) {
   return make_tensor(acc.data(), rowcol_gmma(acc.layout()));
 }
 
-// An fp32 accumulator rounded to T, as the register A operand of the next wgmma.
-template <class T, class Acc>
-__device__ auto rounded_a(const Acc& acc) {
-  Tensor out = make_tensor_like<T>(acc);
-  CUTE_UNROLL
-  for (int i = 0; i < size(acc); ++i) out(i) = T(acc(i));  // round to nearest even
-  return out;
-}
-
 // ---------------------------------------------------------------- dK / dV
 
 template <class T, int D>
@@ -136,27 +127,6 @@ __device__ void produce_dkdv(const BwdSm90Params<K>& params, typename K::Shared&
   }
 }
 
-// Raw S^T (keys as rows, the step's queries as columns) -> p^T in place (0 where
-// masked), and dP^T -> ds^T.
-template <bool kMasked, int kBlockN, class S, class Dp, class C>
-__device__ void weights_and_grads_t(S& s, Dp& dp, const C& coord, const float* lse_log2, const float* delta,
-                                    const AttentionFwdParams& p, const DocSpan& span, int64_t a0, int64_t b0,
-                                    float scale_log2) {
-  CUTE_UNROLL
-  for (int j = 0; j < size<1>(s); ++j) {
-    const int c = get<1>(coord(0, j));
-    TileKeys keys{0, kBlockN - 1};
-    if (kMasked) keys = tile_keys<kBlockN>(p, span, a0 + c, b0);
-    CUTE_UNROLL
-    for (int i = 0; i < size<0>(s); ++i) {
-      const int r = get<0>(coord(i, j));
-      const float w = backward_weight(s(i, j), scale_log2, lse_log2[c]);
-      s(i, j) = !kMasked || (r >= keys.lo && r <= keys.hi) ? w : 0.0f;
-      dp(i, j) = score_grad(s(i, j), dp(i, j), delta[c]);
-    }
-  }
-}
-
 template <class K>
 __device__ void consume_dkdv(const AttentionBwdParams& p, typename K::Shared& sh, const BlockTile<K::kDim>& tile,
                              const DkdvSteps& steps, int part, int ct) {
@@ -193,15 +163,17 @@ __device__ void consume_dkdv(const AttentionBwdParams& p, typename K::Shared& sh
     warpgroup_wait<0>();
     auto st = as_rowcol(acc_s);
     auto dpt = as_rowcol(acc_dp);
-    const float* lse = sh.lse_log2[stage];
+    const float* lse = sh.lse_log2[stage];  // base 2 already (row_stats)
     const float* delta = sh.delta[stage];
+    auto lse_log2 = [&](int c) { return lse[c]; };
     if (tile_fully_allowed(p.mask, p.window_left, p.window_right, a0, a0 + BM, b0, b0 + BN, tile.span.lq,
                            tile.span.lkv))
-      weights_and_grads_t<false, BN>(st, dpt, cs, lse, delta, p, tile.span, a0, b0, scale_log2);
+      probabilities_t<false, BN>(st, cs, lse_log2, p, tile.span, a0, b0, scale_log2);
     else
-      weights_and_grads_t<true, BN>(st, dpt, cs, lse, delta, p, tile.span, a0, b0, scale_log2);
-    Tensor p_t = rounded_a<T>(acc_s);
-    Tensor ds_t = rounded_a<T>(acc_dp);
+      probabilities_t<true, BN>(st, cs, lse_log2, p, tile.span, a0, b0, scale_log2);
+    score_grads_t(st, dpt, cs, delta);
+    Tensor p_t = rounded<T>(acc_s);
+    Tensor ds_t = rounded<T>(acc_dp);
     Tensor rP = make_tensor(p_t.data(), acc_as_a_gmma(p_t.layout()));
     Tensor rDS = make_tensor(ds_t.data(), acc_as_a_gmma(ds_t.layout()));
     wgmma_batch<false, true>(mma_g, rP, tDOt(_, _, _, stage), acc_dv);
@@ -276,26 +248,6 @@ __device__ void produce_dq(const BwdSm90Params<K>& params, typename K::Shared& s
                                                   sh.k_full, sh.v_full, sh.kv_empty, K::kKVStageBytes);
 }
 
-// Raw S (the block's query rows, a key tile's keys) -> p in place (0 where masked),
-// and dP -> ds; a row's lse (base 2) and delta in `rows`.
-template <bool kMasked, int kBlockN, class S, class Dp, class C, int kRows>
-__device__ void weights_and_grads(S& s, Dp& dp, const C& coord, const RowStats (&rows)[kRows],
-                                  const AttentionFwdParams& p, const DocSpan& span, int64_t a0, int64_t b0,
-                                  float scale_log2) {
-  CUTE_UNROLL
-  for (int i = 0; i < kRows; ++i) {
-    TileKeys keys{0, kBlockN - 1};
-    if (kMasked) keys = tile_keys<kBlockN>(p, span, a0 + get<0>(coord(i, 0)), b0);
-    CUTE_UNROLL
-    for (int j = 0; j < size<1>(s); ++j) {
-      const int b = get<1>(coord(i, j));
-      const float w = backward_weight(s(i, j), scale_log2, rows[i].lse_log2);
-      s(i, j) = !kMasked || (b >= keys.lo && b <= keys.hi) ? w : 0.0f;
-      dp(i, j) = score_grad(s(i, j), dp(i, j), rows[i].delta);
-    }
-  }
-}
-
 template <class K>
 __device__ void consume_dq(const AttentionBwdParams& p, typename K::Shared& sh, const BlockTile<K::kDim>& tile, int h,
                            const TileRange& kv, int ct) {
@@ -335,10 +287,15 @@ __device__ void consume_dq(const AttentionBwdParams& p, typename K::Shared& sh, 
     auto dp_rc = as_rowcol(acc_dp);
     if (tile_fully_allowed(p.mask, p.window_left, p.window_right, tile.first, tile.first + tile.rows, b0, b0 + BN,
                            tile.span.lq, tile.span.lkv))
-      weights_and_grads<false, BN>(s_rc, dp_rc, cs, rows, p, tile.span, tile.first, b0, scale_log2);
+      probabilities<false, BN>(s_rc, cs, rows, p, tile.span, tile.first, b0, scale_log2);
     else
-      weights_and_grads<true, BN>(s_rc, dp_rc, cs, rows, p, tile.span, tile.first, b0, scale_log2);
-    Tensor ds = rounded_a<T>(acc_dp);
+      probabilities<true, BN>(s_rc, cs, rows, p, tile.span, tile.first, b0, scale_log2);
+    CUTE_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      CUTE_UNROLL
+      for (int j = 0; j < size<1>(dp_rc); ++j) dp_rc(r, j) = score_grad(s_rc(r, j), dp_rc(r, j), rows[r].delta);
+    }
+    Tensor ds = rounded<T>(acc_dp);
     Tensor rDS = make_tensor(ds.data(), acc_as_a_gmma(ds.layout()));
     wgmma_batch<false, true>(mma_g, rDS, tKt(_, _, _, stage), acc_dq);
     warpgroup_wait<0>();

@@ -2,8 +2,9 @@
 // (flash_fwd.cu, flash_bwd_dkdv.cu, flash_bwd_dq.cu): where a block works and its
 // global tiles, global tiles into shared memory by cp.async (the K/V stages of a
 // query block among them), the two products (operands from shared memory through
-// ldmatrix, or A already in registers), a row's allowed keys inside a key block, an
-// fp32 accumulator out to global memory through shared memory; and their launch.
+// ldmatrix, or A already in registers), a row's allowed keys inside a key block, the
+// backward's weights and score gradients (the Hopper backward's too), an fp32
+// accumulator out to global memory through shared memory; and their launch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -160,6 +161,58 @@ __device__ inline RowStats row_stats(const AttentionBwdParams& p, const DocSpan&
   if (a >= span.lq) return RowStats{0.0f, 0.0f};
   const int64_t i = int64_t(h) * p.total_q + span.q0 + a;
   return RowStats{lse_log2_of(p.lse_in[i]), p.delta[i]};
+}
+
+// The backward's weights in place of the raw scores: p = backward_weight (0 where
+// masked: outside the row's TileKeys when kMasked, kMasked false on tiles that
+// tile_fully_allowed says hold no masked pair). S with the queries as rows (dQ; a
+// row's lse in `stats`) ...
+template <bool kMasked, int kBlockN, class S, class C, int kRows>
+__device__ void probabilities(S& s, const C& coord, const RowStats (&stats)[kRows], const AttentionFwdParams& p,
+                              const DocSpan& span, int64_t a0, int64_t b0, float scale_log2) {
+  CUTE_UNROLL
+  for (int i = 0; i < kRows; ++i) {
+    TileKeys keys{0, kBlockN - 1};
+    if (kMasked) keys = tile_keys<kBlockN>(p, span, a0 + get<0>(coord(i, 0)), b0);
+    CUTE_UNROLL
+    for (int j = 0; j < size<1>(s); ++j) {
+      const int b = get<1>(coord(i, j));
+      const float w = backward_weight(s(i, j), scale_log2, stats[i].lse_log2);
+      s(i, j) = !kMasked || (b >= keys.lo && b <= keys.hi) ? w : 0.0f;
+    }
+  }
+}
+
+// ... or transposed, keys as rows and queries as columns (dK / dV); lse_log2(c): the
+// lse (base 2) of the step's query column c.
+template <bool kMasked, int kBlockN, class S, class C, class LseLog2>
+__device__ void probabilities_t(S& s, const C& coord, const LseLog2& lse_log2, const AttentionFwdParams& p,
+                                const DocSpan& span, int64_t a0, int64_t b0, float scale_log2) {
+  CUTE_UNROLL
+  for (int j = 0; j < size<1>(s); ++j) {
+    const int c = get<1>(coord(0, j));
+    const float lse2 = lse_log2(c);
+    TileKeys keys{0, kBlockN - 1};
+    if (kMasked) keys = tile_keys<kBlockN>(p, span, a0 + c, b0);
+    CUTE_UNROLL
+    for (int i = 0; i < size<0>(s); ++i) {
+      const int r = get<0>(coord(i, j));
+      const float w = backward_weight(s(i, j), scale_log2, lse2);
+      s(i, j) = !kMasked || (r >= keys.lo && r <= keys.hi) ? w : 0.0f;
+    }
+  }
+}
+
+// dP^T -> ds^T in place (score_grad) beside p^T, queries as columns (dK / dV);
+// delta[c]: query column c's delta.
+template <class P, class Dp, class C>
+__device__ void score_grads_t(const P& pt, Dp& dpt, const C& coord, const float* delta) {
+  CUTE_UNROLL
+  for (int j = 0; j < size<1>(dpt); ++j) {
+    const float dj = delta[get<1>(coord(0, j))];
+    CUTE_UNROLL
+    for (int i = 0; i < size<0>(dpt); ++i) dpt(i, j) = score_grad(pt(i, j), dpt(i, j), dj);
+  }
 }
 
 // An fp32 accumulator rounded to the storage type T (to nearest even).
